@@ -1,0 +1,167 @@
+// file.c - mapping files for reading and replacing them atomically.
+
+#include "base/file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/error.h"
+
+rg_status rg_file_map_open(rg_file_map *m, const char *path, rg_error *err) {
+    m->data = NULL;
+    m->size = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return rg_fail(err, RG_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return rg_fail(err, RG_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (S_ISDIR(st.st_mode)) {
+        close(fd);
+        return rg_fail(err, RG_ERR_IO, "%s: is a directory, expected a file", path);
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return rg_fail(err, RG_ERR_IO, "%s: not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > (uint64_t)SIZE_MAX) {
+        close(fd);
+        return rg_fail(err, RG_ERR_IO, "%s: too large to map (%lld bytes)", path, (long long)st.st_size);
+    }
+    if (st.st_size > 0) {
+        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED) {
+            int e = errno;
+            close(fd);
+            return rg_fail(err, RG_ERR_IO, "%s: cannot map %lld bytes: %s", path, (long long)st.st_size,
+                           strerror(e));
+        }
+        m->data = p;
+        m->size = (size_t)st.st_size;
+    }
+    close(fd);  // the mapping keeps the file alive
+    return RG_OK;
+}
+
+void rg_file_map_close(rg_file_map *m) {
+    if (m->data) munmap((void *)m->data, m->size);
+    m->data = NULL;
+    m->size = 0;
+}
+
+rg_status rg_atomic_open(rg_atomic_file *af, const char *path, rg_error *err) {
+    memset(af, 0, sizeof *af);
+    size_t n = strlen(path);
+    af->final_path = strdup(path);
+    af->tmp_path = malloc(n + 16);
+    if (!af->final_path || !af->tmp_path) {
+        rg_atomic_abort(af);
+        return rg_fail(err, RG_ERR_NOMEM, "%s: out of memory", path);
+    }
+    // The temporary sits in the same directory so that rename() is atomic.
+    snprintf(af->tmp_path, n + 16, "%s.tmp.XXXXXX", path);
+    int fd = mkstemp(af->tmp_path);
+    if (fd < 0) {
+        int e = errno;
+        free(af->tmp_path);
+        af->tmp_path = NULL;
+        rg_atomic_abort(af);
+        return rg_fail(err, RG_ERR_IO, "%s: cannot create a temporary file beside it: %s", path, strerror(e));
+    }
+    fchmod(fd, 0644);
+    af->f = fdopen(fd, "wb");
+    if (!af->f) {
+        int e = errno;
+        close(fd);
+        rg_atomic_abort(af);
+        return rg_fail(err, RG_ERR_IO, "%s: fdopen: %s", path, strerror(e));
+    }
+    return RG_OK;
+}
+
+rg_status rg_atomic_write(rg_atomic_file *af, const void *buf, size_t n, rg_error *err) {
+    if (af->failed) return af->failed;
+    if (n && fwrite(buf, 1, n, af->f) != n) {
+        af->failed = RG_ERR_IO;
+        return rg_fail(err, RG_ERR_IO, "%s: write failed after %llu bytes: %s", af->final_path,
+                       (unsigned long long)af->written, strerror(errno));
+    }
+    af->written += n;
+    return RG_OK;
+}
+
+rg_status rg_atomic_write_zeros(rg_atomic_file *af, size_t n, rg_error *err) {
+    static const uint8_t zeros[256];
+    while (n) {
+        size_t k = n < sizeof zeros ? n : sizeof zeros;
+        rg_status s = rg_atomic_write(af, zeros, k, err);
+        if (s) return s;
+        n -= k;
+    }
+    return RG_OK;
+}
+
+rg_status rg_atomic_commit(rg_atomic_file *af, rg_error *err) {
+    if (af->failed) {
+        rg_atomic_abort(af);
+        return af->failed;
+    }
+    const char *what = NULL;
+    if (fflush(af->f) != 0) what = "flush";
+    else if (fsync(fileno(af->f)) != 0) what = "fsync";
+    if (what) {
+        int e = errno;
+        rg_fail(err, RG_ERR_IO, "%s: %s failed after %llu bytes: %s", af->final_path, what,
+                (unsigned long long)af->written, strerror(e));
+        rg_atomic_abort(af);
+        return RG_ERR_IO;
+    }
+    FILE *f = af->f;
+    af->f = NULL;
+    if (fclose(f) != 0) {
+        int e = errno;
+        rg_fail(err, RG_ERR_IO, "%s: close failed: %s", af->final_path, strerror(e));
+        rg_atomic_abort(af);
+        return RG_ERR_IO;
+    }
+    if (rename(af->tmp_path, af->final_path) != 0) {
+        int e = errno;
+        rg_fail(err, RG_ERR_IO, "%s: cannot rename the temporary file into place: %s", af->final_path,
+                strerror(e));
+        rg_atomic_abort(af);
+        return RG_ERR_IO;
+    }
+    // Persist the rename itself.
+    char *dir_copy = strdup(af->final_path);
+    if (dir_copy) {
+        int dfd = open(dirname(dir_copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+            fsync(dfd);
+            close(dfd);
+        }
+        free(dir_copy);
+    }
+    free(af->tmp_path);
+    af->tmp_path = NULL;
+    free(af->final_path);
+    af->final_path = NULL;
+    return RG_OK;
+}
+
+void rg_atomic_abort(rg_atomic_file *af) {
+    if (af->f) fclose(af->f);
+    af->f = NULL;
+    if (af->tmp_path) unlink(af->tmp_path);
+    free(af->tmp_path);
+    free(af->final_path);
+    af->tmp_path = NULL;
+    af->final_path = NULL;
+}

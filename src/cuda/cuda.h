@@ -1,0 +1,30 @@
+// cuda.h - the CUDA backend as C sees it. Built from src/cuda/*.cu where nvcc
+// exists, from cuda_stub.c otherwise; both define every function here, so
+// callers never need #ifdefs.
+#ifndef RG_CUDA_H
+#define RG_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "retrograd.h"
+
+typedef struct rg_cuda_device_info {
+    char name[256];
+    int major, minor;        // compute capability
+    size_t total_mem;        // bytes
+    size_t free_mem;         // bytes, at the time of the query
+    int multiprocessors;
+} rg_cuda_device_info;
+
+// 1 when the library was compiled with the CUDA backend.
+int rg_cuda_compiled(void);
+// Number of usable devices; 0 when none or when built without CUDA. reason, when
+// non-NULL, receives why there is none ("built without CUDA", the driver's message).
+int rg_cuda_device_count(char *reason, size_t reason_cap);
+rg_status rg_cuda_device_get(int index, rg_cuda_device_info *out, rg_error *err);
+// y[i] = a[i] + b[i] on device `index`, copying through device memory: the
+// smallest end-to-end check that kernels built for this GPU run on it.
+rg_status rg_cuda_add_f32(int index, const float *a, const float *b, float *y, int64_t n, rg_error *err);
+
+#endif

@@ -1,0 +1,76 @@
+// cmd_make_tiny.c - `retrograd make-tiny`: write a tiny deterministic test model.
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "model/tiny.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: retrograd make-tiny --arch qwen2 --type f32|f16|bf16 -o OUT.gguf [--seed S] [--twin-f32] [--tied]\n"
+               "  --arch ARCH    architecture (qwen2)\n"
+               "  --type TYPE    storage type of the weight matrices (f32, f16, bf16); norms and biases stay f32\n"
+               "  -o PATH        output file (written atomically)\n"
+               "  --seed S       seed of the weights (default 42)\n"
+               "  --twin-f32     the same values (rounded to TYPE) stored as f32: the twin of a half fixture\n"
+               "  --tied         no output.weight: the head reuses token_embd.weight\n");
+}
+
+int cmd_make_tiny(int argc, char **argv) {
+    rg_tiny_config cfg = {.arch = NULL, .type = RG_TYPE_F32, .seed = 42};
+    const char *out = NULL, *type = "f32";
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *next = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--twin-f32")) cfg.twin_f32 = true;
+        else if (!strcmp(a, "--tied")) cfg.tied = true;
+        else if (!strcmp(a, "--arch") || !strcmp(a, "--type") || !strcmp(a, "-o") || !strcmp(a, "--seed")) {
+            if (!next) {
+                fprintf(stderr, "retrograd make-tiny: %s needs a value\n", a);
+                return 2;
+            }
+            i++;
+            if (!strcmp(a, "--arch")) cfg.arch = next;
+            else if (!strcmp(a, "--type")) type = next;
+            else if (!strcmp(a, "-o")) out = next;
+            else {
+                char *end;
+                errno = 0;
+                unsigned long long v = strtoull(next, &end, 10);
+                if (errno || *end || next[0] == '-' || !next[0]) {
+                    fprintf(stderr, "retrograd make-tiny: --seed '%s' is not a non-negative integer\n", next);
+                    return 2;
+                }
+                cfg.seed = v;
+            }
+        } else {
+            fprintf(stderr, "retrograd make-tiny: unknown argument '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!cfg.arch || !out) {
+        fprintf(stderr, "retrograd make-tiny: %s is required\n", !cfg.arch ? "--arch" : "-o");
+        usage(stderr);
+        return 2;
+    }
+    int t = rg_type_from_name(type);
+    if (t != RG_TYPE_F32 && t != RG_TYPE_F16 && t != RG_TYPE_BF16) {
+        fprintf(stderr, "retrograd make-tiny: --type '%s' is not supported (f32, f16, bf16)\n", type);
+        return 2;
+    }
+    cfg.type = (uint32_t)t;
+    rg_error err = {0};
+    if (rg_tiny_write(&cfg, out, &err)) {
+        fprintf(stderr, "retrograd make-tiny: %s\n", err.msg);
+        return 1;
+    }
+    printf("wrote %s (%s %s%s, seed %" PRIu64 ")\n", out, cfg.arch, rg_type_get(cfg.type)->name,
+           cfg.twin_f32 ? ", f32 twin" : "", cfg.seed);
+    return 0;
+}

@@ -1,0 +1,37 @@
+// main.c - the retrograd command line: one binary, one subcommand per job.
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "retrograd.h"
+
+static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} commands[] = {
+    {"info", cmd_info, "info MODEL.gguf [--json [--full]]        metadata, tensors, types, sizes"},
+    {"make-tiny", cmd_make_tiny, "make-tiny --arch qwen2 --type f32|f16|bf16 -o OUT.gguf [--seed S] [--twin-f32]"},
+    {"report", cmd_report, "report [--json]                          backend capabilities"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "retrograd %s - fine-tune and run GGUF language models\n\nusage:\n", RG_VERSION_STRING);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) fprintf(f, "  retrograd %s\n", commands[i].help);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("retrograd %s\n", RG_VERSION_STRING);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].fn(argc - 2, argv + 2);
+    fprintf(stderr, "retrograd: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
