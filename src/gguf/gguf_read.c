@@ -334,7 +334,7 @@ static rg_status parse(rg_gguf *g, const uint8_t *data, uint64_t size, rg_error 
         return rg_fail(err, RG_ERR_FORMAT, "%s: offset 16: key count %llu is impossible in a file of %llu bytes",
                        g->path, (unsigned long long)n_kv, (unsigned long long)size);
     if (n_kv * 14 + n_tensors * 25 > rest)
-        return rg_fail(err, RG_ERR_FORMAT, "%s: offset 8: %llu tensors and %llu keys cannot fit in a file of %llu bytes",
+        return rg_fail(err, RG_ERR_FORMAT, "%s: offset 8: %llu tensors and %llu keys cannot fit in a file of %llu bytes (truncated or corrupt)",
                        g->path, (unsigned long long)n_tensors, (unsigned long long)n_kv, (unsigned long long)size);
     g->n_kv = g->cap_kv = n_kv;
     g->n_tensors = g->cap_tensors = n_tensors;

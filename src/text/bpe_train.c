@@ -74,7 +74,9 @@ static uint64_t hash_u64(uint64_t x) {
     return x;
 }
 
-static uint64_t pair_key(int32_t a, int32_t b) { return ((uint64_t)(uint32_t)a << 32) | (uint32_t)b; }
+static uint64_t pair_key(int32_t a, int32_t b) {
+    return ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
+}
 
 // ---------------------------------------------------------------------------
 // smap: byte string -> non-negative int32. Keys are borrowed, never copied: they point into the
@@ -490,7 +492,7 @@ int rg_bpe_train(const char *corpus, size_t len, int32_t n_merges, rg_bpe_vocab 
     trainer t;
     memset(&t, 0, sizeof t);
     if (collect_words(&t, (const uint8_t *)corpus, len) != 0) {
-        what = "no memory for the word table";
+        what = "no memory for the word table (or over 2^31 distinct pieces)";
         goto fail;
     }
     // Every merge removes at least one symbol from the unique pieces, so this bounds the
@@ -503,8 +505,9 @@ int rg_bpe_train(const char *corpus, size_t len, int32_t n_merges, rg_bpe_vocab 
     t.tok_len = malloc(max_tok * sizeof *t.tok_len);
     t.merge_a = malloc((max_merges ? max_merges : 1) * sizeof *t.merge_a);
     t.merge_b = malloc((max_merges ? max_merges : 1) * sizeof *t.merge_b);
-    if (!t.tok_bytes || !t.tok_len || !t.merge_a || !t.merge_b || smap_init(&t.tok_set, max_tok) != 0 ||
-        umap_init(&t.pairs, total) != 0 || umap_init(&t.banned, 16) != 0) {
+    if (!t.tok_bytes || !t.tok_len || !t.merge_a || !t.merge_b ||
+        smap_init(&t.tok_set, max_tok) != 0 || umap_init(&t.pairs, total) != 0 ||
+        umap_init(&t.banned, 16) != 0) {
         what = "no memory for the token tables";
         goto fail;
     }
@@ -521,7 +524,8 @@ int rg_bpe_train(const char *corpus, size_t len, int32_t n_merges, rg_bpe_vocab 
         }
         if (r == 0) break;
         int32_t merged = t.n_tok;
-        if (add_token(&t, t.tok_bytes[a], t.tok_len[a], t.tok_bytes[b], t.tok_len[b]) != 0) goto fail;
+        if (add_token(&t, t.tok_bytes[a], t.tok_len[a], t.tok_bytes[b], t.tok_len[b]) != 0)
+            goto fail;
         t.merge_a[t.n_merge] = a;
         t.merge_b[t.n_merge] = b;
         t.n_merge++;
@@ -699,7 +703,11 @@ static int encode_piece(encoder *e, const uint8_t *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
         int32_t id = e->byte_id[s[i]];
         if (id < 0) return -1;
-        e->syms[i] = (bpe_sym){.id = id, .prev = (int32_t)i - 1, .next = i + 1 < n ? (int32_t)i + 1 : -1};
+        e->syms[i] = (bpe_sym){
+            .id = id,
+            .prev = (int32_t)i - 1,
+            .next = i + 1 < n ? (int32_t)i + 1 : -1,
+        };
     }
     size_t heap_n = 0;
     for (size_t i = 0; i + 1 < n; i++) push_pair(e, &heap_n, (int32_t)i);
@@ -721,7 +729,8 @@ static int encode_piece(encoder *e, const uint8_t *s, size_t n) {
     return 0;
 }
 
-int64_t rg_bpe_encode(const rg_bpe_vocab *v, const char *text, size_t len, int32_t *ids, int64_t cap) {
+int64_t rg_bpe_encode(const rg_bpe_vocab *v, const char *text, size_t len, int32_t *ids,
+                      int64_t cap) {
     if (!v || (!text && len > 0)) return -1;
     if (len == 0) return 0;
     encoder e;
@@ -775,7 +784,8 @@ size_t rg_bpe_decode(const rg_bpe_vocab *v, const int32_t *ids, int64_t n, char 
 }
 
 int32_t rg_bpe_vocab_add(rg_bpe_vocab *v, const char *text, int32_t type) {
-    if (!v || !text || !text[0] || type < RG_TOKEN_TYPE_NORMAL || type > RG_TOKEN_TYPE_BYTE) return -1;
+    if (!v || !text || !text[0]) return -1;
+    if (type < RG_TOKEN_TYPE_NORMAL || type > RG_TOKEN_TYPE_BYTE) return -1;
     if (v->n_tokens < 0 || v->n_tokens == INT32_MAX) return -1;
     int32_t n = v->tokens ? v->n_tokens : 0;
     for (int32_t i = 0; i < n; i++)

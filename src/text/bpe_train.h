@@ -69,7 +69,8 @@ int32_t rg_bpe_vocab_add(rg_bpe_vocab *v, const char *text, int32_t type);
 // min(count, cap) ids to ids (which may be NULL when cap == 0) and returns the full count.
 // Returns -1 when memory runs out or when the vocabulary lacks a single-byte token for a byte
 // of text.
-int64_t rg_bpe_encode(const rg_bpe_vocab *v, const char *text, size_t len, int32_t *ids, int64_t cap);
+int64_t rg_bpe_encode(const rg_bpe_vocab *v, const char *text, size_t len, int32_t *ids,
+                      int64_t cap);
 
 // Decodes ids back to bytes. NORMAL (and other byte-level) tokens go through the inverse byte
 // table; CONTROL and USER_DEFINED tokens are emitted as their text, as is any token whose text

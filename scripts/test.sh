@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# test.sh - sets up, builds and runs every test; ends with "N passed, N failed".
+#
+#   1. the C test binaries, Release build with -Werror (CUDA compiled where nvcc is)
+#   2. the same binaries under AddressSanitizer + UndefinedBehaviorSanitizer
+#   3. the command line on good and bad input
+#   4. the independent reader: the `gguf` Python package against our files
+#   5. the GGUF reader under libFuzzer for RG_FUZZ_SECONDS (default 60; 0 skips)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh || { echo "setup failed"; echo "0 passed, 1 failed"; exit 1; }
+
+total_pass=0 total_fail=0
+log=$(mktemp)
+# run_suite NAME CMD...: runs a suite, shows its output, adds its final counts.
+run_suite() {
+  local name="$1"; shift
+  echo "== $name"
+  "$@" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  local line; line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
+  if [ -z "$line" ]; then
+    echo "FAIL $name: exited $rc without a summary line"; total_fail=$((total_fail + 1)); return
+  fi
+  local p f; p=$(awk '{print $1}' <<<"$line"); f=$(awk '{print $3}' <<<"$line")
+  total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
+  if [ "$rc" != 0 ] && [ "$f" = 0 ]; then echo "FAIL $name: exited $rc"; total_fail=$((total_fail + 1)); fi
+}
+
+# Builds count as tests too: a build that breaks is a failure, not a silent skip.
+build_or_fail() {
+  local name="$1"; shift
+  if bash scripts/build.sh "$@"; then total_pass=$((total_pass + 1)); echo "PASS build $name"
+  else total_fail=$((total_fail + 1)); echo "FAIL build $name"; return 1; fi
+}
+
+if build_or_fail release build -DRG_WERROR=ON; then
+  for t in build/test_*; do [ -x "$t" ] && run_suite "$(basename "$t")" "$t"; done
+  run_suite "cli" bash tests/cli/test_cli.sh build
+  run_suite "gguf python reference" python3 tests/python/test_gguf_reference.py build
+fi
+
+if build_or_fail sanitize build-asan -DCMAKE_BUILD_TYPE=Debug -DRG_SANITIZE=ON -DRG_CUDA=OFF -DCMAKE_C_FLAGS=-O1; then
+  for t in build-asan/test_*; do
+    [ -x "$t" ] && RG_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 run_suite "asan $(basename "$t")" "$t"
+  done
+  run_suite "asan cli" bash tests/cli/test_cli.sh build-asan
+fi
+
+secs="${RG_FUZZ_SECONDS:-60}"
+if [ "$secs" != 0 ]; then
+  run_suite "fuzz gguf reader (${secs}s)" bash scripts/fuzz.sh "$secs"
+fi
+
+rm -f "$log"
+echo
+echo "$total_pass passed, $total_fail failed"
+[ "$total_fail" = 0 ]

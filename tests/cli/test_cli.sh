@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# test_cli.sh BUILD_DIR - the retrograd command line on good and bad input.
+# Every bad input must give one line naming the file and the problem, a
+# non-zero exit, and no crash (exit codes >= 128 are signals).
+set -u
+bin="$1/retrograd"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0 failed=0
+
+# expect NAME WANT_RC PATTERN -- CMD...: runs CMD, checks the exit code and that
+# the combined output matches the extended regex PATTERN.
+expect() {
+  local name="$1" want="$2" pattern="$3"; shift 4
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [ "$rc" -ge 128 ]; then
+    echo "FAIL $name: crashed with signal $((rc - 128))"; failed=$((failed + 1)); return
+  fi
+  if { [ "$want" = 0 ] && [ "$rc" != 0 ]; } || { [ "$want" != 0 ] && [ "$rc" = 0 ]; }; then
+    echo "FAIL $name: exit $rc, wanted $([ "$want" = 0 ] && echo 0 || echo non-zero)"; echo "$out" | head -5 | sed 's/^/    /'
+    failed=$((failed + 1)); return
+  fi
+  if ! grep -Eq -- "$pattern" <<<"$out"; then
+    echo "FAIL $name: output lacks /$pattern/"; echo "$out" | head -5 | sed 's/^/    /'
+    failed=$((failed + 1)); return
+  fi
+  echo "PASS $name"; passed=$((passed + 1))
+}
+
+"$bin" make-tiny --arch qwen2 --type f16 -o "$tmp/tiny-f16.gguf" >/dev/null
+printf 'GGUF' > "$tmp/magic-only.gguf"
+head -c 1000 "$tmp/tiny-f16.gguf" > "$tmp/truncated.gguf"
+printf 'hello, this is plain text and not a model at all\n' > "$tmp/text.gguf"
+: > "$tmp/empty.gguf"
+cp "$tmp/tiny-f16.gguf" "$tmp/unreadable.gguf"; chmod 000 "$tmp/unreadable.gguf"
+python3 - "$tmp/tiny-f16.gguf" "$tmp/v1.gguf" <<'PY'
+import sys
+b = bytearray(open(sys.argv[1], 'rb').read()); b[4:8] = (1).to_bytes(4, 'little'); open(sys.argv[2], 'wb').write(b)
+PY
+
+expect "info prints the architecture"   0 "architecture +qwen2"        -- "$bin" info "$tmp/tiny-f16.gguf"
+expect "info lists the tensor table"    0 "blk.1.ffn_down.weight +f16"  -- "$bin" info "$tmp/tiny-f16.gguf"
+expect "info --json is valid JSON"      0 '"n_parameters": 139840'     -- "$bin" info "$tmp/tiny-f16.gguf" --json
+expect "info of a missing file"         1 "nope.gguf: cannot open: No such file" -- "$bin" info "$tmp/nope.gguf"
+expect "info of a directory"            1 "is a directory"              -- "$bin" info "$tmp"
+expect "info of an empty file"          1 "empty.gguf: not a GGUF file" -- "$bin" info "$tmp/empty.gguf"
+expect "info of a text file"            1 "text.gguf: not a GGUF file: offset 0" -- "$bin" info "$tmp/text.gguf"
+expect "info of a 4-byte file"          1 "magic-only.gguf: not a GGUF file" -- "$bin" info "$tmp/magic-only.gguf"
+expect "info of a truncated file"       1 "truncated.gguf: .*(truncated|cannot fit)" -- "$bin" info "$tmp/truncated.gguf"
+expect "info of a version 1 file"       1 "version 1 is not supported"  -- "$bin" info "$tmp/v1.gguf"
+if [ "$(id -u)" != 0 ]; then
+  expect "info of an unreadable file"   1 "unreadable.gguf: cannot open: Permission denied" -- "$bin" info "$tmp/unreadable.gguf"
+fi
+expect "info without a file"            1 "usage: retrograd info"       -- "$bin" info
+expect "info with an unknown option"    1 "unknown option '--jsn'"      -- "$bin" info "$tmp/tiny-f16.gguf" --jsn
+expect "unknown command"                1 "unknown command 'infp'"      -- "$bin" infp
+expect "make-tiny unknown arch"         1 "unknown architecture 'gpt9'" -- "$bin" make-tiny --arch gpt9 --type f32 -o "$tmp/x.gguf"
+expect "make-tiny unknown type"         1 "--type 'q9_9' is not supported" -- "$bin" make-tiny --arch qwen2 --type q9_9 -o "$tmp/x.gguf"
+expect "make-tiny bad seed"             1 "--seed 'abc' is not"         -- "$bin" make-tiny --arch qwen2 --type f32 --seed abc -o "$tmp/x.gguf"
+expect "make-tiny into a missing dir"   1 "no/dir/x.gguf: cannot create" -- "$bin" make-tiny --arch qwen2 --type f32 -o "$tmp/no/dir/x.gguf"
+expect "make-tiny without -o"           1 "-o is required"              -- "$bin" make-tiny --arch qwen2 --type f32
+expect "make-tiny bf16 twin"            0 "f32 twin"                    -- "$bin" make-tiny --arch qwen2 --type bf16 --twin-f32 -o "$tmp/twin.gguf"
+expect "report names the gpu"           0 "gpu_device"                  -- "$bin" report
+expect "report --json"                  0 '"cap_flash_attn_back": false' -- "$bin" report --json
+[ -e "$tmp/x.gguf" ] && { echo "FAIL failed make-tiny left a file"; failed=$((failed + 1)); }
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
