@@ -7,7 +7,7 @@
 int rg_cuda_compiled(void) { return 0; }
 
 int rg_cuda_device_count(char *reason, size_t reason_cap) {
-    if (reason && reason_cap) snprintf(reason, reason_cap, "built without CUDA (nvcc was not found at configure time)");
+    if (reason && reason_cap) snprintf(reason, reason_cap, "built without CUDA (configured with RG_CUDA=OFF, or nvcc was not found)");
     return 0;
 }
 
