@@ -45,7 +45,9 @@ if [ ${#regressions[@]} -gt 0 ]; then
     "$build/fuzz_gguf" -runs=1 "${regressions[@]}"
 fi
 
-before=$(ls "$artifacts" | wc -l)
+stamp=$build/.fuzz-start
+touch "$stamp"
+sleep 1  # artifacts written from now on are strictly newer than the stamp
 echo "fuzz.sh: fuzzing for $secs s (corpus $corpus, artifacts $artifacts)"
 set +e
 "$build/fuzz_gguf" "$corpus" "$seeds" \
@@ -54,11 +56,10 @@ set +e
 rc=$?
 set -e
 
+# What this run added to the artifacts (crash-*, timeout-*, oom-*, leak-*, slow-unit-*).
 found=()
-for f in "$artifacts"/crash-* "$artifacts"/timeout-* "$artifacts"/oom-* "$artifacts"/leak-* "$artifacts"/slow-unit-*; do
-    found+=("$f")
-done
-if [ "$rc" -ne 0 ] || [ "$(ls "$artifacts" | wc -l)" -gt "$before" ]; then
+while IFS= read -r f; do found+=("$f"); done < <(find "$artifacts" -type f -newer "$stamp" | sort)
+if [ "$rc" -ne 0 ] || [ ${#found[@]} -gt 0 ]; then
     echo "fuzz.sh: FAILED (libFuzzer exit status $rc)" >&2
     for f in "${found[@]}"; do echo "fuzz.sh: input saved at $f" >&2; done
     echo "fuzz.sh: reproduce with: $build/fuzz_gguf FILE" >&2
