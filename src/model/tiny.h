@@ -22,11 +22,11 @@ typedef struct rg_tiny_config {
 
 // The hyperparameters of the tiny qwen2 (read them back from the file, not from here).
 enum {
-    RG_TINY_N_EMBD = 64,
+    RG_TINY_N_EMBD = 256,  // a multiple of 256, so K-quant and IQ fixtures use their types unchanged
     RG_TINY_N_LAYER = 2,
     RG_TINY_N_HEAD = 4,
     RG_TINY_N_HEAD_KV = 2,
-    RG_TINY_N_FF = 128,
+    RG_TINY_N_FF = 512,
     RG_TINY_N_CTX = 256,
     RG_TINY_N_VOCAB = 512,   // 256 bytes + merges + 3 ChatML specials
 };

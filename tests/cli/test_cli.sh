@@ -41,7 +41,7 @@ PY
 
 expect "info prints the architecture"   0 "architecture +qwen2"        -- "$bin" info "$tmp/tiny-f16.gguf"
 expect "info lists the tensor table"    0 "blk.1.ffn_down.weight +f16"  -- "$bin" info "$tmp/tiny-f16.gguf"
-expect "info --json is valid JSON"      0 '"n_parameters": 139840'     -- "$bin" info "$tmp/tiny-f16.gguf" --json
+expect "info --json is valid JSON"      0 '"n_parameters": 1444096'     -- "$bin" info "$tmp/tiny-f16.gguf" --json
 expect "info of a missing file"         1 "nope.gguf: cannot open: No such file" -- "$bin" info "$tmp/nope.gguf"
 expect "info of a directory"            1 "is a directory"              -- "$bin" info "$tmp"
 expect "info of an empty file"          1 "empty.gguf: not a GGUF file" -- "$bin" info "$tmp/empty.gguf"

@@ -6,12 +6,16 @@
 #include <string.h>
 
 #include "cli.h"
+#include "model/quantize.h"
+#include "model/quantize_rules.h"
 #include "model/tiny.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: retrograd make-tiny --arch qwen2 --type f32|f16|bf16 -o OUT.gguf [--seed S] [--twin-f32] [--tied]\n"
+    fprintf(f, "usage: retrograd make-tiny --arch qwen2 --type TYPE -o OUT.gguf [--seed S] [--twin-f32] [--tied]\n"
                "  --arch ARCH    architecture (qwen2)\n"
-               "  --type TYPE    storage type of the weight matrices (f32, f16, bf16); norms and biases stay f32\n"
+               "  --type TYPE    storage type of the weight matrices: f32, f16, bf16, or any type or mixture of\n"
+               "                 `retrograd quantize` (q4_0, q4_k_m, iq4_xs, ...), applied to the f32 model;\n"
+               "                 norms and biases stay f32\n"
                "  -o PATH        output file (written atomically)\n"
                "  --seed S       seed of the weights (default 42)\n"
                "  --twin-f32     the same values (rounded to TYPE) stored as f32: the twin of a half fixture\n"
@@ -60,12 +64,40 @@ int cmd_make_tiny(int argc, char **argv) {
         return 2;
     }
     int t = rg_type_from_name(type);
+    const rg_quant_target *target = NULL;
     if (t != RG_TYPE_F32 && t != RG_TYPE_F16 && t != RG_TYPE_BF16) {
-        fprintf(stderr, "retrograd make-tiny: --type '%s' is not supported (f32, f16, bf16)\n", type);
-        return 2;
+        target = rg_quant_target_find(type);
+        if (!target) {
+            fprintf(stderr, "retrograd make-tiny: --type '%s' is not supported (f32, f16, bf16 or a quantize type:", type);
+            for (const rg_quant_target *q = rg_quant_targets; q->name; q++) fprintf(stderr, " %s", q->name);
+            fprintf(stderr, ")\n");
+            return 2;
+        }
+        if (cfg.twin_f32) {
+            fprintf(stderr, "retrograd make-tiny: --twin-f32 applies to f16 and bf16 only\n");
+            return 2;
+        }
+        t = RG_TYPE_F32;
     }
-    cfg.type = (uint32_t)t;
     rg_error err = {0};
+    if (target) {
+        // The f32 model, then the same conversion `retrograd quantize` makes.
+        size_t n = strlen(out) + 16;
+        char *tmp = malloc(n);
+        if (!tmp) return 1;
+        snprintf(tmp, n, "%s.f32.tmp", out);
+        rg_quantize_opts opts = {.n_threads = 0, .progress = NULL};
+        rg_quantize_summary sum;
+        int rc = 0;
+        if (rg_tiny_write(&cfg, tmp, &err) || rg_quantize_file(tmp, out, target->name, &opts, &sum, &err)) {
+            fprintf(stderr, "retrograd make-tiny: %s\n", err.msg);
+            rc = 1;
+        }
+        remove(tmp);
+        free(tmp);
+        if (!rc) printf("wrote %s (%s %s, seed %" PRIu64 ")\n", out, cfg.arch, target->name, cfg.seed);
+        return rc;
+    }
     if (rg_tiny_write(&cfg, out, &err)) {
         fprintf(stderr, "retrograd make-tiny: %s\n", err.msg);
         return 1;
