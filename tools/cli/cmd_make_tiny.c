@@ -79,6 +79,7 @@ int cmd_make_tiny(int argc, char **argv) {
         }
         t = RG_TYPE_F32;
     }
+    cfg.type = (uint32_t)t;
     rg_error err = {0};
     if (target) {
         // The f32 model, then the same conversion `retrograd quantize` makes.
