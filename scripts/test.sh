@@ -38,6 +38,7 @@ if build_or_fail release build -DRG_WERROR=ON; then
   for t in build/test_*; do [ -x "$t" ] && run_suite "$(basename "$t")" "$t"; done
   run_suite "cli" bash tests/cli/test_cli.sh build
   run_suite "gguf python reference" python3 tests/python/test_gguf_reference.py build
+  run_suite "types against gguf-py" python3 tests/python/test_quant_reference.py build
 fi
 
 if build_or_fail sanitize build-asan -DCMAKE_BUILD_TYPE=Debug -DRG_SANITIZE=ON -DRG_CUDA=OFF -DCMAKE_C_FLAGS=-O1; then
