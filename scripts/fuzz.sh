@@ -4,13 +4,15 @@
 #
 #   scripts/fuzz.sh          # 60 seconds
 #   scripts/fuzz.sh 3600     # a longer run: one hour
+#   scripts/fuzz.sh 0        # no fuzzing: build, then run the seeds and regressions once
 #
 # Configures a separate build directory (build-fuzz, or $RG_FUZZ_BUILD_DIR) with clang
 # and -DRG_FUZZ=ON (CUDA off), builds fuzz_gguf and the retrograd CLI, writes the seed
 # corpus (fuzz/make_corpus.sh), replays fuzz/regressions/*, then fuzzes for SECONDS with
 # fuzz/gguf.dict. The growing corpus stays in build-fuzz/fuzz-corpus between runs.
 # Exits non-zero when the fuzzer finds a crash, a hang, a leak, an out-of-memory or a
-# sanitizer report, and prints where the input that triggered it was saved.
+# sanitizer report, and prints where the input that triggered it was saved. The last
+# line is "1 passed, 0 failed" or "0 passed, 1 failed" (for scripts/test.sh).
 # Environment: RG_FUZZ_CC (default clang), JOBS (build parallelism, default 2).
 set -euo pipefail
 
@@ -20,6 +22,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${RG_FUZZ_BUILD_DIR:-$root/build-fuzz}
 cc=${RG_FUZZ_CC:-clang}
 jobs=${JOBS:-2}
+
+result=fail
+trap 'if [ "$result" = pass ]; then echo "1 passed, 0 failed"; else echo "0 passed, 1 failed"; fi' EXIT
 
 cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER="$cc" -DRG_FUZZ=ON -DRG_CUDA=OFF \
       -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -48,11 +53,17 @@ fi
 stamp=$build/.fuzz-start
 touch "$stamp"
 sleep 1  # artifacts written from now on are strictly newer than the stamp
-echo "fuzz.sh: fuzzing for $secs s (corpus $corpus, artifacts $artifacts)"
+if [ "$secs" -eq 0 ]; then
+    echo "fuzz.sh: running the seeds once (no fuzzing)"
+    limit=(-runs=0)
+else
+    echo "fuzz.sh: fuzzing for $secs s (corpus $corpus, artifacts $artifacts)"
+    limit=(-max_total_time="$secs")
+fi
 set +e
-"$build/fuzz_gguf" "$corpus" "$seeds" \
+"$build/fuzz_gguf" "$corpus" "$seeds" "${limit[@]}" \
     -dict="$root/fuzz/gguf.dict" -max_len=65536 -timeout=5 -rss_limit_mb=2048 \
-    -max_total_time="$secs" -print_final_stats=1 -artifact_prefix="$artifacts/"
+    -print_final_stats=1 -artifact_prefix="$artifacts/"
 rc=$?
 set -e
 
@@ -66,3 +77,4 @@ if [ "$rc" -ne 0 ] || [ ${#found[@]} -gt 0 ]; then
     exit 1
 fi
 echo "fuzz.sh: no crash in $secs s; corpus now $(ls "$corpus" | wc -l) inputs"
+result=pass

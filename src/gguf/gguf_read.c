@@ -77,7 +77,7 @@ typedef struct str_set {
 } str_set;
 
 static uint64_t str_hash(const rg_gguf_str *s) {
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = 0xcbf29ce484222325ull;
     for (uint64_t i = 0; i < s->len; i++) h = (h ^ (uint8_t)s->ptr[i]) * 1099511628211ull;
     return h;
 }

@@ -63,6 +63,19 @@ expect "make-tiny without -o"           1 "-o is required"              -- "$bin
 expect "make-tiny bf16 twin"            0 "f32 twin"                    -- "$bin" make-tiny --arch qwen2 --type bf16 --twin-f32 -o "$tmp/twin.gguf"
 expect "report names the gpu"           0 "gpu_device"                  -- "$bin" report
 expect "report --json"                  0 '"cap_flash_attn_back": false' -- "$bin" report --json
+"$bin" make-tiny --arch qwen2 --type f32 -o "$tmp/tiny-f32.gguf" >/dev/null
+expect "quantize Q4_K_M"                0 "q6_K +3 tensors"             -- "$bin" quantize "$tmp/tiny-f32.gguf" "$tmp/q4km.gguf" Q4_K_M --quiet
+expect "quantized file reads back"      0 "file type +15 \(MOSTLY_Q4_K_M\)" -- "$bin" info "$tmp/q4km.gguf"
+expect "quantize unknown type lists valid ones" 1 "unknown type or mixture 'Q9_K'; valid: F32 F16 BF16 Q4_0" -- "$bin" quantize "$tmp/tiny-f32.gguf" "$tmp/x.gguf" Q9_K
+expect "quantize missing input"         1 "nope.gguf: cannot open"      -- "$bin" quantize "$tmp/nope.gguf" "$tmp/x.gguf" Q8_0
+expect "quantize bad thread count"      1 "thread count in 1..512"      -- "$bin" quantize "$tmp/tiny-f32.gguf" "$tmp/x.gguf" Q8_0 --threads 0
+expect "requantize needs a flag"        1 "already q[46]_K.*--allow-requantize" -- "$bin" quantize "$tmp/q4km.gguf" "$tmp/x.gguf" Q8_0
+expect "requantize with the flag"       0 "q8_0"                        -- "$bin" quantize "$tmp/q4km.gguf" "$tmp/rq.gguf" Q8_0 --allow-requantize --quiet
+expect "quantize shows progress"        0 "blk.1.ffn_down.weight +f32 +-> q6_K" -- "$bin" quantize "$tmp/tiny-f32.gguf" "$tmp/q4km2.gguf" Q4_K_M
+for t in q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k_m q4_k_s q4_k_m q5_k_m q6_k iq4_nl iq4_xs tq1_0 tq2_0 mxfp4; do
+  expect "make-tiny --type $t"          0 "wrote .*$t"                  -- "$bin" make-tiny --arch qwen2 --type "$t" -o "$tmp/tiny-$t.gguf"
+done
+expect "make-tiny q4_k_m twin refused"  1 "applies to f16 and bf16 only" -- "$bin" make-tiny --arch qwen2 --type q4_k_m --twin-f32 -o "$tmp/x.gguf"
 [ -e "$tmp/x.gguf" ] && { echo "FAIL failed make-tiny left a file"; failed=$((failed + 1)); }
 
 echo "$passed passed, $failed failed"

@@ -8,7 +8,8 @@ Usage: python3 tests/python/test_gguf_reference.py BUILD_DIR
 Three groups of checks, each printed as `PASS name` or `FAIL name: details`, then
 a final line `N passed, N failed`; the exit status is 1 when any check failed.
 
-1. make-tiny fixtures (qwen2 f32, f16, bf16, both f32 twins, tied, another seed)
+1. make-tiny fixtures (qwen2 f32, f16, bf16, both f32 twins, tied, another seed, and
+   two quantized ones: q8_0 and the q4_k_m mixture)
    read by gguf.GGUFReader and by `retrograd info --json --full` must agree on
    every key (order, value type, element type, value), every tensor (name, type,
    ggml shape, data offset, byte size, FNV-1a 64 of the raw bytes, value sum),
@@ -55,9 +56,8 @@ SUM_REL_TOL = 1e-9
 # Small helpers
 
 # The offset basis of `retrograd info` (tools/cli/cmd_info.c), as the project defines it.
-# NB: the published FNV-1a 64 offset basis is 14695981039346656037 (0xcbf29ce484222325);
-# 1469598103934665603 lacks its last digit, so these are not standard FNV-1a 64 values.
-FNV_OFFSET = 1469598103934665603
+# Standard FNV-1a 64: offset basis 0xcbf29ce484222325, prime 0x100000001b3.
+FNV_OFFSET = 0xCBF29CE484222325
 FNV_PRIME = 1099511628211
 
 
@@ -324,13 +324,14 @@ def compare_kvs(info, ref_kvs, errs):
             errs.append(f"{key}: {bad} elements differ in all")
 
 
-def compare_tensors(info, ref_tensors, errs):
+def compare_tensors(info, ref_tensors, errs, hashes=None):
     ts = info["tensors"]
     if [t["name"] for t in ts] != [t.name for t in ref_tensors]:
         errs.append(f"tensor names/order differ: cli {[t['name'] for t in ts][:6]} vs "
                     f"reference {[t.name for t in ref_tensors][:6]}")
         return
-    hashes = fnv1a64_many([t.raw for t in ref_tensors])
+    if hashes is None:
+        hashes = fnv1a64_many([t.raw for t in ref_tensors])
     for jt, rt, h in zip(ts, ref_tensors, hashes):
         n = rt.name
         if jt["type_id"] != rt.type_id:
@@ -357,10 +358,14 @@ def compare_tensors(info, ref_tensors, errs):
                 errs.append(f"{n}: sum {detail} (rel tol {SUM_REL_TOL:g})")
 
 
-def compare_file(path, info, reader, errs):
-    """The CLI's report of path against gguf.GGUFReader's reading of it."""
+def compare_file(path, info, reader, errs, tensors=None, hashes=None):
+    """The CLI's report of path against gguf.GGUFReader's reading of it.
+
+    tensors and hashes: reader_tensors(reader) and their FNV values, when already computed.
+    """
     kvs = reader_kvs(reader)
-    tensors = reader_tensors(reader)
+    if tensors is None:
+        tensors = reader_tensors(reader)
     version = int(reader.fields["GGUF.version"].parts[0][0])
     n_kv = int(reader.fields["GGUF.kv_count"].parts[0][0])
     n_t = int(reader.fields["GGUF.tensor_count"].parts[0][0])
@@ -375,7 +380,7 @@ def compare_file(path, info, reader, errs):
     if len(info["tensors"]) != n_t:
         errs.append(f"tensor count: cli {len(info['tensors'])}, header {n_t}")
     compare_kvs(info, kvs, errs)
-    compare_tensors(info, tensors, errs)
+    compare_tensors(info, tensors, errs, hashes)
     return kvs, tensors
 
 
@@ -409,21 +414,23 @@ QWEN2_KEYS = ["qwen2.block_count", "qwen2.context_length", "qwen2.embedding_leng
               "qwen2.feed_forward_length", "qwen2.attention.head_count", "qwen2.attention.head_count_kv",
               "qwen2.rope.freq_base", "qwen2.attention.layer_norm_rms_epsilon"]
 CONTROL = 3
-FILE_TYPE_OF = {QT.F32: 0, QT.F16: 1, QT.BF16: 32}
-
-# name, make-tiny arguments, matrix storage type, tied, seed
+# name, make-tiny arguments, matrix storage type (None: a quantized mixture), tied, seed,
+# general.file_type (llama_ftype)
 FIXTURES = [
-    ("qwen2-f32", ["--type", "f32"], QT.F32, False, 42),
-    ("qwen2-f16", ["--type", "f16"], QT.F16, False, 42),
-    ("qwen2-bf16", ["--type", "bf16"], QT.BF16, False, 42),
-    ("qwen2-f16-twin-f32", ["--type", "f16", "--twin-f32"], QT.F32, False, 42),
-    ("qwen2-bf16-twin-f32", ["--type", "bf16", "--twin-f32"], QT.F32, False, 42),
-    ("qwen2-f32-tied", ["--type", "f32", "--tied"], QT.F32, True, 42),
-    ("qwen2-f16-seed7", ["--type", "f16", "--seed", "7"], QT.F16, False, 7),
+    ("qwen2-f32", ["--type", "f32"], QT.F32, False, 42, 0),
+    ("qwen2-f16", ["--type", "f16"], QT.F16, False, 42, 1),
+    ("qwen2-bf16", ["--type", "bf16"], QT.BF16, False, 42, 32),
+    ("qwen2-f16-twin-f32", ["--type", "f16", "--twin-f32"], QT.F32, False, 42, 0),
+    ("qwen2-bf16-twin-f32", ["--type", "bf16", "--twin-f32"], QT.F32, False, 42, 0),
+    ("qwen2-f32-tied", ["--type", "f32", "--tied"], QT.F32, True, 42, 0),
+    ("qwen2-f16-seed7", ["--type", "f16", "--seed", "7"], QT.F16, False, 7, 1),
+    # Quantized: raw blocks for the checksum, no sum; q4_k_m mixes q4_K and q6_K.
+    ("qwen2-q8_0", ["--type", "q8_0"], QT.Q8_0, False, 42, 7),
+    ("qwen2-q4_k_m", ["--type", "q4_k_m"], None, False, 42, 15),
 ]
 
 
-def check_qwen2_structure(kvs, tensors, mtype, tied, seed, errs):
+def check_qwen2_structure(kvs, tensors, mtype, tied, seed, file_type, errs):
     kv = {k.key: k for k in kvs}
 
     def scalar(key):
@@ -453,8 +460,11 @@ def check_qwen2_structure(kvs, tensors, mtype, tied, seed, errs):
             errs.append(f"{key} has type {VTYPE_NAME[k.vtype]}, expected an integer")
         hp[key.split("qwen2.")[1]] = k.values[0].item()
     ft = scalar("general.file_type")
-    if ft != FILE_TYPE_OF[mtype]:
-        errs.append(f"general.file_type {ft} != {FILE_TYPE_OF[mtype]} for {QT(mtype).name} matrices")
+    if ft != file_type:
+        errs.append(f"general.file_type {ft} != {file_type}")
+    quantized = mtype is None or gguf.GGML_QUANT_SIZES[mtype][0] > 1
+    if quantized and scalar("general.quantization_version") != 2:
+        errs.append("quantized file without general.quantization_version = 2")
     if scalar("general.seed") != seed:
         errs.append(f"general.seed {scalar('general.seed')} != {seed}")
     if scalar("tokenizer.ggml.model") != "gpt2":
@@ -529,7 +539,10 @@ def check_qwen2_structure(kvs, tensors, mtype, tied, seed, errs):
         if t.shape != shape:
             errs.append(f"{name}: shape {t.shape}, expected {shape}")
         want_type = QT.F32 if len(shape) == 1 else mtype
-        if t.type_id != want_type:
+        if want_type is None:  # a mixture: any block-quantized type
+            if gguf.GGML_QUANT_SIZES[QT(t.type_id)][0] == 1:
+                errs.append(f"{name}: type {QT(t.type_id).name}, expected a quantized type")
+        elif t.type_id != want_type:
             errs.append(f"{name}: type {QT(t.type_id).name}, expected {QT(want_type).name}")
         vals = decode_tensor(t.type_id, t.raw)
         if vals is not None and not np.all(np.isfinite(vals)):
@@ -548,25 +561,40 @@ def check_shape_order(reader, errs):
 
 
 def part1(cli, tmp, report):
-    parsed = {}
-    for name, args, mtype, tied, seed in FIXTURES:
+    # Write and read every fixture first, so the FNV of all their tensors runs as one batch.
+    loaded, failed = {}, {}
+    for name, args, mtype, tied, seed, file_type in FIXTURES:
         path = os.path.join(tmp, name + ".gguf")
-        errs = []
         try:
             cli.make_tiny(path, *args)
             info = cli.info(path)
             reader = GGUFReader(path)
-            kvs, tensors = compare_file(path, info, reader, errs)
-            parsed[name] = (kvs, tensors)
-            if name == "qwen2-f32":
-                check_shape_order(reader, errs)
-        except Exception as e:  # noqa: BLE001 - reported as a failure
-            errs.append(f"{type(e).__name__}: {e} [{traceback.format_exc(limit=2).splitlines()[-2].strip()}]")
+            loaded[name] = (path, info, reader, reader_tensors(reader))
+        except Exception as e:  # noqa: BLE001 - reported as a failure below
+            failed[name] = f"{type(e).__name__}: {e}"
+    all_hashes = fnv1a64_many([t.raw for v in loaded.values() for t in v[3]])
+
+    parsed = {}
+    at = 0
+    for name, args, mtype, tied, seed, file_type in FIXTURES:
+        errs = []
+        if name in failed:
+            errs.append(failed[name])
+        else:
+            path, info, reader, tensors = loaded[name]
+            hashes, at = all_hashes[at:at + len(tensors)], at + len(tensors)
+            try:
+                kvs, tensors = compare_file(path, info, reader, errs, tensors, hashes)
+                parsed[name] = (kvs, tensors)
+                if name == "qwen2-f32":
+                    check_shape_order(reader, errs)
+            except Exception as e:  # noqa: BLE001 - reported as a failure
+                errs.append(f"{type(e).__name__}: {e} [{traceback.format_exc(limit=2).splitlines()[-2].strip()}]")
         report(f"cli-vs-gguf-reader {name} (values exact, sums rel tol {SUM_REL_TOL:g})", errs)
         if name in parsed:
             errs = []
             try:
-                check_qwen2_structure(*parsed[name], mtype, tied, seed, errs)
+                check_qwen2_structure(*parsed[name], mtype, tied, seed, file_type, errs)
             except Exception as e:  # noqa: BLE001
                 errs.append(f"{type(e).__name__}: {e}")
             report(f"qwen2-structure {name}", errs)
@@ -862,12 +890,12 @@ def main(argv):
             passed += 1
             print(f"PASS {name}", flush=True)
 
-    # The vectorised FNV against the byte-at-a-time definition (with the project's offset basis).
+    # The vectorised FNV against the byte-at-a-time definition (standard FNV-1a 64).
     errs = []
     samples = [b"", b"a", b"foobar", bytes(range(256)) * 3, b"xy"]
     got = fnv1a64_many([np.frombuffer(s, np.uint8) for s in samples])
     want = [fnv1a64_slow(s) for s in samples]
-    if want[:2] != [FNV_OFFSET, 0x44bd8ad473cd9906]:
+    if want[:2] != [FNV_OFFSET, 0xAF63DC4C8601EC8C]:  # FNV-1a 64 of "a" is the published 0xaf63dc4c8601ec8c
         errs.append(f"fnv1a64_slow is off: {[hex(x) for x in want[:2]]}")
     if got != want:
         errs.append(f"fnv1a64 {[hex(x) for x in got]} != {[hex(x) for x in want]}")

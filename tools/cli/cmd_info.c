@@ -27,7 +27,7 @@ static const char *ftype_name(uint64_t v) {
 static int64_t tensor_nelements(const rg_gguf_tensor *t) { return t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]; }
 
 static uint64_t fnv1a64(const uint8_t *p, uint64_t n) {
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = 0xcbf29ce484222325ull;
     for (uint64_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
     return h;
 }
