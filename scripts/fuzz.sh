@@ -60,12 +60,17 @@ else
     echo "fuzz.sh: fuzzing for $secs s (corpus $corpus, artifacts $artifacts)"
     limit=(-max_total_time="$secs")
 fi
+# libFuzzer's progress lines go to a log; its last lines (stats, or the report) are shown.
+log=$build/fuzz.log
 set +e
 "$build/fuzz_gguf" "$corpus" "$seeds" "${limit[@]}" \
     -dict="$root/fuzz/gguf.dict" -max_len=65536 -timeout=5 -rss_limit_mb=2048 \
-    -print_final_stats=1 -artifact_prefix="$artifacts/"
+    -print_final_stats=1 -artifact_prefix="$artifacts/" >"$log" 2>&1
 rc=$?
 set -e
+grep -E "cov:" "$log" | tail -1 || true
+grep -E "^stat::" "$log" | head -12 || true
+if [ "$rc" -ne 0 ]; then tail -60 "$log"; fi
 
 # What this run added to the artifacts (crash-*, timeout-*, oom-*, leak-*, slow-unit-*).
 found=()
