@@ -5,6 +5,7 @@
 #define RG_CUDA_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "retrograd.h"
@@ -26,5 +27,29 @@ rg_status rg_cuda_device_get(int index, rg_cuda_device_info *out, rg_error *err)
 // y[i] = a[i] + b[i] on device `index`, copying through device memory: the
 // smallest end-to-end check that kernels built for this GPU run on it.
 rg_status rg_cuda_add_f32(int index, const float *a, const float *b, float *y, int64_t n, rg_error *err);
+
+
+// ---------------------------------------------------------------------------
+// Ops on the GPU, per node, for the scheduler (src/graph/exec.c). The host
+// buffers stay the home of every tensor: a node run on the GPU uploads its
+// sources, computes, and downloads its output, and every copy is counted.
+
+struct rg_node;
+typedef struct rg_cuda_ctx rg_cuda_ctx;
+
+typedef struct rg_cuda_stats {
+    uint64_t nodes;          // nodes run on the GPU
+    uint64_t copies_to_device, bytes_to_device;
+    uint64_t copies_to_host, bytes_to_host;
+} rg_cuda_stats;
+
+rg_status rg_cuda_ctx_create(rg_cuda_ctx **out, int device, rg_error *err);
+void rg_cuda_ctx_free(rg_cuda_ctx *ctx);
+const rg_cuda_stats *rg_cuda_ctx_stats(const rg_cuda_ctx *ctx);
+// Whether this node (op, types, strides) runs on the GPU.
+bool rg_cuda_op_supported(const struct rg_node *n);
+// The types a report lists for an op on the GPU ("f32, f16, bf16"), or NULL when none.
+const char *rg_cuda_op_types(int op);
+rg_status rg_cuda_op_run(rg_cuda_ctx *ctx, struct rg_node *n, rg_error *err);
 
 #endif

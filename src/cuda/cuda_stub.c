@@ -20,3 +20,30 @@ rg_status rg_cuda_add_f32(int index, const float *a, const float *b, float *y, i
     (void)a, (void)b, (void)y, (void)n;
     return rg_fail(err, RG_ERR_UNSUPPORTED, "cuda device %d: built without CUDA", index);
 }
+
+struct rg_cuda_ctx {
+    int unused;
+};
+
+rg_status rg_cuda_ctx_create(rg_cuda_ctx **out, int device, rg_error *err) {
+    *out = NULL;
+    return rg_fail(err, RG_ERR_UNSUPPORTED, "cuda device %d: built without CUDA", device);
+}
+void rg_cuda_ctx_free(rg_cuda_ctx *ctx) { (void)ctx; }
+const rg_cuda_stats *rg_cuda_ctx_stats(const rg_cuda_ctx *ctx) {
+    (void)ctx;
+    static const rg_cuda_stats none = {0};
+    return &none;
+}
+bool rg_cuda_op_supported(const struct rg_node *n) {
+    (void)n;
+    return false;
+}
+const char *rg_cuda_op_types(int op) {
+    (void)op;
+    return NULL;
+}
+rg_status rg_cuda_op_run(rg_cuda_ctx *ctx, struct rg_node *n, rg_error *err) {
+    (void)ctx, (void)n;
+    return rg_fail(err, RG_ERR_UNSUPPORTED, "built without CUDA");
+}

@@ -1,0 +1,48 @@
+// cpu_ops.h - the CPU kernels of the op table, one per op, named cpu_<op>.
+// Each file under src/cpu/ holds one family; ops.c wires them into the table.
+#ifndef RG_CPU_OPS_H
+#define RG_CPU_OPS_H
+
+#include "graph/ops.h"
+
+// ops_elementwise.c: broadcasting binary ops, scale, fill, repeat, activations
+rg_status cpu_fill(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+rg_status cpu_add(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+rg_status cpu_sub(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+rg_status cpu_mul(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+rg_status cpu_scale(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+rg_status cpu_repeat(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+rg_status cpu_repeat_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+rg_status cpu_silu(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+rg_status cpu_silu_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+rg_status cpu_swiglu(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+// ops_reduce.c
+rg_status cpu_sum(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+rg_status cpu_mean(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+rg_status cpu_sum_rows(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+// ops_copy.c: copies, conversions, row gathers and their backward
+rg_status cpu_cont(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+rg_status cpu_cpy(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+rg_status cpu_view_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+rg_status cpu_get_rows(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+rg_status cpu_get_rows_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+// ops_norm_rope.c
+rg_status cpu_rms_norm(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+rg_status cpu_rms_norm_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+rg_status cpu_rope(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+rg_status cpu_rope_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+// ops_softmax_loss.c
+rg_status cpu_soft_max(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+rg_status cpu_soft_max_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+rg_status cpu_cross_entropy_loss(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+rg_status cpu_cross_entropy_loss_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+// ops_optim.c
+rg_status cpu_adamw(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+rg_status cpu_sgd(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+// ops_matmul.c: MUL_MAT and OUT_PROD for every weight type (gemm.c underneath)
+rg_status cpu_mul_mat(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+size_t cpu_mul_mat_work(const rg_node *n, int n_threads);
+rg_status cpu_out_prod(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+size_t cpu_out_prod_work(const rg_node *n, int n_threads);
+
+#endif

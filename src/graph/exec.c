@@ -1,0 +1,128 @@
+// exec.c - see exec.h.
+#include "graph/exec.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "cuda/cuda.h"
+#include "graph/ops.h"
+
+struct rg_exec {
+    rg_graph *g;
+    rg_plan plan;
+    void *buffer;
+    void *scratch;
+    rg_threadpool *pool;
+    rg_cuda_ctx *cuda;
+    int nodes_cpu;
+};
+
+static rg_node *owner(rg_node *n) { return n->view_of ? n->view_of : n; }
+
+rg_status rg_exec_create(rg_exec **out, rg_graph *g, const rg_exec_opts *opts, rg_error *err) {
+    *out = NULL;
+    rg_exec *ex = calloc(1, sizeof *ex);
+    if (!ex) return rg_fail(err, RG_ERR_NOMEM, "exec: out of memory");
+    ex->g = g;
+    rg_status st = rg_threadpool_create(&ex->pool, opts->n_threads, err);
+    if (!st) st = rg_graph_plan(g, rg_threadpool_size(ex->pool), opts->budget, &ex->plan, err);
+    if (!st && opts->device == RG_DEVICE_CUDA) st = rg_cuda_ctx_create(&ex->cuda, 0, err);
+    if (!st) {
+        ex->buffer = aligned_alloc(64, ex->plan.buffer_bytes ? ex->plan.buffer_bytes : 64);
+        ex->scratch = ex->plan.scratch_bytes ? aligned_alloc(64, (ex->plan.scratch_bytes + 63) / 64 * 64) : NULL;
+        if (!ex->buffer || (ex->plan.scratch_bytes && !ex->scratch))
+            st = rg_fail(err, RG_ERR_NOMEM, "exec: cannot allocate the %.2f MiB the plan needs",
+                         (ex->plan.buffer_bytes + ex->plan.scratch_bytes) / 1048576.0);
+    }
+    if (st) {
+        rg_exec_free(ex);
+        return st;
+    }
+    // Bind: planned nodes in the buffer, views and aliases on their owner (owners come first).
+    for (int i = 0; i < g->n_nodes; i++) {
+        rg_node *n = g->nodes[i];
+        if (n->view_of) n->t.data = (char *)owner(n)->t.data + n->t.view_offs;
+        else if (n->offset >= 0) n->t.data = (char *)ex->buffer + n->offset;
+    }
+    // Leaves allocated in the buffer start as zeros, not as what a previous node left.
+    for (int i = 0; i < g->n_nodes; i++) {
+        rg_node *n = g->nodes[i];
+        if (n->op == RG_OP_NONE && n->offset >= 0) memset(n->t.data, 0, rg_tensor_span(&n->t));
+    }
+    *out = ex;
+    return RG_OK;
+}
+
+// The first node in [0, upto] whose F32 output holds a NaN or an Inf.
+static void first_non_finite(rg_graph *g, int upto, char *buf, size_t cap) {
+    for (int i = 0; i <= upto; i++) {
+        rg_node *n = g->nodes[i];
+        if (n->t.type != RG_TYPE_F32 || !rg_tensor_is_contiguous(&n->t) || !n->t.data) continue;
+        const float *v = n->t.data;
+        int64_t count = rg_tensor_nelements(&n->t);
+        for (int64_t k = 0; k < count; k++)
+            if (!isfinite(v[k])) {
+                snprintf(buf, cap, "first non-finite value: node %d '%s' (%s) element %lld = %g", i, n->t.name,
+                         rg_op_name(n->op), (long long)k, (double)v[k]);
+                return;
+            }
+    }
+    snprintf(buf, cap, "no earlier node holds a non-finite value");
+}
+
+rg_status rg_exec_run(rg_exec *ex, int from, int to, rg_error *err) {
+    rg_graph *g = ex->g;
+    if (to < 0 || to > g->n_nodes) to = g->n_nodes;
+    rg_exec_ctx ctx = {ex->pool, ex->scratch, ex->plan.scratch_bytes};
+    for (int i = from < 0 ? 0 : from; i < to; i++) {
+        rg_node *n = g->nodes[i];
+        const rg_op_def *def = &rg_op_defs[n->op];
+        if (n->op == RG_OP_NONE || def->is_view) continue;
+        rg_status st;
+        if (ex->cuda && rg_cuda_op_supported(n)) {
+            st = rg_cuda_op_run(ex->cuda, n, err);
+        } else {
+            if (!def->cpu || (def->cpu_supports && !def->cpu_supports(n)))
+                return rg_fail(err, RG_ERR_UNSUPPORTED, "exec: no CPU kernel for %s ('%s') with these types", def->name,
+                               n->t.name);
+            st = def->cpu(&ctx, n, err);
+            ex->nodes_cpu++;
+        }
+        if (st) return st;
+        if (n->flags & RG_NODE_LOSS) {
+            float loss = *(const float *)n->t.data;
+            if (!isfinite(loss)) {
+                char where[256];
+                first_non_finite(g, i, where, sizeof where);
+                return rg_fail(err, RG_ERR_ARG, "exec: the loss '%s' is %g; %s", n->t.name, (double)loss, where);
+            }
+        }
+    }
+    return RG_OK;
+}
+
+const rg_plan *rg_exec_plan(const rg_exec *ex) { return &ex->plan; }
+rg_threadpool *rg_exec_pool(rg_exec *ex) { return ex->pool; }
+
+rg_exec_stats rg_exec_get_stats(const rg_exec *ex) {
+    rg_exec_stats s = {0};
+    s.nodes_cpu = ex->nodes_cpu;
+    if (ex->cuda) {
+        const rg_cuda_stats *c = rg_cuda_ctx_stats(ex->cuda);
+        s.nodes_gpu = (int)c->nodes;
+        s.copies_to_device = c->copies_to_device, s.bytes_to_device = c->bytes_to_device;
+        s.copies_to_host = c->copies_to_host, s.bytes_to_host = c->bytes_to_host;
+    }
+    return s;
+}
+
+void rg_exec_free(rg_exec *ex) {
+    if (!ex) return;
+    rg_cuda_ctx_free(ex->cuda);
+    rg_threadpool_free(ex->pool);
+    free(ex->buffer);
+    free(ex->scratch);
+    free(ex);
+}

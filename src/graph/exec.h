@@ -1,0 +1,38 @@
+// exec.h - running a planned graph: binds every node's bytes, then runs the
+// nodes in order on the CPU, or on the GPU where the CUDA backend supports a
+// node (falling back to the CPU per node, with the copies counted).
+#ifndef RG_GRAPH_EXEC_H
+#define RG_GRAPH_EXEC_H
+
+#include "graph/graph.h"
+#include "graph/plan.h"
+
+typedef enum rg_device { RG_DEVICE_CPU = 0, RG_DEVICE_CUDA = 1 } rg_device;
+
+typedef struct rg_exec_opts {
+    int n_threads;      // <= 0: all cores
+    size_t budget;      // bytes; 0 = no limit
+    rg_device device;
+} rg_exec_opts;
+
+typedef struct rg_exec_stats {
+    int nodes_cpu, nodes_gpu;
+    uint64_t copies_to_device, bytes_to_device, copies_to_host, bytes_to_host;
+} rg_exec_stats;
+
+typedef struct rg_exec rg_exec;
+
+// Plans (refusing a graph over the budget before allocating anything),
+// allocates the buffer and scratch, and binds every node's data pointer.
+// Leaves created with data == NULL get bytes in the buffer: write them after
+// this call through node->t.data.
+rg_status rg_exec_create(rg_exec **out, rg_graph *g, const rg_exec_opts *opts, rg_error *err);
+// Runs nodes [from, to) (to = -1: to the end). A loss that comes out NaN or
+// Inf is an error naming the first node whose output is not finite.
+rg_status rg_exec_run(rg_exec *ex, int from, int to, rg_error *err);
+const rg_plan *rg_exec_plan(const rg_exec *ex);
+rg_exec_stats rg_exec_get_stats(const rg_exec *ex);
+rg_threadpool *rg_exec_pool(rg_exec *ex);
+void rg_exec_free(rg_exec *ex);
+
+#endif

@@ -1,0 +1,173 @@
+// graph.h - the op graph: nodes made by op constructors, automatic
+// differentiation, a memory plan, and execution on backends.
+//
+// A node is a tensor (shape, type, strides; its bytes are bound by the plan)
+// plus the op that computes it from its sources. Nodes are created in an
+// order where every source exists before its users, so creation order is a
+// topological order; backward appends gradient nodes after the forward ones.
+//
+// Constructors check shapes and types and, on a mismatch, return NULL and
+// record one sticky error on the graph naming the op and both shapes; a NULL
+// source makes any constructor return NULL, so a whole model can be built and
+// the first error read once with rg_graph_error().
+#ifndef RG_GRAPH_H
+#define RG_GRAPH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/arena.h"
+#include "base/threadpool.h"
+#include "retrograd.h"
+#include "tensor/tensor.h"
+
+#define RG_MAX_SRC 4
+
+// The op table's enumeration. The order is the order of rg_op_defs[] (ops.c).
+typedef enum rg_op {
+    RG_OP_NONE = 0,          // a leaf: input, parameter or constant with bytes bound from outside
+    RG_OP_FILL,              // [any] every element = fp[0]
+    RG_OP_GET_ROWS,          // (a [n, rows] any type, ids I32 [k]) -> [n, k] f32
+    RG_OP_GET_ROWS_BACK,     // (dy [n, k], ids I32 [k]) -> [n, ip[0] = rows] f32, scatter-add in increasing k
+    RG_OP_MUL_MAT,           // (w [K, M, b2, b3] any type, x [K, N, c2, c3] f32) -> [M, N, c2, c3] f32
+    RG_OP_OUT_PROD,          // (a [M, K, b2, b3] any type, b [N, K, c2, c3] f32) -> [M, N, c2, c3]: out[i,j] = sum_k a[i,k] b[j,k]
+    RG_OP_ADD,               // (a, b broadcast into a) -> like a, f32
+    RG_OP_SUB,
+    RG_OP_MUL,
+    RG_OP_SCALE,             // (a) -> a * fp[0]
+    RG_OP_REPEAT,            // (a, like) -> a tiled to like's shape (like.ne[i] % a.ne[i] == 0)
+    RG_OP_REPEAT_BACK,       // (a, like) -> sum of a's tiles into like's shape (the backward of a broadcast)
+    RG_OP_SUM,               // (a) -> [1]
+    RG_OP_MEAN,              // (a) -> [1]
+    RG_OP_SUM_ROWS,          // (a [n, ...]) -> [1, ...]
+    RG_OP_RMS_NORM,          // (x [n, ...]) -> x / sqrt(mean(x^2) + fp[0])
+    RG_OP_RMS_NORM_BACK,     // (dy, x) -> dx, eps fp[0]
+    RG_OP_ROPE,              // (x [head_dim, n_head, T], pos I32 [T]) ip: n_rot, mode (0 normal, 2 neox); fp: freq_base, freq_scale
+    RG_OP_ROPE_BACK,         // (dy, pos) -> dx, the same rotation by -theta
+    RG_OP_SOFT_MAX,          // (a [n_kv, T, H], mask [n_kv, T] f32 or NULL) ip[0] causal; fp: scale, softcap (0 = none)
+    RG_OP_SOFT_MAX_BACK,     // (dy, y, a) -> da; a is used only with a softcap
+    RG_OP_SILU,              // (a) -> a * sigmoid(a)
+    RG_OP_SILU_BACK,         // (dy, a) -> dy * silu'(a)
+    RG_OP_SWIGLU,            // (gate, up) -> silu(gate) * up
+    RG_OP_RESHAPE,           // views: no kernel, bytes shared with src[0]
+    RG_OP_VIEW,              // ip[0..3] = nb[1..3] of the view (bytes), ip[4] = offset (bytes)
+    RG_OP_PERMUTE,           // ip[0..3] = axes
+    RG_OP_TRANSPOSE,
+    RG_OP_VIEW_BACK,         // (dy, like) -> zeros like `like` with dy written into the view window (ip as VIEW)
+    RG_OP_CONT,              // (a) -> contiguous copy, same type
+    RG_OP_CPY,               // (a, like) -> a's values stored in like's type (F32 <-> F16/BF16, RNE), like's shape
+    RG_OP_CROSS_ENTROPY_LOSS,      // (logits [V, T] f32, labels I32 [T]) -> [1]; ip[0] ignore index; fp[0] 1/N_valid or 0 (= count here)
+    RG_OP_CROSS_ENTROPY_LOSS_BACK, // (dL [1], logits, labels) -> dlogits [V, T]
+    RG_OP_ADAMW,             // (param f32, grad, m, v) -> param updated in place; fp: lr/bc1, beta1, beta2, eps, decay, sqrt(bc2), clip
+    RG_OP_SGD,               // (param f32, grad) -> param updated in place; fp: lr, weight decay, clip
+    RG_OP_COUNT,
+} rg_op;
+
+enum {
+    RG_NODE_PARAM = 1u << 0,   // trainable: backward makes a gradient for it
+    RG_NODE_INPUT = 1u << 1,   // bytes bound by the caller before each run
+    RG_NODE_OUTPUT = 1u << 2,  // read after the run: kept alive to the end, never overwritten
+    RG_NODE_LOSS = 1u << 3,    // the scalar the backward starts from
+    RG_NODE_GRAD = 1u << 4,    // a gradient of a parameter (an output of the backward)
+    RG_NODE_NEEDS_GRAD = 1u << 5,  // set during construction: depends on a parameter
+};
+
+typedef struct rg_node {
+    rg_tensor t;               // type, ne, nb; t.data bound by the plan (or by the caller for leaves)
+    rg_op op;
+    struct rg_node *src[RG_MAX_SRC];
+    int64_t ip[8];             // integer parameters (meaning per op, see the enum)
+    float fp[8];               // float parameters
+    uint32_t flags;
+    struct rg_node *grad;      // the gradient node, after rg_graph_backward
+    struct rg_node *view_of;   // views: the node that owns the bytes (never itself a view)
+    int id;                    // index in the graph
+    // Filled by the plan:
+    int first_use, last_use;   // node indices where the bytes are born and last read
+    int64_t offset;            // byte offset in the plan's buffer, -1 when bound from outside
+    struct rg_node *inplace_of;  // the source whose bytes this node reuses, if any
+    int backend;               // RG_BACKEND_* chosen by the scheduler
+} rg_node;
+
+typedef struct rg_graph {
+    rg_arena arena;            // nodes and their parameters
+    rg_node **nodes;
+    int n_nodes, cap_nodes;
+    int n_forward;             // nodes before the backward was appended
+    rg_error err;              // the first construction error (status RG_OK while none)
+} rg_graph;
+
+rg_graph *rg_graph_new(void);
+void rg_graph_free(rg_graph *g);
+// The first construction error, or RG_OK.
+rg_status rg_graph_error(const rg_graph *g, rg_error *err);
+
+// Leaves. data may be NULL and bound later with rg_node_bind (inputs), or
+// point at bytes that outlive the graph (weights in a mapped GGUF).
+rg_node *rg_leaf(rg_graph *g, const char *name, uint32_t type, int n_dims, const int64_t *ne, void *data);
+rg_node *rg_param(rg_graph *g, const char *name, uint32_t type, int n_dims, const int64_t *ne, void *data);
+void rg_node_bind(rg_node *n, void *data);
+void rg_node_set_name(rg_node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// Constructors (see the op enum for shapes).
+rg_node *rg_fill(rg_graph *g, uint32_t type, int n_dims, const int64_t *ne, float value);
+rg_node *rg_get_rows(rg_graph *g, rg_node *a, rg_node *ids);
+rg_node *rg_get_rows_back(rg_graph *g, rg_node *dy, rg_node *ids, int64_t n_rows);
+rg_node *rg_mul_mat(rg_graph *g, rg_node *w, rg_node *x);
+rg_node *rg_out_prod(rg_graph *g, rg_node *a, rg_node *b);
+rg_node *rg_add(rg_graph *g, rg_node *a, rg_node *b);
+rg_node *rg_sub(rg_graph *g, rg_node *a, rg_node *b);
+rg_node *rg_mul(rg_graph *g, rg_node *a, rg_node *b);
+rg_node *rg_scale(rg_graph *g, rg_node *a, float s);
+rg_node *rg_repeat(rg_graph *g, rg_node *a, rg_node *like);
+rg_node *rg_repeat_back(rg_graph *g, rg_node *a, rg_node *like);
+rg_node *rg_sum(rg_graph *g, rg_node *a);
+rg_node *rg_mean(rg_graph *g, rg_node *a);
+rg_node *rg_sum_rows(rg_graph *g, rg_node *a);
+rg_node *rg_rms_norm(rg_graph *g, rg_node *x, float eps);
+rg_node *rg_rms_norm_back(rg_graph *g, rg_node *dy, rg_node *x, float eps);
+// mode: 0 normal (adjacent pairs), 2 neox (halves).
+rg_node *rg_rope(rg_graph *g, rg_node *x, rg_node *pos, int n_rot, int mode, float freq_base, float freq_scale);
+rg_node *rg_rope_back(rg_graph *g, rg_node *dy, rg_node *pos, int n_rot, int mode, float freq_base, float freq_scale);
+// mask may be NULL; causal masks key j > query i + (n_kv - T); softcap 0 = none.
+rg_node *rg_soft_max(rg_graph *g, rg_node *a, rg_node *mask, bool causal, float scale, float softcap);
+rg_node *rg_soft_max_back(rg_graph *g, rg_node *dy, rg_node *y, rg_node *a, float scale, float softcap);
+rg_node *rg_silu(rg_graph *g, rg_node *a);
+rg_node *rg_silu_back(rg_graph *g, rg_node *dy, rg_node *a);
+rg_node *rg_swiglu(rg_graph *g, rg_node *gate, rg_node *up);
+rg_node *rg_reshape(rg_graph *g, rg_node *a, int n_dims, const int64_t *ne);
+rg_node *rg_view(rg_graph *g, rg_node *a, int n_dims, const int64_t *ne, const size_t *nb, size_t offset);
+rg_node *rg_permute(rg_graph *g, rg_node *a, int ax0, int ax1, int ax2, int ax3);
+rg_node *rg_transpose(rg_graph *g, rg_node *a);
+rg_node *rg_view_back(rg_graph *g, rg_node *dy, rg_node *view);
+rg_node *rg_cont(rg_graph *g, rg_node *a);
+rg_node *rg_cpy(rg_graph *g, rg_node *a, uint32_t type);
+// labels I32 [T]; ignore_index usually -100. The mean is over labels != ignore_index.
+rg_node *rg_cross_entropy_loss(rg_graph *g, rg_node *logits, rg_node *labels, int32_t ignore_index);
+rg_node *rg_cross_entropy_loss_back(rg_graph *g, rg_node *dloss, rg_node *logits, rg_node *labels, int32_t ignore_index);
+
+// Optimizer steps, in place on an F32 parameter (the node aliases its bytes).
+// The host computes the per-step scalars in double (training.md §1.2); see the
+// RG_OP_ADAMW / RG_OP_SGD rows for the meaning of each.
+typedef struct rg_adamw_step {
+    float step;     // lr / (1 - beta1^t)
+    float omb1;     // 1 - beta1
+    float b2;       // beta2
+    float omb2;     // 1 - beta2
+    float eps;
+    float decay;    // 1 - lr * weight_decay (1: none)
+    float bc2s;     // sqrt(1 - beta2^t)
+    float clip;     // gradient scale from clipping (1: none)
+} rg_adamw_step;
+rg_node *rg_adamw(rg_graph *g, rg_node *param, rg_node *grad, rg_node *m, rg_node *v, const rg_adamw_step *s);
+rg_node *rg_sgd(rg_graph *g, rg_node *param, rg_node *grad, float lr, float weight_decay, float clip);
+
+// Marks the node as the loss and appends the backward graph: every parameter
+// the loss depends on gets param->grad (flagged RG_NODE_GRAD | RG_NODE_OUTPUT).
+// Gradients of a node used twice are summed. Frozen leaves get none.
+rg_status rg_graph_backward(rg_graph *g, rg_node *loss, rg_error *err);
+// Records that the backward of op needs a gradient it cannot make (used by backward.c).
+const char *rg_op_name(rg_op op);
+int rg_op_n_src(rg_op op);
+
+#endif

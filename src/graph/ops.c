@@ -1,0 +1,198 @@
+// ops.c - the op table and each op's backward rule (training.md §5).
+#include "graph/ops.h"
+
+#include "base/error.h"
+#include "cpu/cpu_ops.h"
+
+// Shorthands for backward rules: n is the node, dy its gradient.
+#define SRC(i) (n->src[i])
+#define NEEDS(i) (n->src[i] && (n->src[i]->flags & RG_NODE_NEEDS_GRAD))
+#define ADD_GRAD(i, expr) \
+    do { if (NEEDS(i)) { rg_status st_ = rg_grad_add(g, SRC(i), (expr), err); if (st_) return st_; } } while (0)
+
+// The gradient of a broadcast source: summed back to its shape when it was tiled.
+static rg_node *unbroadcast(rg_graph *g, rg_node *grad, rg_node *src) {
+    return rg_tensor_same_shape(&grad->t, &src->t) ? grad : rg_repeat_back(g, grad, src);
+}
+
+static rg_status bw_get_rows(rg_graph *g, rg_node *n, rg_error *err) {
+    ADD_GRAD(0, rg_get_rows_back(g, n->grad, SRC(1), SRC(0)->t.ne[1]));
+    return RG_OK;
+}
+
+// dW = out_prod(X, dY) (summed over broadcast slices), dX = out_prod(W, dY^T).
+static rg_status bw_mul_mat(rg_graph *g, rg_node *n, rg_error *err) {
+    rg_node *dy = n->grad;
+    ADD_GRAD(0, unbroadcast(g, rg_out_prod(g, SRC(1), dy), SRC(0)));
+    ADD_GRAD(1, rg_out_prod(g, SRC(0), rg_transpose(g, dy)));
+    return RG_OK;
+}
+
+static rg_status bw_add(rg_graph *g, rg_node *n, rg_error *err) {
+    ADD_GRAD(0, n->grad);
+    ADD_GRAD(1, unbroadcast(g, n->grad, SRC(1)));
+    return RG_OK;
+}
+
+static rg_status bw_sub(rg_graph *g, rg_node *n, rg_error *err) {
+    ADD_GRAD(0, n->grad);
+    ADD_GRAD(1, rg_scale(g, unbroadcast(g, n->grad, SRC(1)), -1.0f));
+    return RG_OK;
+}
+
+static rg_status bw_mul(rg_graph *g, rg_node *n, rg_error *err) {
+    ADD_GRAD(0, rg_mul(g, n->grad, SRC(1)));
+    ADD_GRAD(1, unbroadcast(g, rg_mul(g, n->grad, SRC(0)), SRC(1)));
+    return RG_OK;
+}
+
+static rg_status bw_scale(rg_graph *g, rg_node *n, rg_error *err) {
+    ADD_GRAD(0, rg_scale(g, n->grad, n->fp[0]));
+    return RG_OK;
+}
+
+static rg_status bw_repeat(rg_graph *g, rg_node *n, rg_error *err) {
+    ADD_GRAD(0, rg_repeat_back(g, n->grad, SRC(0)));
+    return RG_OK;
+}
+
+static rg_status bw_repeat_back(rg_graph *g, rg_node *n, rg_error *err) {
+    ADD_GRAD(0, rg_repeat(g, n->grad, SRC(0)));
+    return RG_OK;
+}
+
+static rg_status bw_sum(rg_graph *g, rg_node *n, rg_error *err) {
+    ADD_GRAD(0, rg_repeat(g, n->grad, SRC(0)));
+    return RG_OK;
+}
+
+static rg_status bw_mean(rg_graph *g, rg_node *n, rg_error *err) {
+    ADD_GRAD(0, rg_scale(g, rg_repeat(g, n->grad, SRC(0)), 1.0f / (float)rg_tensor_nelements(&SRC(0)->t)));
+    return RG_OK;
+}
+
+static rg_status bw_sum_rows(rg_graph *g, rg_node *n, rg_error *err) {
+    ADD_GRAD(0, rg_repeat(g, n->grad, SRC(0)));
+    return RG_OK;
+}
+
+static rg_status bw_rms_norm(rg_graph *g, rg_node *n, rg_error *err) {
+    ADD_GRAD(0, rg_rms_norm_back(g, n->grad, SRC(0), n->fp[0]));
+    return RG_OK;
+}
+
+static rg_status bw_rope(rg_graph *g, rg_node *n, rg_error *err) {
+    ADD_GRAD(0, rg_rope_back(g, n->grad, SRC(1), (int)n->ip[0], (int)n->ip[1], n->fp[0], n->fp[1]));
+    return RG_OK;
+}
+
+static rg_status bw_soft_max(rg_graph *g, rg_node *n, rg_error *err) {
+    ADD_GRAD(0, rg_soft_max_back(g, n->grad, n, SRC(0), n->fp[0], n->fp[1]));
+    return RG_OK;
+}
+
+static rg_status bw_silu(rg_graph *g, rg_node *n, rg_error *err) {
+    ADD_GRAD(0, rg_silu_back(g, n->grad, SRC(0)));
+    return RG_OK;
+}
+
+// h = silu(gate) * up: d_gate = silu'(gate) * (dh * up), d_up = silu(gate) * dh.
+static rg_status bw_swiglu(rg_graph *g, rg_node *n, rg_error *err) {
+    ADD_GRAD(0, rg_silu_back(g, rg_mul(g, n->grad, SRC(1)), SRC(0)));
+    ADD_GRAD(1, rg_mul(g, n->grad, rg_silu(g, SRC(0))));
+    return RG_OK;
+}
+
+static rg_status bw_reshape(rg_graph *g, rg_node *n, rg_error *err) {
+    rg_node *dy = rg_tensor_is_contiguous(&n->grad->t) ? n->grad : rg_cont(g, n->grad);
+    ADD_GRAD(0, rg_reshape(g, dy, RG_MAX_DIMS, SRC(0)->t.ne));
+    return RG_OK;
+}
+
+static rg_status bw_view(rg_graph *g, rg_node *n, rg_error *err) {
+    ADD_GRAD(0, rg_view_back(g, n->grad, n));
+    return RG_OK;
+}
+
+static rg_status bw_permute(rg_graph *g, rg_node *n, rg_error *err) {
+    int inv[4];
+    for (int i = 0; i < 4; i++) inv[n->ip[i]] = i;
+    ADD_GRAD(0, rg_permute(g, n->grad, inv[0], inv[1], inv[2], inv[3]));
+    return RG_OK;
+}
+
+static rg_status bw_transpose(rg_graph *g, rg_node *n, rg_error *err) {
+    ADD_GRAD(0, rg_transpose(g, n->grad));
+    return RG_OK;
+}
+
+static rg_status bw_cont(rg_graph *g, rg_node *n, rg_error *err) {
+    ADD_GRAD(0, n->grad);
+    return RG_OK;
+}
+
+// A cast's gradient is the identity in F32 (gradients are always F32).
+static rg_status bw_cpy(rg_graph *g, rg_node *n, rg_error *err) {
+    ADD_GRAD(0, n->grad);
+    return RG_OK;
+}
+
+static rg_status bw_cross_entropy(rg_graph *g, rg_node *n, rg_error *err) {
+    rg_node *d = rg_cross_entropy_loss_back(g, n->grad, SRC(0), SRC(1), (int32_t)n->ip[0]);
+    if (d) d->fp[0] = n->fp[0];
+    ADD_GRAD(0, d);
+    return RG_OK;
+}
+
+static bool plain_f32(const rg_node *n) {
+    for (int i = 0; i < RG_MAX_SRC; i++)
+        if (n->src[i] && n->src[i]->t.type != RG_TYPE_F32 && n->src[i]->t.type != RG_TYPE_I32) return false;
+    return true;
+}
+static bool any_types(const rg_node *n) { (void)n; return true; }
+static bool half_or_f32(const rg_node *n) {
+    uint32_t t = n->src[0]->t.type;
+    return t == RG_TYPE_F32 || t == RG_TYPE_F16 || t == RG_TYPE_BF16;
+}
+
+#define OP(name_, min_, max_, kernel_, work_, supports_, backward_, inplace_) \
+    {name_, min_, max_, false, inplace_, kernel_, work_, supports_, backward_}
+#define VIEW_OP(name_, backward_) {name_, 1, 1, true, false, NULL, NULL, any_types, backward_}
+
+const rg_op_def rg_op_defs[RG_OP_COUNT] = {
+    [RG_OP_NONE] = {"none", 0, 0, false, false, NULL, NULL, any_types, NULL},
+    [RG_OP_FILL] = OP("fill", 0, 0, cpu_fill, NULL, any_types, NULL, false),
+    [RG_OP_GET_ROWS] = OP("get_rows", 2, 2, cpu_get_rows, NULL, any_types, bw_get_rows, false),
+    [RG_OP_GET_ROWS_BACK] = OP("get_rows_back", 2, 2, cpu_get_rows_back, NULL, plain_f32, NULL, false),
+    [RG_OP_MUL_MAT] = OP("mul_mat", 2, 2, cpu_mul_mat, cpu_mul_mat_work, any_types, bw_mul_mat, false),
+    [RG_OP_OUT_PROD] = OP("out_prod", 2, 2, cpu_out_prod, cpu_out_prod_work, any_types, NULL, false),
+    [RG_OP_ADD] = OP("add", 2, 2, cpu_add, NULL, plain_f32, bw_add, true),
+    [RG_OP_SUB] = OP("sub", 2, 2, cpu_sub, NULL, plain_f32, bw_sub, true),
+    [RG_OP_MUL] = OP("mul", 2, 2, cpu_mul, NULL, plain_f32, bw_mul, true),
+    [RG_OP_SCALE] = OP("scale", 1, 1, cpu_scale, NULL, plain_f32, bw_scale, true),
+    [RG_OP_REPEAT] = OP("repeat", 2, 2, cpu_repeat, NULL, plain_f32, bw_repeat, false),
+    [RG_OP_REPEAT_BACK] = OP("repeat_back", 2, 2, cpu_repeat_back, NULL, plain_f32, bw_repeat_back, false),
+    [RG_OP_SUM] = OP("sum", 1, 1, cpu_sum, NULL, plain_f32, bw_sum, false),
+    [RG_OP_MEAN] = OP("mean", 1, 1, cpu_mean, NULL, plain_f32, bw_mean, false),
+    [RG_OP_SUM_ROWS] = OP("sum_rows", 1, 1, cpu_sum_rows, NULL, plain_f32, bw_sum_rows, false),
+    [RG_OP_RMS_NORM] = OP("rms_norm", 1, 1, cpu_rms_norm, NULL, plain_f32, bw_rms_norm, false),
+    [RG_OP_RMS_NORM_BACK] = OP("rms_norm_back", 2, 2, cpu_rms_norm_back, NULL, plain_f32, NULL, false),
+    [RG_OP_ROPE] = OP("rope", 2, 2, cpu_rope, NULL, plain_f32, bw_rope, false),
+    [RG_OP_ROPE_BACK] = OP("rope_back", 2, 2, cpu_rope_back, NULL, plain_f32, NULL, false),
+    [RG_OP_SOFT_MAX] = OP("soft_max", 1, 2, cpu_soft_max, NULL, plain_f32, bw_soft_max, false),
+    [RG_OP_SOFT_MAX_BACK] = OP("soft_max_back", 2, 3, cpu_soft_max_back, NULL, plain_f32, NULL, false),
+    [RG_OP_SILU] = OP("silu", 1, 1, cpu_silu, NULL, plain_f32, bw_silu, true),
+    [RG_OP_SILU_BACK] = OP("silu_back", 2, 2, cpu_silu_back, NULL, plain_f32, NULL, false),
+    [RG_OP_SWIGLU] = OP("swiglu", 2, 2, cpu_swiglu, NULL, plain_f32, bw_swiglu, false),
+    [RG_OP_RESHAPE] = VIEW_OP("reshape", bw_reshape),
+    [RG_OP_VIEW] = VIEW_OP("view", bw_view),
+    [RG_OP_PERMUTE] = VIEW_OP("permute", bw_permute),
+    [RG_OP_TRANSPOSE] = VIEW_OP("transpose", bw_transpose),
+    [RG_OP_VIEW_BACK] = OP("view_back", 2, 2, cpu_view_back, NULL, plain_f32, NULL, false),
+    [RG_OP_CONT] = OP("cont", 1, 1, cpu_cont, NULL, any_types, bw_cont, false),
+    [RG_OP_CPY] = OP("cpy", 1, 1, cpu_cpy, NULL, half_or_f32, bw_cpy, false),
+    [RG_OP_CROSS_ENTROPY_LOSS] = OP("cross_entropy_loss", 2, 2, cpu_cross_entropy_loss, NULL, plain_f32, bw_cross_entropy, false),
+    [RG_OP_CROSS_ENTROPY_LOSS_BACK] = OP("cross_entropy_loss_back", 3, 3, cpu_cross_entropy_loss_back, NULL, plain_f32, NULL, false),
+    [RG_OP_ADAMW] = OP("adamw", 4, 4, cpu_adamw, NULL, plain_f32, NULL, false),
+    [RG_OP_SGD] = OP("sgd", 2, 2, cpu_sgd, NULL, plain_f32, NULL, false),
+};

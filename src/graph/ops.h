@@ -1,0 +1,46 @@
+// ops.h - the op table: one row per rg_op drives the kernels, the gradients,
+// the tests, the backend report and the CPU fallback. A new op is declared
+// here once and is then built, differentiated, planned, scheduled, tested and
+// reported by the code that walks this table.
+#ifndef RG_GRAPH_OPS_H
+#define RG_GRAPH_OPS_H
+
+#include "graph/graph.h"
+
+// What a kernel gets besides its node: the thread pool and a scratch buffer
+// of the size the op's work_size asked for (shared by the threads; split it by
+// ith yourself). Kernels parallelize internally with rg_threadpool_run.
+typedef struct rg_exec_ctx {
+    rg_threadpool *pool;
+    void *scratch;
+    size_t scratch_size;
+} rg_exec_ctx;
+
+// A CPU kernel: reads n->src[i]->t (bytes bound; strides honoured as the op's
+// row in ops.c says), writes n->t.data (contiguous, n->t.nb). Returns RG_OK or
+// an error naming the node (a label out of range, a non-finite loss, ...).
+typedef rg_status (*rg_cpu_kernel)(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+typedef size_t (*rg_work_size_fn)(const rg_node *n, int n_threads);
+// Whether a backend can run this node with these types and strides.
+typedef bool (*rg_supports_fn)(const rg_node *n);
+// Builds the gradient of n's sources from n->grad, adding each with rg_grad_add.
+typedef rg_status (*rg_backward_fn)(rg_graph *g, rg_node *n, rg_error *err);
+
+typedef struct rg_op_def {
+    const char *name;
+    int min_src, max_src;
+    bool is_view;        // no kernel: the output shares the bytes of src[0]
+    bool inplace_ok;     // the output may take over src[0]'s bytes when src[0] dies here
+    rg_cpu_kernel cpu;
+    rg_work_size_fn cpu_work;   // NULL: no scratch
+    rg_supports_fn cpu_supports;
+    rg_backward_fn backward;    // NULL: the op has no gradient (backward through it is an error)
+} rg_op_def;
+
+extern const rg_op_def rg_op_defs[RG_OP_COUNT];
+
+// Adds grad into src's gradient (the first contribution becomes it; later ones
+// are summed with ADD in the order they arrive). Used by backward rules.
+rg_status rg_grad_add(rg_graph *g, rg_node *src, rg_node *grad, rg_error *err);
+
+#endif
