@@ -20,10 +20,32 @@ static rg_status bw_get_rows(rg_graph *g, rg_node *n, rg_error *err) {
     return RG_OK;
 }
 
+// MUL_MAT broadcasts a weight slice over r consecutive activation slices
+// (slice i2 reads weight slice i2 / r, as grouped-query attention shares a kv
+// head among consecutive query heads), so its weight gradient sums each run
+// of r slices: viewed as [K*M, r, b2], summed over r.
+static rg_node *sum_groups(rg_graph *g, rg_node *grad, rg_node *w) {
+    const int64_t *gn = grad->t.ne, *wn = w->t.ne;
+    if (gn[2] == wn[2] && gn[3] == wn[3]) return grad;
+    if (gn[3] != wn[3]) {
+        rg_fail(&g->err, RG_ERR_UNSUPPORTED, "mul_mat backward: broadcasting over dimension 3 (%lld over %lld) is not supported",
+                (long long)gn[3], (long long)wn[3]);
+        return NULL;
+    }
+    int64_t r = gn[2] / wn[2];
+    rg_node *v = rg_reshape(g, grad, 4, (int64_t[]){gn[0] * gn[1], r, wn[2], gn[3]});
+    // repeat_back reads only the shape of `like`: the weight itself, reshaped, when it can be.
+    int64_t like_ne[4] = {gn[0] * gn[1], 1, wn[2], gn[3]};
+    rg_node *like = rg_tensor_is_contiguous(&w->t) && rg_type_get(w->t.type)->block_size == 1
+                        ? rg_reshape(g, w, 4, like_ne)
+                        : rg_fill(g, RG_TYPE_F32, 4, like_ne, 0.0f);
+    return rg_reshape(g, rg_repeat_back(g, v, like), 4, wn);
+}
+
 // dW = out_prod(X, dY) (summed over broadcast slices), dX = out_prod(W, dY^T).
 static rg_status bw_mul_mat(rg_graph *g, rg_node *n, rg_error *err) {
     rg_node *dy = n->grad;
-    ADD_GRAD(0, unbroadcast(g, rg_out_prod(g, SRC(1), dy), SRC(0)));
+    ADD_GRAD(0, sum_groups(g, rg_out_prod(g, SRC(1), dy), SRC(0)));
     ADD_GRAD(1, rg_out_prod(g, SRC(0), rg_transpose(g, dy)));
     return RG_OK;
 }

@@ -1,0 +1,81 @@
+// forward.c - see forward.h. Shapes are written beside every node in ggml
+// order: d = n_embd, T = n_tokens, Dh = head_dim, H / Hkv = query / kv heads.
+#include "model/forward.h"
+
+#include <stdio.h>
+
+#include "base/error.h"
+
+static rg_node *leaf_for(rg_graph *g, const rg_gguf_tensor *t) {
+    if (!t) return NULL;
+    return rg_leaf(g, t->name, t->type, (int)(t->n_dims ? t->n_dims : 1), t->ne, (void *)t->data);
+}
+
+rg_status rg_model_leaf_nodes(rg_graph *g, const rg_model *m, rg_model_nodes *w, rg_error *err) {
+    w->tok_embd = leaf_for(g, m->tok_embd);
+    w->out_norm = leaf_for(g, m->out_norm);
+    w->output = m->hp.tied ? w->tok_embd : leaf_for(g, m->output);
+    w->layers = rg_arena_alloc(&g->arena, sizeof *w->layers * (size_t)m->hp.n_layer, 8);
+    if (!w->layers) return rg_fail(err, RG_ERR_NOMEM, "model: out of memory");
+    for (int64_t il = 0; il < m->hp.n_layer; il++) {
+        const rg_layer *L = &m->layers[il];
+        rg_layer_nodes *N = &w->layers[il];
+        N->attn_norm = leaf_for(g, L->attn_norm);
+        N->wq = leaf_for(g, L->wq), N->wk = leaf_for(g, L->wk), N->wv = leaf_for(g, L->wv), N->wo = leaf_for(g, L->wo);
+        N->bq = leaf_for(g, L->bq), N->bk = leaf_for(g, L->bk), N->bv = leaf_for(g, L->bv), N->bo = leaf_for(g, L->bo);
+        N->q_norm = leaf_for(g, L->q_norm), N->k_norm = leaf_for(g, L->k_norm);
+        N->ffn_norm = leaf_for(g, L->ffn_norm);
+        N->ffn_gate = leaf_for(g, L->ffn_gate), N->ffn_up = leaf_for(g, L->ffn_up), N->ffn_down = leaf_for(g, L->ffn_down);
+    }
+    return rg_graph_error(g, err);
+}
+
+// Norm weights and biases are F32 in converted files; third-party files may
+// store them as F16/BF16, which elementwise ops take after a cast.
+static rg_node *as_f32(rg_graph *g, rg_node *n) {
+    if (!n || n->t.type == RG_TYPE_F32) return n;
+    return rg_cpy(g, n, RG_TYPE_F32);
+}
+
+static rg_node *norm(rg_graph *g, rg_node *x, rg_node *w, float eps) { return rg_mul(g, rg_rms_norm(g, x, eps), as_f32(g, w)); }
+
+static rg_node *linear(rg_graph *g, rg_node *w, rg_node *b, rg_node *x) {
+    rg_node *y = rg_mul_mat(g, w, x);
+    return b ? rg_add(g, y, as_f32(g, b)) : y;
+}
+
+rg_node *rg_model_forward(rg_graph *g, const rg_model *m, const rg_model_nodes *w, rg_node *ids, rg_node *pos,
+                          rg_node *mask) {
+    const rg_hparams *hp = &m->hp;
+    if (!ids || !pos) return NULL;
+    const int64_t T = ids->t.ne[0], Dh = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
+    rg_node *x = rg_get_rows(g, w->tok_embd, ids);  // [d, T]
+    rg_node_set_name(x, "inp_embd");
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        const rg_layer_nodes *L = &w->layers[il];
+        rg_node *h = norm(g, x, L->attn_norm, hp->norm_eps);                             // [d, T]
+        rg_node *q = rg_reshape(g, linear(g, L->wq, L->bq, h), 3, (int64_t[]){Dh, H, T});    // [Dh, H, T]
+        rg_node *k = rg_reshape(g, linear(g, L->wk, L->bk, h), 3, (int64_t[]){Dh, Hkv, T});  // [Dh, Hkv, T]
+        rg_node *v = rg_reshape(g, linear(g, L->wv, L->bv, h), 3, (int64_t[]){Dh, Hkv, T});  // [Dh, Hkv, T]
+        if (L->q_norm) q = norm(g, q, L->q_norm, hp->norm_eps);  // qwen3: per head, over Dh
+        if (L->k_norm) k = norm(g, k, L->k_norm, hp->norm_eps);
+        q = rg_rope(g, q, pos, (int)hp->n_rot, hp->rope_mode, hp->rope_freq_base, hp->rope_freq_scale);
+        k = rg_rope(g, k, pos, (int)hp->n_rot, hp->rope_mode, hp->rope_freq_base, hp->rope_freq_scale);
+        rg_node *Q = rg_permute(g, q, 0, 2, 1, 3);                   // [Dh, T, H]
+        rg_node *K = rg_permute(g, k, 0, 2, 1, 3);                   // [Dh, T, Hkv]
+        rg_node *kq = rg_mul_mat(g, K, Q);                           // [T_kv, T, H]; head h reads kv head h / (H/Hkv)
+        kq = rg_soft_max(g, kq, mask, true, hp->attn_scale, 0.0f);   // [T_kv, T, H]
+        rg_node *Vt = rg_cont(g, rg_permute(g, v, 1, 2, 0, 3));      // [T_kv, Dh, Hkv]
+        rg_node *o = rg_mul_mat(g, Vt, kq);                          // [Dh, T, H]
+        o = rg_reshape(g, rg_cont(g, rg_permute(g, o, 0, 2, 1, 3)), 2, (int64_t[]){Dh * H, T});  // [Dh*H, T]
+        x = rg_add(g, x, linear(g, L->wo, L->bo, o));                // [d, T]
+        rg_node *h2 = norm(g, x, L->ffn_norm, hp->norm_eps);
+        rg_node *act = rg_swiglu(g, rg_mul_mat(g, L->ffn_gate, h2), rg_mul_mat(g, L->ffn_up, h2));  // [n_ff, T]
+        x = rg_add(g, x, rg_mul_mat(g, L->ffn_down, act));           // [d, T]
+        rg_node_set_name(x, "l_out.%lld", (long long)il);
+    }
+    rg_node *hn = norm(g, x, w->out_norm, hp->norm_eps);            // [d, T]
+    rg_node *logits = rg_mul_mat(g, w->output, hn);                 // [V, T]
+    rg_node_set_name(logits, "logits");
+    return logits;
+}
