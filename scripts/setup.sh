@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages: compiler, CMake, clang + its runtimes (libFuzzer, sanitizers), Python.
-pkgs=(build-essential cmake clang libclang-rt-14-dev python3 python3-pip)
+pkgs=(build-essential cmake clang libclang-rt-14-dev libopenblas-dev python3 python3-pip)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ "${#missing[@]}" -gt 0 ]; then

@@ -1,12 +1,12 @@
-// device.cu - device discovery and the first kernel of the CUDA backend.
-#include <cuda_runtime.h>
+// device.cu - device discovery, the first kernel of the CUDA backend, and the
+// per-executor context: device, stream, cuBLAS handle, a grow-only memory pool
+// and the copy counters (the ops themselves are in ops.cu).
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-extern "C" {
-#include "base/error.h"
-#include "cuda/cuda.h"
-}
+#include "cuda/cuda_common.cuh"
 
 #define RG_CUDA_TRY(call, what)                                                                       \
     do {                                                                                              \
@@ -75,4 +75,149 @@ done:
     cudaFree(db);
     cudaFree(dy);
     return st;
+}
+
+// ---------------------------------------------------------------------------
+// Errors
+
+static const char *base_name(const char *path) {
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+static const char *node_op(const struct rg_node *n) { return n ? rg_op_name(n->op) : "context"; }
+static const char *node_name(const struct rg_node *n) { return n ? n->t.name : ""; }
+
+rg_status rg_cu_fail(rg_error *err, const struct rg_node *n, const char *call, cudaError_t e, const char *file,
+                     int line) {
+    cudaGetLastError();  // a non-sticky error must not be reported again by the next call
+    return rg_fail(err, e == cudaErrorMemoryAllocation ? RG_ERR_NOMEM : RG_ERR_IO,
+                   "cuda %s '%s': %s failed: %s (%s) at %s:%d", node_op(n), node_name(n), call, cudaGetErrorName(e),
+                   cudaGetErrorString(e), base_name(file), line);
+}
+
+rg_status rg_cublas_fail(rg_error *err, const struct rg_node *n, const char *call, cublasStatus_t s,
+                         const char *file, int line) {
+    cudaGetLastError();
+    return rg_fail(err, s == CUBLAS_STATUS_ALLOC_FAILED ? RG_ERR_NOMEM : RG_ERR_IO,
+                   "cuda %s '%s': %s failed: %s (%s) at %s:%d", node_op(n), node_name(n), call,
+                   cublasGetStatusName(s), cublasGetStatusString(s), base_name(file), line);
+}
+
+// ---------------------------------------------------------------------------
+// The context
+
+// RETRO_CUDA_DEQUANT_BUDGET_MB (or the seed's GGML_CUDA_DEQUANT_BUDGET_MB):
+// MiB of F32 weight rows widened at once for an F16/BF16 MUL_MAT; <= 0 means
+// no slicing. Default 64.
+static size_t dequant_budget_from_env(void) {
+    const char *v = getenv("RETRO_CUDA_DEQUANT_BUDGET_MB");
+    if (!v || !*v) v = getenv("GGML_CUDA_DEQUANT_BUDGET_MB");
+    long long mb = 64;
+    if (v && *v) {
+        char *end = NULL;
+        long long x = strtoll(v, &end, 10);
+        if (end && *end == 0) mb = x;
+    }
+    if (mb <= 0) return 0;
+    if (mb > (long long)(SIZE_MAX >> 21)) return 0;
+    return (size_t)mb << 20;
+}
+
+static rg_status ctx_init(rg_cuda_ctx *ctx, int device, rg_error *err) {
+    const struct rg_node *n = NULL;
+    CU_TRY(cudaSetDevice(device));
+    CU_TRY(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
+    CUBLAS_TRY(cublasCreate(&ctx->cublas));
+    CUBLAS_TRY(cublasSetStream(ctx->cublas, ctx->stream));
+    // True F32 GEMMs: no TF32 or other reduced-precision shortcuts, whatever the defaults.
+    CUBLAS_TRY(cublasSetMathMode(ctx->cublas, CUBLAS_PEDANTIC_MATH));
+    // Deterministic results: no kernels that sum with atomics.
+    CUBLAS_TRY(cublasSetAtomicsMode(ctx->cublas, CUBLAS_ATOMICS_NOT_ALLOWED));
+    ctx->dequant_budget = dequant_budget_from_env();
+    return RG_OK;
+}
+
+extern "C" rg_status rg_cuda_ctx_create(rg_cuda_ctx **out, int device, rg_error *err) {
+    *out = NULL;
+    char reason[256] = "";
+    int count = rg_cuda_device_count(reason, sizeof reason);
+    if (count <= 0) return rg_fail(err, RG_ERR_UNSUPPORTED, "cuda device %d: %s", device, reason);
+    if (device < 0 || device >= count)
+        return rg_fail(err, RG_ERR_ARG, "cuda device %d: no such device (%d present)", device, count);
+    rg_cuda_ctx *ctx = (rg_cuda_ctx *)calloc(1, sizeof *ctx);
+    if (!ctx) return rg_fail(err, RG_ERR_NOMEM, "cuda device %d: out of host memory", device);
+    ctx->device = device;
+    rg_status st = ctx_init(ctx, device, err);
+    if (st != RG_OK) {
+        rg_cuda_ctx_free(ctx);
+        return st;
+    }
+    *out = ctx;
+    return RG_OK;
+}
+
+extern "C" void rg_cuda_ctx_free(rg_cuda_ctx *ctx) {
+    if (!ctx) return;
+    // Errors are ignored here: a context is freed on error paths too.
+    cudaSetDevice(ctx->device);
+    if (ctx->stream) cudaStreamSynchronize(ctx->stream);
+    for (int i = 0; i < RG_CU_BUF_COUNT; i++) cudaFree(ctx->buf[i].ptr);
+    if (ctx->cublas) cublasDestroy(ctx->cublas);
+    if (ctx->stream) cudaStreamDestroy(ctx->stream);
+    cudaGetLastError();
+    free(ctx);
+}
+
+extern "C" const rg_cuda_stats *rg_cuda_ctx_stats(const rg_cuda_ctx *ctx) {
+    static const rg_cuda_stats none = {0, 0, 0, 0, 0};
+    return ctx ? &ctx->stats : &none;
+}
+
+// ---------------------------------------------------------------------------
+// The memory pool and the counted copies
+
+rg_status rg_cuda_pool_get(rg_cuda_ctx *ctx, int slot, size_t bytes, void **out, const struct rg_node *n,
+                           rg_error *err) {
+    rg_cuda_buf *b = &ctx->buf[slot];
+    if (bytes == 0) bytes = 1;
+    if (b->cap < bytes) {
+        // Grow by at least half, in whole MiB, so that a run of slowly growing
+        // nodes does not reallocate each time. cudaFree waits for the device.
+        const size_t mib = (size_t)1 << 20;
+        size_t want = b->cap + b->cap / 2 > bytes ? b->cap + b->cap / 2 : bytes;
+        want = (want + mib - 1) / mib * mib;
+        if (b->ptr) CU_TRY(cudaFree(b->ptr));
+        ctx->pool_bytes -= b->cap;
+        b->ptr = NULL, b->cap = 0;
+        if (cudaMalloc(&b->ptr, want) != cudaSuccess) {
+            cudaGetLastError();
+            want = bytes;  // the headroom did not fit: try the exact size
+            CU_TRY(cudaMalloc(&b->ptr, want));
+        }
+        b->cap = want;
+        ctx->pool_bytes += want;
+    }
+    *out = b->ptr;
+    return RG_OK;
+}
+
+rg_status rg_cuda_upload(rg_cuda_ctx *ctx, int slot, const rg_tensor *t, void **dev, const struct rg_node *n,
+                         rg_error *err) {
+    size_t bytes = rg_tensor_span(t);
+    RG_TRY(rg_cuda_pool_get(ctx, slot, bytes, dev, n, err));
+    if (bytes == 0) return RG_OK;
+    CU_TRY(cudaMemcpyAsync(*dev, t->data, bytes, cudaMemcpyHostToDevice, ctx->stream));
+    ctx->stats.copies_to_device++;
+    ctx->stats.bytes_to_device += bytes;
+    return RG_OK;
+}
+
+rg_status rg_cuda_download(rg_cuda_ctx *ctx, void *host, const void *dev, size_t bytes, const struct rg_node *n,
+                           rg_error *err) {
+    if (bytes == 0) return RG_OK;
+    CU_TRY(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, ctx->stream));
+    ctx->stats.copies_to_host++;
+    ctx->stats.bytes_to_host += bytes;
+    return RG_OK;
 }

@@ -50,7 +50,7 @@ typedef enum rg_op {
     RG_OP_SILU_BACK,         // (dy, a) -> dy * silu'(a)
     RG_OP_SWIGLU,            // (gate, up) -> silu(gate) * up
     RG_OP_RESHAPE,           // views: no kernel, bytes shared with src[0]
-    RG_OP_VIEW,              // ip[0..3] = nb[1..3] of the view (bytes), ip[4] = offset (bytes)
+    RG_OP_VIEW,              // ip[0..3] = nb[0..3] of the view (bytes), ip[4] = offset from the source (bytes)
     RG_OP_PERMUTE,           // ip[0..3] = axes
     RG_OP_TRANSPOSE,
     RG_OP_VIEW_BACK,         // (dy, like) -> zeros like `like` with dy written into the view window (ip as VIEW)
