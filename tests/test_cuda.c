@@ -134,7 +134,7 @@ static int run_both(rg_graph *g, rg_node *out, float *gpu, float *cpu, int *cpu_
 
 static void table_line(const char *op, const char *type, const char *shape, int cpu_ok, double maxd, const char *tol,
                        int ok) {
-    printf("    %-8s %-5s %-44s vs %-6s max|d| %-10.3g tol %-18s %s\n", op, type, shape, cpu_ok ? "cpu" : "C ref",
+    printf("    %-8s %-5s %-50s vs %-6s max|d| %-10.3g tol %-18s %s\n", op, type, shape, cpu_ok ? "cpu" : "C ref",
            maxd, tol, ok ? "ok" : "FAIL");
 }
 

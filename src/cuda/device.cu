@@ -87,21 +87,22 @@ static const char *base_name(const char *path) {
 
 static const char *node_op(const struct rg_node *n) { return n ? rg_op_name(n->op) : "context"; }
 static const char *node_name(const struct rg_node *n) { return n ? n->t.name : ""; }
+static int node_id(const struct rg_node *n) { return n ? n->id : -1; }
 
 rg_status rg_cu_fail(rg_error *err, const struct rg_node *n, const char *call, cudaError_t e, const char *file,
                      int line) {
     cudaGetLastError();  // a non-sticky error must not be reported again by the next call
     return rg_fail(err, e == cudaErrorMemoryAllocation ? RG_ERR_NOMEM : RG_ERR_IO,
-                   "cuda %s '%s': %s failed: %s (%s) at %s:%d", node_op(n), node_name(n), call, cudaGetErrorName(e),
-                   cudaGetErrorString(e), base_name(file), line);
+                   "cuda %s '%s' (node %d): %s failed: %s (%s) at %s:%d", node_op(n), node_name(n), node_id(n), call,
+                   cudaGetErrorName(e), cudaGetErrorString(e), base_name(file), line);
 }
 
 rg_status rg_cublas_fail(rg_error *err, const struct rg_node *n, const char *call, cublasStatus_t s,
                          const char *file, int line) {
     cudaGetLastError();
     return rg_fail(err, s == CUBLAS_STATUS_ALLOC_FAILED ? RG_ERR_NOMEM : RG_ERR_IO,
-                   "cuda %s '%s': %s failed: %s (%s) at %s:%d", node_op(n), node_name(n), call,
-                   cublasGetStatusName(s), cublasGetStatusString(s), base_name(file), line);
+                   "cuda %s '%s' (node %d): %s failed: %s (%s) at %s:%d", node_op(n), node_name(n), node_id(n),
+                   call, cublasGetStatusName(s), cublasGetStatusString(s), base_name(file), line);
 }
 
 // ---------------------------------------------------------------------------

@@ -1,46 +1,127 @@
-// cmd_report.c - `retrograd report [--json]`: what this build can run, and where.
+// cmd_report.c - `retrograd report [--json] [--device cpu|cuda]`: what this
+// build can run, and where: the GPU (or why there is none), the capability
+// flags, and for every op in the op table the backend that runs it and for
+// which types. Ops the GPU does not take run on the CPU, per node, with the
+// copies counted by the executor.
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 #include "cuda/cuda.h"
+#include "graph/ops.h"
+
+// The types the CPU kernel of an op accepts (the cpu_supports rules in ops.c).
+static const char *cpu_types(rg_op op) {
+    const rg_op_def *d = &rg_op_defs[op];
+    if (d->is_view) return "view (no kernel)";
+    if (!d->cpu) return "none";
+    switch (op) {
+    case RG_OP_MUL_MAT:
+    case RG_OP_OUT_PROD:
+    case RG_OP_GET_ROWS: return "any weight type";
+    case RG_OP_CONT: return "any type";
+    case RG_OP_FILL:
+    case RG_OP_CPY: return "f32, f16, bf16";
+    default: return "f32";
+    }
+}
+
+// Which backend runs the op: "cuda" (for its CUDA types; other types and
+// layouts fall back to the CPU), "cpu", or "none" (views, ops with no kernel).
+static const char *backend_of(rg_op op, int use_cuda) {
+    const rg_op_def *d = &rg_op_defs[op];
+    if (d->is_view) return "none";
+    if (use_cuda && rg_cuda_op_types((int)op)) return "cuda";
+    return d->cpu ? "cpu" : "none";
+}
+
+static void print_usage(FILE *f) { fprintf(f, "usage: retrograd report [--json] [--device cpu|cuda]\n"); }
 
 int cmd_report(int argc, char **argv) {
     int json = 0;
+    const char *want = NULL;  // NULL: the GPU when there is one
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = 1;
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: retrograd report [--json]\n");
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
+            want = argv[++i];
+            if (strcmp(want, "cpu") && strcmp(want, "cuda")) {
+                fprintf(stderr, "retrograd report: --device must be cpu or cuda, not '%s'\n", want);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            print_usage(stdout);
             return 0;
         } else {
             fprintf(stderr, "retrograd report: unknown argument '%s'\n", argv[i]);
+            print_usage(stderr);
             return 2;
         }
     }
-    char reason[256] = "";
+    char reason[512] = "";
     int n = rg_cuda_device_count(reason, sizeof reason);
     rg_cuda_device_info info;
     rg_error err = {0};
     int have = n > 0 && rg_cuda_device_get(0, &info, &err) == RG_OK;
-    if (!have && n > 0) snprintf(reason, sizeof reason, "%.200s", err.msg);
+    if (!have && n > 0) snprintf(reason, sizeof reason, "%.500s", err.msg);
+    const int use_cuda = have && (!want || !strcmp(want, "cuda"));
+    const char *device = use_cuda ? "cuda" : "cpu";
+    char note[600] = "";
+    if (want && !strcmp(want, "cuda") && !have)
+        snprintf(note, sizeof note, "cuda requested but unavailable (%.500s): every op runs on the cpu", reason);
+
     if (json) {
         printf("{\n  \"cuda_compiled\": %s,\n  \"gpu_device\": ", rg_cuda_compiled() ? "true" : "false");
-        if (have)
-            printf("{\"name\": \"%s\", \"compute_capability\": \"%d.%d\", \"total_mem\": %zu, \"free_mem\": %zu}",
-                   info.name, info.major, info.minor, info.total_mem, info.free_mem);
-        else
+        if (have) {
+            printf("{\"name\": ");
+            json_str(stdout, info.name, strlen(info.name));
+            printf(", \"compute_capability\": \"%d.%d\", \"total_mem\": %zu, \"free_mem\": %zu, \"multiprocessors\": %d}",
+                   info.major, info.minor, info.total_mem, info.free_mem, info.multiprocessors);
+        } else {
             printf("null");
+        }
         printf(",\n  \"gpu_unavailable_reason\": ");
         json_str(stdout, have ? "" : reason, have ? 0 : strlen(reason));
-        printf(",\n  \"cap_flash_attn_back\": false,\n  \"cap_device_sampling\": false,\n  \"ops\": []\n}\n");
-    } else {
-        printf("cuda compiled        %s\n", rg_cuda_compiled() ? "yes" : "no");
-        if (have)
-            printf("gpu_device           %s (compute %d.%d, %.1f GiB, %.1f GiB free)\n", info.name, info.major,
-                   info.minor, info.total_mem / 1073741824.0, info.free_mem / 1073741824.0);
-        else
-            printf("gpu_device           none (%s)\n", reason);
-        printf("cap_flash_attn_back  false\ncap_device_sampling  false\nops                  (the op table arrives with the graph engine)\n");
+        printf(",\n  \"device\": \"%s\",\n  \"device_note\": ", device);
+        json_str(stdout, note, strlen(note));
+        printf(",\n  \"cap_flash_attn_back\": false,\n  \"cap_device_sampling\": false,\n  \"ops\": [");
+        int first = 1;
+        for (int op = RG_OP_NONE + 1; op < RG_OP_COUNT; op++) {
+            const rg_op_def *d = &rg_op_defs[op];
+            const char *ct = rg_cuda_op_types(op);
+            printf("%s\n    {\"op\": ", first ? "" : ",");
+            first = 0;
+            json_str(stdout, d->name, strlen(d->name));
+            printf(", \"backend\": \"%s\", \"cpu_kernel\": %s, \"cpu_types\": ", backend_of((rg_op)op, use_cuda),
+                   d->cpu ? "true" : "false");
+            json_str(stdout, cpu_types((rg_op)op), strlen(cpu_types((rg_op)op)));
+            printf(", \"cuda_types\": ");
+            if (ct) json_str(stdout, ct, strlen(ct));
+            else printf("null");
+            // Where the rest goes: on the GPU path, other types and layouts run on the CPU.
+            printf(", \"fallback\": %s}", use_cuda && ct && d->cpu ? "\"cpu\"" : "null");
+        }
+        printf("\n  ]\n}\n");
+        return 0;
+    }
+
+    printf("cuda compiled        %s\n", rg_cuda_compiled() ? "yes" : "no");
+    if (have)
+        printf("gpu_device           %s (compute %d.%d, %.1f GiB total, %.1f GiB free, %d SMs)\n", info.name,
+               info.major, info.minor, info.total_mem / 1073741824.0, info.free_mem / 1073741824.0,
+               info.multiprocessors);
+    else
+        printf("gpu_device           none (%s)\n", reason);
+    printf("device               %s%s%s\n", device, note[0] ? ": " : "", note);
+    printf("cap_flash_attn_back  false\ncap_device_sampling  false\n\n");
+    printf("%-26s %-8s %-18s %s\n", "op", "backend", "cpu types", "cuda types");
+    for (int op = RG_OP_NONE + 1; op < RG_OP_COUNT; op++) {
+        const rg_op_def *d = &rg_op_defs[op];
+        const char *ct = rg_cuda_op_types(op);
+        char cuda_col[96];
+        if (d->is_view) snprintf(cuda_col, sizeof cuda_col, "view (no kernel)");
+        else if (ct) snprintf(cuda_col, sizeof cuda_col, "%s%s", ct, d->cpu ? " (others: cpu fallback)" : "");
+        else snprintf(cuda_col, sizeof cuda_col, "cpu fallback");
+        printf("%-26s %-8s %-18s %s\n", d->name, backend_of((rg_op)op, use_cuda), cpu_types((rg_op)op), cuda_col);
     }
     return 0;
 }

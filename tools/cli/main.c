@@ -13,7 +13,7 @@ static const struct {
     {"info", cmd_info, "info MODEL.gguf [--json [--full]]        metadata, tensors, types, sizes"},
     {"make-tiny", cmd_make_tiny, "make-tiny --arch qwen2 --type f32|f16|bf16 -o OUT.gguf [--seed S] [--twin-f32]"},
     {"quantize", cmd_quantize, "quantize IN.gguf OUT.gguf TYPE              Q4_0 ... Q6_K, Q4_K_M, IQ4_XS, ... (--help lists all)"},
-    {"report", cmd_report, "report [--json]                          backend capabilities"},
+    {"report", cmd_report, "report [--json] [--device cpu|cuda]       backend capabilities: gpu, ops and their types"},
 };
 
 static void usage(FILE *f) {

@@ -1,0 +1,83 @@
+// cuda_common.cuh - what device.cu and ops.cu share: the context behind
+// rg_cuda_ctx (device, stream, cuBLAS handle, a grow-only memory pool, the
+// stats) and the checking macros that turn every failed CUDA or cuBLAS call
+// into an rg_error naming the op, the node, the call, the error string and
+// the file:line, in the spirit of llm.c's cudaCheck but returning instead of
+// exiting.
+#ifndef RG_CUDA_COMMON_CUH
+#define RG_CUDA_COMMON_CUH
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "base/error.h"
+#include "cuda/cuda.h"
+#include "graph/graph.h"
+}
+
+// Slots of the memory pool. Each node uses each slot at most once, and every
+// node ends with a stream synchronize, so a slot is free again at the next node.
+enum {
+    RG_CU_BUF_SRC0 = 0,  // src[0] as uploaded (its byte span)
+    RG_CU_BUF_SRC1,      // src[1]
+    RG_CU_BUF_DST,       // the output, downloaded at the end
+    RG_CU_BUF_TMP,       // op scratch (MUL_MAT: F16/BF16 weight rows widened to F32)
+    RG_CU_BUF_COUNT,
+};
+
+typedef struct rg_cuda_buf {
+    void *ptr;
+    size_t cap;  // bytes
+} rg_cuda_buf;
+
+struct rg_cuda_ctx {
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t cublas;
+    rg_cuda_buf buf[RG_CU_BUF_COUNT];
+    size_t pool_bytes;        // sum of the slot capacities (device memory held)
+    size_t dequant_budget;    // bytes of widened weight per MUL_MAT slice; 0 = no slicing
+    rg_cuda_stats stats;
+};
+
+// Builds the error for a failed CUDA call (clears the runtime's last error so
+// that a later, unrelated call does not report it again). n may be NULL.
+rg_status rg_cu_fail(rg_error *err, const struct rg_node *n, const char *call, cudaError_t e, const char *file,
+                     int line);
+rg_status rg_cublas_fail(rg_error *err, const struct rg_node *n, const char *call, cublasStatus_t s,
+                         const char *file, int line);
+
+// In a function with `const rg_node *n` (may be NULL) and `rg_error *err` in
+// scope: run the call, return an error naming it on failure.
+#define CU_TRY(call)                                                                    \
+    do {                                                                                \
+        cudaError_t cu_e_ = (call);                                                     \
+        if (cu_e_ != cudaSuccess) return rg_cu_fail(err, n, #call, cu_e_, __FILE__, __LINE__); \
+    } while (0)
+#define CUBLAS_TRY(call)                                                                      \
+    do {                                                                                      \
+        cublasStatus_t cb_s_ = (call);                                                        \
+        if (cb_s_ != CUBLAS_STATUS_SUCCESS) return rg_cublas_fail(err, n, #call, cb_s_, __FILE__, __LINE__); \
+    } while (0)
+// After a kernel launch: launch configuration errors show up here.
+#define CU_LAUNCHED() CU_TRY(cudaGetLastError())
+// Propagates an rg_status.
+#define RG_TRY(expr)                  \
+    do {                                \
+        rg_status rg_s_ = (expr);       \
+        if (rg_s_ != RG_OK) return rg_s_; \
+    } while (0)
+
+// A device buffer of at least `bytes` in pool slot `slot` (grown, never shrunk).
+rg_status rg_cuda_pool_get(rg_cuda_ctx *ctx, int slot, size_t bytes, void **out, const struct rg_node *n,
+                           rg_error *err);
+// Copies a source tensor's byte span (first to one past the last element,
+// strides kept) into pool slot `slot`; counted in the stats.
+rg_status rg_cuda_upload(rg_cuda_ctx *ctx, int slot, const rg_tensor *t, void **dev, const struct rg_node *n,
+                         rg_error *err);
+// Copies `bytes` from the device to host memory; counted in the stats.
+rg_status rg_cuda_download(rg_cuda_ctx *ctx, void *host, const void *dev, size_t bytes, const struct rg_node *n,
+                           rg_error *err);
+
+#endif

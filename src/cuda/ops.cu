@@ -1,0 +1,461 @@
+// ops.cu - the ops the scheduler may run on the GPU, per node (exec.c): which
+// nodes qualify (rg_cuda_op_supported), what the backend report lists
+// (rg_cuda_op_types), and the run itself (rg_cuda_op_run): upload the sources,
+// launch, download the output, synchronize. Host memory stays the home of
+// every tensor; every copy is counted in the context's stats.
+//
+//   ADD       f32 (+) f32 -> f32. a any strides (float-aligned), b any strides,
+//             tiled over a as on the CPU (b.ne[i] divides a.ne[i]). One IEEE add
+//             per element: bit-identical to the CPU.
+//   MUL_MAT   weight f32, f16 or bf16 (packed rows, any row/slice strides),
+//             x f32 (packed rows), y f32. cuBLAS SGEMM with CUBLAS_PEDANTIC_MATH
+//             (true F32, no TF32). F16/BF16 weights are widened to F32 on the
+//             device first (exact), in row slices of at most
+//             RETRO_CUDA_DEQUANT_BUDGET_MB, so x is never rounded to a half type
+//             and the only difference from a plain F32 dot product is the
+//             summation order. Dims 2 and 3 broadcast as in
+//             architectures.md §0.1: x slice i2 uses weight slice i2 / (c2 / b2).
+//   SOFT_MAX  f32 rows, optional f32 mask [n_kv, >= T], causal flag, scale,
+//             softcap, exactly the CPU's rule (ops_softmax_loss.c): z in f32
+//             with no fused multiply-add, f32 expf, the row sum in double,
+//             y = (float)(e * (1/sum)); fully masked rows give zeros.
+//             Differences from the CPU: CUDA's expf/tanhf (<= 2 ulp) and the
+//             order of the double sum.
+//
+// Layout: the kernels first, then the launchers (llm.c style).
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "cuda/cuda_common.cuh"
+
+// ===========================================================================
+// Kernels
+// ===========================================================================
+
+// add_same_f32: y[i] = a[i] + b[i] for i < n; a, b, y contiguous, same shape.
+__global__ static void add_same_f32_kernel(const float *a, const float *b, float *y, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = __fadd_rn(a[i], b[i]);
+}
+
+// The shape and strides (in elements) of one broadcast ADD.
+typedef struct add_geom {
+    int64_t ne[4];   // output shape (= a's shape); the output is contiguous
+    int64_t as[4];   // a's strides
+    int64_t bne[4];  // b's shape: b.ne[i] divides ne[i]
+    int64_t bs[4];   // b's strides
+} add_geom;
+
+// add_bcast_f32: y[i0,i1,i2,i3] = a[i0,i1,i2,i3] + b[i0 % bne0, i1 % bne1, i2 % bne2, i3 % bne3]
+// with a and b addressed through their own strides, y contiguous.
+__global__ static void add_bcast_f32_kernel(const float *a, const float *b, float *y, add_geom g, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i;
+        const int64_t i0 = r % g.ne[0];
+        r /= g.ne[0];
+        const int64_t i1 = r % g.ne[1];
+        r /= g.ne[1];
+        const int64_t i2 = r % g.ne[2];
+        const int64_t i3 = r / g.ne[2];
+        const float x = a[i0 * g.as[0] + i1 * g.as[1] + i2 * g.as[2] + i3 * g.as[3]];
+        const float z = b[(i0 % g.bne[0]) * g.bs[0] + (i1 % g.bne[1]) * g.bs[1] + (i2 % g.bne[2]) * g.bs[2] +
+                          (i3 % g.bne[3]) * g.bs[3]];
+        y[i] = __fadd_rn(x, z);
+    }
+}
+
+// IEEE binary16 bits -> binary32, exact; a NaN stays NaN (quiet, sign and
+// payload kept), as rg_fp16_to_fp32 on the CPU.
+__device__ static inline float f16_bits_to_f32(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    const uint32_t e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+    if (e == 0x1F) return __uint_as_float(sign | 0x7F800000u | (m << 13) | (m ? 0x400000u : 0u));
+    if (e == 0) {
+        const float v = (float)m * 5.9604644775390625e-8f;  // m * 2^-24, exact
+        return sign ? -v : v;
+    }
+    return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+// bf16 bits -> binary32, exact.
+__device__ static inline float bf16_bits_to_f32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+// widen_f16 / widen_bf16: dst[m * K + k] = (float)src[m * ld + k] for m < rows,
+// k < K; turns rows of a half-precision weight into packed F32 rows.
+__global__ static void widen_f16_kernel(const uint16_t *src, int64_t ld, int64_t K, int64_t rows, float *dst) {
+    const int64_t n = rows * K;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t m = i / K, k = i - m * K;
+        dst[i] = f16_bits_to_f32(src[m * ld + k]);
+    }
+}
+
+__global__ static void widen_bf16_kernel(const uint16_t *src, int64_t ld, int64_t K, int64_t rows, float *dst) {
+    const int64_t n = rows * K;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t m = i / K, k = i - m * K;
+        dst[i] = bf16_bits_to_f32(src[m * ld + k]);
+    }
+}
+
+// Block reductions for blockDim.x a multiple of 32 (<= 1024). Every thread
+// gets the result. `sh` holds 32 values; the leading barrier makes it safe to
+// call these again in a loop.
+__device__ static inline float warp_max_f32(float v) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const float w = __shfl_xor_sync(0xFFFFFFFFu, v, o);
+        if (w > v) v = w;  // as the CPU's `if (z > mx)`: a NaN never wins
+    }
+    return v;
+}
+
+__device__ static inline double warp_sum_f64(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+    return v;
+}
+
+__device__ static float block_max_f32(float v, float *sh) {
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max_f32(v);
+    __syncthreads();
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    return warp_max_f32(lane < nw ? sh[lane] : -INFINITY);
+}
+
+__device__ static double block_sum_f64(double v, double *sh) {
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum_f64(v);
+    __syncthreads();
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    return warp_sum_f64(lane < nw ? sh[lane] : 0.0);
+}
+
+// soft_max_f32: one block per row r of a [n_kv, T, H, B] (rows contiguous,
+// nrows = T*H*B), query i = r % T:
+//   z_k = scale * a_k;  z_k = softcap * tanhf(z_k / softcap) when softcap > 0;
+//   z_k += mask[i * mask_ld + k] when there is a mask;
+//   keys k >= end are causally masked, end = clamp(i + (n_kv - T) + 1, 0, n_kv) (n_kv otherwise);
+//   y_k = expf(z_k - max z) / sum exp (sum in double), 0 for masked keys;
+//   a row whose z are all -inf gives zeros.
+__global__ static void soft_max_f32_kernel(const float *a, const float *mask, float *y, int64_t n_kv, int64_t T,
+                                           int64_t nrows, int64_t mask_ld, int causal, float scale, float softcap) {
+    __shared__ float sh_max[32];
+    __shared__ double sh_sum[32];
+    for (int64_t r = blockIdx.x; r < nrows; r += gridDim.x) {
+        const int64_t i = r % T;
+        const float *ar = a + r * n_kv;
+        float *yr = y + r * n_kv;
+        const float *mr = mask ? mask + i * mask_ld : NULL;
+        int64_t end = n_kv;
+        if (causal) {
+            const int64_t lim = i + (n_kv - T) + 1;
+            end = lim < 0 ? 0 : lim < n_kv ? lim : n_kv;
+        }
+        // z, kept in y; each thread later reads back only the elements it wrote.
+        float mx = -INFINITY;
+        for (int64_t k = threadIdx.x; k < end; k += blockDim.x) {
+            float z = __fmul_rn(scale, ar[k]);
+            if (softcap > 0.0f) z = __fmul_rn(softcap, tanhf(__fdiv_rn(z, softcap)));
+            if (mr) z = __fadd_rn(z, mr[k]);
+            yr[k] = z;
+            if (z > mx) mx = z;
+        }
+        mx = block_max_f32(mx, sh_max);
+        if (mx == -INFINITY) {  // every key masked: zeros, no NaN (the same branch in every thread)
+            for (int64_t k = threadIdx.x; k < n_kv; k += blockDim.x) yr[k] = 0.0f;
+            continue;
+        }
+        double sum = 0.0;
+        for (int64_t k = threadIdx.x; k < end; k += blockDim.x) {
+            const float e = expf(__fsub_rn(yr[k], mx));
+            yr[k] = e;
+            sum += (double)e;
+        }
+        sum = block_sum_f64(sum, sh_sum);
+        const double inv = 1.0 / sum;
+        for (int64_t k = threadIdx.x; k < end; k += blockDim.x) yr[k] = (float)__dmul_rn((double)yr[k], inv);
+        for (int64_t k = end + threadIdx.x; k < n_kv; k += blockDim.x) yr[k] = 0.0f;
+    }
+}
+
+// ===========================================================================
+// Launchers
+// ===========================================================================
+
+enum { RG_CU_THREADS = 256 };
+
+// Blocks for n elements at RG_CU_THREADS per block; the kernels loop past the grid.
+static unsigned grid_for(int64_t n) {
+    int64_t b = (n + RG_CU_THREADS - 1) / RG_CU_THREADS;
+    return (unsigned)(b < 1 ? 1 : b > 65535 * 16 ? 65535 * 16 : b);
+}
+
+static size_t type_size(uint32_t type) {
+    return type == RG_TYPE_F32 ? 4 : (type == RG_TYPE_F16 || type == RG_TYPE_BF16) ? 2 : 0;
+}
+
+// Every stride a multiple of the element size, every dim non-empty.
+static bool elem_strides(const rg_tensor *t, size_t esz) {
+    for (int i = 0; i < RG_MAX_DIMS; i++)
+        if (t->ne[i] <= 0 || t->nb[i] % esz) return false;
+    return true;
+}
+
+static bool has_bytes(const rg_node *s) { return s && s->t.data; }
+
+// ---------------------------------------------------------------------------
+// Support
+
+static bool add_supported(const rg_node *n) {
+    const rg_node *a = n->src[0], *b = n->src[1];
+    if (!has_bytes(a) || !has_bytes(b) || a->t.type != RG_TYPE_F32 || b->t.type != RG_TYPE_F32) return false;
+    if (!rg_tensor_same_shape(&a->t, &n->t) || !elem_strides(&a->t, 4) || !elem_strides(&b->t, 4)) return false;
+    for (int i = 0; i < RG_MAX_DIMS; i++)
+        if (n->t.ne[i] % b->t.ne[i]) return false;
+    return true;
+}
+
+static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
+
+static bool mul_mat_supported(const rg_node *n) {
+    const rg_node *w = n->src[0], *x = n->src[1];
+    if (!has_bytes(w) || !has_bytes(x) || x->t.type != RG_TYPE_F32) return false;
+    const size_t esz = type_size(w->t.type);
+    if (!esz || !elem_strides(&w->t, esz) || !elem_strides(&x->t, 4)) return false;
+    if (w->t.nb[0] != esz || x->t.nb[0] != 4) return false;  // packed rows
+    const int64_t K = w->t.ne[0], M = w->t.ne[1], N = x->t.ne[1];
+    if (x->t.ne[0] != K || n->t.ne[0] != M || n->t.ne[1] != N || n->t.ne[2] != x->t.ne[2] || n->t.ne[3] != x->t.ne[3])
+        return false;
+    if (x->t.ne[2] % w->t.ne[2] || x->t.ne[3] % w->t.ne[3]) return false;
+    // cuBLAS's int API: sizes and leading dimensions (a leading dimension must cover a column).
+    const int64_t ldw = M > 1 ? (int64_t)(w->t.nb[1] / esz) : K, ldx = N > 1 ? (int64_t)(x->t.nb[1] / 4) : K;
+    if (!fits_int(K) || !fits_int(M) || !fits_int(N) || !fits_int(ldw) || !fits_int(ldx) || ldw < K || ldx < K)
+        return false;
+    return true;
+}
+
+static bool soft_max_supported(const rg_node *n) {
+    const rg_node *a = n->src[0], *mask = n->src[1];
+    if (!has_bytes(a) || a->t.type != RG_TYPE_F32 || !rg_tensor_is_contiguous(&a->t)) return false;
+    if (!rg_tensor_same_shape(&a->t, &n->t)) return false;
+    if (mask) {
+        const rg_tensor *m = &mask->t;
+        if (!has_bytes(mask) || m->type != RG_TYPE_F32 || !elem_strides(m, 4)) return false;
+        if (m->ne[0] != a->t.ne[0] || m->ne[1] < a->t.ne[1] || m->ne[2] != 1 || m->ne[3] != 1) return false;
+        if (m->ne[0] > 1 && m->nb[0] != 4) return false;
+    }
+    return true;
+}
+
+extern "C" bool rg_cuda_op_supported(const struct rg_node *n) {
+    if (!n || n->t.type != RG_TYPE_F32 || !n->t.data || !rg_tensor_is_contiguous(&n->t)) return false;
+    if (rg_tensor_nelements(&n->t) <= 0) return false;
+    switch (n->op) {
+    case RG_OP_ADD: return add_supported(n);
+    case RG_OP_MUL_MAT: return mul_mat_supported(n);
+    case RG_OP_SOFT_MAX: return soft_max_supported(n);
+    default: return false;
+    }
+}
+
+extern "C" const char *rg_cuda_op_types(int op) {
+    switch (op) {
+    case RG_OP_ADD: return "f32";
+    case RG_OP_MUL_MAT: return "f32, f16, bf16";
+    case RG_OP_SOFT_MAX: return "f32";
+    default: return NULL;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// ADD
+
+static rg_status run_add(rg_cuda_ctx *ctx, const rg_node *n, rg_error *err) {
+    const rg_tensor *a = &n->src[0]->t, *b = &n->src[1]->t;
+    void *da, *db, *dy;
+    const int64_t count = rg_tensor_nelements(&n->t);
+    RG_TRY(rg_cuda_upload(ctx, RG_CU_BUF_SRC0, a, &da, n, err));
+    RG_TRY(rg_cuda_upload(ctx, RG_CU_BUF_SRC1, b, &db, n, err));
+    RG_TRY(rg_cuda_pool_get(ctx, RG_CU_BUF_DST, (size_t)count * 4, &dy, n, err));
+    if (rg_tensor_is_contiguous(a) && rg_tensor_same_shape(a, b) && rg_tensor_is_contiguous(b)) {
+        add_same_f32_kernel<<<grid_for(count), RG_CU_THREADS, 0, ctx->stream>>>((const float *)da, (const float *)db,
+                                                                                (float *)dy, count);
+    } else {
+        add_geom g;
+        for (int i = 0; i < 4; i++) {
+            g.ne[i] = n->t.ne[i], g.as[i] = (int64_t)(a->nb[i] / 4);
+            g.bne[i] = b->ne[i], g.bs[i] = (int64_t)(b->nb[i] / 4);
+        }
+        add_bcast_f32_kernel<<<grid_for(count), RG_CU_THREADS, 0, ctx->stream>>>((const float *)da, (const float *)db,
+                                                                                 (float *)dy, g, count);
+    }
+    CU_LAUNCHED();
+    return rg_cuda_download(ctx, n->t.data, dy, (size_t)count * 4, n, err);
+}
+
+// ---------------------------------------------------------------------------
+// MUL_MAT
+//
+// In cuBLAS's column-major terms a weight slice W [K, M] with row stride ldw is
+// a K x M matrix (lda = ldw), an x slice [K, N] is K x N (ldb = ldx), and the
+// output slice Y [M, N] is M x N (ldc = M): Y = W^T X, i.e. SGEMM(T, N).
+
+typedef struct mm_geom {
+    int K, M, N;
+    int64_t ldx;           // x column stride (elements)
+    int64_t sx2, sx3;      // x slice strides (elements)
+    int64_t c2, c3;        // output slices
+    int64_t r2, r3;        // x slices per weight slice in dims 2, 3
+} mm_geom;
+
+// Y[:, columns of x slices g0 .. g0 + r2 - 1] for weight rows [0, Mc): A is
+// the weight (Mc rows of K, lda), X points at the first x slice, Y at row 0 of
+// the first output slice (ldc = M; consecutive output slices are contiguous).
+// The r2 slices run as one GEMM when their columns are evenly spaced, else one
+// GEMM per slice.
+static rg_status gemm_group(rg_cuda_ctx *ctx, const rg_node *n, const mm_geom *g, const float *A, int lda, int Mc,
+                            const float *X, float *Y, rg_error *err) {
+    const float one = 1.0f, zero = 0.0f;
+    const int64_t r2 = g->r2;
+    int cols = g->N;
+    int64_t ldx = g->ldx;
+    int64_t slices = r2;
+    if (r2 > 1 && g->N == 1 && g->sx2 >= g->K && fits_int(g->sx2) && fits_int(r2)) {
+        cols = (int)r2, ldx = g->sx2, slices = 1;  // one column per slice, spaced sx2 apart
+    } else if (r2 > 1 && g->sx2 == (int64_t)g->N * g->ldx && fits_int((int64_t)g->N * r2)) {
+        cols = (int)(g->N * r2), slices = 1;  // the slices' columns follow each other
+    }
+    for (int64_t s = 0; s < slices; s++) {
+        CUBLAS_TRY(cublasSgemm(ctx->cublas, CUBLAS_OP_T, CUBLAS_OP_N, Mc, cols, g->K, &one, A, lda, X + s * g->sx2,
+                               (int)ldx, &zero, Y + s * (int64_t)g->M * g->N, g->M));
+    }
+    return RG_OK;
+}
+
+static rg_status run_mul_mat(rg_cuda_ctx *ctx, const rg_node *n, rg_error *err) {
+    const rg_tensor *w = &n->src[0]->t, *x = &n->src[1]->t;
+    const size_t esz = type_size(w->type);
+    mm_geom g;
+    g.K = (int)w->ne[0], g.M = (int)w->ne[1], g.N = (int)x->ne[1];
+    g.ldx = g.N > 1 ? (int64_t)(x->nb[1] / 4) : g.K;
+    g.sx2 = (int64_t)(x->nb[2] / 4), g.sx3 = (int64_t)(x->nb[3] / 4);
+    g.c2 = x->ne[2], g.c3 = x->ne[3];
+    g.r2 = x->ne[2] / w->ne[2], g.r3 = x->ne[3] / w->ne[3];
+    const int64_t ldw = g.M > 1 ? (int64_t)(w->nb[1] / esz) : g.K;
+    const int64_t sw2 = (int64_t)(w->nb[2] / esz), sw3 = (int64_t)(w->nb[3] / esz);
+    const int64_t MN = (int64_t)g.M * g.N;
+    const int64_t count = rg_tensor_nelements(&n->t);
+
+    void *dw, *dx, *dy;
+    RG_TRY(rg_cuda_upload(ctx, RG_CU_BUF_SRC0, w, &dw, n, err));
+    RG_TRY(rg_cuda_upload(ctx, RG_CU_BUF_SRC1, x, &dx, n, err));
+    RG_TRY(rg_cuda_pool_get(ctx, RG_CU_BUF_DST, (size_t)count * 4, &dy, n, err));
+    const float *X = (const float *)dx;
+    float *Y = (float *)dy;
+
+    if (w->type == RG_TYPE_F32) {
+        const float *W = (const float *)dw;
+        const float one = 1.0f, zero = 0.0f;
+        for (int64_t i3 = 0; i3 < g.c3; i3++) {
+            const float *W3 = W + (i3 / g.r3) * sw3;
+            const float *X3 = X + i3 * g.sx3;
+            float *Y3 = Y + i3 * g.c2 * MN;
+            if (g.r2 == 1 && g.c2 > 1 && fits_int(g.c2)) {
+                // weight slice i2 with x slice i2: one batched call
+                CUBLAS_TRY(cublasSgemmStridedBatched(ctx->cublas, CUBLAS_OP_T, CUBLAS_OP_N, g.M, g.N, g.K, &one, W3,
+                                                     (int)ldw, sw2, X3, (int)g.ldx, g.sx2, &zero, Y3, g.M, MN,
+                                                     (int)g.c2));
+                continue;
+            }
+            for (int64_t i02 = 0; i02 < g.c2 / g.r2; i02++)
+                RG_TRY(gemm_group(ctx, n, &g, W3 + i02 * sw2, (int)ldw, g.M, X3 + i02 * g.r2 * g.sx2,
+                                  Y3 + i02 * g.r2 * MN, err));
+        }
+    } else {
+        // Widen rows [m0, m0 + mc) of one weight slice to F32, then use them for
+        // every x slice that maps to this weight slice.
+        const uint16_t *W = (const uint16_t *)dw;
+        const int64_t row_bytes = (int64_t)g.K * 4;
+        int64_t mc = g.M;
+        if (ctx->dequant_budget) {
+            mc = (int64_t)(ctx->dequant_budget / (size_t)row_bytes);
+            if (mc < 1) mc = 1;
+            if (mc > g.M) mc = g.M;
+        }
+        void *dt;
+        RG_TRY(rg_cuda_pool_get(ctx, RG_CU_BUF_TMP, (size_t)(mc * row_bytes), &dt, n, err));
+        float *Wf = (float *)dt;
+        const int64_t b2 = g.c2 / g.r2, b3 = g.c3 / g.r3;
+        for (int64_t i03 = 0; i03 < b3; i03++)
+            for (int64_t i02 = 0; i02 < b2; i02++)
+                for (int64_t m0 = 0; m0 < g.M; m0 += mc) {
+                    const int64_t rows = g.M - m0 < mc ? g.M - m0 : mc;
+                    const uint16_t *src = W + i03 * sw3 + i02 * sw2 + m0 * ldw;
+                    if (w->type == RG_TYPE_F16)
+                        widen_f16_kernel<<<grid_for(rows * g.K), RG_CU_THREADS, 0, ctx->stream>>>(src, ldw, g.K, rows,
+                                                                                                  Wf);
+                    else
+                        widen_bf16_kernel<<<grid_for(rows * g.K), RG_CU_THREADS, 0, ctx->stream>>>(src, ldw, g.K,
+                                                                                                   rows, Wf);
+                    CU_LAUNCHED();
+                    for (int64_t i3 = i03 * g.r3; i3 < (i03 + 1) * g.r3; i3++)
+                        RG_TRY(gemm_group(ctx, n, &g, Wf, g.K, (int)rows, X + i3 * g.sx3 + i02 * g.r2 * g.sx2,
+                                          Y + (i3 * g.c2 + i02 * g.r2) * MN + m0, err));
+                }
+    }
+    return rg_cuda_download(ctx, n->t.data, dy, (size_t)count * 4, n, err);
+}
+
+// ---------------------------------------------------------------------------
+// SOFT_MAX
+
+static rg_status run_soft_max(rg_cuda_ctx *ctx, const rg_node *n, rg_error *err) {
+    const rg_tensor *a = &n->src[0]->t;
+    const rg_tensor *m = n->src[1] ? &n->src[1]->t : NULL;
+    const int64_t count = rg_tensor_nelements(&n->t), n_kv = a->ne[0], T = a->ne[1];
+    const int64_t nrows = count / n_kv;
+    void *da, *dm = NULL, *dy;
+    RG_TRY(rg_cuda_upload(ctx, RG_CU_BUF_SRC0, a, &da, n, err));
+    if (m) RG_TRY(rg_cuda_upload(ctx, RG_CU_BUF_SRC1, m, &dm, n, err));
+    RG_TRY(rg_cuda_pool_get(ctx, RG_CU_BUF_DST, (size_t)count * 4, &dy, n, err));
+    const int64_t mask_ld = m ? (int64_t)(m->nb[1] / 4) : 0;
+    const unsigned blocks = (unsigned)(nrows < 65535 * 16 ? nrows : 65535 * 16);
+    soft_max_f32_kernel<<<blocks, RG_CU_THREADS, 0, ctx->stream>>>((const float *)da, (const float *)dm, (float *)dy,
+                                                                   n_kv, T, nrows, mask_ld, n->ip[0] != 0, n->fp[0],
+                                                                   n->fp[1]);
+    CU_LAUNCHED();
+    return rg_cuda_download(ctx, n->t.data, dy, (size_t)count * 4, n, err);
+}
+
+// ---------------------------------------------------------------------------
+// The entry point
+
+extern "C" rg_status rg_cuda_op_run(rg_cuda_ctx *ctx, struct rg_node *n, rg_error *err) {
+    if (!ctx) return rg_fail(err, RG_ERR_ARG, "cuda %s '%s': no CUDA context", n ? rg_op_name(n->op) : "op",
+                             n ? n->t.name : "");
+    if (!rg_cuda_op_supported(n))
+        return rg_fail(err, RG_ERR_UNSUPPORTED, "cuda %s '%s': not supported on the GPU with these types or strides",
+                       n ? rg_op_name(n->op) : "op", n ? n->t.name : "");
+    CU_TRY(cudaSetDevice(ctx->device));
+    rg_status st;
+    switch (n->op) {
+    case RG_OP_ADD: st = run_add(ctx, n, err); break;
+    case RG_OP_MUL_MAT: st = run_mul_mat(ctx, n, err); break;
+    case RG_OP_SOFT_MAX: st = run_soft_max(ctx, n, err); break;
+    default: return rg_fail(err, RG_ERR_UNSUPPORTED, "cuda %s '%s': no kernel", rg_op_name(n->op), n->t.name);
+    }
+    if (st == RG_OK) {
+        // The download is asynchronous: the output is only on the host after this.
+        CU_TRY(cudaStreamSynchronize(ctx->stream));
+        ctx->stats.nodes++;
+        return RG_OK;
+    }
+    // Leave the stream idle before the caller touches host buffers again.
+    cudaStreamSynchronize(ctx->stream);
+    cudaGetLastError();
+    return st;
+}
