@@ -50,6 +50,10 @@ rg_status rg_graph_backward(rg_graph *g, rg_node *loss, rg_error *err) {
     for (int i = 0; i < g->n_forward; i++) {
         rg_node *n = g->nodes[i];
         if ((n->flags & RG_NODE_PARAM) && n->grad) {
+            // A gradient that is a view (a reshape of another node's bytes) gets its
+            // own bytes, so every gradient is a plain buffer the plan accounts for.
+            if (n->grad->view_of) n->grad = rg_cont(g, n->grad);
+            if (!n->grad) return rg_graph_error(g, err);
             n->grad->flags |= RG_NODE_GRAD | RG_NODE_OUTPUT;
             if (!n->grad->t.name[0]) rg_node_set_name(n->grad, "grad %.50s", n->t.name);
         }

@@ -268,6 +268,7 @@ rg_node *rg_rms_norm(rg_graph *g, rg_node *x, float eps) {
 rg_node *rg_rms_norm_back(rg_graph *g, rg_node *dy, rg_node *x, float eps) {
     REQUIRE(dy, x);
     char s1[160], s2[160];
+    if (!need_f32(g, "rms_norm_back", dy, "dy") || !need_f32(g, "rms_norm_back", x, "x")) return NULL;
     if (!same_shape(dy, x)) return fail(g, RG_ERR_ARG, "rms_norm_back: dy %s and x %s differ", shape(dy, s1), shape(x, s2));
     rg_node *n = node_new(g, RG_OP_RMS_NORM_BACK, RG_TYPE_F32, ne_of(x), contiguous(g, dy), contiguous(g, x), NULL, NULL);
     if (n) n->fp[0] = eps;
@@ -314,6 +315,7 @@ rg_node *rg_soft_max(rg_graph *g, rg_node *a, rg_node *mask, bool causal, float 
 rg_node *rg_soft_max_back(rg_graph *g, rg_node *dy, rg_node *y, rg_node *a, float scale, float softcap) {
     REQUIRE(dy, y);
     char s1[160], s2[160];
+    if (!need_f32(g, "soft_max_back", dy, "dy") || !need_f32(g, "soft_max_back", y, "y")) return NULL;
     if (!same_shape(dy, y)) return fail(g, RG_ERR_ARG, "soft_max_back: dy %s and y %s differ", shape(dy, s1), shape(y, s2));
     if (softcap > 0 && !a) return fail(g, RG_ERR_ARG, "soft_max_back: a softcap needs the scores");
     rg_node *n = node_new(g, RG_OP_SOFT_MAX_BACK, RG_TYPE_F32, ne_of(y), contiguous(g, dy), contiguous(g, y),
@@ -327,6 +329,7 @@ rg_node *rg_silu(rg_graph *g, rg_node *a) { return unary(g, RG_OP_SILU, a); }
 rg_node *rg_silu_back(rg_graph *g, rg_node *dy, rg_node *a) {
     REQUIRE(dy, a);
     char s1[160], s2[160];
+    if (!need_f32(g, "silu_back", dy, "dy") || !need_f32(g, "silu_back", a, "a")) return NULL;
     if (!same_shape(dy, a)) return fail(g, RG_ERR_ARG, "silu_back: dy %s and a %s differ", shape(dy, s1), shape(a, s2));
     return node_new(g, RG_OP_SILU_BACK, RG_TYPE_F32, ne_of(a), dy, a, NULL, NULL);
 }
@@ -451,6 +454,12 @@ rg_node *rg_cross_entropy_loss(rg_graph *g, rg_node *logits, rg_node *labels, in
 
 rg_node *rg_cross_entropy_loss_back(rg_graph *g, rg_node *dloss, rg_node *logits, rg_node *labels, int32_t ignore_index) {
     REQUIRE(dloss, logits, labels);
+    char s1[160], s2[160];
+    if (!need_f32(g, "cross_entropy_loss_back", dloss, "dloss") || !need_f32(g, "cross_entropy_loss_back", logits, "logits"))
+        return NULL;
+    if (rg_tensor_nelements(&dloss->t) != 1 || labels->t.type != RG_TYPE_I32 || labels->t.ne[0] != logits->t.ne[1])
+        return fail(g, RG_ERR_ARG, "cross_entropy_loss_back: dloss must be one value and labels %s i32 [n_tokens] for logits %s",
+                    shape(labels, s2), shape(logits, s1));
     rg_node *n = node_new(g, RG_OP_CROSS_ENTROPY_LOSS_BACK, RG_TYPE_F32, ne_of(logits), dloss, contiguous(g, logits),
                           labels, NULL);
     if (n) n->ip[0] = ignore_index;

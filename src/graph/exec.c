@@ -55,21 +55,37 @@ rg_status rg_exec_create(rg_exec **out, rg_graph *g, const rg_exec_opts *opts, r
     return RG_OK;
 }
 
-// The first node in [0, upto] whose F32 output holds a NaN or an Inf.
-static void first_non_finite(rg_graph *g, int upto, char *buf, size_t cap) {
+static bool all_finite(const rg_node *n) {
+    if (n->t.type != RG_TYPE_F32 || !rg_tensor_is_contiguous(&n->t) || !n->t.data) return true;
+    const float *v = n->t.data;
+    int64_t count = rg_tensor_nelements(&n->t);
+    for (int64_t k = 0; k < count; k++)
+        if (!isfinite(v[k])) return false;
+    return true;
+}
+
+// The planner reuses bytes, so by the time the loss is seen the culprit's
+// output may be gone. The graph is deterministic: run it again from the
+// start, checking each node's output right after its kernel.
+static void first_non_finite(rg_exec *ex, int upto, char *buf, size_t cap) {
+    rg_graph *g = ex->g;
+    rg_exec_ctx ctx = {ex->pool, ex->scratch, ex->plan.scratch_bytes};
+    rg_error ignored;
     for (int i = 0; i <= upto; i++) {
         rg_node *n = g->nodes[i];
-        if (n->t.type != RG_TYPE_F32 || !rg_tensor_is_contiguous(&n->t) || !n->t.data) continue;
-        const float *v = n->t.data;
-        int64_t count = rg_tensor_nelements(&n->t);
-        for (int64_t k = 0; k < count; k++)
-            if (!isfinite(v[k])) {
-                snprintf(buf, cap, "first non-finite value: node %d '%s' (%s) element %lld = %g", i, n->t.name,
-                         rg_op_name(n->op), (long long)k, (double)v[k]);
-                return;
-            }
+        const rg_op_def *def = &rg_op_defs[n->op];
+        if (n->op != RG_OP_NONE && !def->is_view && def->cpu && def->cpu(&ctx, n, &ignored) != RG_OK) break;
+        if (def->is_view) continue;
+        if (!all_finite(n)) {
+            const float *v = n->t.data;
+            int64_t k = 0;
+            while (isfinite(v[k])) k++;
+            snprintf(buf, cap, "first non-finite value: node %d '%s' (%s) element %lld = %g", i, n->t.name,
+                     rg_op_name(n->op), (long long)k, (double)v[k]);
+            return;
+        }
     }
-    snprintf(buf, cap, "no earlier node holds a non-finite value");
+    snprintf(buf, cap, "no node before it holds a non-finite value");
 }
 
 rg_status rg_exec_run(rg_exec *ex, int from, int to, rg_error *err) {
@@ -95,7 +111,7 @@ rg_status rg_exec_run(rg_exec *ex, int from, int to, rg_error *err) {
             float loss = *(const float *)n->t.data;
             if (!isfinite(loss)) {
                 char where[256];
-                first_non_finite(g, i, where, sizeof where);
+                first_non_finite(ex, i, where, sizeof where);
                 return rg_fail(err, RG_ERR_ARG, "exec: the loss '%s' is %g; %s", n->t.name, (double)loss, where);
             }
         }

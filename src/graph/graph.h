@@ -55,7 +55,7 @@ typedef enum rg_op {
     RG_OP_TRANSPOSE,
     RG_OP_VIEW_BACK,         // (dy, like) -> zeros like `like` with dy written into the view window (ip as VIEW)
     RG_OP_CONT,              // (a) -> contiguous copy, same type
-    RG_OP_CPY,               // (a, like) -> a's values stored in like's type (F32 <-> F16/BF16, RNE), like's shape
+    RG_OP_CPY,               // (a) -> a's values stored in the node's type (F32 <-> F16/BF16, RNE), a's shape
     RG_OP_CROSS_ENTROPY_LOSS,      // (logits [V, T] f32, labels I32 [T]) -> [1]; ip[0] ignore index; fp[0] 1/N_valid or 0 (= count here)
     RG_OP_CROSS_ENTROPY_LOSS_BACK, // (dL [1], logits, labels) -> dlogits [V, T]
     RG_OP_ADAMW,             // (param f32, grad, m, v) -> param updated in place; fp: lr/bc1, beta1, beta2, eps, decay, sqrt(bc2), clip

@@ -172,6 +172,11 @@ static bool plain_f32(const rg_node *n) {
     return true;
 }
 static bool any_types(const rg_node *n) { (void)n; return true; }
+// Ops whose later sources only lend their shape (repeat, repeat_back, view_back).
+static bool f32_src0(const rg_node *n) { return n->src[0] && n->src[0]->t.type == RG_TYPE_F32; }
+static bool fill_types(const rg_node *n) {
+    return n->t.type == RG_TYPE_F32 || n->t.type == RG_TYPE_F16 || n->t.type == RG_TYPE_BF16;
+}
 static bool half_or_f32(const rg_node *n) {
     uint32_t t = n->src[0]->t.type;
     return t == RG_TYPE_F32 || t == RG_TYPE_F16 || t == RG_TYPE_BF16;
@@ -183,7 +188,7 @@ static bool half_or_f32(const rg_node *n) {
 
 const rg_op_def rg_op_defs[RG_OP_COUNT] = {
     [RG_OP_NONE] = {"none", 0, 0, false, false, NULL, NULL, any_types, NULL},
-    [RG_OP_FILL] = OP("fill", 0, 0, cpu_fill, NULL, any_types, NULL, false),
+    [RG_OP_FILL] = OP("fill", 0, 0, cpu_fill, NULL, fill_types, NULL, false),
     [RG_OP_GET_ROWS] = OP("get_rows", 2, 2, cpu_get_rows, NULL, any_types, bw_get_rows, false),
     [RG_OP_GET_ROWS_BACK] = OP("get_rows_back", 2, 2, cpu_get_rows_back, NULL, plain_f32, NULL, false),
     [RG_OP_MUL_MAT] = OP("mul_mat", 2, 2, cpu_mul_mat, cpu_mul_mat_work, any_types, bw_mul_mat, false),
@@ -192,8 +197,8 @@ const rg_op_def rg_op_defs[RG_OP_COUNT] = {
     [RG_OP_SUB] = OP("sub", 2, 2, cpu_sub, NULL, plain_f32, bw_sub, true),
     [RG_OP_MUL] = OP("mul", 2, 2, cpu_mul, NULL, plain_f32, bw_mul, true),
     [RG_OP_SCALE] = OP("scale", 1, 1, cpu_scale, NULL, plain_f32, bw_scale, true),
-    [RG_OP_REPEAT] = OP("repeat", 2, 2, cpu_repeat, NULL, plain_f32, bw_repeat, false),
-    [RG_OP_REPEAT_BACK] = OP("repeat_back", 2, 2, cpu_repeat_back, NULL, plain_f32, bw_repeat_back, false),
+    [RG_OP_REPEAT] = OP("repeat", 2, 2, cpu_repeat, NULL, f32_src0, bw_repeat, false),
+    [RG_OP_REPEAT_BACK] = OP("repeat_back", 2, 2, cpu_repeat_back, NULL, f32_src0, bw_repeat_back, false),
     [RG_OP_SUM] = OP("sum", 1, 1, cpu_sum, NULL, plain_f32, bw_sum, false),
     [RG_OP_MEAN] = OP("mean", 1, 1, cpu_mean, NULL, plain_f32, bw_mean, false),
     [RG_OP_SUM_ROWS] = OP("sum_rows", 1, 1, cpu_sum_rows, NULL, plain_f32, bw_sum_rows, false),
@@ -210,7 +215,7 @@ const rg_op_def rg_op_defs[RG_OP_COUNT] = {
     [RG_OP_VIEW] = VIEW_OP("view", bw_view),
     [RG_OP_PERMUTE] = VIEW_OP("permute", bw_permute),
     [RG_OP_TRANSPOSE] = VIEW_OP("transpose", bw_transpose),
-    [RG_OP_VIEW_BACK] = OP("view_back", 2, 2, cpu_view_back, NULL, plain_f32, NULL, false),
+    [RG_OP_VIEW_BACK] = OP("view_back", 2, 2, cpu_view_back, NULL, f32_src0, NULL, false),
     [RG_OP_CONT] = OP("cont", 1, 1, cpu_cont, NULL, any_types, bw_cont, false),
     [RG_OP_CPY] = OP("cpy", 1, 1, cpu_cpy, NULL, half_or_f32, bw_cpy, false),
     [RG_OP_CROSS_ENTROPY_LOSS] = OP("cross_entropy_loss", 2, 2, cpu_cross_entropy_loss, NULL, plain_f32, bw_cross_entropy, false),

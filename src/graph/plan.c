@@ -139,8 +139,12 @@ rg_status rg_graph_plan(rg_graph *g, int n_threads, size_t budget, rg_plan *out,
         out->naive_bytes += bytes;
         out->n_planned++;
         rg_node *s0 = x->src[0];
-        if (def->inplace_ok && s0 && !s0->view_of && s0->offset >= 0 && s0->last_use == i && node_bytes(s0) == bytes &&
-            s0->t.type == x->t.type && rg_tensor_is_contiguous(&s0->t) && !keeps_to_end(s0)) {
+        // In place only when no other source reads src[0]'s bytes (through a view) at this node.
+        bool other_reader = false;
+        for (int s = 1; s < RG_MAX_SRC; s++)
+            if (x->src[s] && s0 && owner(x->src[s]) == s0) other_reader = true;
+        if (def->inplace_ok && s0 && !other_reader && !s0->view_of && s0->offset >= 0 && s0->last_use == i &&
+            node_bytes(s0) == bytes && s0->t.type == x->t.type && rg_tensor_is_contiguous(&s0->t) && !keeps_to_end(s0)) {
             // Take over the source's block: it is not released at this step.
             x->offset = s0->offset;
             x->inplace_of = s0;

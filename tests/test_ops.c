@@ -1,0 +1,1594 @@
+// test_ops.c - the op table's tests (DESIGN.md §4.1): every op's forward
+// against a plain double-precision reference, and every gradient against
+// central finite differences of that reference, for each type the op accepts.
+//
+// One row per rg_op in `entries` (indexed by the op; an op of rg_op_defs
+// without a row fails test "table", so a newly declared op cannot go untested):
+//   types   the types the op accepts (for MUL_MAT, OUT_PROD, GET_ROWS and CONT:
+//           every weight type; quantized inputs are random F32 rows quantized
+//           with the type's own quantizer, or random blocks with sane values
+//           for the types whose quantizer needs an importance matrix, and the
+//           reference reads their dequantized values),
+//   gen     a case generator: shapes, op parameters and random inputs from a
+//           fixed seed, one or more variants per type (broadcasts, masks, modes),
+//   build   the graph, made with the public constructors,
+//   ref     the forward in double (ref_fd: the function whose finite differences
+//           the gradient must match, where the forward rounds on purpose: CPY),
+//   metric and bound of the forward error.
+// Then one loop per op, type and variant, printing one line per check:
+//   fwd  rg_exec on 1 thread against the reference;
+//   thr  2 threads: every thread count run twice gives identical bits, and the
+//        2-thread result is within the forward bound of the 1-thread one;
+//   bwd  for ops with a backward rule (rg_op_defs[op].backward): the inputs
+//        marked trainable become rg_param, loss = sum(out * w) with a fixed
+//        random w, rg_graph_backward, and each param->grad is compared with
+//        central differences of the double reference.
+//
+// Forward error measures, each a maximum over the output elements:
+//   maxrel   |y - r| / max|r|: ops a few rounded f32 operations away from the
+//            exact value (elementwise ops, norms, rope, softmax, the losses).
+//   absrel   |y - r| / r(|inputs|): sums of products (matmul, out_prod, the
+//            reductions). A float sum of n terms errs by at most (n-1)*u*sum|term|
+//            (u = 2^-24), and r(|inputs|) is exactly sum|term|.
+//   elemrel  |y - r| / |r| per element: copies, casts and fills (bound 0: they
+//            must be exact; casts round to nearest even) and the optimizer steps
+//            (rtol 2e-6, training.md §1.2).
+// Gradient measure: max|g - fd| / max(1, max|fd|) <= 1e-4 for every op. The
+// finite differences are of the double reference with h = 1e-5 * max(1, |x|):
+// truncation ~h^2 ~ 1e-10 and rounding ~1e-16/h ~ 1e-11, exact for this use.
+// The graph's gradient is f32 with reductions of at most 256 terms, whose
+// worst-case error is 256 * 2^-24 = 1.5e-5 relative (typically 1e-7), so
+// 1e-4 has a margin of 6x on the worst case, while a wrong rule (a missing
+// term, a sign, a wrong broadcast) is an O(1) relative error.
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/rng.h"
+#include "graph/exec.h"
+#include "graph/ops.h"
+#include "rg_test.h"
+#include "tensor/quant/quant.h"
+
+#define MAX_IN 6
+#define MAX_OUT 3
+#define TEND 0xffffffffu
+#define BWD_TOL 1e-4
+
+enum metric { M_NORM, M_ABS, M_ELEM };
+static const char *const metric_name[] = {"maxrel", "absrel", "elemrel"};
+
+// One input leaf of a case.
+typedef struct tin {
+    const char *name;
+    uint32_t type;
+    int64_t ne[4];
+    bool param;      // trainable in the backward check
+    double *val;     // the values the reference reads (dequantized); NULL for I32
+    int32_t *ival;   // I32 inputs
+    void *bytes;     // the leaf's bytes as generated
+    void *work;      // the bytes bound to the leaf, restored from `bytes` before every run
+    size_t nbytes;
+} tin;
+
+typedef struct tcase {
+    char label[48];
+    uint32_t type;   // the type under test
+    uint64_t seed;
+    int n_in;
+    tin in[MAX_IN];
+    int64_t ip[8];   // op parameters shared by the builder and the reference
+    double fp[8];
+    int64_t out_ne[4];  // shape of the first output
+    int64_t n_out;      // reference outputs in all (the builder may return extra outputs)
+    double fwd_tol;     // < 0: the entry's bound
+} tcase;
+
+typedef int (*gen_fn)(tcase *c, uint32_t type, int variant);  // 0: no such variant
+typedef int (*build_fn)(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out);  // number of outputs
+typedef void (*ref_fn)(const tcase *c, double *const *x, double *y);
+
+typedef struct op_entry {
+    const uint32_t *types;
+    gen_fn gen;
+    build_fn build;
+    ref_fn ref;
+    ref_fn ref_fd;   // NULL: ref
+    int metric;
+    double fwd_tol;
+} op_entry;
+
+static bool quick(void) {
+    const char *q = getenv("RG_TEST_QUICK");
+    return q && *q && strcmp(q, "0") != 0;
+}
+
+// ---------------------------------------------------------------------------
+// Shapes and values in every type
+
+static int64_t nel4(const int64_t ne[4]) { return ne[0] * ne[1] * ne[2] * ne[3]; }
+static int64_t at4(const int64_t ne[4], int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+    return i0 + ne[0] * (i1 + ne[1] * (i2 + ne[2] * i3));
+}
+#define FOR4(ne, i0, i1, i2, i3)                  \
+    for (int64_t i3 = 0; i3 < (ne)[3]; i3++)      \
+        for (int64_t i2 = 0; i2 < (ne)[2]; i2++)  \
+            for (int64_t i1 = 0; i1 < (ne)[1]; i1++) \
+                for (int64_t i0 = 0; i0 < (ne)[0]; i0++)
+
+static void set_ne(int64_t ne[4], int64_t a, int64_t b, int64_t c, int64_t d) { ne[0] = a, ne[1] = b, ne[2] = c, ne[3] = d; }
+
+static bool is_float_type(uint32_t t) { return t == RG_TYPE_F32 || t == RG_TYPE_F16 || t == RG_TYPE_BF16; }
+
+// Row length used for a type: a whole number of blocks, small for plain types.
+static int64_t row_len(uint32_t type) {
+    int64_t bs = rg_type_get(type)->block_size;
+    return bs == 1 ? 16 : bs < 64 ? 64 : bs;
+}
+
+// x rounded to the nearest value with p significant bits, normal exponents
+// down to emin (below: the subnormal grid), ties to even; |result| >= overflow
+// becomes Inf. nearbyint rounds to nearest even in the default mode.
+static double round_fmt(double x, int p, int emin, double overflow) {
+    if (x == 0 || !isfinite(x)) return x;
+    int e;
+    frexp(x, &e);
+    int lead = e - 1 < emin ? emin : e - 1;
+    double ulp = ldexp(1.0, lead - (p - 1));
+    double q = nearbyint(x / ulp) * ulp;
+    return fabs(q) >= overflow ? copysign(INFINITY, x) : q;
+}
+
+static double round_to(uint32_t type, double x) {
+    switch (type) {
+    case RG_TYPE_F16: return round_fmt(x, 11, -14, 65536.0);
+    case RG_TYPE_BF16: return round_fmt(x, 8, -126, ldexp(1.0, 128));
+    case RG_TYPE_F32: return round_fmt(x, 24, -126, ldexp(1.0, 128));
+    default: return x;
+    }
+}
+
+static double f16_value(uint16_t h) {
+    int e = (h >> 10) & 31, m = h & 1023;
+    double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(1024 + m, e - 25);
+    return h & 0x8000 ? -v : v;
+}
+static double bf16_value(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+// Bits of a value already representable in F16 / BF16.
+static uint16_t f16_bits(double v) {
+    uint16_t s = signbit(v) ? 0x8000 : 0;
+    double a = fabs(v);
+    if (a == 0) return s;
+    if (isinf(a)) return s | 0x7c00;
+    int e;
+    double f = frexp(a, &e);
+    if (e - 1 < -14) return (uint16_t)(s | (uint16_t)(a * 16777216.0));
+    return (uint16_t)(s | (uint16_t)((e - 1 + 15) << 10) | (uint16_t)(f * 2048.0 - 1024.0));
+}
+static uint16_t bf16_bits(double v) {
+    float f = (float)v;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)(u >> 16);
+}
+
+// Random blocks for types without a usable quantizer: draws until the block
+// dequantizes to finite values of a sane size.
+static void random_blocks(uint32_t type, uint64_t seed, uint64_t stream, uint8_t *dst, int64_t n_blocks) {
+    const rg_type_traits *tt = rg_type_get(type);
+    const rg_quant_ops *ops = rg_quant_get(type);
+    float *tmp = malloc(sizeof(float) * (size_t)tt->block_size);
+    for (int64_t b = 0; b < n_blocks; b++) {
+        uint8_t *blk = dst + b * (int64_t)tt->type_size;
+        bool ok = false;
+        for (uint64_t attempt = 0; attempt < 100000 && !ok; attempt++) {
+            for (size_t j = 0; j < tt->type_size; j++)
+                blk[j] = (uint8_t)rg_rng_u64(seed, 0x10000 + stream, ((uint64_t)b << 32) + attempt * 4096 + j);
+            ops->dequant_ref(blk, tmp, tt->block_size);
+            double mx = 0;
+            ok = true;
+            for (int64_t i = 0; i < tt->block_size; i++) {
+                if (!isfinite(tmp[i])) ok = false;
+                else if (fabs(tmp[i]) > mx) mx = fabs(tmp[i]);
+            }
+            ok = ok && mx > 1e-3 && mx < 4.0;
+        }
+        if (!ok) memset(blk, 0, tt->type_size);
+    }
+    free(tmp);
+}
+
+static tin *new_in(tcase *c, const char *name, uint32_t type, int64_t n0, int64_t n1, int64_t n2, int64_t n3,
+                   bool param) {
+    tin *t = &c->in[c->n_in++];
+    memset(t, 0, sizeof *t);
+    t->name = name;
+    t->type = type;
+    set_ne(t->ne, n0, n1, n2, n3);
+    t->param = param;
+    t->nbytes = rg_type_row_size(type, n0) * (size_t)(n1 * n2 * n3);
+    size_t alloc = (t->nbytes + 63) / 64 * 64;
+    t->bytes = calloc(1, alloc ? alloc : 64);
+    t->work = aligned_alloc(64, alloc ? alloc : 64);
+    if (type == RG_TYPE_I32) t->ival = (int32_t *)t->bytes;
+    else t->val = calloc((size_t)nel4(t->ne), sizeof(double));
+    return t;
+}
+
+// An input of `type` from normal values * scale (rounded or quantized to the type).
+static tin *in_rand(tcase *c, const char *name, uint32_t type, int64_t n0, int64_t n1, int64_t n2, int64_t n3,
+                    double scale, bool param) {
+    uint64_t stream = (uint64_t)c->n_in;
+    tin *t = new_in(c, name, type, n0, n1, n2, n3, param);
+    const int64_t n = nel4(t->ne);
+    float *x = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) x[i] = (float)(scale * rg_rng_normal(c->seed, stream, (uint64_t)i));
+    switch (type) {
+    case RG_TYPE_F32:
+        memcpy(t->bytes, x, sizeof(float) * (size_t)n);
+        for (int64_t i = 0; i < n; i++) t->val[i] = x[i];
+        break;
+    case RG_TYPE_F16:
+    case RG_TYPE_BF16:
+        for (int64_t i = 0; i < n; i++) {
+            t->val[i] = round_to(type, x[i]);
+            ((uint16_t *)t->bytes)[i] = type == RG_TYPE_F16 ? f16_bits(t->val[i]) : bf16_bits(t->val[i]);
+        }
+        break;
+    default: {
+        const rg_quant_ops *ops = rg_quant_get(type);
+        const size_t row = rg_type_row_size(type, n0);
+        const int64_t rows = n / n0;
+        if (ops->quantize && !ops->quantize_needs_imatrix) {
+            for (int64_t r = 0; r < rows; r++) ops->quantize(x + r * n0, (char *)t->bytes + r * (int64_t)row, n0, NULL);
+        } else {
+            random_blocks(type, c->seed, stream, t->bytes, n / rg_type_get(type)->block_size);
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            ops->dequant_ref((char *)t->bytes + r * (int64_t)row, x + r * n0, n0);
+            for (int64_t i = 0; i < n0; i++) t->val[r * n0 + i] = x[r * n0 + i];
+        }
+    }
+    }
+    free(x);
+    return t;
+}
+
+static tin *in_i32(tcase *c, const char *name, int64_t n, const int32_t *v) {
+    tin *t = new_in(c, name, RG_TYPE_I32, n, 1, 1, 1, false);
+    memcpy(t->ival, v, sizeof(int32_t) * (size_t)n);
+    return t;
+}
+
+// Overwrites element i of an F32 input.
+static void set_f32(tin *t, int64_t i, double v) {
+    float f = (float)v;
+    ((float *)t->bytes)[i] = f;
+    t->val[i] = f;
+}
+
+static void free_case(tcase *c) {
+    for (int k = 0; k < c->n_in; k++) {
+        free(c->in[k].bytes);
+        free(c->in[k].work);
+        free(c->in[k].val);
+    }
+    c->n_in = 0;
+}
+
+// Reads a tensor (any strides; block types row by row) as doubles in ggml order.
+static void read_tensor(const rg_tensor *t, double *dst) {
+    const int64_t ne0 = t->ne[0];
+    const rg_quant_ops *ops = rg_quant_get(t->type);
+    float *row = malloc(sizeof(float) * (size_t)(ne0 ? ne0 : 1));
+    for (int64_t i3 = 0; i3 < t->ne[3]; i3++)
+        for (int64_t i2 = 0; i2 < t->ne[2]; i2++)
+            for (int64_t i1 = 0; i1 < t->ne[1]; i1++) {
+                const char *p = (const char *)t->data + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3];
+                double *d = dst + ne0 * (i1 + t->ne[1] * (i2 + t->ne[2] * i3));
+                for (int64_t i0 = 0; i0 < ne0 && rg_type_get(t->type)->block_size == 1; i0++) {
+                    const char *q = p + i0 * (int64_t)t->nb[0];
+                    uint16_t h;
+                    float f;
+                    int32_t v;
+                    switch (t->type) {
+                    case RG_TYPE_F32: memcpy(&f, q, 4), d[i0] = f; break;
+                    case RG_TYPE_F16: memcpy(&h, q, 2), d[i0] = f16_value(h); break;
+                    case RG_TYPE_BF16: memcpy(&h, q, 2), d[i0] = bf16_value(h); break;
+                    case RG_TYPE_I32: memcpy(&v, q, 4), d[i0] = v; break;
+                    default: d[i0] = NAN;
+                    }
+                }
+                if (rg_type_get(t->type)->block_size > 1) {
+                    ops->dequant_ref(p, row, ne0);
+                    for (int64_t i0 = 0; i0 < ne0; i0++) d[i0] = row[i0];
+                }
+            }
+    free(row);
+}
+
+// ---------------------------------------------------------------------------
+// Reference helpers
+
+// Element (i0, i1, i2, i3) of input t, read through a transpose of dims 0 and 1 when trans.
+static double get_t(const tin *t, const double *x, bool trans, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+    return trans ? x[at4(t->ne, i1, i0, i2, i3)] : x[at4(t->ne, i0, i1, i2, i3)];
+}
+
+static double sigmoid(double a) { return a >= 0 ? 1.0 / (1.0 + exp(-a)) : exp(a) / (1.0 + exp(a)); }
+
+// ---------------------------------------------------------------------------
+// Ops, one block each: generator, builder, reference. Type lists first.
+
+static const uint32_t T_F32[] = {RG_TYPE_F32, TEND};
+static const uint32_t T_FLOAT[] = {RG_TYPE_F32, RG_TYPE_F16, RG_TYPE_BF16, TEND};
+static const uint32_t T_RESHAPE[] = {RG_TYPE_F32, RG_TYPE_F16, RG_TYPE_BF16, RG_TYPE_Q8_0, RG_TYPE_Q4_K, TEND};
+static const uint32_t T_WEIGHTS[] = {
+    RG_TYPE_F32,   RG_TYPE_F16,     RG_TYPE_BF16,   RG_TYPE_Q4_0,    RG_TYPE_Q4_1,  RG_TYPE_Q5_0,   RG_TYPE_Q5_1,
+    RG_TYPE_Q8_0,  RG_TYPE_Q2_K,    RG_TYPE_Q3_K,   RG_TYPE_Q4_K,    RG_TYPE_Q5_K,  RG_TYPE_Q6_K,   RG_TYPE_IQ2_XXS,
+    RG_TYPE_IQ2_XS, RG_TYPE_IQ2_S,  RG_TYPE_IQ3_XXS, RG_TYPE_IQ3_S,  RG_TYPE_IQ1_S, RG_TYPE_IQ1_M,  RG_TYPE_IQ4_NL,
+    RG_TYPE_IQ4_XS, RG_TYPE_TQ1_0,  RG_TYPE_TQ2_0,  RG_TYPE_MXFP4,   RG_TYPE_NVFP4, RG_TYPE_Q1_0,   RG_TYPE_Q2_0,
+    TEND};
+// Under RG_TEST_QUICK (the sanitizer run) one type per family.
+static const uint32_t T_WEIGHTS_QUICK[] = {RG_TYPE_F32, RG_TYPE_F16, RG_TYPE_BF16, RG_TYPE_Q4_1, RG_TYPE_Q8_0,
+                                           RG_TYPE_Q4_K, RG_TYPE_IQ2_XXS, RG_TYPE_IQ4_XS, RG_TYPE_MXFP4, TEND};
+
+// "big" variants: forward only, large enough (72000 elements) that every
+// kernel splits its work between the threads (the kernels run small outputs
+// on one thread), so the 2-thread checks mean something.
+#define BIG0 300
+#define BIG1 240
+
+static void label(tcase *c, uint32_t type, const char *what) {
+    snprintf(c->label, sizeof c->label, "%s%s%s", rg_type_get(type)->name, what[0] ? " " : "", what);
+}
+
+// NONE: a leaf read back as it was bound.
+static int gen_leaf(tcase *c, uint32_t type, int v) {
+    if (v > 0) return 0;
+    label(c, type, "");
+    in_rand(c, "a", type, 4, 3, 1, 1, 1.0, true);
+    set_ne(c->out_ne, 4, 3, 1, 1);
+    return 1;
+}
+static int build_leaf(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    (void)g, (void)c;
+    out[0] = in[0];
+    return 1;
+}
+static void ref_copy(const tcase *c, double *const *x, double *y) {
+    for (int64_t i = 0; i < nel4(c->out_ne); i++) y[i] = x[0][i];
+}
+
+// FILL: every element = fp[0] stored in the type.
+static int gen_fill(tcase *c, uint32_t type, int v) {
+    if (v > 2) return 0;
+    c->fp[0] = v == 1 ? (double)1.0e-6f : (double)0.1f;  // 1e-6 is subnormal in F16
+    label(c, type, v == 0 ? "0.1" : v == 1 ? "1e-6" : "big");
+    if (v == 2) set_ne(c->out_ne, BIG0, BIG1, 1, 1);
+    else set_ne(c->out_ne, 5, 3, 1, 1);
+    return 1;
+}
+static int build_fill(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    (void)in;
+    out[0] = rg_fill(g, c->type, 2, c->out_ne, (float)c->fp[0]);
+    return 1;
+}
+static void ref_fill(const tcase *c, double *const *x, double *y) {
+    (void)x;
+    for (int64_t i = 0; i < nel4(c->out_ne); i++) y[i] = round_to(c->type, c->fp[0]);
+}
+
+// GET_ROWS: table [L, 5] of any type, ids [4] with a repeat.
+static int gen_get_rows(tcase *c, uint32_t type, int v) {
+    if (v > 1) return 0;
+    static const int32_t ids[4] = {3, 0, 3, 1};
+    if (v == 1) {  // big: [256, 40] table, 160 ids
+        int32_t many[160];
+        for (int i = 0; i < 160; i++) many[i] = (i * 7 + i / 3) % 40;
+        label(c, type, "big");
+        in_rand(c, "table", type, 256, 40, 1, 1, 1.0, false);
+        in_i32(c, "ids", 160, many);
+        set_ne(c->out_ne, 256, 160, 1, 1);
+        return 1;
+    }
+    const int64_t L = row_len(type);
+    label(c, type, "");
+    in_rand(c, "table", type, L, 5, 1, 1, 1.0, is_float_type(type));
+    in_i32(c, "ids", 4, ids);
+    set_ne(c->out_ne, L, 4, 1, 1);
+    return 1;
+}
+static int build_get_rows(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    (void)c;
+    out[0] = rg_get_rows(g, in[0], in[1]);
+    return 1;
+}
+static void ref_get_rows(const tcase *c, double *const *x, double *y) {
+    const int64_t L = c->in[0].ne[0];
+    for (int64_t t = 0; t < c->in[1].ne[0]; t++)
+        for (int64_t i = 0; i < L; i++) y[i + L * t] = x[0][i + L * c->in[1].ival[t]];
+}
+
+// GET_ROWS_BACK: scatter-add of dy [6, 5] into 6 rows (three rows get nothing, one gets three).
+static int gen_get_rows_back(tcase *c, uint32_t type, int v) {
+    if (v > 1) return 0;
+    static const int32_t ids[5] = {2, 0, 2, 4, 2};
+    if (v == 1) {  // big: dy [256, 160] into 40 rows
+        int32_t many[160];
+        for (int i = 0; i < 160; i++) many[i] = (i * 7 + i / 3) % 40;
+        label(c, type, "big");
+        in_rand(c, "dy", type, 256, 160, 1, 1, 1.0, false);
+        in_i32(c, "ids", 160, many);
+        c->ip[0] = 40;
+        set_ne(c->out_ne, 256, 40, 1, 1);
+        return 1;
+    }
+    label(c, type, "");
+    in_rand(c, "dy", type, 6, 5, 1, 1, 1.0, false);
+    in_i32(c, "ids", 5, ids);
+    c->ip[0] = 6;
+    set_ne(c->out_ne, 6, 6, 1, 1);
+    return 1;
+}
+static int build_get_rows_back(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    out[0] = rg_get_rows_back(g, in[0], in[1], c->ip[0]);
+    return 1;
+}
+static void ref_get_rows_back(const tcase *c, double *const *x, double *y) {
+    const int64_t n = c->in[0].ne[0];
+    memset(y, 0, sizeof(double) * (size_t)nel4(c->out_ne));
+    for (int64_t t = 0; t < c->in[1].ne[0]; t++)
+        for (int64_t i = 0; i < n; i++) y[i + n * c->in[1].ival[t]] += x[0][i + n * t];
+}
+
+// MUL_MAT: W [K, M, b2] of any type times x [K, N, c2]; slice i2 of x uses
+// slice i2 / (c2 / b2) of W (architectures.md §0.1, GQA). Weights whose dot
+// product runs on 8-bit activations (vec_dot_type q8_*) carry that rounding:
+// each activation moves by at most 1/254 of its block's maximum, bound 1e-2 of
+// sum|w*x|; F32/F16/BF16 weights multiply F32 activations: K*u = 1.5e-5.
+static int gen_mul_mat(tcase *c, uint32_t type, int v) {
+    if (v > 3) return 0;
+    const int64_t K = row_len(type) < 64 ? 64 : row_len(type);
+    const bool trainable_w = is_float_type(type);
+    static const char *const names[4] = {"N=3", "gqa N=2", "N=16", "gqa N=12"};
+    label(c, type, names[v]);
+    // Few columns take the dot products (8-bit activations for the quantized
+    // types); 8 or more the SGEMM on dequantized weights and F32 activations.
+    // x is trained where the FD cost allows (dX is the same graph for any N);
+    // a float w always.
+    const int64_t M = v < 2 ? 3 + (v == 0) : 8, N = v == 0 ? 3 : v == 1 ? 2 : v == 2 ? 16 : 12;
+    const int64_t b2 = v % 2 ? 2 : 1, c2 = v % 2 ? 4 : 1;
+    in_rand(c, "w", type, K, M, b2, 1, 0.5, trainable_w);
+    in_rand(c, "x", RG_TYPE_F32, K, N, c2, 1, 1.0, v < 2 || (v == 2 && K == 64));
+    set_ne(c->out_ne, M, N, c2, 1);
+    c->fwd_tol = rg_quant_get(type)->vec_dot_type == RG_TYPE_F32 || v >= 2 ? 2e-5 : 1e-2;
+    return 1;
+}
+static int build_mul_mat(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    (void)c;
+    out[0] = rg_mul_mat(g, in[0], in[1]);
+    return 1;
+}
+static void ref_mul_mat(const tcase *c, double *const *x, double *y) {
+    const tin *w = &c->in[0], *a = &c->in[1];
+    const int64_t K = w->ne[0], r2 = a->ne[2] / w->ne[2], r3 = a->ne[3] / w->ne[3];
+    FOR4(c->out_ne, m, n, i2, i3) {
+        const double *wr = x[0] + at4(w->ne, 0, m, i2 / r2, i3 / r3), *xr = x[1] + at4(a->ne, 0, n, i2, i3);
+        double s = 0;
+        for (int64_t k = 0; k < K; k++) s += wr[k] * xr[k];
+        y[at4(c->out_ne, m, n, i2, i3)] = s;
+    }
+}
+
+// OUT_PROD: out[i, j] = sum_k a[i, k] b[j, k], a [M, K, b2] of any type (rows
+// of M, as W [K, M] is used for dX), b [N, K, c2] F32, also as a transposed
+// view (the backward's transpose(dY)); slice i2 of b uses slice i2 / (c2 / b2)
+// of a, as MUL_MAT. K = 5: bound 1e-5 of sum|a*b| (4u = 2.4e-7 in theory).
+static int gen_out_prod(tcase *c, uint32_t type, int v) {
+    if (v > 2) return 0;
+    const int64_t M = row_len(type), K = 5, N = 3;
+    label(c, type, v == 0 ? "" : v == 1 ? "b-transposed" : "bcast");
+    c->ip[0] = v == 1;
+    in_rand(c, "a", type, M, K, v == 2 ? 2 : 1, 1, 0.5, false);
+    if (v == 1) in_rand(c, "bT", RG_TYPE_F32, K, N, 1, 1, 1.0, false);
+    else in_rand(c, "b", RG_TYPE_F32, N, K, v == 2 ? 4 : 1, 1, 1.0, false);
+    set_ne(c->out_ne, M, N, v == 2 ? 4 : 1, 1);
+    return 1;
+}
+static int build_out_prod(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    out[0] = rg_out_prod(g, in[0], c->ip[0] ? rg_transpose(g, in[1]) : in[1]);
+    return 1;
+}
+static void ref_out_prod(const tcase *c, double *const *x, double *y) {
+    const tin *a = &c->in[0], *b = &c->in[1];
+    const int64_t K = a->ne[1], r2 = c->out_ne[2] / a->ne[2], r3 = c->out_ne[3] / a->ne[3];
+    FOR4(c->out_ne, i, j, i2, i3) {
+        double s = 0;
+        for (int64_t k = 0; k < K; k++)
+            s += x[0][at4(a->ne, i, k, i2 / r2, i3 / r3)] * get_t(b, x[1], c->ip[0] != 0, j, k, i2, i3);
+        y[at4(c->out_ne, i, j, i2, i3)] = s;
+    }
+}
+
+// ADD, SUB, MUL: b broadcast into a [5, 4, 3] by tiling (b.ne[i] divides a.ne[i]).
+static int gen_binary(tcase *c, uint32_t type, int v) {
+    static const int64_t bne[5][4] = {{5, 4, 3, 1}, {5, 1, 1, 1}, {1, 4, 3, 1}, {5, 2, 1, 1}, {1, 1, 1, 1}};
+    static const char *const names[6] = {"same", "row", "per-row", "tile", "scalar", "big row"};
+    if (v > 5) return 0;
+    label(c, type, names[v]);
+    if (v == 5) {
+        in_rand(c, "a", RG_TYPE_F32, BIG0, BIG1, 1, 1, 1.0, false);
+        in_rand(c, "b", RG_TYPE_F32, BIG0, 1, 1, 1, 1.0, false);
+        set_ne(c->out_ne, BIG0, BIG1, 1, 1);
+        return 1;
+    }
+    in_rand(c, "a", RG_TYPE_F32, 5, 4, 3, 1, 1.0, true);
+    in_rand(c, "b", RG_TYPE_F32, bne[v][0], bne[v][1], bne[v][2], bne[v][3], 1.0, true);
+    set_ne(c->out_ne, 5, 4, 3, 1);
+    return 1;
+}
+static int build_add(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    (void)c;
+    out[0] = rg_add(g, in[0], in[1]);
+    return 1;
+}
+static int build_sub(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    (void)c;
+    out[0] = rg_sub(g, in[0], in[1]);
+    return 1;
+}
+static int build_mul(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    (void)c;
+    out[0] = rg_mul(g, in[0], in[1]);
+    return 1;
+}
+static void ref_binary(const tcase *c, double *const *x, double *y, char op) {
+    const int64_t *bn = c->in[1].ne;
+    FOR4(c->out_ne, i0, i1, i2, i3) {
+        double a = x[0][at4(c->out_ne, i0, i1, i2, i3)];
+        double b = x[1][at4(bn, i0 % bn[0], i1 % bn[1], i2 % bn[2], i3 % bn[3])];
+        y[at4(c->out_ne, i0, i1, i2, i3)] = op == '+' ? a + b : op == '-' ? a - b : a * b;
+    }
+}
+static void ref_add(const tcase *c, double *const *x, double *y) { ref_binary(c, x, y, '+'); }
+static void ref_sub(const tcase *c, double *const *x, double *y) { ref_binary(c, x, y, '-'); }
+static void ref_mul(const tcase *c, double *const *x, double *y) { ref_binary(c, x, y, '*'); }
+
+// SCALE, also of a transposed view.
+static int gen_scale(tcase *c, uint32_t type, int v) {
+    if (v > 2) return 0;
+    label(c, type, v == 0 ? "" : v == 1 ? "transposed" : "big transposed");
+    c->ip[0] = v > 0;
+    c->fp[0] = -1.75;
+    if (v == 2) in_rand(c, "a", RG_TYPE_F32, BIG1, BIG0, 1, 1, 1.0, false), set_ne(c->out_ne, BIG0, BIG1, 1, 1);
+    else in_rand(c, "a", RG_TYPE_F32, 6, 5, 1, 1, 1.0, true), set_ne(c->out_ne, v ? 5 : 6, v ? 6 : 5, 1, 1);
+    return 1;
+}
+static int build_scale(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    out[0] = rg_scale(g, c->ip[0] ? rg_transpose(g, in[0]) : in[0], (float)c->fp[0]);
+    return 1;
+}
+static void ref_scale(const tcase *c, double *const *x, double *y) {
+    FOR4(c->out_ne, i0, i1, i2, i3)
+    y[at4(c->out_ne, i0, i1, i2, i3)] = c->fp[0] * get_t(&c->in[0], x[0], c->ip[0] != 0, i0, i1, i2, i3);
+}
+
+// REPEAT: a tiled to like's shape; REPEAT_BACK: the sum of a's tiles into like's shape.
+static int gen_repeat(tcase *c, uint32_t type, int v) {
+    if (v > 2) return 0;
+    label(c, type, v == 0 ? "[3,2]->[6,4,2]" : v == 1 ? "[1,4]->[5,4,3]" : "big [300,1]->[300,240]");
+    if (v == 0) in_rand(c, "a", RG_TYPE_F32, 3, 2, 1, 1, 1.0, true), in_rand(c, "like", RG_TYPE_F32, 6, 4, 2, 1, 1.0, false);
+    if (v == 1) in_rand(c, "a", RG_TYPE_F32, 1, 4, 1, 1, 1.0, true), in_rand(c, "like", RG_TYPE_F32, 5, 4, 3, 1, 1.0, false);
+    if (v == 2) in_rand(c, "a", RG_TYPE_F32, BIG0, 1, 1, 1, 1.0, false), in_rand(c, "like", RG_TYPE_F32, BIG0, BIG1, 1, 1, 1.0, false);
+    memcpy(c->out_ne, c->in[1].ne, sizeof c->out_ne);
+    return 1;
+}
+static int build_repeat(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    (void)c;
+    out[0] = rg_repeat(g, in[0], in[1]);
+    return 1;
+}
+static void ref_repeat(const tcase *c, double *const *x, double *y) {
+    const int64_t *an = c->in[0].ne;
+    FOR4(c->out_ne, i0, i1, i2, i3)
+    y[at4(c->out_ne, i0, i1, i2, i3)] = x[0][at4(an, i0 % an[0], i1 % an[1], i2 % an[2], i3 % an[3])];
+}
+static int gen_repeat_back(tcase *c, uint32_t type, int v) {
+    if (v > 2) return 0;
+    label(c, type, v == 0 ? "[6,4,2]->[3,2]" : v == 1 ? "[5,4,3]->[1,4]" : "big [300,240]->[150,4]");
+    if (v == 0) in_rand(c, "a", RG_TYPE_F32, 6, 4, 2, 1, 1.0, true), in_rand(c, "like", RG_TYPE_F32, 3, 2, 1, 1, 1.0, false);
+    if (v == 1) in_rand(c, "a", RG_TYPE_F32, 5, 4, 3, 1, 1.0, true), in_rand(c, "like", RG_TYPE_F32, 1, 4, 1, 1, 1.0, false);
+    if (v == 2) in_rand(c, "a", RG_TYPE_F32, BIG0, BIG1, 1, 1, 1.0, false), in_rand(c, "like", RG_TYPE_F32, 150, 4, 1, 1, 1.0, false);
+    memcpy(c->out_ne, c->in[1].ne, sizeof c->out_ne);
+    return 1;
+}
+static int build_repeat_back(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    (void)c;
+    out[0] = rg_repeat_back(g, in[0], in[1]);
+    return 1;
+}
+static void ref_repeat_back(const tcase *c, double *const *x, double *y) {
+    const int64_t *on = c->out_ne;
+    memset(y, 0, sizeof(double) * (size_t)nel4(on));
+    FOR4(c->in[0].ne, i0, i1, i2, i3)
+    y[at4(on, i0 % on[0], i1 % on[1], i2 % on[2], i3 % on[3])] += x[0][at4(c->in[0].ne, i0, i1, i2, i3)];
+}
+
+// SUM, MEAN of a [7, 5, 3]; SUM_ROWS of a [9, 4, 2].
+static int gen_reduce(tcase *c, uint32_t type, int v, int64_t n0, int64_t n1, int64_t n2, bool rows) {
+    if (v > 1) return 0;
+    label(c, type, v == 0 ? "" : "big");
+    if (v == 1) n0 = BIG0, n1 = BIG1, n2 = 1;
+    in_rand(c, "a", RG_TYPE_F32, n0, n1, n2, 1, 1.0, v == 0);
+    set_ne(c->out_ne, 1, rows ? n1 : 1, rows ? n2 : 1, 1);
+    return 1;
+}
+static int gen_sum(tcase *c, uint32_t type, int v) { return gen_reduce(c, type, v, 7, 5, 3, false); }
+static int gen_sum_rows(tcase *c, uint32_t type, int v) { return gen_reduce(c, type, v, 9, 4, 2, true); }
+static int build_sum(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    (void)c;
+    out[0] = rg_sum(g, in[0]);
+    return 1;
+}
+static int build_mean(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    (void)c;
+    out[0] = rg_mean(g, in[0]);
+    return 1;
+}
+static int build_sum_rows(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    (void)c;
+    out[0] = rg_sum_rows(g, in[0]);
+    return 1;
+}
+static void ref_sum(const tcase *c, double *const *x, double *y) {
+    double s = 0;
+    for (int64_t i = 0; i < nel4(c->in[0].ne); i++) s += x[0][i];
+    y[0] = s;
+}
+static void ref_mean(const tcase *c, double *const *x, double *y) {
+    ref_sum(c, x, y);
+    y[0] /= (double)nel4(c->in[0].ne);
+}
+static void ref_sum_rows(const tcase *c, double *const *x, double *y) {
+    const int64_t n = c->in[0].ne[0];
+    for (int64_t r = 0; r < nel4(c->out_ne); r++) {
+        double s = 0;
+        for (int64_t i = 0; i < n; i++) s += x[0][r * n + i];
+        y[r] = s;
+    }
+}
+
+// RMS_NORM over rows; also with a large eps, and of a transposed view (the
+// constructor inserts a CONT). RMS_NORM_BACK: training.md §5.1.
+static int gen_rms_norm(tcase *c, uint32_t type, int v) {
+    if (v > 2) return 0;
+    label(c, type, v == 0 ? "" : v == 1 ? "eps=1e-3" : "transposed");
+    c->ip[0] = v == 2;
+    c->fp[0] = v == 1 ? (double)1e-3f : (double)1e-5f;
+    if (v == 0) in_rand(c, "x", RG_TYPE_F32, 16, 3, 2, 1, 1.0, true), set_ne(c->out_ne, 16, 3, 2, 1);
+    if (v == 1) in_rand(c, "x", RG_TYPE_F32, 16, 3, 1, 1, 0.02, true), set_ne(c->out_ne, 16, 3, 1, 1);
+    if (v == 2) in_rand(c, "xT", RG_TYPE_F32, 3, 16, 1, 1, 1.0, true), set_ne(c->out_ne, 16, 3, 1, 1);
+    return 1;
+}
+static int build_rms_norm(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    out[0] = rg_rms_norm(g, c->ip[0] ? rg_transpose(g, in[0]) : in[0], (float)c->fp[0]);
+    return 1;
+}
+static void ref_rms_norm(const tcase *c, double *const *x, double *y) {
+    const int64_t *ne = c->out_ne;
+    for (int64_t i3 = 0; i3 < ne[3]; i3++)
+        for (int64_t i2 = 0; i2 < ne[2]; i2++)
+            for (int64_t i1 = 0; i1 < ne[1]; i1++) {
+                double ss = 0;
+                for (int64_t i0 = 0; i0 < ne[0]; i0++) {
+                    double v = get_t(&c->in[0], x[0], c->ip[0] != 0, i0, i1, i2, i3);
+                    ss += v * v;
+                }
+                double r = 1.0 / sqrt(ss / (double)ne[0] + c->fp[0]);
+                for (int64_t i0 = 0; i0 < ne[0]; i0++)
+                    y[at4(ne, i0, i1, i2, i3)] = r * get_t(&c->in[0], x[0], c->ip[0] != 0, i0, i1, i2, i3);
+            }
+}
+static int gen_rms_norm_back(tcase *c, uint32_t type, int v) {
+    if (v > 0) return 0;
+    label(c, type, "");
+    c->fp[0] = (double)1e-5f;
+    in_rand(c, "dy", RG_TYPE_F32, 16, 3, 2, 1, 1.0, false);
+    in_rand(c, "x", RG_TYPE_F32, 16, 3, 2, 1, 1.0, false);
+    set_ne(c->out_ne, 16, 3, 2, 1);
+    return 1;
+}
+static int build_rms_norm_back(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    out[0] = rg_rms_norm_back(g, in[0], in[1], (float)c->fp[0]);
+    return 1;
+}
+static void ref_rms_norm_back(const tcase *c, double *const *x, double *y) {
+    const int64_t n = c->out_ne[0];
+    for (int64_t r = 0; r < nel4(c->out_ne) / n; r++) {
+        const double *dy = x[0] + r * n, *xx = x[1] + r * n;
+        double ss = 0, sdx = 0;
+        for (int64_t i = 0; i < n; i++) ss += xx[i] * xx[i], sdx += dy[i] * xx[i];
+        double rr = 1.0 / sqrt(ss / (double)n + c->fp[0]);
+        for (int64_t i = 0; i < n; i++) y[r * n + i] = rr * dy[i] - rr * rr * rr / (double)n * xx[i] * sdx;
+    }
+}
+
+// ROPE (training.md §5.2): pairs (2i, 2i+1) in mode 0, (i, i + n_rot/2) in mode 2,
+// theta_i = pos * freq_scale * base^(-2i/n_rot); dims >= n_rot pass through.
+// ROPE_BACK rotates by -theta.
+static int gen_rope_case(tcase *c, uint32_t type, int hd, int n_rot, int mode, double base, double scale,
+                         const char *what) {
+    static const int32_t pos[4] = {0, 3, 7, 12};
+    label(c, type, what);
+    c->ip[0] = n_rot, c->ip[1] = mode;
+    c->fp[0] = (double)(float)base, c->fp[1] = (double)(float)scale;
+    in_rand(c, "x", RG_TYPE_F32, hd, 3, 4, 1, 1.0, true);
+    in_i32(c, "pos", 4, pos);
+    set_ne(c->out_ne, hd, 3, 4, 1);
+    return 1;
+}
+static int gen_rope(tcase *c, uint32_t type, int v) {
+    switch (v) {
+    case 0: return gen_rope_case(c, type, 8, 8, 0, 10000.0, 1.0, "normal");
+    case 1: return gen_rope_case(c, type, 8, 8, 2, 10000.0, 1.0, "neox");
+    case 2: return gen_rope_case(c, type, 8, 4, 0, 500.0, 0.25, "normal n_rot=4 scale=0.25");
+    case 3: return gen_rope_case(c, type, 10, 6, 2, 1e6, 1.0, "neox n_rot=6/10 base=1e6");
+    default: return 0;
+    }
+}
+static int gen_rope_back(tcase *c, uint32_t type, int v) {
+    switch (v) {
+    case 0: return gen_rope_case(c, type, 8, 8, 0, 10000.0, 1.0, "normal");
+    case 1: return gen_rope_case(c, type, 10, 6, 2, 500.0, 0.5, "neox n_rot=6/10");
+    default: return 0;
+    }
+}
+static int build_rope(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    out[0] = rg_rope(g, in[0], in[1], (int)c->ip[0], (int)c->ip[1], (float)c->fp[0], (float)c->fp[1]);
+    return 1;
+}
+static int build_rope_back(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    out[0] = rg_rope_back(g, in[0], in[1], (int)c->ip[0], (int)c->ip[1], (float)c->fp[0], (float)c->fp[1]);
+    return 1;
+}
+static void ref_rope_sign(const tcase *c, double *const *x, double *y, double sign) {
+    const int64_t *ne = c->out_ne, n_rot = c->ip[0], half = n_rot / 2;
+    const bool neox = c->ip[1] == 2;
+    for (int64_t t = 0; t < ne[2]; t++)
+        for (int64_t h = 0; h < ne[1]; h++) {
+            const double *a = x[0] + at4(ne, 0, h, t, 0);
+            double *o = y + at4(ne, 0, h, t, 0);
+            for (int64_t i = n_rot; i < ne[0]; i++) o[i] = a[i];
+            for (int64_t i = 0; i < half; i++) {
+                double th = c->in[1].ival[t] * c->fp[1] * pow(c->fp[0], -2.0 * (double)i / (double)n_rot);
+                double cs = cos(th), sn = sign * sin(th);
+                int64_t p = neox ? i : 2 * i, q = neox ? i + half : 2 * i + 1;
+                o[p] = a[p] * cs - a[q] * sn;
+                o[q] = a[p] * sn + a[q] * cs;
+            }
+        }
+}
+static void ref_rope(const tcase *c, double *const *x, double *y) { ref_rope_sign(c, x, y, 1.0); }
+static void ref_rope_back(const tcase *c, double *const *x, double *y) { ref_rope_sign(c, x, y, -1.0); }
+
+// SOFT_MAX over rows of a [n_kv, T, H] (training.md §5.3-5.4): z = scale*a,
+// capped to softcap*tanh(z/softcap), plus mask[j, i], keys j > i + (n_kv - T)
+// removed when causal; a row with every key removed is zeros.
+static void softmax_rows(const int64_t ne[4], const double *a, const double *mask, bool causal, double scale,
+                         double cap, double *y) {
+    const int64_t n_kv = ne[0], T = ne[1];
+    double *z = malloc(sizeof(double) * (size_t)n_kv);
+    for (int64_t r = 0; r < ne[1] * ne[2] * ne[3]; r++) {
+        const int64_t i = r % T;
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < n_kv; j++) {
+            double v = scale * a[r * n_kv + j];
+            if (cap > 0) v = cap * tanh(v / cap);
+            if (mask) v += mask[i * n_kv + j];
+            if (causal && j > i + (n_kv - T)) v = -INFINITY;
+            z[j] = v;
+            if (v > mx) mx = v;
+        }
+        double s = 0;
+        for (int64_t j = 0; j < n_kv; j++) s += mx == -INFINITY ? 0 : exp(z[j] - mx);
+        for (int64_t j = 0; j < n_kv; j++) y[r * n_kv + j] = mx == -INFINITY ? 0 : exp(z[j] - mx) / s;
+    }
+    free(z);
+}
+static int gen_soft_max(tcase *c, uint32_t type, int v) {
+    static const char *const names[4] = {"scale=0.8", "mask", "causal", "softcap=3+mask"};
+    if (v > 3) return 0;
+    label(c, type, names[v]);
+    const int64_t n_kv = 6, T = 4, H = 2;
+    c->ip[0] = v == 2;                  // causal
+    c->ip[1] = v == 1 || v == 3;        // mask
+    c->fp[0] = v == 0 ? (double)0.8f : v == 2 ? 0.5 : v == 3 ? (double)1.3f : 1.0;
+    c->fp[1] = v == 3 ? 3.0 : 0.0;
+    in_rand(c, "a", RG_TYPE_F32, n_kv, T, H, 1, 2.0, true);
+    if (c->ip[1]) {
+        tin *m = in_rand(c, "mask", RG_TYPE_F32, n_kv, T, 1, 1, 1.0, false);
+        // Some keys removed, and in the mask variant one whole query row (3).
+        for (int64_t i = 0; i < T; i++)
+            for (int64_t j = 0; j < n_kv; j++)
+                if ((i + 2 * j) % 5 == 0 || (v == 1 && i == 3)) set_f32(m, i * n_kv + j, -INFINITY);
+    }
+    set_ne(c->out_ne, n_kv, T, H, 1);
+    return 1;
+}
+static int build_soft_max(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    out[0] = rg_soft_max(g, in[0], c->ip[1] ? in[1] : NULL, c->ip[0] != 0, (float)c->fp[0], (float)c->fp[1]);
+    return 1;
+}
+static void ref_soft_max(const tcase *c, double *const *x, double *y) {
+    softmax_rows(c->out_ne, x[0], c->ip[1] ? x[1] : NULL, c->ip[0] != 0, c->fp[0], c->fp[1], y);
+}
+static int gen_soft_max_back(tcase *c, uint32_t type, int v) {
+    if (v > 1) return 0;
+    label(c, type, v == 0 ? "scale=0.7" : "softcap=2.5 scale=1.2");
+    const int64_t ne[4] = {6, 4, 2, 1};
+    c->fp[0] = v == 0 ? (double)0.7f : (double)1.2f;
+    c->fp[1] = v == 0 ? 0.0 : 2.5;
+    in_rand(c, "dy", RG_TYPE_F32, 6, 4, 2, 1, 1.0, false);
+    tin *y = in_rand(c, "y", RG_TYPE_F32, 6, 4, 2, 1, 1.0, false);
+    tin *a = in_rand(c, "a", RG_TYPE_F32, 6, 4, 2, 1, 2.0, false);
+    double *s = malloc(sizeof(double) * 48);
+    softmax_rows(ne, a->val, NULL, false, c->fp[0], c->fp[1], s);
+    for (int i = 0; i < 48; i++) set_f32(y, i, s[i]);
+    free(s);
+    set_ne(c->out_ne, 6, 4, 2, 1);
+    return 1;
+}
+static int build_soft_max_back(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    out[0] = rg_soft_max_back(g, in[0], in[1], c->fp[1] > 0 ? in[2] : NULL, (float)c->fp[0], (float)c->fp[1]);
+    return 1;
+}
+static void ref_soft_max_back(const tcase *c, double *const *x, double *y) {
+    const int64_t n = c->out_ne[0];
+    const double scale = c->fp[0], cap = c->fp[1];
+    for (int64_t r = 0; r < nel4(c->out_ne) / n; r++) {
+        const double *dy = x[0] + r * n, *yy = x[1] + r * n, *a = x[2] + r * n;
+        double s = 0;
+        for (int64_t j = 0; j < n; j++) s += yy[j] * dy[j];
+        for (int64_t j = 0; j < n; j++) {
+            double d = yy[j] * (dy[j] - s) * scale;
+            if (cap > 0) {
+                double t = tanh(scale * a[j] / cap);
+                d *= 1 - t * t;
+            }
+            y[r * n + j] = d;
+        }
+    }
+}
+
+// SILU, SILU_BACK, SWIGLU (training.md §5.5), inputs over +-12.
+static int gen_silu(tcase *c, uint32_t type, int v) {
+    if (v > 1) return 0;
+    const int64_t n0 = v ? BIG0 : 9, n1 = v ? BIG1 : 4;
+    label(c, type, v ? "big" : "");
+    in_rand(c, "a", RG_TYPE_F32, n0, n1, 1, 1, 4.0, v == 0);
+    set_ne(c->out_ne, n0, n1, 1, 1);
+    return 1;
+}
+static int gen_silu_back(tcase *c, uint32_t type, int v) {
+    if (v > 1) return 0;
+    const int64_t n0 = v ? BIG0 : 9, n1 = v ? BIG1 : 4;
+    label(c, type, v ? "big" : "");
+    in_rand(c, "dy", RG_TYPE_F32, n0, n1, 1, 1, 1.0, false);
+    in_rand(c, "a", RG_TYPE_F32, n0, n1, 1, 1, 4.0, false);
+    set_ne(c->out_ne, n0, n1, 1, 1);
+    return 1;
+}
+static int gen_swiglu(tcase *c, uint32_t type, int v) {
+    if (v > 1) return 0;
+    const int64_t n0 = v ? BIG0 : 9, n1 = v ? BIG1 : 4;
+    label(c, type, v ? "big" : "");
+    in_rand(c, "gate", RG_TYPE_F32, n0, n1, 1, 1, 4.0, v == 0);
+    in_rand(c, "up", RG_TYPE_F32, n0, n1, 1, 1, 1.0, v == 0);
+    set_ne(c->out_ne, n0, n1, 1, 1);
+    return 1;
+}
+static int build_silu(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    (void)c;
+    out[0] = rg_silu(g, in[0]);
+    return 1;
+}
+static int build_silu_back(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    (void)c;
+    out[0] = rg_silu_back(g, in[0], in[1]);
+    return 1;
+}
+static int build_swiglu(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    (void)c;
+    out[0] = rg_swiglu(g, in[0], in[1]);
+    return 1;
+}
+static void ref_silu(const tcase *c, double *const *x, double *y) {
+    for (int64_t i = 0; i < nel4(c->out_ne); i++) y[i] = x[0][i] * sigmoid(x[0][i]);
+}
+static void ref_silu_back(const tcase *c, double *const *x, double *y) {
+    for (int64_t i = 0; i < nel4(c->out_ne); i++) {
+        double a = x[1][i], s = sigmoid(a);
+        y[i] = x[0][i] * s * (1 + a * (1 - s));
+    }
+}
+static void ref_swiglu(const tcase *c, double *const *x, double *y) {
+    for (int64_t i = 0; i < nel4(c->out_ne); i++) y[i] = x[0][i] * sigmoid(x[0][i]) * x[1][i];
+}
+
+// RESHAPE (same elements in the same order), also of block types (rows kept).
+static int gen_reshape(tcase *c, uint32_t type, int v) {
+    const bool blocks = rg_type_get(type)->block_size > 1;
+    if (v > (blocks ? 0 : 1)) return 0;
+    if (blocks) {
+        const int64_t L = row_len(type);
+        label(c, type, "[L,6]->[L,2,3]");
+        in_rand(c, "a", type, L, 6, 1, 1, 1.0, false);
+        set_ne(c->out_ne, L, 2, 3, 1);
+    } else if (v == 0) {
+        label(c, type, "[6,4]->[4,3,2]");
+        in_rand(c, "a", type, 6, 4, 1, 1, 1.0, true);
+        set_ne(c->out_ne, 4, 3, 2, 1);
+    } else {
+        label(c, type, "[2,3,4]->[24]");
+        in_rand(c, "a", type, 2, 3, 4, 1, 1.0, true);
+        set_ne(c->out_ne, 24, 1, 1, 1);
+    }
+    return 1;
+}
+static int build_reshape(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    out[0] = rg_reshape(g, in[0], 4, c->out_ne);
+    return 1;
+}
+
+// VIEW: a window of shape win, element strides ip[0..2], offset ip[4] (bytes
+// = elements * element size), ip[5] dimensions. VIEW_BACK writes dy (shaped
+// like the window) into that window of a base of zeros.
+static void view_window(tcase *c, int v, int64_t win[4]) {
+    if (v == 2) {  // big: [200, 200] inside [300, 240] at (5, 20)
+        set_ne(win, 200, 200, 1, 1);
+        c->ip[0] = 1, c->ip[1] = BIG0, c->ip[2] = 0, c->ip[4] = 5 + 20 * BIG0, c->ip[5] = 2;
+    } else if (v == 0) {  // [3, 4] inside [8, 6], rows of 8, at (1, 2)
+        set_ne(win, 3, 4, 1, 1);
+        c->ip[0] = 1, c->ip[1] = 8, c->ip[2] = 0, c->ip[4] = 17, c->ip[5] = 2;
+    } else {       // [2, 3, 2] every other element of [6, 4, 3], from element 1
+        set_ne(win, 2, 3, 2, 1);
+        c->ip[0] = 2, c->ip[1] = 6, c->ip[2] = 24, c->ip[4] = 1, c->ip[5] = 3;
+    }
+}
+static int gen_view(tcase *c, uint32_t type, int v) {
+    if (v > 1) return 0;
+    label(c, type, v == 0 ? "2-D window" : "3-D strided");
+    if (v == 0) in_rand(c, "a", type, 8, 6, 1, 1, 1.0, true);
+    else in_rand(c, "a", type, 6, 4, 3, 1, 1.0, true);
+    view_window(c, v, c->out_ne);
+    return 1;
+}
+static rg_node *make_view(rg_graph *g, rg_node *a, const tcase *c, const int64_t win[4]) {
+    const size_t esz = rg_type_get(a->t.type)->type_size;
+    size_t nb[4];
+    for (int k = 0; k < 3; k++) nb[k] = (size_t)c->ip[k] * esz;
+    nb[3] = 0;
+    return rg_view(g, a, (int)c->ip[5], win, nb, (size_t)c->ip[4] * esz);
+}
+static int build_view(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    out[0] = make_view(g, in[0], c, c->out_ne);
+    return 1;
+}
+static void ref_view(const tcase *c, double *const *x, double *y) {
+    FOR4(c->out_ne, i0, i1, i2, i3) {
+        (void)i3;
+        y[at4(c->out_ne, i0, i1, i2, 0)] = x[0][c->ip[4] + i0 * c->ip[0] + i1 * c->ip[1] + i2 * c->ip[2]];
+    }
+}
+static int gen_view_back(tcase *c, uint32_t type, int v) {
+    if (v > 2) return 0;
+    int64_t win[4];
+    label(c, type, v == 0 ? "2-D window" : v == 1 ? "3-D strided" : "big");
+    view_window(c, v, win);
+    in_rand(c, "dy", type, win[0], win[1], win[2], 1, 1.0, false);
+    if (v == 0) in_rand(c, "base", type, 8, 6, 1, 1, 1.0, false);
+    if (v == 1) in_rand(c, "base", type, 6, 4, 3, 1, 1.0, false);
+    if (v == 2) in_rand(c, "base", type, BIG0, BIG1, 1, 1, 1.0, false);
+    memcpy(c->out_ne, c->in[1].ne, sizeof c->out_ne);
+    return 1;
+}
+static int build_view_back(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    out[0] = rg_view_back(g, in[0], make_view(g, in[1], c, c->in[0].ne));
+    return 1;
+}
+static void ref_view_back(const tcase *c, double *const *x, double *y) {
+    memset(y, 0, sizeof(double) * (size_t)nel4(c->out_ne));
+    const int64_t *ne = c->in[0].ne;
+    FOR4(ne, i0, i1, i2, i3) {
+        (void)i3;
+        y[c->ip[4] + i0 * c->ip[0] + i1 * c->ip[1] + i2 * c->ip[2]] = x[0][at4(ne, i0, i1, i2, 0)];
+    }
+}
+
+// PERMUTE: dimension i of a becomes dimension axes[i] (ip[0..3]); TRANSPOSE
+// swaps 0 and 1; CONT copies such a view into packed bytes (block types: a
+// permutation that keeps dimension 0).
+static int gen_permute_case(tcase *c, uint32_t type, const char *what, int64_t n0, int64_t n1, int64_t n2,
+                            int64_t n3, int a0, int a1, int a2, int a3) {
+    label(c, type, what);
+    in_rand(c, "a", type, n0, n1, n2, n3, 1.0, is_float_type(type));
+    c->ip[0] = a0, c->ip[1] = a1, c->ip[2] = a2, c->ip[3] = a3;
+    for (int k = 0; k < 4; k++) c->out_ne[c->ip[k]] = c->in[0].ne[k];
+    return 1;
+}
+static int gen_permute(tcase *c, uint32_t type, int v) {
+    if (v == 0) return gen_permute_case(c, type, "(1,2,0,3)", 2, 3, 4, 5, 1, 2, 0, 3);
+    if (v == 1) return gen_permute_case(c, type, "(3,0,2,1)", 2, 3, 4, 5, 3, 0, 2, 1);
+    return 0;
+}
+static int gen_transpose(tcase *c, uint32_t type, int v) {
+    if (v == 0) return gen_permute_case(c, type, "[5,3]", 5, 3, 1, 1, 1, 0, 2, 3);
+    if (v == 1) return gen_permute_case(c, type, "[4,3,2]", 4, 3, 2, 1, 1, 0, 2, 3);
+    return 0;
+}
+static int gen_cont(tcase *c, uint32_t type, int v) {
+    if (v > 1) return 0;
+    const bool blocks = rg_type_get(type)->block_size > 1;
+    if (v == 1) {  // big, forward only
+        int r = blocks ? gen_permute_case(c, type, "big permuted", 256, 150, 2, 1, 0, 2, 1, 3)
+                       : gen_permute_case(c, type, "big transposed", BIG0, BIG1, 1, 1, 1, 0, 2, 3);
+        c->in[0].param = false;
+        return r;
+    }
+    if (blocks) return gen_permute_case(c, type, "permuted (0,2,1,3)", row_len(type), 3, 2, 1, 0, 2, 1, 3);
+    return gen_permute_case(c, type, "transposed", 5, 3, 2, 1, 1, 0, 2, 3);
+}
+static int build_permute(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    out[0] = rg_permute(g, in[0], (int)c->ip[0], (int)c->ip[1], (int)c->ip[2], (int)c->ip[3]);
+    return 1;
+}
+static int build_transpose(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    (void)c;
+    out[0] = rg_transpose(g, in[0]);
+    return 1;
+}
+static int build_cont(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    out[0] = rg_cont(g, rg_permute(g, in[0], (int)c->ip[0], (int)c->ip[1], (int)c->ip[2], (int)c->ip[3]));
+    return 1;
+}
+static void ref_permute(const tcase *c, double *const *x, double *y) {
+    FOR4(c->in[0].ne, i0, i1, i2, i3) {
+        int64_t i[4] = {i0, i1, i2, i3}, j[4];
+        for (int k = 0; k < 4; k++) j[c->ip[k]] = i[k];
+        y[at4(c->out_ne, j[0], j[1], j[2], j[3])] = x[0][at4(c->in[0].ne, i0, i1, i2, i3)];
+    }
+}
+
+// CPY between F32, F16 and BF16 (round to nearest even), also of a transposed
+// view. Its gradient is the identity (the cast is a straight-through in the
+// backward), so the finite differences are of the identity.
+static int gen_cpy(tcase *c, uint32_t type, int v) {
+    static const uint32_t dst[3] = {RG_TYPE_F32, RG_TYPE_F16, RG_TYPE_BF16};
+    if (v > 8 || (v >= 7 && type != RG_TYPE_F32)) return 0;
+    if (v >= 7) {  // forward only: overflow, subnormals, ties to even, signed zero
+        static const double edge[21] = {65504.0, 65519.99, 65520.0, -70000.0, 0x1p-24, 0x1p-25, 3 * 0x1p-25,
+                                        1 + 0x1p-11, 1 + 3 * 0x1p-11, -0.0, 1e-10, 6.1e-5, 1 + 0x1p-8,
+                                        1 + 3 * 0x1p-8, 3.0e38, 3.4028234e38, -1 - 0x1p-8, 0x1p-130, -0x1p-133,
+                                        1.0 / 3.0, -2.0 / 3.0};
+        const int d = v - 6;  // f16, bf16
+        label(c, type, d == 1 ? "-> f16 edge values" : "-> bf16 edge values");
+        c->ip[0] = dst[d];
+        tin *a = in_rand(c, "a", type, 7, 3, 1, 1, 1.0, false);
+        for (int i = 0; i < 21; i++) set_f32(a, i, edge[i]);
+        set_ne(c->out_ne, 7, 3, 1, 1);
+        return 1;
+    }
+    if (v == 6) {  // big, forward only: transposed, to the next type
+        label(c, type, type == RG_TYPE_F32 ? "-> f16 big transposed" : "-> f32 big transposed");
+        c->ip[0] = type == RG_TYPE_F32 ? RG_TYPE_F16 : RG_TYPE_F32;
+        c->ip[1] = 1;
+        in_rand(c, "a", type, BIG1, BIG0, 1, 1, 1.0, false);
+        set_ne(c->out_ne, BIG0, BIG1, 1, 1);
+        return 1;
+    }
+    char what[32];
+    snprintf(what, sizeof what, "-> %s%s", rg_type_get(dst[v % 3])->name, v >= 3 ? " transposed" : "");
+    label(c, type, what);
+    c->ip[0] = dst[v % 3];
+    c->ip[1] = v >= 3;
+    // F32 sources span binades 2^-24 .. 2^13, F16 subnormals included (no
+    // overflow here, the loss must stay finite: the edge variants have it)
+    tin *a = in_rand(c, "a", type, v >= 3 ? 3 : 7, v >= 3 ? 7 : 3, 1, 1, 1.0, true);
+    if (type == RG_TYPE_F32)
+        for (int64_t i = 0; i < 21; i++) set_f32(a, i, a->val[i] * ldexp(1.0, (int)(i % 7) * 6 - 24));
+    set_ne(c->out_ne, 7, 3, 1, 1);
+    return 1;
+}
+static int build_cpy(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    out[0] = rg_cpy(g, c->ip[1] ? rg_transpose(g, in[0]) : in[0], (uint32_t)c->ip[0]);
+    return 1;
+}
+static void ref_cpy(const tcase *c, double *const *x, double *y) {
+    FOR4(c->out_ne, i0, i1, i2, i3)
+    y[at4(c->out_ne, i0, i1, i2, i3)] = round_to((uint32_t)c->ip[0], get_t(&c->in[0], x[0], c->ip[1] != 0, i0, i1, i2, i3));
+}
+static void ref_cpy_identity(const tcase *c, double *const *x, double *y) {
+    FOR4(c->out_ne, i0, i1, i2, i3)
+    y[at4(c->out_ne, i0, i1, i2, i3)] = get_t(&c->in[0], x[0], c->ip[1] != 0, i0, i1, i2, i3);
+}
+
+// CROSS_ENTROPY_LOSS (training.md §5.8): mean over labels != ignore_index (ip[0]).
+static int gen_ce(tcase *c, uint32_t type, int v) {
+    static const int32_t lab[4][6] = {{3, -100, 0, 10, -100, 5}, {1, 9, 4, 4, 0, 7},
+                                      {-100, -100, -100, -100, -100, -100}, {-1, 2, -1, 6, 8, 0}};
+    static const char *const names[4] = {"ignored labels", "logits+200 x5", "all ignored", "ignore_index=-1"};
+    if (v > 3) return 0;
+    label(c, type, names[v]);
+    c->ip[0] = v == 3 ? -1 : -100;
+    tin *z = in_rand(c, "logits", RG_TYPE_F32, 11, 6, 1, 1, v == 1 ? 5.0 : 1.5, true);
+    if (v == 1)
+        for (int64_t i = 0; i < 66; i++) set_f32(z, i, z->val[i] + 200.0);
+    in_i32(c, "labels", 6, lab[v]);
+    set_ne(c->out_ne, 1, 1, 1, 1);
+    return 1;
+}
+static int build_ce(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    out[0] = rg_cross_entropy_loss(g, in[0], in[1], (int32_t)c->ip[0]);
+    return 1;
+}
+// The per-token softmax and lse of logits column t.
+static double ce_lse(const double *z, int64_t V) {
+    double mx = -INFINITY, s = 0;
+    for (int64_t v = 0; v < V; v++) mx = z[v] > mx ? z[v] : mx;
+    for (int64_t v = 0; v < V; v++) s += exp(z[v] - mx);
+    return mx + log(s);
+}
+static void ref_ce(const tcase *c, double *const *x, double *y) {
+    const int64_t V = c->in[0].ne[0], T = c->in[0].ne[1];
+    const int32_t *lab = c->in[1].ival;
+    double s = 0;
+    int64_t n = 0;
+    for (int64_t t = 0; t < T; t++) {
+        if (lab[t] == c->ip[0]) continue;
+        s += ce_lse(x[0] + t * V, V) - x[0][t * V + lab[t]];
+        n++;
+    }
+    y[0] = n ? s / (double)n : 0.0;
+}
+static int gen_ce_back(tcase *c, uint32_t type, int v) {
+    static const int32_t lab[6] = {3, -100, 0, 10, -100, 5};
+    if (v > 0) return 0;
+    label(c, type, "ignored labels");
+    c->ip[0] = -100;
+    tin *dl = in_rand(c, "dL", RG_TYPE_F32, 1, 1, 1, 1, 1.0, false);
+    set_f32(dl, 0, 0.7);
+    in_rand(c, "logits", RG_TYPE_F32, 11, 6, 1, 1, 1.5, false);
+    in_i32(c, "labels", 6, lab);
+    set_ne(c->out_ne, 11, 6, 1, 1);
+    return 1;
+}
+static int build_ce_back(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    out[0] = rg_cross_entropy_loss_back(g, in[0], in[1], in[2], (int32_t)c->ip[0]);
+    return 1;
+}
+static void ref_ce_back(const tcase *c, double *const *x, double *y) {
+    const int64_t V = c->in[1].ne[0], T = c->in[1].ne[1];
+    const int32_t *lab = c->in[2].ival;
+    int64_t n = 0;
+    for (int64_t t = 0; t < T; t++) n += lab[t] != c->ip[0];
+    for (int64_t t = 0; t < T; t++) {
+        const double *z = x[1] + t * V;
+        double lse = ce_lse(z, V);
+        for (int64_t v = 0; v < V; v++)
+            y[t * V + v] = lab[t] == c->ip[0] ? 0.0 : (exp(z[v] - lse) - (v == lab[t])) * x[0][0] / (double)n;
+    }
+}
+
+// ADAMW and SGD: one step, against the double formula of training.md §1.2 /
+// §1.3 with the host's f32 scalars. Parameters are kept away from 0 and m has
+// the sign of g, so no output is a cancellation and a per-element rtol of
+// 2e-6 is meaningful for theta, m and v alike.
+static int gen_optim(tcase *c, uint32_t type, int v, bool adamw) {
+    if (v > 1) return 0;
+    const int64_t n = 37;  // 32 for the vector loop, 5 for the tail
+    tin *th = in_rand(c, "theta", RG_TYPE_F32, n, 1, 1, 1, 1.0, false);
+    tin *g = in_rand(c, "grad", RG_TYPE_F32, n, 1, 1, 1, 1.0, false);
+    for (int64_t i = 0; i < n; i++) set_f32(th, i, copysign(1.0 + fabs(th->val[i]), th->val[i]));
+    set_ne(c->out_ne, n, 1, 1, 1);
+    if (adamw) {
+        tin *m = in_rand(c, "m", RG_TYPE_F32, n, 1, 1, 1, 0.01, false);
+        tin *vv = in_rand(c, "v", RG_TYPE_F32, n, 1, 1, 1, 1e-3, false);
+        for (int64_t i = 0; i < n; i++) {
+            set_f32(m, i, v == 1 ? 0.0 : copysign(m->val[i], g->val[i]));
+            set_f32(vv, i, v == 1 ? 0.0 : vv->val[i] * vv->val[i]);
+        }
+        // host scalars in double, cast once (§1.2): t = 3 with decay and clipping; t = 1 plain
+        const double lr = 1e-3, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = v == 0 ? 0.1 : 0.0, clip = v == 0 ? 0.8 : 1.0;
+        const int t = v == 0 ? 3 : 1;
+        const double bc1 = 1 - pow(b1, t), bc2 = 1 - pow(b2, t);
+        const double s[8] = {lr / bc1, 1 - b1, b2, 1 - b2, eps, 1 - lr * wd, sqrt(bc2), clip};
+        for (int k = 0; k < 8; k++) c->fp[k] = (double)(float)s[k];
+        label(c, type, v == 0 ? "t=3 decay clip" : "t=1");
+        c->n_out = 3 * n;
+    } else {
+        const double s[3] = {v == 0 ? 0.1 : 0.05, v == 0 ? 0.01 : 0.0, v == 0 ? 0.5 : 1.0};
+        for (int k = 0; k < 3; k++) c->fp[k] = (double)(float)s[k];
+        label(c, type, v == 0 ? "decay clip" : "plain");
+    }
+    return 1;
+}
+static int gen_adamw(tcase *c, uint32_t type, int v) { return gen_optim(c, type, v, true); }
+static int gen_sgd(tcase *c, uint32_t type, int v) { return gen_optim(c, type, v, false); }
+static int build_adamw(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    const rg_adamw_step s = {(float)c->fp[0], (float)c->fp[1], (float)c->fp[2], (float)c->fp[3],
+                             (float)c->fp[4], (float)c->fp[5], (float)c->fp[6], (float)c->fp[7]};
+    out[0] = rg_adamw(g, in[0], in[1], in[2], in[3], &s);
+    out[1] = in[2], out[2] = in[3];
+    return 3;
+}
+static int build_sgd(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    out[0] = rg_sgd(g, in[0], in[1], (float)c->fp[0], (float)c->fp[1], (float)c->fp[2]);
+    return 1;
+}
+static void ref_adamw(const tcase *c, double *const *x, double *y) {
+    const int64_t n = c->out_ne[0];
+    const double *f = c->fp;
+    for (int64_t i = 0; i < n; i++) {
+        double g = x[1][i] * f[7];
+        double m = x[2][i] + f[1] * (g - x[2][i]);
+        double v = f[2] * x[3][i] + f[3] * g * g;
+        double den = sqrt(v) / f[6] + f[4];
+        y[i] = x[0][i] * f[5] - f[0] * m / den;
+        y[n + i] = m;
+        y[2 * n + i] = v;
+    }
+}
+static void ref_sgd(const tcase *c, double *const *x, double *y) {
+    for (int64_t i = 0; i < c->out_ne[0]; i++) y[i] = x[0][i] - c->fp[0] * (x[1][i] * c->fp[2] + c->fp[1] * x[0][i]);
+}
+
+// ---------------------------------------------------------------------------
+// The table: one row per op (u = 2^-24, the f32 unit roundoff).
+//   types, case generator, builder, reference, FD reference, error measure, bound
+
+static const op_entry entries[RG_OP_COUNT] = {
+    // copies, gathers, casts and fills move or round values: exact
+    [RG_OP_NONE] = {T_FLOAT, gen_leaf, build_leaf, ref_copy, NULL, M_ELEM, 0},
+    [RG_OP_FILL] = {T_FLOAT, gen_fill, build_fill, ref_fill, NULL, M_ELEM, 0},
+    [RG_OP_REPEAT] = {T_F32, gen_repeat, build_repeat, ref_repeat, NULL, M_ELEM, 0},
+    [RG_OP_RESHAPE] = {T_RESHAPE, gen_reshape, build_reshape, ref_copy, NULL, M_ELEM, 0},
+    [RG_OP_VIEW] = {T_FLOAT, gen_view, build_view, ref_view, NULL, M_ELEM, 0},
+    [RG_OP_PERMUTE] = {T_FLOAT, gen_permute, build_permute, ref_permute, NULL, M_ELEM, 0},
+    [RG_OP_TRANSPOSE] = {T_FLOAT, gen_transpose, build_transpose, ref_permute, NULL, M_ELEM, 0},
+    [RG_OP_VIEW_BACK] = {T_F32, gen_view_back, build_view_back, ref_view_back, NULL, M_ELEM, 0},
+    [RG_OP_CONT] = {T_WEIGHTS, gen_cont, build_cont, ref_permute, NULL, M_ELEM, 0},
+    [RG_OP_CPY] = {T_FLOAT, gen_cpy, build_cpy, ref_cpy, ref_cpy_identity, M_ELEM, 0},
+    // a gather through the type's dequantizer (the reference used dequant_ref)
+    [RG_OP_GET_ROWS] = {T_WEIGHTS, gen_get_rows, build_get_rows, ref_get_rows, NULL, M_NORM, 1e-6},
+    // one rounding of the exact result: <= u relative; 4u
+    [RG_OP_ADD] = {T_F32, gen_binary, build_add, ref_add, NULL, M_NORM, 2.4e-7},
+    [RG_OP_SUB] = {T_F32, gen_binary, build_sub, ref_sub, NULL, M_NORM, 2.4e-7},
+    [RG_OP_MUL] = {T_F32, gen_binary, build_mul, ref_mul, NULL, M_NORM, 2.4e-7},
+    [RG_OP_SCALE] = {T_F32, gen_scale, build_scale, ref_scale, NULL, M_NORM, 2.4e-7},
+    // float sums of n terms: <= (n-1) u sum|term|; n <= 3 (scatter), <= 240 (tiles), <= 72000 (sums, in chunks)
+    [RG_OP_GET_ROWS_BACK] = {T_F32, gen_get_rows_back, build_get_rows_back, ref_get_rows_back, NULL, M_ABS, 2.4e-7},
+    [RG_OP_REPEAT_BACK] = {T_F32, gen_repeat_back, build_repeat_back, ref_repeat_back, NULL, M_ABS, 1e-6},
+    [RG_OP_SUM] = {T_F32, gen_sum, build_sum, ref_sum, NULL, M_ABS, 1e-5},
+    [RG_OP_MEAN] = {T_F32, gen_sum, build_mean, ref_mean, NULL, M_ABS, 1e-5},
+    [RG_OP_SUM_ROWS] = {T_F32, gen_sum_rows, build_sum_rows, ref_sum_rows, NULL, M_ABS, 1e-5},
+    // dot products of K <= 256: K u = 1.5e-5 (8-bit activations: 1e-2, set per case)
+    [RG_OP_MUL_MAT] = {T_WEIGHTS, gen_mul_mat, build_mul_mat, ref_mul_mat, NULL, M_ABS, 2e-5},
+    [RG_OP_OUT_PROD] = {T_WEIGHTS, gen_out_prod, build_out_prod, ref_out_prod, NULL, M_ABS, 1e-5},
+    // a few f32 operations and libm/polynomial exp, tanh, cos, sin of <= 2 ulp each
+    [RG_OP_RMS_NORM] = {T_F32, gen_rms_norm, build_rms_norm, ref_rms_norm, NULL, M_NORM, 1e-6},
+    [RG_OP_RMS_NORM_BACK] = {T_F32, gen_rms_norm_back, build_rms_norm_back, ref_rms_norm_back, NULL, M_NORM, 2e-6},
+    [RG_OP_ROPE] = {T_F32, gen_rope, build_rope, ref_rope, NULL, M_NORM, 1e-6},
+    [RG_OP_ROPE_BACK] = {T_F32, gen_rope_back, build_rope_back, ref_rope_back, NULL, M_NORM, 1e-6},
+    [RG_OP_SOFT_MAX] = {T_F32, gen_soft_max, build_soft_max, ref_soft_max, NULL, M_NORM, 2e-6},
+    [RG_OP_SOFT_MAX_BACK] = {T_F32, gen_soft_max_back, build_soft_max_back, ref_soft_max_back, NULL, M_NORM, 2e-6},
+    [RG_OP_SILU] = {T_F32, gen_silu, build_silu, ref_silu, NULL, M_NORM, 1e-6},
+    [RG_OP_SILU_BACK] = {T_F32, gen_silu_back, build_silu_back, ref_silu_back, NULL, M_NORM, 2e-6},
+    [RG_OP_SWIGLU] = {T_F32, gen_swiglu, build_swiglu, ref_swiglu, NULL, M_NORM, 1e-6},
+    [RG_OP_CROSS_ENTROPY_LOSS] = {T_F32, gen_ce, build_ce, ref_ce, NULL, M_NORM, 1e-6},
+    [RG_OP_CROSS_ENTROPY_LOSS_BACK] = {T_F32, gen_ce_back, build_ce_back, ref_ce_back, NULL, M_NORM, 1e-6},
+    // one optimizer step: training.md's cross-implementation rtol
+    [RG_OP_ADAMW] = {T_F32, gen_adamw, build_adamw, ref_adamw, NULL, M_ELEM, 2e-6},
+    [RG_OP_SGD] = {T_F32, gen_sgd, build_sgd, ref_sgd, NULL, M_ELEM, 2e-6},
+};
+
+// ---------------------------------------------------------------------------
+// The loop
+
+static void restore_inputs(const tcase *c) {
+    for (int k = 0; k < c->n_in; k++) memcpy(c->in[k].work, c->in[k].bytes, c->in[k].nbytes);
+}
+
+// Leaves for the inputs (trainable ones as rg_param when params), then the op.
+static int build_case(rg_graph *g, const op_entry *e, const tcase *c, bool params, rg_node **leaf, rg_node **out) {
+    for (int k = 0; k < c->n_in; k++) {
+        const tin *t = &c->in[k];
+        leaf[k] = params && t->param ? rg_param(g, t->name, t->type, 4, t->ne, t->work)
+                                     : rg_leaf(g, t->name, t->type, 4, t->ne, t->work);
+    }
+    for (int k = 0; k < MAX_OUT; k++) out[k] = NULL;
+    return e->build(g, leaf, c, out);
+}
+
+static int64_t outs_nel(rg_node *const *out, int n_out) {
+    int64_t n = 0;
+    for (int k = 0; k < n_out; k++) n += out[k] ? rg_tensor_nelements(&out[k]->t) : 0;
+    return n;
+}
+
+static void read_outs(rg_node *const *out, int n_out, double *dst) {
+    for (int k = 0; k < n_out; k++) {
+        read_tensor(&out[k]->t, dst);
+        dst += rg_tensor_nelements(&out[k]->t);
+    }
+}
+
+// Runs g twice on n_threads (inputs restored before each run) into r0 and r1.
+static rg_status run_twice(rg_graph *g, const tcase *c, int n_threads, rg_node *const *out, int n_out, double *r0,
+                           double *r1, rg_error *err) {
+    rg_exec *ex = NULL;
+    rg_exec_opts o = {.n_threads = n_threads};
+    rg_status st = rg_exec_create(&ex, g, &o, err);
+    for (int rep = 0; rep < 2 && !st; rep++) {
+        restore_inputs(c);
+        st = rg_exec_run(ex, 0, -1, err);
+        if (!st) read_outs(out, n_out, rep ? r1 : r0);
+    }
+    rg_exec_free(ex);
+    return st;
+}
+
+// The forward error of got against want, scaled by the reference ref (mag:
+// the reference of |inputs|, for M_ABS).
+static double fwd_error(int metric, const double *got, const double *want, const double *ref, const double *mag,
+                        int64_t n) {
+    double den = 0, e = 0;
+    for (int64_t i = 0; i < n; i++) den = fabs(ref[i]) > den ? fabs(ref[i]) : den;
+    for (int64_t i = 0; i < n; i++) {
+        if (got[i] == want[i]) continue;  // also equal infinities
+        double d = fabs(got[i] - want[i]);
+        double s = metric == M_NORM ? den : metric == M_ABS ? fabs(mag[i]) : fabs(ref[i]);
+        double r = s > 0 ? d / s : INFINITY;
+        if (!(r <= e)) e = r;  // NaN stays NaN and fails
+    }
+    return e;
+}
+
+static bool same_bits(const double *a, const double *b, int64_t n) { return memcmp(a, b, sizeof(double) * (size_t)n) == 0; }
+
+static void report(const char *op, const tcase *c, const char *check, const char *metric, double err, double tol,
+                   const char *extra) {
+    bool ok = err <= tol;
+    printf("    %s %s %s %s %.1e <= %.1e%s%s\n", op, c->label, check, metric, err, tol, extra, ok ? "" : "  FAIL");
+    RG_CHECK(ok, "%s %s %s: %s %.3e exceeds %.1e", op, c->label, check, metric, err, tol);
+}
+
+static void report_error(const char *op, const tcase *c, const char *check, const char *msg) {
+    printf("    %s %s %s FAIL: %s\n", op, c->label, check, msg);
+    RG_CHECK(0, "%s %s %s: %s", op, c->label, check, msg);
+}
+
+// Same shape as the case says the op makes (a constructor's shape rule).
+static bool check_shape(const char *op, const tcase *c, const char *check, const rg_node *y) {
+    if (!y) return false;
+    if (memcmp(y->t.ne, c->out_ne, sizeof c->out_ne) == 0) return true;
+    char msg[200];
+    snprintf(msg, sizeof msg, "output shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld, %lld]",
+             (long long)y->t.ne[0], (long long)y->t.ne[1], (long long)y->t.ne[2], (long long)y->t.ne[3],
+             (long long)c->out_ne[0], (long long)c->out_ne[1], (long long)c->out_ne[2], (long long)c->out_ne[3]);
+    report_error(op, c, check, msg);
+    return false;
+}
+
+static void check_forward(rg_op op, const op_entry *e, tcase *c) {
+    const char *name = rg_op_name(op);
+    double tol = c->fwd_tol >= 0 ? c->fwd_tol : e->fwd_tol;
+    rg_error err = {0};
+    rg_graph *g = rg_graph_new();
+    rg_node *leaf[MAX_IN], *out[MAX_OUT];
+    int n_out = build_case(g, e, c, false, leaf, out);
+    if (rg_graph_error(g, &err) || !out[0]) {
+        report_error(name, c, "fwd", err.msg[0] ? err.msg : "the builder made no node");
+        rg_graph_free(g);
+        return;
+    }
+    if (!check_shape(name, c, "fwd", out[0])) {
+        rg_graph_free(g);
+        return;
+    }
+    for (int k = 0; k < n_out; k++) out[k]->flags |= RG_NODE_OUTPUT;
+    const int64_t n = outs_nel(out, n_out);
+    RG_CHECK(n == c->n_out, "%s %s: %lld outputs, the reference makes %lld", name, c->label, (long long)n,
+             (long long)c->n_out);
+    double *r[4], *ref = calloc((size_t)c->n_out, sizeof(double)), *mag = calloc((size_t)c->n_out, sizeof(double));
+    for (int k = 0; k < 4; k++) r[k] = calloc((size_t)n, sizeof(double));
+    double *x[MAX_IN] = {0}, *ax[MAX_IN] = {0};
+    for (int k = 0; k < c->n_in; k++) {
+        x[k] = c->in[k].val;
+        if (!x[k]) continue;
+        ax[k] = malloc(sizeof(double) * (size_t)nel4(c->in[k].ne));
+        for (int64_t i = 0; i < nel4(c->in[k].ne); i++) ax[k][i] = fabs(x[k][i]);
+    }
+    e->ref(c, x, ref);
+    if (e->metric == M_ABS) e->ref(c, ax, mag);
+    rg_status st = n == c->n_out ? run_twice(g, c, 1, out, n_out, r[0], r[1], &err) : RG_ERR_ARG;
+    if (st) {
+        report_error(name, c, "fwd", err.msg);
+    } else {
+        report(name, c, "fwd", metric_name[e->metric], fwd_error(e->metric, r[0], ref, ref, mag, n), tol, "");
+        RG_CHECK(same_bits(r[0], r[1], n), "%s %s: two 1-thread runs differ", name, c->label);
+        st = run_twice(g, c, 2, out, n_out, r[2], r[3], &err);
+        if (st) {
+            report_error(name, c, "thr", err.msg);
+        } else {
+            bool bits = same_bits(r[0], r[1], n) && same_bits(r[2], r[3], n);
+            // the 2-thread result against the 1-thread one, scaled like the forward error
+            double e2 = fwd_error(e->metric, r[2], r[0], ref, mag, n);
+            report(name, c, "thr", "2t-vs-1t", e2, tol,
+                   bits ? ", reruns bit-identical" : ", reruns DIFFER");
+            RG_CHECK(bits, "%s %s: reruns with the same thread count differ", name, c->label);
+        }
+    }
+    for (int k = 0; k < 4; k++) free(r[k]);
+    for (int k = 0; k < MAX_IN; k++) free(ax[k]);
+    free(ref), free(mag);
+    rg_graph_free(g);
+}
+
+// loss = sum(out * w) for the double reference.
+static double ref_loss(const op_entry *e, const tcase *c, double *const *x, const double *w, double *tmp) {
+    (e->ref_fd ? e->ref_fd : e->ref)(c, x, tmp);
+    double s = 0;
+    for (int64_t i = 0; i < nel4(c->out_ne); i++) s += tmp[i] * w[i];
+    return s;
+}
+
+// max over the trainable inputs of |grad - fd| / max(1, max|fd|); the names
+// of the inputs into which. The graph has run.
+static double grad_error(const op_entry *e, tcase *c, rg_node *const *leaf, const double *w, char *which,
+                         size_t cap) {
+    double worst = 0, *x[MAX_IN] = {0}, *tmp = malloc(sizeof(double) * (size_t)c->n_out);
+    for (int k = 0; k < c->n_in; k++) x[k] = c->in[k].val;
+    which[0] = 0;
+    for (int k = 0; k < c->n_in; k++) {
+        tin *t = &c->in[k];
+        if (!t->param) continue;
+        snprintf(which + strlen(which), cap - strlen(which), "%s%s", which[0] ? "," : "", t->name);
+        if (!leaf[k]->grad) {
+            worst = INFINITY;
+            continue;
+        }
+        const int64_t m = nel4(t->ne);
+        double *gr = malloc(sizeof(double) * (size_t)m), *fd = malloc(sizeof(double) * (size_t)m), fd_max = 0;
+        read_tensor(&leaf[k]->grad->t, gr);
+        for (int64_t i = 0; i < m; i++) {
+            const double v = t->val[i], h = 1e-5 * fmax(1.0, fabs(v));
+            t->val[i] = v + h;
+            double lp = ref_loss(e, c, x, w, tmp);
+            t->val[i] = v - h;
+            double lm = ref_loss(e, c, x, w, tmp);
+            t->val[i] = v;
+            fd[i] = (lp - lm) / (2 * h);
+            fd_max = fmax(fd_max, fabs(fd[i]));
+        }
+        for (int64_t i = 0; i < m; i++) {
+            double d = fabs(gr[i] - fd[i]) / fmax(1.0, fd_max);
+            if (!(d <= worst)) worst = d;
+        }
+        free(gr), free(fd);
+    }
+    free(tmp);
+    return worst;
+}
+
+static void check_backward(rg_op op, const op_entry *e, tcase *c) {
+    const char *name = rg_op_name(op);
+    int n_params = 0;
+    for (int k = 0; k < c->n_in; k++) n_params += c->in[k].param;
+    if (!n_params) return;  // nothing trainable: a quantized table or weight is frozen
+    rg_error err = {0};
+    rg_graph *g = rg_graph_new();
+    rg_node *leaf[MAX_IN], *out[MAX_OUT];
+    build_case(g, e, c, true, leaf, out);
+    const int64_t n = nel4(c->out_ne);
+    float *wf = aligned_alloc(64, (sizeof(float) * (size_t)n + 63) / 64 * 64);
+    double *w = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) wf[i] = rg_rng_normal(c->seed, 99, (uint64_t)i), w[i] = wf[i];
+    rg_node *y = out[0];
+    if (y && y->t.type != RG_TYPE_F32) y = rg_cpy(g, y, RG_TYPE_F32);  // the loss is F32
+    rg_node *loss = rg_sum(g, rg_mul(g, y, rg_leaf(g, "w", RG_TYPE_F32, 4, c->out_ne, wf)));
+    rg_exec *ex = NULL;
+    rg_exec_opts o = {.n_threads = 1};
+    rg_status st = rg_graph_error(g, &err);
+    if (!st && !check_shape(name, c, "bwd", out[0])) goto done;
+    if (!st) st = rg_graph_backward(g, loss, &err);
+    if (!st) restore_inputs(c), st = rg_exec_create(&ex, g, &o, &err);
+    if (!st) st = rg_exec_run(ex, 0, -1, &err);
+    if (st) {
+        report_error(name, c, "bwd", err.msg);
+    } else {
+        char which[64], extra[80];
+        double worst = grad_error(e, c, leaf, w, which, sizeof which);
+        snprintf(extra, sizeof extra, " (d/d %s)", which);
+        report(name, c, "bwd", "maxerr", worst, BWD_TOL, extra);
+    }
+done:
+    rg_exec_free(ex);
+    rg_graph_free(g);
+    free(wf), free(w);
+}
+
+static void run_op(rg_op op) {
+    const op_entry *e = &entries[op];
+    RG_REQUIRE(e->gen && e->build && e->ref && e->types, "op %s has no test entry", rg_op_name(op));
+    const uint32_t *types = e->types == T_WEIGHTS && quick() ? T_WEIGHTS_QUICK : e->types;
+    for (const uint32_t *tp = types; *tp != TEND; tp++) {
+        for (int v = 0;; v++) {
+            tcase c;
+            memset(&c, 0, sizeof c);
+            c.type = *tp;
+            c.seed = ((uint64_t)op << 24) ^ ((uint64_t)*tp << 8) ^ (uint64_t)v;
+            c.fwd_tol = -1;
+            if (!e->gen(&c, *tp, v)) {
+                free_case(&c);
+                break;
+            }
+            if (!c.n_out) c.n_out = nel4(c.out_ne);
+            check_forward(op, e, &c);
+            if (rg_op_defs[op].backward) check_backward(op, e, &c);
+            free_case(&c);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// One test per op (the name filter picks ops), and the table's completeness.
+
+#define OP_LIST(X)                                                                                                  \
+    X(none, NONE) X(fill, FILL) X(get_rows, GET_ROWS) X(get_rows_back, GET_ROWS_BACK) X(mul_mat, MUL_MAT)          \
+    X(out_prod, OUT_PROD) X(add, ADD) X(sub, SUB) X(mul, MUL) X(scale, SCALE) X(repeat, REPEAT)                    \
+    X(repeat_back, REPEAT_BACK) X(sum, SUM) X(mean, MEAN) X(sum_rows, SUM_ROWS) X(rms_norm, RMS_NORM)              \
+    X(rms_norm_back, RMS_NORM_BACK) X(rope, ROPE) X(rope_back, ROPE_BACK) X(soft_max, SOFT_MAX)                    \
+    X(soft_max_back, SOFT_MAX_BACK) X(silu, SILU) X(silu_back, SILU_BACK) X(swiglu, SWIGLU) X(reshape, RESHAPE)    \
+    X(view, VIEW) X(permute, PERMUTE) X(transpose, TRANSPOSE) X(view_back, VIEW_BACK) X(cont, CONT) X(cpy, CPY)    \
+    X(cross_entropy_loss, CROSS_ENTROPY_LOSS) X(cross_entropy_loss_back, CROSS_ENTROPY_LOSS_BACK)                  \
+    X(adamw, ADAMW) X(sgd, SGD)
+
+#define X_FN(lc, UC) \
+    static void test_##lc(void) { run_op(RG_OP_##UC); }
+OP_LIST(X_FN)
+#define X_COVER(lc, UC) [RG_OP_##UC] = true,
+static const bool covered[RG_OP_COUNT] = {OP_LIST(X_COVER)};
+
+// Every op of rg_op_defs has a test row and a test; every differentiable op's
+// row marks some input trainable for at least one type.
+static void test_table(void) {
+    for (int op = 0; op < RG_OP_COUNT; op++) {
+        const op_entry *e = &entries[op];
+        RG_CHECK(rg_op_defs[op].name != NULL, "op %d has no row in rg_op_defs", op);
+        RG_CHECK(e->gen && e->build && e->ref && e->types, "op %s (%d) has no test entry in test_ops.c",
+                 rg_op_name((rg_op)op), op);
+        RG_CHECK(covered[op], "op %s (%d) has no test function in OP_LIST", rg_op_name((rg_op)op), op);
+        if (!e->gen || !rg_op_defs[op].backward) continue;
+        tcase c;
+        memset(&c, 0, sizeof c);
+        bool any = false;
+        if (e->gen(&c, e->types[0], 0))
+            for (int k = 0; k < c.n_in; k++) any |= c.in[k].param;
+        free_case(&c);
+        RG_CHECK(any, "op %s has a backward rule but its first case trains no input", rg_op_name((rg_op)op));
+    }
+    printf("    %d ops in the table, every one with a test row\n", RG_OP_COUNT);
+}
+
+#define X_CASE(lc, UC) {#lc, test_##lc},
+static const rg_test_case cases[] = {RG_TEST(test_table), OP_LIST(X_CASE){0}};
+
+int main(int argc, char **argv) { return rg_test_run(argc, argv, cases); }
