@@ -10,6 +10,7 @@ int cmd_info(int argc, char **argv);
 int cmd_make_tiny(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 
 // JSON output helpers (json_out.c).
 void json_str(FILE *f, const char *s, size_t n);  // quoted, escaped; invalid UTF-8 becomes U+FFFD

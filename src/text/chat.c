@@ -1,0 +1,453 @@
+// chat.c - chat templates by family, without a Jinja engine (see chat.h; spec §5.5, §6.2).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/error.h"
+#include "text/chat.h"
+#include "text/unicode_tables.h"
+
+static const char supported_families[] =
+    "chatml (Qwen2, Qwen2.5, SmolLM2), lfm2 (LFM2), llama3 (Llama 3), llama3.1 (Llama 3.1/3.2/3.3)";
+
+const char *rg_chat_family_name(rg_chat_family f) {
+    switch (f) {
+    case RG_CHAT_CHATML: return "chatml";
+    case RG_CHAT_LFM2: return "lfm2";
+    case RG_CHAT_LLAMA3: return "llama3";
+    case RG_CHAT_LLAMA31: return "llama3.1";
+    }
+    return "unknown";
+}
+
+// ---------------------------------------------------------------------------
+// Reading the template text
+
+static const char *find(const char *t, size_t len, const char *needle) {
+    size_t n = strlen(needle);
+    if (n == 0 || n > len) return NULL;
+    for (size_t i = 0; i + n <= len; i++)
+        if (t[i] == needle[0] && memcmp(t + i, needle, n) == 0) return t + i;
+    return NULL;
+}
+
+static bool has(const char *t, size_t len, const char *needle) { return find(t, len, needle) != NULL; }
+
+// Decodes the Jinja string literal whose opening quote is at q (' or "), with the usual
+// backslash escapes. Returns a malloc'd NUL-terminated string, or NULL (unterminated, no memory).
+static char *literal_at(const char *t, size_t len, const char *q) {
+    char quote = *q;
+    const char *end = t + len;
+    char *out = malloc((size_t)(end - q) + 1);
+    if (!out) return NULL;
+    size_t n = 0;
+    for (const char *p = q + 1; p < end; p++) {
+        if (*p == quote) {
+            out[n] = '\0';
+            return out;
+        }
+        if (*p == '\\' && p + 1 < end) {
+            p++;
+            switch (*p) {
+            case 'n': out[n++] = '\n'; break;
+            case 't': out[n++] = '\t'; break;
+            case 'r': out[n++] = '\r'; break;
+            default: out[n++] = *p; break;  // \\ \' \" and anything else: the character itself
+            }
+        } else {
+            out[n++] = *p;
+        }
+    }
+    free(out);
+    return NULL;
+}
+
+// The first string literal of the template whose text starts with prefix (decoded), or NULL.
+static char *literal_starting(const char *t, size_t len, const char *prefix) {
+    for (const char *p = t; (p = find(p, len - (size_t)(p - t), prefix)) != NULL; p++) {
+        if (p > t && (p[-1] == '\'' || p[-1] == '"')) {
+            char *lit = literal_at(t, len, p - 1);
+            if (lit) return lit;
+        }
+    }
+    return NULL;
+}
+
+// ChatML default system prompt: a literal "<|im_start|>system\n{text}<|im_end|>..." with
+// non-empty text (Qwen2, Qwen2.5, SmolLM2 write exactly this in their no-system branch).
+static rg_status find_default_system(const char *t, size_t len, char **out) {
+    static const char head[] = "<|im_start|>system";
+    *out = NULL;
+    for (const char *p = t; (p = find(p, len - (size_t)(p - t), head)) != NULL; p++) {
+        if (p == t || (p[-1] != '\'' && p[-1] != '"')) continue;
+        char *lit = literal_at(t, len, p - 1);
+        if (!lit) continue;
+        char *body = lit + strlen(head);
+        char *end = strstr(body, "<|im_end|>");
+        if (*body == '\n' && end && end > body + 1) {
+            size_t n = (size_t)(end - body - 1);
+            memmove(lit, body + 1, n);
+            lit[n] = '\0';
+            *out = lit;
+            return RG_OK;
+        }
+        free(lit);
+    }
+    return RG_OK;
+}
+
+void rg_chat_template_free(rg_chat_template *t) {
+    if (!t) return;
+    free(t->default_system);
+    free(t->bos_text);
+    free(t->knowledge_line);
+    free(t->default_date);
+    memset(t, 0, sizeof *t);
+}
+
+static char *dup_str(const char *s) {
+    size_t n = strlen(s);
+    char *d = malloc(n + 1);
+    if (d) memcpy(d, s, n + 1);
+    return d;
+}
+
+// The start of the template for messages: its first 60 characters, on one line.
+static void template_head(const char *t, size_t len, char *buf, size_t cap) {
+    size_t o = 0, chars = 0;
+    bool cut = false;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)t[i];
+        if ((c & 0xC0) != 0x80) {  // a new character starts
+            if (chars == 60) {
+                cut = true;
+                break;
+            }
+            chars++;
+        }
+        if (o + 8 >= cap) break;
+        if (c == '\n') o += (size_t)snprintf(buf + o, cap - o, "\\n");
+        else if (c == '\t') o += (size_t)snprintf(buf + o, cap - o, "\\t");
+        else if (c < 0x20) o += (size_t)snprintf(buf + o, cap - o, "\\x%02X", c);
+        else buf[o++] = (char)c;
+    }
+    buf[o] = '\0';
+    if (cut) snprintf(buf + o, cap - o, "...");
+}
+
+static rg_status unsupported(const char *t, size_t len, const char *why, rg_error *err) {
+    char head[512];
+    template_head(t, len, head, sizeof head);
+    return rg_fail(err, RG_ERR_UNSUPPORTED, "%s chat template '%s': supported families are %s", why, head,
+                   supported_families);
+}
+
+rg_status rg_chat_template_parse(rg_chat_template *out, const char *t, size_t len, const char *bos_text,
+                                 rg_error *err) {
+    memset(out, 0, sizeof *out);
+    rg_status st = RG_OK;
+    if (has(t, len, "<|start_header_id|>") && has(t, len, "<|end_header_id|>")) {
+        out->trim_content = has(t, len, "| trim") || has(t, len, "|trim");
+        if (has(t, len, "bos_token")) out->bos_text = dup_str(bos_text ? bos_text : "<|begin_of_text|>");
+        else out->bos_text = dup_str("");
+        if (has(t, len, "Cutting Knowledge Date")) {
+            out->family = RG_CHAT_LLAMA31;
+            out->knowledge_line = literal_starting(t, len, "Cutting Knowledge Date");
+            if (!out->knowledge_line) out->knowledge_line = dup_str("Cutting Knowledge Date: December 2023\n");
+            const char *d = find(t, len, "date_string = ");
+            if (d && (d[14] == '"' || d[14] == '\'')) out->default_date = literal_at(t, len, d + 14);
+            if (!out->default_date) out->default_date = dup_str("26 Jul 2024");
+            out->date_from_clock = has(t, len, "strftime_now");
+            if (!out->knowledge_line || !out->default_date) st = RG_ERR_NOMEM;
+        } else {
+            out->family = RG_CHAT_LLAMA3;
+        }
+        if (!out->bos_text) st = RG_ERR_NOMEM;
+    } else if (has(t, len, "<|im_start|>")) {
+        if (has(t, len, "<think>") || has(t, len, "reasoning_content"))
+            return unsupported(t, len, "thinking (<think>) templates are not supported yet:", err);
+        if (has(t, len, "bos_token") && (has(t, len, "ns.system_prompt") || has(t, len, "<|tool_response_start|>"))) {
+            out->family = RG_CHAT_LFM2;
+            out->bos_text = dup_str(bos_text ? bos_text : "<|startoftext|>");
+            out->lfm2_tool_wrap = has(t, len, "<|tool_response_start|>");
+            if (!out->bos_text) st = RG_ERR_NOMEM;
+        } else {
+            out->family = RG_CHAT_CHATML;
+            st = find_default_system(t, len, &out->default_system);
+            out->qwen_tool_turns = has(t, len, "<tool_response>");
+            if (!st && has(t, len, "bos_token") && !(out->bos_text = dup_str(bos_text ? bos_text : ""))) st = RG_ERR_NOMEM;
+        }
+    } else {
+        return unsupported(t, len, "unrecognized", err);
+    }
+    if (st) {
+        rg_chat_template_free(out);
+        return rg_fail(err, RG_ERR_NOMEM, "chat template: out of memory");
+    }
+    return RG_OK;
+}
+
+rg_status rg_chat_template_from_tokenizer(rg_chat_template *out, const rg_tokenizer *tok, rg_error *err) {
+    const rg_tokenizer_info *in = rg_tokenizer_get_info(tok);
+    memset(out, 0, sizeof *out);
+    if (!in->chat_template) return rg_fail(err, RG_ERR_NOT_FOUND, "the model has no tokenizer.chat_template");
+    const char *bos = in->bos >= 0 ? rg_token_text(tok, in->bos, NULL) : NULL;
+    return rg_chat_template_parse(out, in->chat_template, in->chat_template_len, bos, err);
+}
+
+// ---------------------------------------------------------------------------
+// Rendering
+
+typedef struct sbuf {
+    char *p;
+    size_t n, cap;
+    bool ok;
+} sbuf;
+
+static void put(sbuf *b, const char *s, size_t n) {
+    if (!b->ok) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->ok = false;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = '\0';
+}
+
+static void puts_(sbuf *b, const char *s) { put(b, s, strlen(s)); }
+
+static bool role_is(const rg_chat_message *m, const char *r) {
+    return m->role_len == strlen(r) && memcmp(m->role, r, m->role_len) == 0;
+}
+
+// Python's str.strip() (Jinja's trim): Unicode White_Space and U+001C..U+001F at both ends.
+static bool strip_char(uint32_t cp) { return (rg_unicode_flags(cp) & RG_UC_WHITESPACE) || (cp >= 0x1C && cp <= 0x1F); }
+
+static size_t utf8_at(const unsigned char *s, size_t n, size_t i, uint32_t *cp) {
+    unsigned char c = s[i];
+    size_t k = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
+    if (k == 0 || i + k > n) return 0;
+    uint32_t v = k == 1 ? c : (uint32_t)(c & (0x7F >> k));
+    for (size_t j = 1; j < k; j++) {
+        if ((s[i + j] & 0xC0) != 0x80) return 0;
+        v = (v << 6) | (s[i + j] & 0x3F);
+    }
+    *cp = v;
+    return k;
+}
+
+static void trim(const char *s, size_t n, size_t *b, size_t *e) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0, j = n;
+    uint32_t cp;
+    size_t k;
+    while (i < j && (k = utf8_at(u, n, i, &cp)) && strip_char(cp)) i += k;
+    while (j > i) {
+        size_t start = j - 1;  // find the start of the last character
+        while (start > i && (u[start] & 0xC0) == 0x80 && j - start < 4) start--;
+        if (!(k = utf8_at(u, n, start, &cp)) || start + k != j || !strip_char(cp)) break;
+        j = start;
+    }
+    *b = i;
+    *e = j;
+}
+
+typedef struct renderer {
+    sbuf b;
+    rg_chat_span *spans;
+    size_t n_spans;
+} renderer;
+
+static rg_chat_span *new_span(renderer *r, int32_t message) {
+    rg_chat_span *s = &r->spans[r->n_spans++];
+    memset(s, 0, sizeof *s);
+    s->message = message;
+    s->rendered = true;
+    s->begin = s->end = s->role_begin = s->role_end = s->content_begin = s->content_end = s->marker_end = r->b.n;
+    return s;
+}
+
+static void put_role(renderer *r, rg_chat_span *s, const char *role, size_t n) {
+    s->role_begin = r->b.n;
+    put(&r->b, role, n);
+    s->role_end = r->b.n;
+}
+
+static void put_content(renderer *r, rg_chat_span *s, const char *c, size_t n) {
+    s->content_begin = r->b.n;
+    put(&r->b, c, n);
+    s->content_end = r->b.n;
+}
+
+// <|im_start|>{role}\n{content}<|im_end|>\n
+static void chatml_block(renderer *r, int32_t index, const char *role, size_t role_len, const char *content,
+                         size_t content_len, const char *wrap_open, const char *wrap_close) {
+    rg_chat_span *s = new_span(r, index);
+    puts_(&r->b, "<|im_start|>");
+    put_role(r, s, role, role_len);
+    puts_(&r->b, "\n");
+    if (wrap_open) puts_(&r->b, wrap_open);
+    put_content(r, s, content, content_len);
+    if (wrap_close) puts_(&r->b, wrap_close);
+    puts_(&r->b, "<|im_end|>");
+    s->marker_end = r->b.n;
+    puts_(&r->b, "\n");
+    s->end = r->b.n;
+}
+
+static void render_chatml(const rg_chat_template *t, const rg_chat_message *m, size_t n, renderer *r) {
+    if (t->bos_text) puts_(&r->b, t->bos_text);
+    if (t->default_system && n > 0 && !role_is(&m[0], "system"))
+        chatml_block(r, -1, "system", 6, t->default_system, strlen(t->default_system), NULL, NULL);
+    for (size_t i = 0; i < n; i++) {
+        if (t->qwen_tool_turns && role_is(&m[i], "tool")) {
+            // Qwen2.5: consecutive tool results share one user turn.
+            bool first = i == 0 || !role_is(&m[i - 1], "tool");
+            bool last = i + 1 == n || !role_is(&m[i + 1], "tool");
+            rg_chat_span *s = new_span(r, (int32_t)i);
+            if (first) {
+                puts_(&r->b, "<|im_start|>");
+                put_role(r, s, "user", 4);
+            } else {
+                s->role_begin = s->role_end = r->b.n;
+            }
+            puts_(&r->b, "\n<tool_response>\n");
+            put_content(r, s, m[i].content, m[i].content_len);
+            puts_(&r->b, "\n</tool_response>");
+            if (last) puts_(&r->b, "<|im_end|>");
+            s->marker_end = r->b.n;
+            if (last) puts_(&r->b, "\n");
+            s->end = r->b.n;
+            continue;
+        }
+        chatml_block(r, (int32_t)i, m[i].role, m[i].role_len, m[i].content, m[i].content_len, NULL, NULL);
+    }
+}
+
+static void render_lfm2(const rg_chat_template *t, const rg_chat_message *m, size_t n, renderer *r) {
+    puts_(&r->b, t->bos_text);
+    size_t first = 0;
+    if (n > 0 && role_is(&m[0], "system")) {
+        first = 1;
+        if (m[0].content_len > 0) {
+            chatml_block(r, 0, "system", 6, m[0].content, m[0].content_len, NULL, NULL);
+        } else {
+            rg_chat_span *s = new_span(r, 0);  // an empty system prompt is left out
+            s->rendered = false;
+        }
+    }
+    for (size_t i = first; i < n; i++) {
+        bool wrap = t->lfm2_tool_wrap && role_is(&m[i], "tool");
+        chatml_block(r, (int32_t)i, m[i].role, m[i].role_len, m[i].content, m[i].content_len,
+                     wrap ? "<|tool_response_start|>" : NULL, wrap ? "<|tool_response_end|>" : NULL);
+    }
+}
+
+// <|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>
+static void llama3_block(const rg_chat_template *t, renderer *r, int32_t index, const char *role, size_t role_len,
+                         const char *content, size_t content_len, const char *prefix) {
+    rg_chat_span *s = new_span(r, index);
+    puts_(&r->b, "<|start_header_id|>");
+    put_role(r, s, role, role_len);
+    puts_(&r->b, "<|end_header_id|>\n\n");
+    if (prefix) puts_(&r->b, prefix);
+    size_t cb = 0, ce = content_len;
+    if (t->trim_content) trim(content, content_len, &cb, &ce);
+    put_content(r, s, content + cb, ce - cb);
+    puts_(&r->b, "<|eot_id|>");
+    s->marker_end = s->end = r->b.n;
+}
+
+static rg_status render_llama3(const rg_chat_template *t, const rg_chat_message *m, size_t n,
+                               const rg_chat_options *opt, renderer *r, rg_error *err) {
+    size_t first = 0;
+    if (t->family == RG_CHAT_LLAMA31) {
+        puts_(&r->b, t->bos_text);
+        char today[64];
+        const char *date = opt->date_string;
+        if (!date && t->date_from_clock) {
+            time_t now = time(NULL);
+            struct tm tm;
+            if (localtime_r(&now, &tm) && strftime(today, sizeof today, "%d %b %Y", &tm)) date = today;
+        }
+        if (!date) date = t->default_date;
+        sbuf pre = {.ok = true};
+        puts_(&pre, t->knowledge_line);
+        puts_(&pre, "Today Date: ");
+        puts_(&pre, date);
+        puts_(&pre, "\n\n");
+        if (!pre.ok) return rg_fail(err, RG_ERR_NOMEM, "chat: out of memory");
+        if (n > 0 && role_is(&m[0], "system")) {
+            first = 1;
+            llama3_block(t, r, 0, "system", 6, m[0].content, m[0].content_len, pre.p);
+        } else {
+            llama3_block(t, r, -1, "system", 6, "", 0, pre.p);
+        }
+        free(pre.p);
+    }
+    for (size_t i = first; i < n; i++) {
+        if (t->family == RG_CHAT_LLAMA31 && (role_is(&m[i], "tool") || role_is(&m[i], "ipython")))
+            return rg_fail(err, RG_ERR_UNSUPPORTED, "chat: message %zu: role '%.*s' is not supported with llama3.1 templates",
+                           i, (int)m[i].role_len, m[i].role);
+        const char *bos = t->family == RG_CHAT_LLAMA3 && i == 0 ? t->bos_text : NULL;
+        if (bos) puts_(&r->b, bos);
+        llama3_block(t, r, (int32_t)i, m[i].role, m[i].role_len, m[i].content, m[i].content_len, NULL);
+    }
+    return RG_OK;
+}
+
+void rg_chat_rendered_free(rg_chat_rendered *r) {
+    if (!r) return;
+    free(r->text);
+    free(r->spans);
+    memset(r, 0, sizeof *r);
+}
+
+rg_status rg_chat_render(const rg_chat_template *t, const rg_chat_message *msgs, size_t n_msgs,
+                         const rg_chat_options *opt, rg_chat_rendered *out, rg_error *err) {
+    static const rg_chat_options no_options = {0};
+    if (!opt) opt = &no_options;
+    memset(out, 0, sizeof *out);
+    for (size_t i = 0; i < n_msgs; i++)
+        if ((!msgs[i].role && msgs[i].role_len) || (!msgs[i].content && msgs[i].content_len))
+            return rg_fail(err, RG_ERR_ARG, "chat: message %zu has a NULL role or content", i);
+    renderer r = {.b = {.ok = true}};
+    r.spans = calloc(n_msgs + 1, sizeof *r.spans);
+    if (!r.spans) return rg_fail(err, RG_ERR_NOMEM, "chat: out of memory");
+    rg_status st = RG_OK;
+    const char *gen = "<|im_start|>assistant\n";
+    switch (t->family) {
+    case RG_CHAT_CHATML: render_chatml(t, msgs, n_msgs, &r); break;
+    case RG_CHAT_LFM2: render_lfm2(t, msgs, n_msgs, &r); break;
+    case RG_CHAT_LLAMA3:
+    case RG_CHAT_LLAMA31:
+        st = render_llama3(t, msgs, n_msgs, opt, &r, err);
+        gen = "<|start_header_id|>assistant<|end_header_id|>\n\n";
+        break;
+    default: st = rg_fail(err, RG_ERR_ARG, "chat: template not parsed");
+    }
+    size_t prompt_begin = r.b.n;
+    if (!st && opt->add_generation_prompt) puts_(&r.b, gen);
+    put(&r.b, "", 0);  // a terminated (possibly empty) text
+    if (!st && !r.b.ok) st = rg_fail(err, RG_ERR_NOMEM, "chat: out of memory");
+    if (st) {
+        free(r.b.p);
+        free(r.spans);
+        return st;
+    }
+    out->text = r.b.p;
+    out->len = r.b.n;
+    out->spans = r.spans;
+    out->n_spans = r.n_spans;
+    out->prompt_begin = opt->add_generation_prompt ? prompt_begin : out->len;
+    return RG_OK;
+}

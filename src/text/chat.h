@@ -1,0 +1,106 @@
+// chat.h - rendering conversations with the model's own chat template (spec/architectures.md
+// §5.5, §6.2).
+//
+// There is no Jinja engine: the template text (tokenizer.chat_template) is recognized as one
+// of the common families and that family's layout is written directly, with the details the
+// template text itself states (its default system prompt, its date, whether it trims).
+//
+//   chatml   Qwen2, Qwen2.5, SmolLM2 and plain ChatML:
+//              <|im_start|>{role}\n{content}<|im_end|>\n   per message
+//            A default system message is inserted when the template has one and there are
+//            messages, the first of which is not 'system' (Qwen2: "You are a helpful
+//            assistant", Qwen2.5: "You are Qwen, created by Alibaba Cloud. You are a helpful
+//            assistant.", SmolLM2: "You are a helpful AI assistant named SmolLM, trained by
+//            Hugging Face"); it is taken from the template's own string literal. Qwen2.5's 'tool' messages become
+//            <|im_start|>user\n<tool_response>\n{content}\n</tool_response><|im_end|>\n, with
+//            consecutive tool messages sharing one user turn. A ChatML template that writes
+//            bos_token first gets the BOS text first.
+//   lfm2     {bos}, then <|im_start|>system\n{content}<|im_end|>\n only when the first message
+//            is a non-empty system message, then ChatML; 'tool' content is wrapped in
+//            <|tool_response_start|>...<|tool_response_end|>.
+//   llama3   Llama 3: {bos} before the first message,
+//            <|start_header_id|>{role}<|end_header_id|>\n\n{content|trim}<|eot_id|>
+//   llama3.1 Llama 3.1 / 3.2 / 3.3: {bos}<|start_header_id|>system<|end_header_id|>\n\n
+//            Cutting Knowledge Date: December 2023\nToday Date: {date}\n\n{system|trim}<|eot_id|>
+//            always, then the Llama 3 blocks for the other messages.
+// The generation prompt is <|im_start|>assistant\n (chatml, lfm2) or
+// <|start_header_id|>assistant<|end_header_id|>\n\n (llama3*).
+//
+// Not supported (refused with an error rather than rendered differently): tool calls inside
+// assistant messages, tool definitions, Qwen3/thinking templates (<think>, reasoning_content),
+// 'tool'/'ipython' messages with Llama 3.1 templates, and every other template family.
+#ifndef RG_TEXT_CHAT_H
+#define RG_TEXT_CHAT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "retrograd.h"
+#include "text/tokenizer.h"
+
+typedef enum rg_chat_family {
+    RG_CHAT_CHATML = 1,
+    RG_CHAT_LFM2 = 2,
+    RG_CHAT_LLAMA3 = 3,
+    RG_CHAT_LLAMA31 = 4,
+} rg_chat_family;
+
+typedef struct rg_chat_template {
+    rg_chat_family family;
+    char *default_system;        // chatml: inserted system content, NULL when the template has none
+    bool qwen_tool_turns;        // chatml: 'tool' messages in <tool_response> user turns (Qwen2.5)
+    bool lfm2_tool_wrap;         // lfm2: 'tool' content in <|tool_response_start|>...<|tool_response_end|>
+    bool trim_content;           // llama3*: message content | trim
+    char *bos_text;              // the text of bos_token where the template writes it, else NULL
+    char *knowledge_line;        // llama3.1: "Cutting Knowledge Date: ...\n" from the template
+    char *default_date;          // llama3.1: the template's fallback date string ("26 Jul 2024")
+    bool date_from_clock;        // llama3.2+: the template asks for today's date (strftime_now)
+} rg_chat_template;
+
+// Recognizes template text (any bytes, not NUL-terminated). bos_text is the model's BOS token
+// text (NULL: the family's usual one). An unrecognized template gives RG_ERR_UNSUPPORTED with
+// its first 60 characters and the supported families.
+rg_status rg_chat_template_parse(rg_chat_template *out, const char *tmpl, size_t len, const char *bos_text,
+                                 rg_error *err);
+// The model's template (tokenizer.chat_template) with its BOS text; RG_ERR_NOT_FOUND when the
+// model has none.
+rg_status rg_chat_template_from_tokenizer(rg_chat_template *out, const rg_tokenizer *tok, rg_error *err);
+void rg_chat_template_free(rg_chat_template *t);
+const char *rg_chat_family_name(rg_chat_family f);
+
+typedef struct rg_chat_message {
+    const char *role;
+    size_t role_len;
+    const char *content;
+    size_t content_len;
+} rg_chat_message;
+
+// Where one message landed in the rendered text (byte offsets, half-open ranges).
+typedef struct rg_chat_span {
+    int32_t message;              // index into the input, or -1 for a message the template inserted
+    bool rendered;                // false when the template leaves the message out (LFM2 empty system)
+    size_t begin, end;            // the whole block, header to the end of its line
+    size_t role_begin, role_end;  // the role name as written (empty when not written)
+    size_t content_begin, content_end;
+    size_t marker_end;            // just after the message's end-of-turn marker (<|im_end|>, <|eot_id|>)
+} rg_chat_span;
+
+typedef struct rg_chat_options {
+    bool add_generation_prompt;
+    const char *date_string;  // llama3.1 "Today Date"; NULL: today when the template asks for it, else its default
+} rg_chat_options;
+
+typedef struct rg_chat_rendered {
+    char *text;                   // NUL-terminated, malloc'd
+    size_t len;
+    rg_chat_span *spans;          // an inserted message first (if any), then one per input message
+    size_t n_spans;
+    size_t prompt_begin;          // where the generation prompt starts; len when there is none
+} rg_chat_rendered;
+
+rg_status rg_chat_render(const rg_chat_template *t, const rg_chat_message *msgs, size_t n_msgs,
+                         const rg_chat_options *opt, rg_chat_rendered *out, rg_error *err);
+void rg_chat_rendered_free(rg_chat_rendered *r);
+
+#endif
