@@ -1,0 +1,35 @@
+// session.h - running a model over a growing sequence with a KV cache:
+// prompt tokens in batches, then one token at a time. Each call evaluates
+// new tokens at positions n_past.., appends their keys and values to the
+// cache, and returns logits.
+#ifndef RG_INFER_SESSION_H
+#define RG_INFER_SESSION_H
+
+#include <stdint.h>
+
+#include "graph/exec.h"
+#include "model/model.h"
+
+typedef struct rg_session rg_session;
+
+typedef struct rg_session_opts {
+    int64_t n_ctx;       // cache length in tokens (<= 0: the model's context_length, capped at 4096)
+    int n_threads;       // <= 0: all cores
+    int64_t n_batch;     // tokens per evaluation when a call passes more (<= 0: 256)
+    rg_device device;
+} rg_session_opts;
+
+rg_status rg_session_create(rg_session **out, const rg_model *m, const rg_session_opts *opts, rg_error *err);
+void rg_session_free(rg_session *s);
+
+// Evaluates n tokens after the cached ones. logits: NULL, or [n_vocab] for the
+// last token (all_logits == 0), or [n_vocab, n] for every token (all_logits == 1).
+// Fails, changing nothing, when n_past + n would exceed n_ctx (names both numbers).
+rg_status rg_session_eval(rg_session *s, const int32_t *ids, int64_t n, float *logits, int all_logits, rg_error *err);
+int64_t rg_session_n_past(const rg_session *s);
+int64_t rg_session_n_ctx(const rg_session *s);
+// Forgets the cache from position n_past on (0: start over).
+void rg_session_truncate(rg_session *s, int64_t n_past);
+const rg_model *rg_session_model(const rg_session *s);
+
+#endif
