@@ -1120,6 +1120,34 @@ static void ref_cpy_identity(const tcase *c, double *const *x, double *y) {
     y[at4(c->out_ne, i0, i1, i2, i3)] = get_t(&c->in[0], x[0], c->ip[1] != 0, i0, i1, i2, i3);
 }
 
+// CPY_INTO: a written into a window of a zeroed [9, 5] leaf of type ip[0], read
+// back through CONT; the window starts at row 1, element 1 (so its edges matter).
+static int gen_cpy_into(tcase *c, uint32_t type, int v) {
+    static const uint32_t dst[3] = {RG_TYPE_F32, RG_TYPE_F16, RG_TYPE_BF16};
+    if (v > 5) return 0;
+    char what[40];
+    snprintf(what, sizeof what, "-> %s window%s", rg_type_get(dst[v % 3])->name, v >= 3 ? " transposed" : "");
+    label(c, type, what);
+    c->ip[0] = dst[v % 3];
+    c->ip[1] = v >= 3;
+    in_rand(c, "a", type, v >= 3 ? 3 : 7, v >= 3 ? 7 : 3, 1, 1, 1.0, false);
+    set_ne(c->out_ne, 7, 3, 1, 1);
+    return 1;
+}
+static int build_cpy_into(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    uint32_t dt = (uint32_t)c->ip[0];
+    size_t esz = rg_type_get(dt)->type_size;
+    rg_node *buf = rg_leaf(g, "cache", dt, 2, (int64_t[]){9, 5}, NULL);
+    rg_node *win = rg_view(g, buf, 2, (int64_t[]){7, 3}, (size_t[]){esz, 9 * esz}, (9 + 1) * esz);
+    rg_node *w = rg_cpy_into(g, c->ip[1] ? rg_transpose(g, in[0]) : in[0], win);
+    out[0] = rg_cpy(g, rg_cont(g, w), RG_TYPE_F32);
+    return 1;
+}
+static void ref_cpy_into(const tcase *c, double *const *x, double *y) {
+    FOR4(c->out_ne, i0, i1, i2, i3)
+    y[at4(c->out_ne, i0, i1, i2, i3)] = round_to((uint32_t)c->ip[0], get_t(&c->in[0], x[0], c->ip[1] != 0, i0, i1, i2, i3));
+}
+
 // CROSS_ENTROPY_LOSS (training.md §5.8): mean over labels != ignore_index (ip[0]).
 static int gen_ce(tcase *c, uint32_t type, int v) {
     static const int32_t lab[4][6] = {{3, -100, 0, 10, -100, 5}, {1, 9, 4, 4, 0, 7},
@@ -1297,6 +1325,7 @@ static const op_entry entries[RG_OP_COUNT] = {
     // one optimizer step: training.md's cross-implementation rtol
     [RG_OP_ADAMW] = {T_F32, gen_adamw, build_adamw, ref_adamw, NULL, M_ELEM, 2e-6},
     [RG_OP_SGD] = {T_F32, gen_sgd, build_sgd, ref_sgd, NULL, M_ELEM, 2e-6},
+    [RG_OP_CPY_INTO] = {T_FLOAT, gen_cpy_into, build_cpy_into, ref_cpy_into, NULL, M_ELEM, 0},
 };
 
 // ---------------------------------------------------------------------------
@@ -1559,7 +1588,7 @@ static void run_op(rg_op op) {
     X(soft_max_back, SOFT_MAX_BACK) X(silu, SILU) X(silu_back, SILU_BACK) X(swiglu, SWIGLU) X(reshape, RESHAPE)    \
     X(view, VIEW) X(permute, PERMUTE) X(transpose, TRANSPOSE) X(view_back, VIEW_BACK) X(cont, CONT) X(cpy, CPY)    \
     X(cross_entropy_loss, CROSS_ENTROPY_LOSS) X(cross_entropy_loss_back, CROSS_ENTROPY_LOSS_BACK)                  \
-    X(adamw, ADAMW) X(sgd, SGD)
+    X(adamw, ADAMW) X(sgd, SGD) X(cpy_into, CPY_INTO)
 
 #define X_FN(lc, UC) \
     static void test_##lc(void) { run_op(RG_OP_##UC); }

@@ -26,6 +26,8 @@ rg_status cpu_cpy(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 rg_status cpu_view_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 rg_status cpu_get_rows(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 rg_status cpu_get_rows_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+// ops_copy_into.c: writes into a window of a leaf (KV cache)
+rg_status cpu_cpy_into(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 // ops_norm_rope.c
 rg_status cpu_rms_norm(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 rg_status cpu_rms_norm_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err);

@@ -439,6 +439,26 @@ rg_node *rg_cpy(rg_graph *g, rg_node *a, uint32_t type) {
     return node_new(g, RG_OP_CPY, type, ne_of(a), a, NULL, NULL, NULL);
 }
 
+rg_node *rg_cpy_into(rg_graph *g, rg_node *a, rg_node *dst) {
+    REQUIRE(a, dst);
+    char s1[160], s2[160];
+    uint32_t ta = a->t.type, td = dst->t.type;
+    bool ok = (ta == RG_TYPE_F32 || ta == RG_TYPE_F16 || ta == RG_TYPE_BF16) &&
+              (td == RG_TYPE_F32 || td == RG_TYPE_F16 || td == RG_TYPE_BF16);
+    if (!ok || !same_shape(a, dst))
+        return fail(g, RG_ERR_ARG, "cpy_into: %s (%s) cannot be written into %s (%s)", shape(a, s1), rg_type_get(ta)->name,
+                    shape(dst, s2), rg_type_get(td)->name);
+    rg_node *o = dst->view_of ? dst->view_of : dst;
+    if (o->op != RG_OP_NONE) return fail(g, RG_ERR_ARG, "cpy_into: the destination %s must be (a view of) a leaf", shape(dst, s2));
+    rg_node *n = node_new(g, RG_OP_CPY_INTO, td, ne_of(dst), a, dst, NULL, NULL);
+    if (!n) return NULL;
+    for (int i = 0; i < RG_MAX_DIMS; i++) n->t.nb[i] = dst->t.nb[i];
+    n->view_of = o;
+    n->t.view_offs = dst->t.view_offs;
+    n->flags &= ~RG_NODE_NEEDS_GRAD;
+    return n;
+}
+
 rg_node *rg_cross_entropy_loss(rg_graph *g, rg_node *logits, rg_node *labels, int32_t ignore_index) {
     REQUIRE(logits, labels);
     char s1[160], s2[160];

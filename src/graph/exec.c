@@ -17,6 +17,7 @@ struct rg_exec {
     rg_threadpool *pool;
     rg_cuda_ctx *cuda;
     int nodes_cpu;
+    bool own_pool;
 };
 
 static rg_node *owner(rg_node *n) { return n->view_of ? n->view_of : n; }
@@ -26,7 +27,12 @@ rg_status rg_exec_create(rg_exec **out, rg_graph *g, const rg_exec_opts *opts, r
     rg_exec *ex = calloc(1, sizeof *ex);
     if (!ex) return rg_fail(err, RG_ERR_NOMEM, "exec: out of memory");
     ex->g = g;
-    rg_status st = rg_threadpool_create(&ex->pool, opts->n_threads, err);
+    rg_status st = RG_OK;
+    if (opts->pool) ex->pool = opts->pool;
+    else {
+        st = rg_threadpool_create(&ex->pool, opts->n_threads, err);
+        ex->own_pool = true;
+    }
     if (!st) st = rg_graph_plan(g, rg_threadpool_size(ex->pool), opts->budget, &ex->plan, err);
     if (!st && opts->device == RG_DEVICE_CUDA) st = rg_cuda_ctx_create(&ex->cuda, 0, err);
     if (!st) {
@@ -137,7 +143,7 @@ rg_exec_stats rg_exec_get_stats(const rg_exec *ex) {
 void rg_exec_free(rg_exec *ex) {
     if (!ex) return;
     rg_cuda_ctx_free(ex->cuda);
-    rg_threadpool_free(ex->pool);
+    if (ex->own_pool) rg_threadpool_free(ex->pool);
     free(ex->buffer);
     free(ex->scratch);
     free(ex);

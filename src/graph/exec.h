@@ -13,6 +13,7 @@ typedef struct rg_exec_opts {
     int n_threads;      // <= 0: all cores
     size_t budget;      // bytes; 0 = no limit
     rg_device device;
+    rg_threadpool *pool;  // optional: a pool that outlives the exec (n_threads is then ignored)
 } rg_exec_opts;
 
 typedef struct rg_exec_stats {

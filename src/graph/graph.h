@@ -60,6 +60,8 @@ typedef enum rg_op {
     RG_OP_CROSS_ENTROPY_LOSS_BACK, // (dL [1], logits, labels) -> dlogits [V, T]
     RG_OP_ADAMW,             // (param f32, grad, m, v) -> param updated in place; fp: lr/bc1, beta1, beta2, eps, decay, sqrt(bc2), clip
     RG_OP_SGD,               // (param f32, grad) -> param updated in place; fp: lr, weight decay, clip
+    RG_OP_CPY_INTO,          // (a, dst) -> a's values written into dst's bytes (dst: a view of a leaf, any strides,
+                             // f32/f16/bf16); the node is that window (a KV-cache write). Runs in creation order.
     RG_OP_COUNT,
 } rg_op;
 
@@ -142,6 +144,9 @@ rg_node *rg_transpose(rg_graph *g, rg_node *a);
 rg_node *rg_view_back(rg_graph *g, rg_node *dy, rg_node *view);
 rg_node *rg_cont(rg_graph *g, rg_node *a);
 rg_node *rg_cpy(rg_graph *g, rg_node *a, uint32_t type);
+// Writes a into the bytes of dst (same shape); nodes created after it that read
+// dst's owner see the values (execution follows creation order).
+rg_node *rg_cpy_into(rg_graph *g, rg_node *a, rg_node *dst);
 // labels I32 [T]; ignore_index usually -100. The mean is over labels != ignore_index.
 rg_node *rg_cross_entropy_loss(rg_graph *g, rg_node *logits, rg_node *labels, int32_t ignore_index);
 rg_node *rg_cross_entropy_loss_back(rg_graph *g, rg_node *dloss, rg_node *logits, rg_node *labels, int32_t ignore_index);

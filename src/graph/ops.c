@@ -222,4 +222,5 @@ const rg_op_def rg_op_defs[RG_OP_COUNT] = {
     [RG_OP_CROSS_ENTROPY_LOSS_BACK] = OP("cross_entropy_loss_back", 3, 3, cpu_cross_entropy_loss_back, NULL, plain_f32, NULL, false),
     [RG_OP_ADAMW] = OP("adamw", 4, 4, cpu_adamw, NULL, plain_f32, NULL, false),
     [RG_OP_SGD] = OP("sgd", 2, 2, cpu_sgd, NULL, plain_f32, NULL, false),
+    [RG_OP_CPY_INTO] = OP("cpy_into", 2, 2, cpu_cpy_into, NULL, any_types, NULL, false),
 };

@@ -3,6 +3,8 @@
 #include "model/forward.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "base/error.h"
 
@@ -44,11 +46,47 @@ static rg_node *linear(rg_graph *g, rg_node *w, rg_node *b, rg_node *x) {
     return b ? rg_add(g, y, as_f32(g, b)) : y;
 }
 
-rg_node *rg_model_forward(rg_graph *g, const rg_model *m, const rg_model_nodes *w, rg_node *ids, rg_node *pos,
-                          rg_node *mask) {
+rg_status rg_kv_cache_init(rg_kv_cache *c, const rg_model *m, int64_t n_ctx, uint32_t type, rg_error *err) {
+    const rg_hparams *hp = &m->hp;
+    memset(c, 0, sizeof *c);
+    if (n_ctx <= 0) return rg_fail(err, RG_ERR_ARG, "kv cache: context %lld must be positive", (long long)n_ctx);
+    if (type != RG_TYPE_F32 && type != RG_TYPE_F16) return rg_fail(err, RG_ERR_ARG, "kv cache: type must be f32 or f16");
+    c->n_ctx = n_ctx, c->n_layer = hp->n_layer, c->head_dim = hp->head_dim, c->n_head_kv = hp->n_head_kv, c->type = type;
+    size_t bytes = (size_t)(hp->head_dim * n_ctx * hp->n_head_kv) * rg_type_get(type)->type_size;
+    c->k = calloc((size_t)hp->n_layer, sizeof *c->k);
+    c->v = calloc((size_t)hp->n_layer, sizeof *c->v);
+    if (!c->k || !c->v) {
+        rg_kv_cache_free(c);
+        return rg_fail(err, RG_ERR_NOMEM, "kv cache: out of memory");
+    }
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        c->k[il] = calloc(1, bytes);
+        c->v[il] = calloc(1, bytes);
+        if (!c->k[il] || !c->v[il]) {
+            rg_kv_cache_free(c);
+            return rg_fail(err, RG_ERR_NOMEM, "kv cache: out of memory for %lld layers of %.1f MiB",
+                           (long long)hp->n_layer, 2.0 * (double)bytes / 1048576.0);
+        }
+    }
+    return RG_OK;
+}
+
+void rg_kv_cache_free(rg_kv_cache *c) {
+    for (int64_t il = 0; il < c->n_layer; il++) {
+        if (c->k) free(c->k[il]);
+        if (c->v) free(c->v[il]);
+    }
+    free(c->k);
+    free(c->v);
+    c->k = c->v = NULL;
+}
+
+static rg_node *forward(rg_graph *g, const rg_model *m, const rg_model_nodes *w, rg_node *ids, rg_node *pos,
+                        rg_node *mask, rg_kv_cache *cache, int64_t n_past, bool last_only) {
     const rg_hparams *hp = &m->hp;
     if (!ids || !pos) return NULL;
     const int64_t T = ids->t.ne[0], Dh = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
+    const int64_t n_kv = cache ? n_past + T : T;
     rg_node *x = rg_get_rows(g, w->tok_embd, ids);  // [d, T]
     rg_node_set_name(x, "inp_embd");
     for (int64_t il = 0; il < hp->n_layer; il++) {
@@ -62,10 +100,28 @@ rg_node *rg_model_forward(rg_graph *g, const rg_model *m, const rg_model_nodes *
         q = rg_rope(g, q, pos, (int)hp->n_rot, hp->rope_mode, hp->rope_freq_base, hp->rope_freq_scale);
         k = rg_rope(g, k, pos, (int)hp->n_rot, hp->rope_mode, hp->rope_freq_base, hp->rope_freq_scale);
         rg_node *Q = rg_permute(g, q, 0, 2, 1, 3);                   // [Dh, T, H]
-        rg_node *K = rg_permute(g, k, 0, 2, 1, 3);                   // [Dh, T, Hkv]
-        rg_node *kq = rg_mul_mat(g, K, Q);                           // [T_kv, T, H]; head h reads kv head h / (H/Hkv)
-        kq = rg_soft_max(g, kq, mask, true, hp->attn_scale, 0.0f);   // [T_kv, T, H]
-        rg_node *Vt = rg_cont(g, rg_permute(g, v, 1, 2, 0, 3));      // [T_kv, Dh, Hkv]
+        rg_node *K, *Vt;
+        if (cache) {
+            // Write the new rows, then read every cached row: the reads are created
+            // after the writes, and execution follows creation order.
+            size_t es = rg_type_get(cache->type)->type_size;
+            int64_t C = cache->n_ctx;
+            rg_node *kc = rg_leaf(g, "cache_k", cache->type, 3, (int64_t[]){Dh, C, Hkv}, cache->k[il]);
+            rg_node *vc = rg_leaf(g, "cache_v", cache->type, 3, (int64_t[]){C, Dh, Hkv}, cache->v[il]);
+            rg_node *kw = rg_view(g, kc, 3, (int64_t[]){Dh, T, Hkv}, (size_t[]){es, Dh * es, Dh * C * es},
+                                  (size_t)(n_past * Dh) * es);
+            rg_cpy_into(g, rg_permute(g, k, 0, 2, 1, 3), kw);        // [Dh, T, Hkv] at rows n_past..
+            rg_node *vw = rg_view(g, vc, 3, (int64_t[]){T, Dh, Hkv}, (size_t[]){es, C * es, Dh * C * es},
+                                  (size_t)n_past * es);
+            rg_cpy_into(g, rg_permute(g, v, 1, 2, 0, 3), vw);        // [T, Dh, Hkv] at columns n_past..
+            K = rg_view(g, kc, 3, (int64_t[]){Dh, n_kv, Hkv}, (size_t[]){es, Dh * es, Dh * C * es}, 0);   // [Dh, n_kv, Hkv]
+            Vt = rg_view(g, vc, 3, (int64_t[]){n_kv, Dh, Hkv}, (size_t[]){es, C * es, Dh * C * es}, 0);  // [n_kv, Dh, Hkv]
+        } else {
+            K = rg_permute(g, k, 0, 2, 1, 3);                        // [Dh, T, Hkv]
+            Vt = rg_cont(g, rg_permute(g, v, 1, 2, 0, 3));           // [T, Dh, Hkv]
+        }
+        rg_node *kq = rg_mul_mat(g, K, Q);                           // [n_kv, T, H]; head h reads kv head h / (H/Hkv)
+        kq = rg_soft_max(g, kq, mask, true, hp->attn_scale, 0.0f);   // causal: key j <= n_past + query i
         rg_node *o = rg_mul_mat(g, Vt, kq);                          // [Dh, T, H]
         o = rg_reshape(g, rg_cont(g, rg_permute(g, o, 0, 2, 1, 3)), 2, (int64_t[]){Dh * H, T});  // [Dh*H, T]
         x = rg_add(g, x, linear(g, L->wo, L->bo, o));                // [d, T]
@@ -75,7 +131,20 @@ rg_node *rg_model_forward(rg_graph *g, const rg_model *m, const rg_model_nodes *
         rg_node_set_name(x, "l_out.%lld", (long long)il);
     }
     rg_node *hn = norm(g, x, w->out_norm, hp->norm_eps);            // [d, T]
+    if (last_only && T > 1)                                         // generation needs the last row only
+        hn = rg_view(g, hn, 2, (int64_t[]){hp->n_embd, 1}, (size_t[]){4, (size_t)hp->n_embd * 4},
+                     (size_t)((T - 1) * hp->n_embd) * 4);
     rg_node *logits = rg_mul_mat(g, w->output, hn);                 // [V, T]
     rg_node_set_name(logits, "logits");
     return logits;
+}
+
+rg_node *rg_model_forward(rg_graph *g, const rg_model *m, const rg_model_nodes *w, rg_node *ids, rg_node *pos,
+                          rg_node *mask) {
+    return forward(g, m, w, ids, pos, mask, NULL, 0, false);
+}
+
+rg_node *rg_model_forward_kv(rg_graph *g, const rg_model *m, const rg_model_nodes *w, rg_node *ids, rg_node *pos,
+                             rg_kv_cache *cache, int64_t n_past, bool last_only) {
+    return forward(g, m, w, ids, pos, NULL, cache, n_past, last_only);
 }

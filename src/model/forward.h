@@ -21,10 +21,27 @@ typedef struct rg_model_nodes {
 // Frozen leaves over the model's mapped tensors (never written).
 rg_status rg_model_leaf_nodes(rg_graph *g, const rg_model *m, rg_model_nodes *w, rg_error *err);
 
+// A KV cache: per layer, keys [head_dim, n_ctx, n_head_kv] and values stored
+// transposed [n_ctx, head_dim, n_head_kv], so both are read by MUL_MAT with
+// contiguous rows. F32 or F16.
+typedef struct rg_kv_cache {
+    int64_t n_ctx, n_layer, head_dim, n_head_kv;
+    uint32_t type;
+    void **k, **v;   // [n_layer] buffers
+} rg_kv_cache;
+
+rg_status rg_kv_cache_init(rg_kv_cache *c, const rg_model *m, int64_t n_ctx, uint32_t type, rg_error *err);
+void rg_kv_cache_free(rg_kv_cache *c);
+
 // ids, pos: I32 [n_tokens]. mask: NULL, or F32 [n_tokens, n_tokens] added to
 // the scores (0 or -inf; packing boundaries), always combined with the causal
 // mask. Returns logits F32 [n_vocab, n_tokens], or NULL with the graph's error set.
 rg_node *rg_model_forward(rg_graph *g, const rg_model *m, const rg_model_nodes *w, rg_node *ids, rg_node *pos,
                           rg_node *mask);
+// The same with a cache: the n_tokens new keys and values are written at
+// positions n_past.. and attention reads all n_past + n_tokens cached ones.
+// last_only: logits [n_vocab, 1] for the last token (generation).
+rg_node *rg_model_forward_kv(rg_graph *g, const rg_model *m, const rg_model_nodes *w, rg_node *ids, rg_node *pos,
+                             rg_kv_cache *cache, int64_t n_past, bool last_only);
 
 #endif

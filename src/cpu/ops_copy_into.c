@@ -1,0 +1,61 @@
+// ops_copy_into.c - CPY_INTO: a's values written through the node's own
+// strides into the window it aliases (a KV-cache write). Any strides on both
+// sides; F32, F16 and BF16 on both sides (RNE conversions).
+#include <string.h>
+
+#include "base/error.h"
+#include "cpu/cpu_ops.h"
+#include "tensor/half.h"
+
+static float load(uint32_t type, const char *p) {
+    uint16_t h;
+    float f;
+    switch (type) {
+    case RG_TYPE_F16: memcpy(&h, p, 2); return rg_fp16_to_fp32(h);
+    case RG_TYPE_BF16: memcpy(&h, p, 2); return rg_bf16_to_fp32(h);
+    default: memcpy(&f, p, 4); return f;
+    }
+}
+
+static void store(uint32_t type, char *p, float v) {
+    uint16_t h;
+    switch (type) {
+    case RG_TYPE_F16: h = rg_fp32_to_fp16(v); memcpy(p, &h, 2); break;
+    case RG_TYPE_BF16: h = rg_fp32_to_bf16(v); memcpy(p, &h, 2); break;
+    default: memcpy(p, &v, 4); break;
+    }
+}
+
+typedef struct job {
+    const rg_tensor *a;
+    rg_tensor *d;
+} job;
+
+// Threads take disjoint ranges of rows (i1, i2, i3): no two write the same bytes.
+static void copy_rows(void *p, int ith, int nth) {
+    job *j = p;
+    const rg_tensor *a = j->a;
+    rg_tensor *d = j->d;
+    int64_t rows = a->ne[1] * a->ne[2] * a->ne[3], r0, r1;
+    rg_split_range(rows, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1 = r % a->ne[1], i2 = r / a->ne[1] % a->ne[2], i3 = r / a->ne[1] / a->ne[2];
+        const char *sa = (const char *)a->data + i1 * a->nb[1] + i2 * a->nb[2] + i3 * a->nb[3];
+        char *sd = (char *)d->data + i1 * d->nb[1] + i2 * d->nb[2] + i3 * d->nb[3];
+        if (a->type == d->type && a->nb[0] == d->nb[0] && a->nb[0] == rg_type_get(a->type)->type_size) {
+            memcpy(sd, sa, (size_t)a->ne[0] * a->nb[0]);
+            continue;
+        }
+        for (int64_t i0 = 0; i0 < a->ne[0]; i0++) store(d->type, sd + i0 * d->nb[0], load(a->type, sa + i0 * a->nb[0]));
+    }
+}
+
+rg_status cpu_cpy_into(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
+    const rg_tensor *a = &n->src[0]->t;
+    if (!rg_tensor_same_shape(a, &n->t))
+        return rg_fail(err, RG_ERR_ARG, "cpy_into '%s': source and window shapes differ", n->t.name);
+    job j = {a, &n->t};
+    if (rg_tensor_nrows(a) * a->ne[0] < 16384) copy_rows(&j, 0, 1);
+    else rg_threadpool_run(ctx->pool, copy_rows, &j);
+    return RG_OK;
+}
