@@ -82,7 +82,11 @@ static rg_node *node_new(rg_graph *g, rg_op op, uint32_t type, const int64_t ne[
 
 static const int64_t *ne_of(const rg_node *n) { return n->t.ne; }
 
-void rg_node_bind(rg_node *n, void *data) { n->t.data = data; }
+void rg_node_bind(rg_node *n, void *data) {
+    n->t.data = data;
+    if (data) n->flags |= RG_NODE_EXTERNAL;
+    else n->flags &= ~RG_NODE_EXTERNAL;
+}
 
 void rg_node_set_name(rg_node *n, const char *fmt, ...) {
     if (!n) return;
@@ -100,7 +104,7 @@ static rg_node *leaf(rg_graph *g, const char *name, uint32_t type, int n_dims, c
     rg_node *n = node_new(g, RG_OP_NONE, type, full, NULL, NULL, NULL, NULL);
     if (!n) return NULL;
     n->t.data = data;
-    n->flags |= flags;
+    n->flags |= flags | (data ? RG_NODE_EXTERNAL : 0);
     snprintf(n->t.name, sizeof n->t.name, "%s", name ? name : "");
     return n;
 }

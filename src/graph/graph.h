@@ -72,6 +72,7 @@ enum {
     RG_NODE_LOSS = 1u << 3,    // the scalar the backward starts from
     RG_NODE_GRAD = 1u << 4,    // a gradient of a parameter (an output of the backward)
     RG_NODE_NEEDS_GRAD = 1u << 5,  // set during construction: depends on a parameter
+    RG_NODE_EXTERNAL = 1u << 6,    // a leaf whose bytes the caller owns (given at creation or by rg_node_bind)
 };
 
 typedef struct rg_node {

@@ -83,7 +83,8 @@ static rg_node *owner(rg_node *n) { return n->view_of ? n->view_of : n; }
 static size_t node_bytes(const rg_node *n) { return round_up(rg_tensor_span(&n->t) ? rg_tensor_span(&n->t) : 1); }
 
 // Nodes whose bytes come from outside the plan.
-static bool is_external(const rg_node *n) { return n->op == RG_OP_NONE && n->t.data != NULL; }
+// (Not `data != NULL`: a previous plan's binding must not make a planned leaf external.)
+static bool is_external(const rg_node *n) { return n->op == RG_OP_NONE && (n->flags & RG_NODE_EXTERNAL); }
 static bool keeps_to_end(const rg_node *n) {
     return (n->flags & (RG_NODE_OUTPUT | RG_NODE_LOSS | RG_NODE_GRAD)) || n->op == RG_OP_NONE;
 }

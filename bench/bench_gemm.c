@@ -1,0 +1,341 @@
+// bench_gemm.c - SGEMM GFLOP/s, ours beside OpenBLAS, as fractions of the FMA
+// peak, on 1 thread and on all cores; then MUL_MAT GFLOP/s per weight type at
+// N = 256 (prompt/training: the SGEMM path) and N = 1 (generation: the dot
+// products); then the crossover between the two MUL_MAT paths.
+//
+// The peak is 32 FP32 FLOP per cycle per core (two 256-bit FMA pipes) times
+// the clock, measured here with a chain of dependent integer adds (one per
+// cycle on every x86 core, so no latency table is assumed) on the thread's
+// CPU clock; /proc/cpuinfo's "cpu MHz" is printed beside it (in a VM it is
+// often the base clock). GFLOP/s are wall-clock, best of several runs.
+//
+// Shapes are C[M, N] = A[M, K] . B[K, N] in rg_sgemm's order, named after the
+// SmolLM2-135M products with 256 tokens (n_embd 576, n_ff 1536):
+//   576 x 1536 x 256   dW of ffn_up / ffn_gate [576 -> 1536]: OUT_PROD(X [576, 256], dY [1536, 256]), K = tokens
+//   1536 x 576 x 256   dW of ffn_down [1536 -> 576]:          OUT_PROD(X [1536, 256], dY [576, 256])
+//   576 x 576 x 256    dW of attn_q / attn_output [576 -> 576]
+//   4096 x 4096 x 256  dW of a 4096-wide layer (7B class)
+// A is stored [K][M] (the activations, contiguous along M) and B [K][N], as
+// OUT_PROD reads them for dW. Each shape is timed as best of 7.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/cpu.h"
+#include "base/rng.h"
+#include "bench_util.h"
+#include "cpu/cpu_ops.h"
+#include "cpu/gemm.h"
+#include "cpu/mul_mat_rows.h"
+#include "tensor/quant/quant.h"
+
+// ---------------------------------------------------------------------------
+// The clock.
+
+static double cpuinfo_mhz(void) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return 0;
+    char line[256];
+    double mhz = 0;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "cpu MHz", 7) == 0) {
+            const char *c = strchr(line, ':');
+            if (c) mhz = atof(c + 1);
+            break;
+        }
+    fclose(f);
+    return mhz;
+}
+
+// MHz from 50 dependent adds per trip (latency 1 cycle), timed on this
+// thread's CPU clock so that time spent descheduled (the machine is shared)
+// does not count; best of 20 runs of ~20 ms.
+static double measured_mhz(void) {
+#if defined(__x86_64__)
+#define RG_ADD10 "addq $1, %0\n\taddq $1, %0\n\taddq $1, %0\n\taddq $1, %0\n\taddq $1, %0\n\t" \
+                 "addq $1, %0\n\taddq $1, %0\n\taddq $1, %0\n\taddq $1, %0\n\taddq $1, %0\n\t"
+    double best = 0;
+    for (int t = 0; t < 20; t++) {
+        unsigned long x = 0;
+        const long trips = 1200000;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+        for (long i = 0; i < trips; i++) __asm__ volatile(RG_ADD10 RG_ADD10 RG_ADD10 RG_ADD10 RG_ADD10 : "+r"(x));
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+        double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        double mhz = 50.0 * (double)trips / s * 1e-6;
+        if (mhz > best) best = mhz;
+    }
+    return best;
+#undef RG_ADD10
+#else
+    return 0;
+#endif
+}
+
+// ---------------------------------------------------------------------------
+// SGEMM
+
+typedef struct gemm_job {
+    rg_threadpool *pool;
+    rg_sgemm_impl impl;
+    int64_t M, N, K;
+    const float *A, *B;
+    float *C;
+    void *work;
+    size_t work_size;
+} gemm_job;
+
+static void run_gemm(void *p) {
+    gemm_job *j = p;
+    rg_error err;
+    // A [K][M] (a_rs = 1, a_cs = M), B [K][N] row-major, C [M][N].
+    if (rg_sgemm(j->pool, j->impl, j->M, j->N, j->K, j->A, 1, j->M, j->B, j->N, 1, j->C, j->N, false, j->work,
+                 j->work_size, &err) != RG_OK) {
+        fprintf(stderr, "bench_gemm: %s\n", err.msg);
+        exit(1);
+    }
+}
+
+static double time_gemm(rg_threadpool *pool, rg_sgemm_impl impl, int64_t M, int64_t N, int64_t K, const float *A,
+                        const float *B, float *C) {
+    int nth = rg_threadpool_size(pool);
+    gemm_job j = {pool, impl, M, N, K, A, B, C, NULL, rg_sgemm_work_size(impl, M, N, K, nth)};
+    j.work = aligned_alloc(64, (j.work_size + 64) / 64 * 64);
+    double flop = 2.0 * (double)M * (double)N * (double)K;
+    int reps = flop > 4e9 ? 1 : (int)(2e9 / flop) + 1;
+    double s = bench_best(run_gemm, &j, reps, 7);
+    free(j.work);
+    return flop / s * 1e-9;
+}
+
+// ---------------------------------------------------------------------------
+// MUL_MAT through the op kernel
+
+typedef struct mm_job {
+    rg_node *n;
+    rg_exec_ctx ctx;
+} mm_job;
+
+static void run_mul_mat(void *p) {
+    mm_job *j = p;
+    rg_error err;
+    if (cpu_mul_mat(&j->ctx, j->n, &err) != RG_OK) {
+        fprintf(stderr, "bench_gemm: %s\n", err.msg);
+        exit(1);
+    }
+}
+
+static rg_tensor tensor2(uint32_t type, int64_t ne0, int64_t ne1, void *data) {
+    rg_tensor t;
+    memset(&t, 0, sizeof t);
+    t.type = type;
+    t.ne[0] = ne0, t.ne[1] = ne1, t.ne[2] = t.ne[3] = 1;
+    t.nb[0] = rg_type_get(type)->type_size;
+    t.nb[1] = rg_type_row_size(type, ne0);
+    t.nb[2] = t.nb[3] = t.nb[1] * (size_t)ne1;
+    t.data = data;
+    return t;
+}
+
+static double time_mul_mat(rg_threadpool *pool, uint32_t type, const void *w, int64_t K, int64_t M, const float *x,
+                           int64_t N, float *y) {
+    rg_node wn, xn, yn;
+    memset(&wn, 0, sizeof wn), memset(&xn, 0, sizeof xn), memset(&yn, 0, sizeof yn);
+    wn.t = tensor2(type, K, M, (void *)w);
+    xn.t = tensor2(RG_TYPE_F32, K, N, (void *)x);
+    yn.t = tensor2(RG_TYPE_F32, M, N, y);
+    yn.op = RG_OP_MUL_MAT, yn.src[0] = &wn, yn.src[1] = &xn;
+    size_t ws = cpu_mul_mat_work(&yn, rg_threadpool_size(pool));
+    mm_job j = {&yn, {pool, aligned_alloc(64, (ws + 64) / 64 * 64), ws}};
+    double flop = 2.0 * (double)M * (double)N * (double)K;
+    int reps = (int)(3e8 / flop) + 1;
+    double s = bench_best(run_mul_mat, &j, reps, 5);
+    free(j.ctx.scratch);
+    return flop / s * 1e-9;
+}
+
+// The two MUL_MAT paths forced, for the crossover table.
+typedef struct path_job {
+    rg_threadpool *pool;
+    uint32_t type;
+    const void *w;
+    int64_t K, M, N;
+    const float *x;
+    float *y;
+    bool gemm;
+    void *work;
+    size_t work_size;
+    rg_gemm_problem prob;
+} path_job;
+
+static void path_get(const void *ctx, int64_t p, rg_gemm_problem *prob) {
+    (void)p;
+    *prob = ((const path_job *)ctx)->prob;
+}
+
+static void run_path(void *p) {
+    path_job *j = p;
+    rg_error err;
+    rg_status st;
+    if (j->gemm) {
+        rg_gemm_batch bt = {j->N, j->M, j->K, j->type, true, false, 1, path_get, j};
+        st = rg_gemm_run(j->pool, RG_SGEMM_AUTO, &bt, j->work, j->work_size, &err);
+    } else {
+        st = rg_cpu_mul_mat_rows(j->pool, j->type, j->w, rg_type_row_size(j->type, j->K), j->K, j->M, j->x, j->N, j->y,
+                                 &err);
+    }
+    if (st != RG_OK) {
+        fprintf(stderr, "bench_gemm: %s\n", err.msg);
+        exit(1);
+    }
+}
+
+static double time_path(rg_threadpool *pool, uint32_t type, const void *w, int64_t K, int64_t M, const float *x,
+                        int64_t N, float *y, bool gemm) {
+    path_job j = {pool, type, w, K, M, N, x, y, gemm, NULL, 0, {0}};
+    j.prob.a = x, j.prob.a_rs = K, j.prob.a_cs = 1;
+    j.prob.b.type = type, j.prob.b.data = w, j.prob.b.rs = 1, j.prob.b.cs = K;
+    j.prob.b.row_stride = rg_type_row_size(type, K), j.prob.b.rows_along_k = true;
+    j.prob.c = y, j.prob.ldc = M;
+    rg_gemm_batch bt = {N, M, K, type, true, false, 1, path_get, &j};
+    j.work_size = rg_gemm_work_size(RG_SGEMM_AUTO, &bt, rg_threadpool_size(pool));
+    j.work = aligned_alloc(64, (j.work_size + 64) / 64 * 64);
+    double flop = 2.0 * (double)M * (double)N * (double)K;
+    double s = bench_best(run_path, &j, (int)(2e8 / flop) + 1, 5);
+    free(j.work);
+    return flop / s * 1e-9;
+}
+
+static void *make_weights(uint32_t type, int64_t K, int64_t M) {
+    size_t row = rg_type_row_size(type, K);
+    char *w = malloc(row * (size_t)M);
+    float *src = malloc(sizeof(float) * (size_t)K);
+    for (int64_t m = 0; m < M; m++) {
+        for (int64_t k = 0; k < K; k++) src[k] = 0.05f * rg_rng_normal(3, (uint64_t)m, (uint64_t)k);
+        rg_quant_get(type)->quantize(src, w + (size_t)m * row, K, NULL);
+    }
+    free(src);
+    return w;
+}
+
+int main(int argc, char **argv) {
+    bool quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    int cores = rg_cpu_count();
+    double mhz = measured_mhz(), mhz_info = cpuinfo_mhz();
+    double clock = mhz > 0 ? mhz : mhz_info;
+    double peak1 = 32.0 * clock * 1e-3;  // GFLOP/s per core
+    printf("bench_gemm: %d cores, clock %.0f MHz measured (dependent-add chain; /proc/cpuinfo says %.0f MHz)\n", cores,
+           mhz, mhz_info);
+    printf("FMA peak: 32 FLOP/cycle/core x %.0f MHz = %.1f GFLOP/s per core, %.1f on %d cores\n", clock, peak1,
+           peak1 * cores, cores);
+    printf("ours = %s; openblas = %s, one thread per tile of a fixed grid (gemm.c)\n",
+           rg_sgemm_impl_name(RG_SGEMM_OURS),
+           rg_sgemm_have_openblas() ? rg_sgemm_impl_name(RG_SGEMM_OPENBLAS) : "not in this build");
+    // The machine may be shared: the load average says how much the all-thread rows can be trusted.
+    FILE *la = fopen("/proc/loadavg", "r");
+    char load[64] = "?";
+    if (la) {
+        if (!fgets(load, sizeof load, la)) snprintf(load, sizeof load, "?");
+        fclose(la);
+        load[strcspn(load, "\n")] = 0;
+    }
+    printf("load average at start: %s\n\n", load);
+
+    rg_threadpool *pools[2] = {NULL, NULL};
+    rg_error err;
+    if (cores > 1 && rg_threadpool_create(&pools[1], cores, &err) != RG_OK) {
+        fprintf(stderr, "bench_gemm: %s\n", err.msg);
+        return 1;
+    }
+    int n_pools = cores > 1 ? 2 : 1;
+
+    static const struct {
+        int64_t M, N, K;
+        const char *what;
+    } shapes[] = {
+        {576, 1536, 256, "dW ffn_up/gate"},
+        {1536, 576, 256, "dW ffn_down"},
+        {576, 576, 256, "dW attn_q/out"},
+        {4096, 4096, 256, "dW 4096-wide"},
+    };
+    printf("SGEMM C[M,N] = A[M,K].B[K,N], GFLOP/s (fraction of the FMA peak of the threads used)\n");
+    printf("%-18s %-16s %7s %16s %16s %10s  %s\n", "M x N x K", "SmolLM2 role", "threads", "ours", "openblas",
+           "ours/ob", "auto picks");
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int64_t M = shapes[s].M, N = shapes[s].N, K = shapes[s].K;
+        float *A = malloc(sizeof(float) * (size_t)(M * K)), *B = malloc(sizeof(float) * (size_t)(K * N));
+        float *C = malloc(sizeof(float) * (size_t)(M * N));
+        for (int64_t i = 0; i < M * K; i++) A[i] = rg_rng_normal(1, 0, (uint64_t)i);
+        for (int64_t i = 0; i < K * N; i++) B[i] = rg_rng_normal(2, 0, (uint64_t)i);
+        for (int p = 0; p < n_pools; p++) {
+            int nth = rg_threadpool_size(pools[p]);
+            double peak = peak1 * nth;
+            double g_ours = time_gemm(pools[p], RG_SGEMM_OURS, M, N, K, A, B, C);
+            double g_ob = rg_sgemm_have_openblas() ? time_gemm(pools[p], RG_SGEMM_OPENBLAS, M, N, K, A, B, C) : 0;
+            char shape[32], ob[32];
+            snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)M, (long long)N, (long long)K);
+            if (g_ob > 0)
+                snprintf(ob, sizeof ob, "%6.1f (%3.0f%%)", g_ob, 100 * g_ob / peak);
+            else
+                snprintf(ob, sizeof ob, "%16s", "-");
+            char ratio[16];
+            if (g_ob > 0)
+                snprintf(ratio, sizeof ratio, "%.2f", g_ours / g_ob);
+            else
+                snprintf(ratio, sizeof ratio, "-");
+            printf("%-18s %-16s %7d %8.1f (%3.0f%%) %16s %10s  %s\n", shape, shapes[s].what, nth, g_ours,
+                   100 * g_ours / peak, ob, ratio, rg_sgemm_impl_name(rg_sgemm_pick(M, N, K, RG_TYPE_F32)));
+        }
+        free(A), free(B), free(C);
+        if (quick) break;
+    }
+
+    // MUL_MAT per weight type: w [K = 1536, M = 576] (ffn_down), x [1536, N].
+    static const uint32_t types[] = {RG_TYPE_F32,  RG_TYPE_F16,  RG_TYPE_BF16, RG_TYPE_Q8_0, RG_TYPE_Q4_0,
+                                     RG_TYPE_Q4_1, RG_TYPE_Q4_K, RG_TYPE_Q5_K, RG_TYPE_Q6_K, RG_TYPE_IQ4_XS};
+    const int64_t K = 1536, M = 576, NMAX = 256;
+    float *x = malloc(sizeof(float) * (size_t)(K * NMAX)), *y = malloc(sizeof(float) * (size_t)(M * NMAX));
+    for (int64_t i = 0; i < K * NMAX; i++) x[i] = rg_rng_normal(4, 0, (uint64_t)i);
+    printf(
+        "\nMUL_MAT w [K=1536, M=576] (ffn_down) x [1536, N] -> [576, N], GFLOP/s (2 K M N per run), through "
+        "cpu_mul_mat\n");
+    printf("%-8s %7s %16s %16s\n", "type", "threads", "N = 256 (sgemm)", "N = 1 (dots)");
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        void *w = make_weights(types[t], K, M);
+        for (int p = 0; p < n_pools; p++) {
+            int nth = rg_threadpool_size(pools[p]);
+            double g256 = time_mul_mat(pools[p], types[t], w, K, M, x, NMAX, y);
+            double g1 = time_mul_mat(pools[p], types[t], w, K, M, x, 1, y);
+            printf("%-8s %7d %8.1f (%3.0f%%) %16.1f\n", rg_type_get(types[t])->name, nth, g256,
+                   100 * g256 / (peak1 * nth), g1);
+        }
+        free(w);
+        if (quick) break;
+    }
+
+    // The crossover behind vec_max_n (ops_matmul.c), on all cores.
+    rg_threadpool *pool = pools[n_pools - 1];
+    static const int64_t Ns[] = {1, 2, 4, 6, 8, 12, 16};
+    printf("\nMUL_MAT paths forced, w [1536, 576], %d threads: GFLOP/s of dot products / SGEMM\n",
+           rg_threadpool_size(pool));
+    printf("%-8s", "type");
+    for (size_t i = 0; i < sizeof Ns / sizeof Ns[0]; i++) printf("   N=%-2lld dot/sgemm", (long long)Ns[i]);
+    printf("\n");
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        void *w = make_weights(types[t], K, M);
+        printf("%-8s", rg_type_get(types[t])->name);
+        for (size_t i = 0; i < sizeof Ns / sizeof Ns[0]; i++) {
+            double gv = time_path(pool, types[t], w, K, M, x, Ns[i], y, false);
+            double gg = time_path(pool, types[t], w, K, M, x, Ns[i], y, true);
+            printf("   %6.1f / %6.1f", gv, gg);
+        }
+        printf("\n");
+        free(w);
+        if (quick) break;
+    }
+    free(x), free(y);
+    rg_threadpool_free(pools[1]);
+    return 0;
+}

@@ -1,0 +1,360 @@
+// ops_matmul.c - the CPU kernels of MUL_MAT and OUT_PROD for every weight type
+// with a dequantizer, on top of gemm.c.
+//
+// MUL_MAT (w [K, M, b2, b3] any type, x [K, N, c2, c3] f32) -> y [M, N, c2, c3] f32
+//     y[m, n] = sum_k w[k, m] * x[k, n]; slice (i2, i3) of x uses w slice
+//     (i2 / (c2 / b2), i3 / (c3 / b3)).
+//   N < 8 (N < 4 for types with slower dot products, see vec_max_n), i.e.
+//     generation and very short prompts: one dot product per output with the
+//     type's vec_dot, the activations first converted once per column to its
+//     vec_dot_type (q8_0, q8_1, q8_K; F32 for F32/F16/BF16 weights), as
+//     llama.cpp does. The weights are read once per column but stay in L1/L2
+//     across the columns of a 16-row tile.
+//   larger N (prompt processing, training): the SGEMM, with the weights
+//     dequantized to F32 panel by panel as they are packed and the activations
+//     in F32, so gradients never see 8-bit activations.
+//
+// OUT_PROD (a [M, K, b2, b3] any type, b [N, K, c2, c3] f32, often a transposed
+// view) -> [M, N, c2, c3]: out[i, j] = sum_k a[i, k] * b[j, k], broadcasting as
+// MUL_MAT. Always the SGEMM; a quantized a is dequantized row segment by row
+// segment while packing. dW = out_prod(X, dY) and dX = out_prod(W, dY^T).
+//
+// In the SGEMM's math order (gemm.h) both ops write C = output slice with rows
+// along ne1 and columns along ne0:
+//   MUL_MAT:  C[n, m] = sum_k A[n, k] B[k, m],  A = x (A(n, k) = x[k, n]),  B(k, m) = w[k, m]
+//   OUT_PROD: C[j, i] = sum_k A[j, k] B[k, i],  A = b (A(j, k) = b[j, k]),  B(k, i) = a[i, k]
+// Every output element is summed over k in one fixed order by one thread, so
+// results do not depend on the thread count.
+#include <string.h>
+
+#include "base/error.h"
+#include "cpu/cpu_ops.h"
+#include "cpu/gemm.h"
+#include "tensor/quant/quant.h"
+
+// The column count from which MUL_MAT runs the SGEMM instead of dot products:
+// N < 8 for the weight types whose dot products are fast (F32, F16, BF16,
+// Q4_0, Q4_1, Q4_K, Q6_K: AVX2 kernels at 20-40 GFLOP/s), N < 4 for all other
+// types. Measured with w [1536, 576] on one Zen 3 core (speed of the dot
+// products / speed of the SGEMM path, including converting the activations):
+//            N=2   N=4   N=5   N=6   N=7   N=8   N=10
+//   f32      2.4   1.0   1.2   1.0   1.2   0.7   0.55
+//   f16      3.2   1.5   1.3   0.9   1.1   0.9   0.8
+//   q4_0     2.9   1.3   1.1   1.2   1.1   1.0   0.8
+//   q4_K     2.6   1.4   1.3   1.0   1.1   0.8   0.8
+//   q6_K     2.4   1.3   1.0   0.8   1.0   0.9   0.7
+//   q8_0     1.9   1.0   0.8   0.6   0.7   0.7   0.6
+//   q5_K     2.1   1.0   0.8   0.7   0.8   0.7   0.5
+//   iq4_xs   1.6   1.0   0.7   0.6   0.6   0.5   0.5
+// (N = 7 favours the dots because 7 rows of C take two 6-row micro-tiles.)
+// At N = 1 the SGEMM would dequantize every weight to use it once: the dots
+// are 4-7x faster there.
+static int64_t vec_max_n(uint32_t type) {
+    switch (type) {
+    case RG_TYPE_F32: case RG_TYPE_F16: case RG_TYPE_BF16: case RG_TYPE_Q4_0: case RG_TYPE_Q4_1:
+    case RG_TYPE_Q4_K: case RG_TYPE_Q6_K:
+        return 8;
+    default:
+        return 4;
+    }
+}
+
+static int pool_threads(const rg_exec_ctx *ctx) { return rg_threadpool_size(ctx->pool); }
+
+static const char *node_name(const rg_node *n) { return n->t.name[0] ? n->t.name : "(unnamed)"; }
+
+// Puts "op node: " before the message gemm.c wrote.
+static rg_status prefix_error(rg_error *err, rg_status st, const char *op, const rg_node *n) {
+    if (!err) return st;
+    char msg[sizeof err->msg];
+    memcpy(msg, err->msg, sizeof msg);
+    msg[sizeof msg - 1] = 0;
+    return rg_fail(err, st, "%s %s: %s", op, node_name(n), msg);
+}
+
+// Element strides of an F32 tensor in floats; false when a stride is not a whole float.
+static bool f32_strides(const rg_tensor *t, int64_t s[4]) {
+    for (int i = 0; i < 4; i++) {
+        if (t->nb[i] % sizeof(float)) return false;
+        s[i] = (int64_t)(t->nb[i] / sizeof(float));
+    }
+    return true;
+}
+
+// Rows of a non-F32 tensor must be whole contiguous blocks to be dequantized.
+static bool rows_packed(const rg_tensor *t) { return t->nb[0] == rg_type_get(t->type)->type_size; }
+
+// ---------------------------------------------------------------------------
+// Shapes and broadcasting, shared by both ops.
+
+typedef struct mm_shape {
+    int64_t K, M, N;       // the op's names (see the file comment)
+    int64_t c2, c3;        // slices of the output and of the F32 operand
+    int64_t r2, r3;        // broadcast ratios: weight slice = (i2 / r2, i3 / r3)
+} mm_shape;
+
+static rg_status check_common(const rg_node *n, const rg_tensor *w, const rg_tensor *x, const char *op,
+                              rg_error *err) {
+    const rg_tensor *y = &n->t;
+    if (x->type != RG_TYPE_F32 || y->type != RG_TYPE_F32)
+        return rg_fail(err, RG_ERR_UNSUPPORTED, "%s %s: src1 and the output must be f32 (got %s and %s)", op,
+                       node_name(n), rg_type_get(x->type)->name, rg_type_get(y->type)->name);
+    if (w->ne[2] <= 0 || w->ne[3] <= 0 || x->ne[2] % w->ne[2] || x->ne[3] % w->ne[3])
+        return rg_fail(err, RG_ERR_ARG, "%s %s: src1 slices [%lld, %lld] are not a multiple of src0's [%lld, %lld]",
+                       op, node_name(n), (long long)x->ne[2], (long long)x->ne[3], (long long)w->ne[2],
+                       (long long)w->ne[3]);
+    if (y->nb[0] != sizeof(float) || y->nb[1] % sizeof(float) || y->nb[2] % sizeof(float) || y->nb[3] % sizeof(float))
+        return rg_fail(err, RG_ERR_UNSUPPORTED, "%s %s: the output must have contiguous f32 rows", op, node_name(n));
+    const rg_quant_ops *ops = rg_quant_get(w->type);
+    if (w->type != RG_TYPE_F32 && !ops->dequant)
+        return rg_fail(err, RG_ERR_UNSUPPORTED, "%s %s: no dequantizer for src0 type %s", op, node_name(n),
+                       rg_type_get(w->type)->name);
+    if (w->type != RG_TYPE_F32 && !rows_packed(w))
+        return rg_fail(err, RG_ERR_UNSUPPORTED, "%s %s: src0 of type %s must have contiguous rows (nb[0] = %zu)", op,
+                       node_name(n), rg_type_get(w->type)->name, w->nb[0]);
+    return RG_OK;
+}
+
+static mm_shape shape_of(const rg_tensor *w, const rg_tensor *x, int64_t K, int64_t M, int64_t N) {
+    mm_shape s = {K, M, N, x->ne[2], x->ne[3], 1, 1};
+    if (w->ne[2] > 0) s.r2 = x->ne[2] / w->ne[2];
+    if (w->ne[3] > 0) s.r3 = x->ne[3] / w->ne[3];
+    return s;
+}
+
+// ---------------------------------------------------------------------------
+// MUL_MAT through the SGEMM.
+
+typedef struct mm_gemm_ctx {
+    const rg_tensor *w, *x, *y;
+    mm_shape s;
+    int64_t ws[4], xs[4], ys[4];  // strides in floats (ws only for an F32 w)
+} mm_gemm_ctx;
+
+static void mul_mat_get(const void *ctx, int64_t p, rg_gemm_problem *prob) {
+    const mm_gemm_ctx *c = ctx;
+    int64_t i2 = p % c->s.c2, i3 = p / c->s.c2, w2 = i2 / c->s.r2, w3 = i3 / c->s.r3;
+    memset(prob, 0, sizeof *prob);
+    // A(n, k) = x[k, n]
+    prob->a = (const float *)c->x->data + i2 * c->xs[2] + i3 * c->xs[3];
+    prob->a_rs = c->xs[1], prob->a_cs = c->xs[0];
+    // B(k, m) = w[k, m]
+    prob->b.type = c->w->type;
+    if (c->w->type == RG_TYPE_F32) {
+        prob->b.data = (const float *)c->w->data + w2 * c->ws[2] + w3 * c->ws[3];
+        prob->b.rs = c->ws[0], prob->b.cs = c->ws[1];
+    } else {
+        prob->b.data = (const char *)c->w->data + w2 * c->w->nb[2] + w3 * c->w->nb[3];
+        prob->b.row_stride = c->w->nb[1];
+        prob->b.rows_along_k = true;
+    }
+    // C(n, m) = y[m, n]
+    prob->c = (float *)c->y->data + i2 * c->ys[2] + i3 * c->ys[3];
+    prob->ldc = c->ys[1];
+}
+
+static rg_gemm_batch mul_mat_batch(const mm_gemm_ctx *c) {
+    rg_gemm_batch bt = {c->s.N, c->s.M, c->s.K, c->w->type, true, false, c->s.c2 * c->s.c3, mul_mat_get, c};
+    return bt;
+}
+
+// ---------------------------------------------------------------------------
+// MUL_MAT through dot products (small N).
+
+typedef struct mm_vec_job {
+    const rg_quant_ops *ops;       // the weight type's
+    const rg_quant_ops *act_ops;   // the activation type's (quantize), NULL for F32 activations
+    const rg_tensor *w, *x, *y;
+    mm_shape s;
+    bool x_direct;                 // F32 activations read in place (x rows contiguous)
+    char *xq;                      // [c3][c2][N] activation rows of xq_row bytes (unless x_direct)
+    size_t xq_row;
+    float *gather;                 // [n_threads][K] a strided x column gathered before quantizing
+} mm_vec_job;
+
+static const float *x_column(const mm_vec_job *j, int64_t n, int64_t i2, int64_t i3, float *gather) {
+    const rg_tensor *x = j->x;
+    const char *base = (const char *)x->data + n * x->nb[1] + i2 * x->nb[2] + i3 * x->nb[3];
+    if (x->nb[0] == sizeof(float)) return (const float *)base;
+    for (int64_t k = 0; k < j->s.K; k++) memcpy(&gather[k], base + k * x->nb[0], sizeof(float));
+    return gather;
+}
+
+static void vec_convert(void *p, int ith, int nth) {
+    mm_vec_job *j = p;
+    int64_t cols = j->s.N * j->s.c2 * j->s.c3, c0, c1;
+    rg_split_range(cols, ith, nth, &c0, &c1);
+    float *gather = j->gather + (size_t)ith * (size_t)j->s.K;
+    for (int64_t c = c0; c < c1; c++) {
+        int64_t n = c % j->s.N, i2 = (c / j->s.N) % j->s.c2, i3 = c / (j->s.N * j->s.c2);
+        const float *col = x_column(j, n, i2, i3, gather);
+        char *dst = j->xq + (size_t)c * j->xq_row;
+        if (j->act_ops) j->act_ops->quantize(col, dst, j->s.K, NULL);
+        else if (col != (const float *)dst) memcpy(dst, col, j->xq_row);
+    }
+}
+
+// Work items are (slice, tile of 16 weight rows); a tile's rows stay in cache
+// while every column passes over them.
+#define VEC_TILE 16
+
+static void vec_dots(void *p, int ith, int nth) {
+    mm_vec_job *j = p;
+    const mm_shape *s = &j->s;
+    int64_t tiles = (s->M + VEC_TILE - 1) / VEC_TILE, t0, t1;
+    rg_split_range(tiles * s->c2 * s->c3, ith, nth, &t0, &t1);
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t slice = t / tiles, m0 = (t % tiles) * VEC_TILE, m1 = m0 + VEC_TILE < s->M ? m0 + VEC_TILE : s->M;
+        int64_t i2 = slice % s->c2, i3 = slice / s->c2;
+        const char *w = (const char *)j->w->data + (i2 / s->r2) * j->w->nb[2] + (i3 / s->r3) * j->w->nb[3];
+        char *y = (char *)j->y->data + i2 * j->y->nb[2] + i3 * j->y->nb[3];
+        for (int64_t n = 0; n < s->N; n++) {
+            const void *xc;
+            if (j->x_direct)
+                xc = (const char *)j->x->data + n * j->x->nb[1] + i2 * j->x->nb[2] + i3 * j->x->nb[3];
+            else
+                xc = j->xq + (size_t)((i3 * s->c2 + i2) * s->N + n) * j->xq_row;
+            float *yc = (float *)(y + n * j->y->nb[1]);
+            for (int64_t m = m0; m < m1; m++) j->ops->vec_dot(s->K, &yc[m], w + m * j->w->nb[1], xc);
+        }
+    }
+}
+
+// Whether MUL_MAT runs the dot products, and the sizes that path needs.
+static bool mul_mat_uses_vec(const rg_tensor *w, int64_t K, int64_t N) {
+    const rg_quant_ops *ops = rg_quant_get(w->type);
+    if (N >= vec_max_n(w->type) || K <= 0 || !ops->vec_dot || !rows_packed(w)) return false;
+    int64_t vbs = rg_type_get(ops->vec_dot_type)->block_size;
+    if (ops->vec_dot_type != RG_TYPE_F32 && !rg_quant_get(ops->vec_dot_type)->quantize) return false;
+    return vbs > 0 && K % vbs == 0;
+}
+
+static size_t vec_xq_row(const rg_tensor *w, int64_t K) {
+    return rg_type_row_size(rg_quant_get(w->type)->vec_dot_type, K);
+}
+
+static bool vec_x_direct(const rg_tensor *w, const rg_tensor *x) {
+    return rg_quant_get(w->type)->vec_dot_type == RG_TYPE_F32 && x->nb[0] == sizeof(float);
+}
+
+static size_t vec_work(const rg_tensor *w, const rg_tensor *x, int64_t K, int64_t N, int n_threads) {
+    if (vec_x_direct(w, x)) return 0;
+    size_t cols = (size_t)(N * x->ne[2] * x->ne[3]);
+    size_t xq = (cols * vec_xq_row(w, K) + 63) / 64 * 64;
+    size_t gather = x->nb[0] == sizeof(float) ? 0 : (size_t)n_threads * (size_t)K * sizeof(float);
+    return xq + gather;
+}
+
+size_t cpu_mul_mat_work(const rg_node *n, int n_threads) {
+    const rg_tensor *w = &n->src[0]->t, *x = &n->src[1]->t;
+    int64_t K = w->ne[0], M = w->ne[1], N = x->ne[1];
+    if (n_threads < 1) n_threads = 1;
+    if (mul_mat_uses_vec(w, K, N)) return vec_work(w, x, K, N, n_threads);
+    mm_gemm_ctx c = {w, x, &n->t, shape_of(w, x, K, M, N), {0}, {0}, {0}};
+    rg_gemm_batch bt = mul_mat_batch(&c);
+    return rg_gemm_work_size(RG_SGEMM_AUTO, &bt, n_threads);
+}
+
+rg_status cpu_mul_mat(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
+    const rg_tensor *w = &n->src[0]->t, *x = &n->src[1]->t, *y = &n->t;
+    rg_status st = check_common(n, w, x, "mul_mat", err);
+    if (st != RG_OK) return st;
+    int64_t K = w->ne[0], M = w->ne[1], N = x->ne[1];
+    if (x->ne[0] != K || y->ne[0] != M || y->ne[1] != N || y->ne[2] != x->ne[2] || y->ne[3] != x->ne[3]) {
+        char a[64], b[64], c[64];
+        return rg_fail(err, RG_ERR_ARG, "mul_mat %s: shapes w %s, x %s, y %s do not match", node_name(n),
+                       rg_tensor_shape_str(w, a, sizeof a), rg_tensor_shape_str(x, b, sizeof b),
+                       rg_tensor_shape_str(y, c, sizeof c));
+    }
+    mm_shape s = shape_of(w, x, K, M, N);
+    if (M == 0 || N == 0 || s.c2 == 0 || s.c3 == 0) return RG_OK;
+    int nth = pool_threads(ctx);
+    if (mul_mat_uses_vec(w, K, N)) {
+        size_t need = vec_work(w, x, K, N, nth);
+        if (ctx->scratch_size < need || (need && !ctx->scratch))
+            return rg_fail(err, RG_ERR_ARG, "mul_mat %s: scratch of %zu bytes is below the %zu needed", node_name(n),
+                           ctx->scratch_size, need);
+        const rg_quant_ops *ops = rg_quant_get(w->type);
+        mm_vec_job j = {ops, NULL, w, x, y, s, vec_x_direct(w, x), NULL, vec_xq_row(w, K), NULL};
+        if (ops->vec_dot_type != RG_TYPE_F32) j.act_ops = rg_quant_get(ops->vec_dot_type);
+        if (!j.x_direct) {
+            size_t cols = (size_t)(N * s.c2 * s.c3);
+            j.xq = ctx->scratch;
+            j.gather = (float *)((char *)ctx->scratch + (cols * j.xq_row + 63) / 64 * 64);
+            rg_threadpool_run(ctx->pool, vec_convert, &j);
+        }
+        rg_threadpool_run(ctx->pool, vec_dots, &j);
+        return RG_OK;
+    }
+    mm_gemm_ctx c = {w, x, y, s, {0}, {0}, {0}};
+    if ((w->type == RG_TYPE_F32 && !f32_strides(w, c.ws)) || !f32_strides(x, c.xs) || !f32_strides(y, c.ys))
+        return rg_fail(err, RG_ERR_UNSUPPORTED, "mul_mat %s: an f32 stride is not a whole number of floats",
+                       node_name(n));
+    rg_gemm_batch bt = mul_mat_batch(&c);
+    st = rg_gemm_run(ctx->pool, RG_SGEMM_AUTO, &bt, ctx->scratch, ctx->scratch_size, err);
+    return st == RG_OK ? RG_OK : prefix_error(err, st, "mul_mat", n);
+}
+
+// ---------------------------------------------------------------------------
+// OUT_PROD.
+
+typedef struct op_gemm_ctx {
+    const rg_tensor *a, *b, *y;
+    mm_shape s;
+    int64_t as[4], bs[4], ys[4];
+} op_gemm_ctx;
+
+static void out_prod_get(const void *ctx, int64_t p, rg_gemm_problem *prob) {
+    const op_gemm_ctx *c = ctx;
+    int64_t i2 = p % c->s.c2, i3 = p / c->s.c2, a2 = i2 / c->s.r2, a3 = i3 / c->s.r3;
+    memset(prob, 0, sizeof *prob);
+    // A(j, k) = b[j, k]
+    prob->a = (const float *)c->b->data + i2 * c->bs[2] + i3 * c->bs[3];
+    prob->a_rs = c->bs[0], prob->a_cs = c->bs[1];
+    // B(k, i) = a[i, k]: row k of a
+    prob->b.type = c->a->type;
+    if (c->a->type == RG_TYPE_F32) {
+        prob->b.data = (const float *)c->a->data + a2 * c->as[2] + a3 * c->as[3];
+        prob->b.rs = c->as[1], prob->b.cs = c->as[0];
+    } else {
+        prob->b.data = (const char *)c->a->data + a2 * c->a->nb[2] + a3 * c->a->nb[3];
+        prob->b.row_stride = c->a->nb[1];
+        prob->b.rows_along_k = false;
+    }
+    // C(j, i) = out[i, j]
+    prob->c = (float *)c->y->data + i2 * c->ys[2] + i3 * c->ys[3];
+    prob->ldc = c->ys[1];
+}
+
+static rg_gemm_batch out_prod_batch(const op_gemm_ctx *c) {
+    rg_gemm_batch bt = {c->s.N, c->s.M, c->s.K, c->a->type, false, false, c->s.c2 * c->s.c3, out_prod_get, c};
+    return bt;
+}
+
+size_t cpu_out_prod_work(const rg_node *n, int n_threads) {
+    const rg_tensor *a = &n->src[0]->t, *b = &n->src[1]->t;
+    if (n_threads < 1) n_threads = 1;
+    op_gemm_ctx c = {a, b, &n->t, shape_of(a, b, a->ne[1], a->ne[0], b->ne[0]), {0}, {0}, {0}};
+    rg_gemm_batch bt = out_prod_batch(&c);
+    return rg_gemm_work_size(RG_SGEMM_AUTO, &bt, n_threads);
+}
+
+rg_status cpu_out_prod(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
+    const rg_tensor *a = &n->src[0]->t, *b = &n->src[1]->t, *y = &n->t;
+    rg_status st = check_common(n, a, b, "out_prod", err);
+    if (st != RG_OK) return st;
+    int64_t M = a->ne[0], K = a->ne[1], N = b->ne[0];
+    if (b->ne[1] != K || y->ne[0] != M || y->ne[1] != N || y->ne[2] != b->ne[2] || y->ne[3] != b->ne[3]) {
+        char s0[64], s1[64], s2[64];
+        return rg_fail(err, RG_ERR_ARG, "out_prod %s: shapes a %s, b %s, out %s do not match", node_name(n),
+                       rg_tensor_shape_str(a, s0, sizeof s0), rg_tensor_shape_str(b, s1, sizeof s1),
+                       rg_tensor_shape_str(y, s2, sizeof s2));
+    }
+    op_gemm_ctx c = {a, b, y, shape_of(a, b, K, M, N), {0}, {0}, {0}};
+    if ((a->type == RG_TYPE_F32 && !f32_strides(a, c.as)) || !f32_strides(b, c.bs) || !f32_strides(y, c.ys))
+        return rg_fail(err, RG_ERR_UNSUPPORTED, "out_prod %s: an f32 stride is not a whole number of floats",
+                       node_name(n));
+    rg_gemm_batch bt = out_prod_batch(&c);
+    st = rg_gemm_run(ctx->pool, RG_SGEMM_AUTO, &bt, ctx->scratch, ctx->scratch_size, err);
+    return st == RG_OK ? RG_OK : prefix_error(err, st, "out_prod", n);
+}
