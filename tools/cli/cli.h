@@ -2,15 +2,30 @@
 #ifndef RG_CLI_H
 #define RG_CLI_H
 
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "gguf/gguf.h"
+#include "graph/exec.h"
+#include "model/model.h"
 
 int cmd_info(int argc, char **argv);
 int cmd_make_tiny(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
+
+// Helpers of generate and perplexity (cmd_generate.c). The parsers print
+// "retrograd CMD: OPT 'VALUE' ..." to stderr and return false on bad input.
+double cli_now(void);                                    // monotonic seconds
+char *cli_read_file(const char *path, size_t *len);      // whole file, NUL-terminated; NULL + errno
+bool cli_parse_i64(const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out);
+bool cli_parse_f32(const char *cmd, const char *opt, const char *s, float *out);
+bool cli_parse_device(const char *cmd, const char *s, rg_device *out);
+int64_t cli_default_ctx(const rg_model *m);              // 4096, or the model's context if smaller
 
 // JSON output helpers (json_out.c).
 void json_str(FILE *f, const char *s, size_t n);  // quoted, escaped; invalid UTF-8 becomes U+FFFD

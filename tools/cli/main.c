@@ -14,6 +14,8 @@ static const struct {
     {"make-tiny", cmd_make_tiny, "make-tiny --arch qwen2 --type f32|f16|bf16 -o OUT.gguf [--seed S] [--twin-f32]"},
     {"quantize", cmd_quantize, "quantize IN.gguf OUT.gguf TYPE              Q4_0 ... Q6_K, Q4_K_M, IQ4_XS, ... (--help lists all)"},
     {"report", cmd_report, "report [--json] [--device cpu|cuda]       backend capabilities: gpu, ops and their types"},
+    {"generate", cmd_generate, "generate -m MODEL.gguf (-p TEXT | -f FILE | --chat) [-n N] [--temp T] [--seed S] ... (--help lists all)"},
+    {"perplexity", cmd_perplexity, "perplexity -m MODEL.gguf -f TEXT.txt [-c CTX] [--chunks N]"},
     {"tokenize", cmd_tokenize, "tokenize -m MODEL.gguf (-p TEXT | -f FILE) [--ids] [--no-bos] [--no-special] [--count]"},
 };
 
