@@ -20,6 +20,8 @@ const rg_quant_target rg_quant_targets[] = {
     {"Q5_K", RG_TYPE_Q5_K, 17, false},     {"IQ4_NL", RG_TYPE_IQ4_NL, 25, false},
     {"IQ4_XS", RG_TYPE_IQ4_XS, 30, false}, {"TQ1_0", RG_TYPE_TQ1_0, 36, false},
     {"TQ2_0", RG_TYPE_TQ2_0, 37, false},   {"MXFP4", RG_TYPE_MXFP4, 38, false},
+    {"NVFP4", RG_TYPE_NVFP4, 39, false},   {"Q1_0", RG_TYPE_Q1_0, 40, false},
+    {"Q2_0", RG_TYPE_Q2_0, 41, false},
     {NULL, 0, 0, false},
 };
 

@@ -72,7 +72,7 @@ expect "quantize bad thread count"      1 "thread count in 1..512"      -- "$bin
 expect "requantize needs a flag"        1 "already q[46]_K.*--allow-requantize" -- "$bin" quantize "$tmp/q4km.gguf" "$tmp/x.gguf" Q8_0
 expect "requantize with the flag"       0 "q8_0"                        -- "$bin" quantize "$tmp/q4km.gguf" "$tmp/rq.gguf" Q8_0 --allow-requantize --quiet
 expect "quantize shows progress"        0 "blk.1.ffn_down.weight +f32 +-> q6_K" -- "$bin" quantize "$tmp/tiny-f32.gguf" "$tmp/q4km2.gguf" Q4_K_M
-for t in q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k_m q4_k_s q4_k_m q5_k_m q6_k iq4_nl iq4_xs tq1_0 tq2_0 mxfp4; do
+for t in q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k_m q4_k_s q4_k_m q5_k_m q6_k q3_k q4_k q5_k iq4_nl iq4_xs tq1_0 tq2_0 mxfp4 nvfp4 q1_0 q2_0 f16 bf16; do
   expect "make-tiny --type $t"          0 "wrote .*$t"                  -- "$bin" make-tiny --arch qwen2 --type "$t" -o "$tmp/tiny-$t.gguf"
 done
 expect "make-tiny q4_k_m twin refused"  1 "applies to f16 and bf16 only" -- "$bin" make-tiny --arch qwen2 --type q4_k_m --twin-f32 -o "$tmp/x.gguf"
