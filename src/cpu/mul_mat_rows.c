@@ -6,6 +6,9 @@
 #include "base/error.h"
 #include "tensor/quant/quant.h"
 
+// Activations up to this many elements are quantized by the calling thread.
+enum { SERIAL_QUANTIZE_MAX = 16384, XQ_STACK_BYTES = 16384 };
+
 typedef struct job {
     const rg_quant_ops *ops;
     const rg_quant_ops *act_ops;
@@ -55,16 +58,21 @@ rg_status rg_cpu_mul_mat_rows(rg_threadpool *pool, uint32_t w_type, const void *
         return rg_fail(err, RG_ERR_ARG, "mul_mat: weight row stride %zu is below the %zu bytes of a %s row of %lld",
                        w_row_stride, rg_type_row_size(w_type, K), tt->name, (long long)K);
     job j = {ops, NULL, w, w_row_stride, K, M, N, x, NULL, 0, y};
+    _Alignas(64) uint64_t xq_stack[XQ_STACK_BYTES / sizeof(uint64_t)];
     if (vt != RG_TYPE_F32) {
         j.act_ops = rg_quant_get(vt);
         if (!j.act_ops->quantize)
             return rg_fail(err, RG_ERR_UNSUPPORTED, "mul_mat: no quantizer for activation type %s", vtt->name);
         j.xq_row = rg_type_row_size(vt, K);
-        j.xq = malloc(j.xq_row * (size_t)(N > 0 ? N : 1));
+        size_t xq_bytes = j.xq_row * (size_t)(N > 0 ? N : 1);
+        j.xq = xq_bytes <= sizeof(xq_stack) ? (char *)xq_stack : malloc(xq_bytes);
         if (!j.xq) return rg_fail(err, RG_ERR_NOMEM, "mul_mat: out of memory for %lld activation rows", (long long)N);
-        rg_threadpool_run(pool, quantize_columns, &j);
+        // A few columns (token generation: N = 1) are quantized here: that takes
+        // far less time than handing the work to the pool and waiting for it.
+        if (N * K <= SERIAL_QUANTIZE_MAX) quantize_columns(&j, 0, 1);
+        else rg_threadpool_run(pool, quantize_columns, &j);
     }
     rg_threadpool_run(pool, dot_rows, &j);
-    free(j.xq);
+    if (j.xq != (char *)xq_stack) free(j.xq);
     return RG_OK;
 }

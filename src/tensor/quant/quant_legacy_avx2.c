@@ -118,32 +118,69 @@ static inline float hsum_ps(__m256 v) {
 
 static inline __m256i madd_pairs(__m256i p16) { return _mm256_madd_epi16(p16, _mm256_set1_epi16(1)); }
 
+// Two blocks per iteration into two accumulators, so consecutive blocks' FMAs
+// do not wait on each other; one horizontal sum at the end.
+static inline __m256i q4_0_block_i32(const uint8_t *x, const uint8_t *y) {
+    const __m256i qx = unpack_nibbles(x + 2);
+    const __m256i qy = _mm256_loadu_si256((const __m256i *)(y + 2));
+    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(qx, qy), _mm256_maddubs_epi16(_mm256_set1_epi8(8), qy));
+    return madd_pairs(p);
+}
+
 void rg_vec_dot_q4_0_q8_0_avx2(int64_t n, float *s, const void *vx, const void *vy) {
     const uint8_t *x = vx, *y = vy;
-    const __m256i eight = _mm256_set1_epi8(8);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / 32; i++, x += RG_Q4_0_BYTES, y += RG_Q8_0_BYTES) {
-        const __m256i qx = unpack_nibbles(x + 2);
-        const __m256i qy = _mm256_loadu_si256((const __m256i *)(y + 2));
-        const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(qx, qy), _mm256_maddubs_epi16(eight, qy));
-        const __m256 d = _mm256_set1_ps(h2f(x) * h2f(y));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(madd_pairs(p)), acc);
+    const int64_t nb = n / 32;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 1 < nb; i += 2, x += 2 * RG_Q4_0_BYTES, y += 2 * RG_Q8_0_BYTES) {
+        const __m256i p0 = q4_0_block_i32(x, y);
+        const __m256i p1 = q4_0_block_i32(x + RG_Q4_0_BYTES, y + RG_Q8_0_BYTES);
+        const __m256 d0 = _mm256_set1_ps(h2f(x) * h2f(y));
+        const __m256 d1 = _mm256_set1_ps(h2f(x + RG_Q4_0_BYTES) * h2f(y + RG_Q8_0_BYTES));
+        acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(p0), acc0);
+        acc1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(p1), acc1);
     }
-    *s = hsum_ps(acc);
+    if (i < nb) acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x) * h2f(y)), _mm256_cvtepi32_ps(q4_0_block_i32(x, y)), acc0);
+    *s = hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
+static inline __m256i q4_1_block_i32(const uint8_t *x, const uint8_t *y) {
+    const __m256i qx = unpack_nibbles(x + 4);
+    const __m256i qy = _mm256_loadu_si256((const __m256i *)(y + 4));
+    return madd_pairs(_mm256_maddubs_epi16(qx, qy));
+}
+
+// Lane 0 = d_x·d_y, lane 1 = m_x·s_y: the two f16 pairs of a Q4_1 and a Q8_1
+// block converted and multiplied together (the same f32 products as the ref).
+static inline __m128 q4_1_scales(const uint8_t *x, const uint8_t *y) {
+    const __m128 a = _mm_cvtph_ps(_mm_cvtsi32_si128((int)rg_rd32(x)));
+    const __m128 b = _mm_cvtph_ps(_mm_cvtsi32_si128((int)rg_rd32(y)));
+    return _mm_mul_ps(a, b);
 }
 
 void rg_vec_dot_q4_1_q8_1_avx2(int64_t n, float *s, const void *vx, const void *vy) {
     const uint8_t *x = vx, *y = vy;
-    __m256 acc = _mm256_setzero_ps();
-    float summ = 0.0f;
-    for (int64_t i = 0; i < n / 32; i++, x += RG_Q4_1_BYTES, y += RG_Q8_1_BYTES) {
-        const __m256i qx = unpack_nibbles(x + 4);
-        const __m256i qy = _mm256_loadu_si256((const __m256i *)(y + 4));
-        const __m256 d = _mm256_set1_ps(h2f(x) * h2f(y));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(madd_pairs(_mm256_maddubs_epi16(qx, qy))), acc);
-        summ += h2f(x + 2) * h2f(y + 2);
+    const int64_t nb = n / 32;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m128 accm0 = _mm_setzero_ps(), accm1 = _mm_setzero_ps();  // lane 1: Σ m_x·s_y
+    int64_t i = 0;
+    for (; i + 3 < nb; i += 4, x += 4 * RG_Q4_1_BYTES, y += 4 * RG_Q8_1_BYTES) {
+        for (int k = 0; k < 4; k++) {
+            const __m256i p = q4_1_block_i32(x + k * RG_Q4_1_BYTES, y + k * RG_Q8_1_BYTES);
+            const __m128 sc = q4_1_scales(x + k * RG_Q4_1_BYTES, y + k * RG_Q8_1_BYTES);
+            acc[k] = _mm256_fmadd_ps(_mm256_broadcastss_ps(sc), _mm256_cvtepi32_ps(p), acc[k]);
+            if (k & 1) accm1 = _mm_add_ps(accm1, sc);
+            else accm0 = _mm_add_ps(accm0, sc);
+        }
     }
-    *s = hsum_ps(acc) + summ;
+    for (; i < nb; i++, x += RG_Q4_1_BYTES, y += RG_Q8_1_BYTES) {
+        const __m128 sc = q4_1_scales(x, y);
+        acc[0] = _mm256_fmadd_ps(_mm256_broadcastss_ps(sc), _mm256_cvtepi32_ps(q4_1_block_i32(x, y)), acc[0]);
+        accm0 = _mm_add_ps(accm0, sc);
+    }
+    const __m128 m = _mm_add_ps(accm0, accm1);
+    *s = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) +
+         _mm_cvtss_f32(_mm_shuffle_ps(m, m, 1));
 }
 
 void rg_vec_dot_q5_0_q8_0_avx2(int64_t n, float *s, const void *vx, const void *vy) {
@@ -175,20 +212,32 @@ void rg_vec_dot_q5_1_q8_1_avx2(int64_t n, float *s, const void *vx, const void *
 }
 
 // Both operands signed (−128 included), so widen to int16 and use madd: exact.
+// Even and odd bytes are sign-extended in place (shifts stay inside 128-bit
+// lanes), then madd of each half adds adjacent products into int32.
+static inline __m256i q8_0_block_i32(const uint8_t *x, const uint8_t *y) {
+    const __m256i a = _mm256_loadu_si256((const __m256i *)(x + 2));
+    const __m256i b = _mm256_loadu_si256((const __m256i *)(y + 2));
+    const __m256i a_odd = _mm256_srai_epi16(a, 8), b_odd = _mm256_srai_epi16(b, 8);
+    const __m256i a_even = _mm256_srai_epi16(_mm256_slli_epi16(a, 8), 8);
+    const __m256i b_even = _mm256_srai_epi16(_mm256_slli_epi16(b, 8), 8);
+    return _mm256_add_epi32(_mm256_madd_epi16(a_even, b_even), _mm256_madd_epi16(a_odd, b_odd));
+}
+
 void rg_vec_dot_q8_0_q8_0_avx2(int64_t n, float *s, const void *vx, const void *vy) {
     const uint8_t *x = vx, *y = vy;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / 32; i++, x += RG_Q8_0_BYTES, y += RG_Q8_0_BYTES) {
-        const __m256i a = _mm256_loadu_si256((const __m256i *)(x + 2));
-        const __m256i b = _mm256_loadu_si256((const __m256i *)(y + 2));
-        const __m256i lo = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(a)),
-                                             _mm256_cvtepi8_epi16(_mm256_castsi256_si128(b)));
-        const __m256i hi = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256(a, 1)),
-                                             _mm256_cvtepi8_epi16(_mm256_extracti128_si256(b, 1)));
-        const __m256 d = _mm256_set1_ps(h2f(x) * h2f(y));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_add_epi32(lo, hi)), acc);
+    const int64_t nb = n / 32;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 1 < nb; i += 2, x += 2 * RG_Q8_0_BYTES, y += 2 * RG_Q8_0_BYTES) {
+        const __m256i p0 = q8_0_block_i32(x, y);
+        const __m256i p1 = q8_0_block_i32(x + RG_Q8_0_BYTES, y + RG_Q8_0_BYTES);
+        const __m256 d0 = _mm256_set1_ps(h2f(x) * h2f(y));
+        const __m256 d1 = _mm256_set1_ps(h2f(x + RG_Q8_0_BYTES) * h2f(y + RG_Q8_0_BYTES));
+        acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(p0), acc0);
+        acc1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(p1), acc1);
     }
-    *s = hsum_ps(acc);
+    if (i < nb) acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x) * h2f(y)), _mm256_cvtepi32_ps(q8_0_block_i32(x, y)), acc0);
+    *s = hsum_ps(_mm256_add_ps(acc0, acc1));
 }
 
 // ---------------------------------------------------------------------------
