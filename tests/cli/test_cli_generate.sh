@@ -6,27 +6,7 @@ set -u
 bin="$1/retrograd"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-passed=0 failed=0
-
-# expect NAME WANT_RC PATTERN -- CMD...: runs CMD, checks the exit code and that
-# the combined output matches the extended regex PATTERN.
-expect() {
-  local name="$1" want="$2" pattern="$3"; shift 4
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [ "$rc" -ge 128 ]; then
-    echo "FAIL $name: crashed with signal $((rc - 128))"; failed=$((failed + 1)); return
-  fi
-  if { [ "$want" = 0 ] && [ "$rc" != 0 ]; } || { [ "$want" != 0 ] && [ "$rc" = 0 ]; }; then
-    echo "FAIL $name: exit $rc, wanted $([ "$want" = 0 ] && echo 0 || echo non-zero)"; echo "$out" | head -5 | sed 's/^/    /'
-    failed=$((failed + 1)); return
-  fi
-  if ! grep -Eq -- "$pattern" <<<"$out"; then
-    echo "FAIL $name: output lacks /$pattern/"; echo "$out" | head -5 | sed 's/^/    /'
-    failed=$((failed + 1)); return
-  fi
-  echo "PASS $name"; passed=$((passed + 1))
-}
+. "$(dirname "$0")/lib.sh"
 
 # check NAME CONDITION_RC: records a check made by the caller.
 check() {
