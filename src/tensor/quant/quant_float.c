@@ -6,6 +6,7 @@
 #include "base/cpu.h"
 #include "tensor/half.h"
 #include "tensor/quant/quant.h"
+#include "tensor/quant/quant_funcs.h"
 
 void rg_vec_dot_f32_f32_avx2(int64_t n, float *s, const void *x, const void *y);
 void rg_vec_dot_f16_f32_avx2(int64_t n, float *s, const void *x, const void *y);

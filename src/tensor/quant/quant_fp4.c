@@ -6,6 +6,7 @@
 // Both use the doubled E2M1 table kvalues_fp4 with half of the scale, so every
 // value kvalues_fp4[q]·d is exact in f32.
 #include "tensor/quant/quant.h"
+#include "tensor/quant/quant_funcs.h"
 
 #include <math.h>
 #include <string.h>

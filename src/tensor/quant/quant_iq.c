@@ -13,6 +13,7 @@
 // dispatched functions are these references; the blocks are small table
 // lookups that gain little from SIMD without a different data layout.
 #include "tensor/quant/quant.h"
+#include "tensor/quant/quant_funcs.h"
 
 #include <string.h>
 

@@ -8,6 +8,7 @@
 // when compiled without contraction (-ffp-contract=off, §5.9): every sum runs in
 // f32 in index order and every expression is evaluated in the order written.
 #include "tensor/quant/quant.h"
+#include "tensor/quant/quant_funcs.h"
 
 #include <math.h>
 #include <string.h>

@@ -149,61 +149,7 @@ void rg_vec_dot_q5_K_q8_k_avx2(int64_t n, float *s, const void *x, const void *y
 void rg_vec_dot_q6_K_q8_k_avx2(int64_t n, float *s, const void *x, const void *y);
 void rg_quantize_row_q8_K_avx2(const float *src, void *dst, int64_t n);
 
-// The exported functions of quant.h, declared here too so that each file is
-// checked against one prototype (quant.c declares them weak on its own).
-void rg_dequant_row_q4_0(const void *src, float *dst, int64_t n);
-void rg_dequant_row_q4_0_ref(const void *src, float *dst, int64_t n);
-size_t rg_quantize_row_q4_0(const float *src, void *dst, int64_t n, const float *imatrix);
-void rg_vec_dot_q4_0_q8_0(int64_t n, float *s, const void *x, const void *y);
-void rg_vec_dot_q4_0_q8_0_ref(int64_t n, float *s, const void *x, const void *y);
-void rg_dequant_row_q4_1(const void *src, float *dst, int64_t n);
-void rg_dequant_row_q4_1_ref(const void *src, float *dst, int64_t n);
-size_t rg_quantize_row_q4_1(const float *src, void *dst, int64_t n, const float *imatrix);
-void rg_vec_dot_q4_1_q8_1(int64_t n, float *s, const void *x, const void *y);
-void rg_vec_dot_q4_1_q8_1_ref(int64_t n, float *s, const void *x, const void *y);
-void rg_dequant_row_q5_0(const void *src, float *dst, int64_t n);
-void rg_dequant_row_q5_0_ref(const void *src, float *dst, int64_t n);
-size_t rg_quantize_row_q5_0(const float *src, void *dst, int64_t n, const float *imatrix);
-void rg_vec_dot_q5_0_q8_0(int64_t n, float *s, const void *x, const void *y);
-void rg_vec_dot_q5_0_q8_0_ref(int64_t n, float *s, const void *x, const void *y);
-void rg_dequant_row_q5_1(const void *src, float *dst, int64_t n);
-void rg_dequant_row_q5_1_ref(const void *src, float *dst, int64_t n);
-size_t rg_quantize_row_q5_1(const float *src, void *dst, int64_t n, const float *imatrix);
-void rg_vec_dot_q5_1_q8_1(int64_t n, float *s, const void *x, const void *y);
-void rg_vec_dot_q5_1_q8_1_ref(int64_t n, float *s, const void *x, const void *y);
-void rg_dequant_row_q8_0(const void *src, float *dst, int64_t n);
-void rg_dequant_row_q8_0_ref(const void *src, float *dst, int64_t n);
-size_t rg_quantize_row_q8_0(const float *src, void *dst, int64_t n, const float *imatrix);
-void rg_vec_dot_q8_0_q8_0(int64_t n, float *s, const void *x, const void *y);
-void rg_vec_dot_q8_0_q8_0_ref(int64_t n, float *s, const void *x, const void *y);
-size_t rg_quantize_row_q8_1(const float *src, void *dst, int64_t n, const float *imatrix);
-void rg_dequant_row_q2_K(const void *src, float *dst, int64_t n);
-void rg_dequant_row_q2_K_ref(const void *src, float *dst, int64_t n);
-size_t rg_quantize_row_q2_K(const float *src, void *dst, int64_t n, const float *imatrix);
-void rg_vec_dot_q2_K_q8_k(int64_t n, float *s, const void *x, const void *y);
-void rg_vec_dot_q2_K_q8_k_ref(int64_t n, float *s, const void *x, const void *y);
-void rg_dequant_row_q3_K(const void *src, float *dst, int64_t n);
-void rg_dequant_row_q3_K_ref(const void *src, float *dst, int64_t n);
-size_t rg_quantize_row_q3_K(const float *src, void *dst, int64_t n, const float *imatrix);
-void rg_vec_dot_q3_K_q8_k(int64_t n, float *s, const void *x, const void *y);
-void rg_vec_dot_q3_K_q8_k_ref(int64_t n, float *s, const void *x, const void *y);
-void rg_dequant_row_q4_K(const void *src, float *dst, int64_t n);
-void rg_dequant_row_q4_K_ref(const void *src, float *dst, int64_t n);
-size_t rg_quantize_row_q4_K(const float *src, void *dst, int64_t n, const float *imatrix);
-void rg_vec_dot_q4_K_q8_k(int64_t n, float *s, const void *x, const void *y);
-void rg_vec_dot_q4_K_q8_k_ref(int64_t n, float *s, const void *x, const void *y);
-void rg_dequant_row_q5_K(const void *src, float *dst, int64_t n);
-void rg_dequant_row_q5_K_ref(const void *src, float *dst, int64_t n);
-size_t rg_quantize_row_q5_K(const float *src, void *dst, int64_t n, const float *imatrix);
-void rg_vec_dot_q5_K_q8_k(int64_t n, float *s, const void *x, const void *y);
-void rg_vec_dot_q5_K_q8_k_ref(int64_t n, float *s, const void *x, const void *y);
-void rg_dequant_row_q6_K(const void *src, float *dst, int64_t n);
-void rg_dequant_row_q6_K_ref(const void *src, float *dst, int64_t n);
-size_t rg_quantize_row_q6_K(const float *src, void *dst, int64_t n, const float *imatrix);
-void rg_vec_dot_q6_K_q8_k(int64_t n, float *s, const void *x, const void *y);
-void rg_vec_dot_q6_K_q8_k_ref(int64_t n, float *s, const void *x, const void *y);
-void rg_dequant_row_q8_K(const void *src, float *dst, int64_t n);
-void rg_dequant_row_q8_K_ref(const void *src, float *dst, int64_t n);
-size_t rg_quantize_row_q8_K(const float *src, void *dst, int64_t n, const float *imatrix);
+// The exported functions of the table (one list for every family).
+#include "tensor/quant/quant_funcs.h"
 
 #endif

@@ -4,6 +4,7 @@
 // ignored, §5.6) and the dot products (a Q1_0 block spans 4 Q8_0 blocks, a
 // Q2_0 block 2).
 #include "tensor/quant/quant.h"
+#include "tensor/quant/quant_funcs.h"
 
 #include <math.h>
 #include <string.h>

@@ -9,6 +9,7 @@
 #include "base/cpu.h"
 #include "tensor/half.h"
 #include "tensor/quant/quant.h"
+#include "tensor/quant/quant_funcs.h"
 #include "tensor/quant/quant_legacy_k.h"
 
 // Q8_1, 36 bytes: d f16 @0 | s f16 @2 | qs[32] int8 @4.

@@ -6,6 +6,7 @@
 // t = 3, which reads as 2·d). The dot product sums (t − 1)·q8 exactly in
 // integers per super-block and multiplies once by d_x·d_y.
 #include "tensor/quant/quant.h"
+#include "tensor/quant/quant_funcs.h"
 
 #include <math.h>
 #include <string.h>
