@@ -41,6 +41,10 @@ rg_status cpu_cross_entropy_loss_back(rg_exec_ctx *ctx, rg_node *n, rg_error *er
 // ops_optim.c
 rg_status cpu_adamw(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 rg_status cpu_sgd(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+// The same updates over one row of n elements, for callers outside a graph (the
+// trainer's host step): out may alias theta; fp as in the ADAMW / SGD nodes.
+void rg_adamw_row(float *out, const float *theta, const float *grad, float *m, float *v, int64_t n, const float fp[8]);
+void rg_sgd_row(float *out, const float *theta, const float *grad, int64_t n, const float fp[8]);
 // ops_matmul.c: MUL_MAT and OUT_PROD for every weight type (gemm.c underneath)
 rg_status cpu_mul_mat(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 size_t cpu_mul_mat_work(const rg_node *n, int n_threads);

@@ -48,7 +48,6 @@ typedef struct optim_job {
     float *m, *v;               // [nel] AdamW moments, updated in place
     int64_t nel;
     const float *fp;
-    int avx2;
 } optim_job;
 
 // ---------------------------------------------------------------------------
@@ -59,26 +58,29 @@ typedef struct optim_job {
 //   g = grad*clip;  m = fma(omb1, g - m, m);  v = fma(omb2, g*g, b2*v);
 //   den = sqrt(v)/bc2s + eps;  theta = theta*decay;  theta = fma(-step, m/den, theta)
 // The two skips change no bits (x*1.0f == x); they only save the multiplies.
+void rg_adamw_row(float *out, const float *theta, const float *grad, float *m, float *v, int64_t n, const float fp[8]) {
+    int64_t i = use_avx2() ? rg_adamw_avx2(out, theta, grad, m, v, n, fp) : 0;
+    const float step = fp[0], omb1 = fp[1], b2 = fp[2], omb2 = fp[3], eps = fp[4];
+    const float decay = fp[5], bc2s = fp[6], clip = fp[7];
+    for (; i < n; i++) {
+        float g = grad[i];
+        if (clip != 1.0f) g = g * clip;
+        const float mi = fmaf(omb1, g - m[i], m[i]);
+        const float vi = fmaf(omb2, g * g, b2 * v[i]);
+        const float den = sqrtf(vi) / bc2s + eps;
+        float th = theta[i];
+        if (decay != 1.0f) th = th * decay;
+        out[i] = fmaf(-step, mi / den, th);
+        m[i] = mi;
+        v[i] = vi;
+    }
+}
+
 static void adamw_range(void *p, int ith, int nth) {
     const optim_job *j = p;
     int64_t i0, i1;
     rg_split_range(j->nel, ith, nth, &i0, &i1);
-    if (i1 <= i0) return;
-    if (j->avx2) i0 += rg_adamw_avx2(j->out + i0, j->theta + i0, j->grad + i0, j->m + i0, j->v + i0, i1 - i0, j->fp);
-    const float step = j->fp[0], omb1 = j->fp[1], b2 = j->fp[2], omb2 = j->fp[3], eps = j->fp[4];
-    const float decay = j->fp[5], bc2s = j->fp[6], clip = j->fp[7];
-    for (int64_t i = i0; i < i1; i++) {
-        float g = j->grad[i];
-        if (clip != 1.0f) g = g * clip;
-        const float m = fmaf(omb1, g - j->m[i], j->m[i]);
-        const float v = fmaf(omb2, g * g, b2 * j->v[i]);
-        const float den = sqrtf(v) / bc2s + eps;
-        float th = j->theta[i];
-        if (decay != 1.0f) th = th * decay;
-        j->out[i] = fmaf(-step, m / den, th);
-        j->m[i] = m;
-        j->v[i] = v;
-    }
+    if (i1 > i0) rg_adamw_row(j->out + i0, j->theta + i0, j->grad + i0, j->m + i0, j->v + i0, i1 - i0, j->fp);
 }
 
 rg_status cpu_adamw(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
@@ -96,7 +98,7 @@ rg_status cpu_adamw(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     // The output is normally bound to the parameter's bytes (an in-place update);
     // if it is not, the parameter is only read and the new value goes to the output.
     optim_job j = {.out = n->t.data, .theta = n->src[0]->t.data, .grad = n->src[1]->t.data, .m = n->src[2]->t.data,
-                   .v = n->src[3]->t.data, .nel = nel, .fp = n->fp, .avx2 = use_avx2()};
+                   .v = n->src[3]->t.data, .nel = nel, .fp = n->fp};
     rg_threadpool_run(ctx ? ctx->pool : NULL, adamw_range, &j);
     return RG_OK;
 }
@@ -105,20 +107,23 @@ rg_status cpu_adamw(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
 // SGD (param, grad) -> param. fp[0] lr, fp[1] weight decay (L2; 0: none),
 // fp[2] clip (1: none). §1.3 canonical f32 without momentum:
 //   g = grad*clip;  g = fma(wd, theta, g);  theta = fma(-lr, g, theta)
+void rg_sgd_row(float *out, const float *theta, const float *grad, int64_t n, const float fp[8]) {
+    int64_t i = use_avx2() ? rg_sgd_avx2(out, theta, grad, n, fp) : 0;
+    const float lr = fp[0], wd = fp[1], clip = fp[2];
+    for (; i < n; i++) {
+        float g = grad[i];
+        const float th = theta[i];
+        if (clip != 1.0f) g = g * clip;
+        if (wd != 0.0f) g = fmaf(wd, th, g);
+        out[i] = fmaf(-lr, g, th);
+    }
+}
+
 static void sgd_range(void *p, int ith, int nth) {
     const optim_job *j = p;
     int64_t i0, i1;
     rg_split_range(j->nel, ith, nth, &i0, &i1);
-    if (i1 <= i0) return;
-    if (j->avx2) i0 += rg_sgd_avx2(j->out + i0, j->theta + i0, j->grad + i0, i1 - i0, j->fp);
-    const float lr = j->fp[0], wd = j->fp[1], clip = j->fp[2];
-    for (int64_t i = i0; i < i1; i++) {
-        float g = j->grad[i];
-        const float th = j->theta[i];
-        if (clip != 1.0f) g = g * clip;
-        if (wd != 0.0f) g = fmaf(wd, th, g);
-        j->out[i] = fmaf(-lr, g, th);
-    }
+    if (i1 > i0) rg_sgd_row(j->out + i0, j->theta + i0, j->grad + i0, i1 - i0, j->fp);
 }
 
 rg_status cpu_sgd(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
@@ -133,8 +138,7 @@ rg_status cpu_sgd(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     }
     if ((st = need_f32_contig(op, n, &n->t, "output", nel, err))) return st;
     if (nel == 0) return RG_OK;
-    optim_job j = {.out = n->t.data, .theta = n->src[0]->t.data, .grad = n->src[1]->t.data, .nel = nel, .fp = n->fp,
-                   .avx2 = use_avx2()};
+    optim_job j = {.out = n->t.data, .theta = n->src[0]->t.data, .grad = n->src[1]->t.data, .nel = nel, .fp = n->fp};
     rg_threadpool_run(ctx ? ctx->pool : NULL, sgd_range, &j);
     return RG_OK;
 }
