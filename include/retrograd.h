@@ -24,6 +24,7 @@ typedef enum rg_status {
     RG_ERR_NOMEM = 4,     // an allocation failed
     RG_ERR_UNSUPPORTED = 5,
     RG_ERR_NOT_FOUND = 6, // a key or tensor that is not there
+    RG_ERR_NONFINITE = 7, // a loss or gradient came out NaN or Inf
 } rg_status;
 
 // One line of explanation. Functions write into it only when they fail.

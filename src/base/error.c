@@ -13,6 +13,7 @@ const char *rg_status_name(rg_status s) {
     case RG_ERR_NOMEM: return "out of memory";
     case RG_ERR_UNSUPPORTED: return "unsupported";
     case RG_ERR_NOT_FOUND: return "not found";
+    case RG_ERR_NONFINITE: return "not finite";
     }
     return "unknown status";
 }

@@ -118,7 +118,7 @@ rg_status rg_exec_run(rg_exec *ex, int from, int to, rg_error *err) {
             if (!isfinite(loss)) {
                 char where[256];
                 first_non_finite(ex, i, where, sizeof where);
-                return rg_fail(err, RG_ERR_ARG, "exec: the loss '%s' is %g; %s", n->t.name, (double)loss, where);
+                return rg_fail(err, RG_ERR_NONFINITE, "exec: the loss '%s' is %g; %s", n->t.name, (double)loss, where);
             }
         }
     }
