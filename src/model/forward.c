@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "model/lora.h"
 
 static rg_node *leaf_for(rg_graph *g, const rg_gguf_tensor *t) {
     if (!t) return NULL;
@@ -41,8 +42,14 @@ static rg_node *as_f32(rg_graph *g, rg_node *n) {
 
 static rg_node *norm(rg_graph *g, rg_node *x, rg_node *w, float eps) { return rg_mul(g, rg_rms_norm(g, x, eps), as_f32(g, w)); }
 
-static rg_node *linear(rg_graph *g, rg_node *w, rg_node *b, rg_node *x) {
-    rg_node *y = rg_mul_mat(g, w, x);
+// W x (+ lora_scale * B(A x) when layer L has a LoRA pair for target t) (+ b).
+static rg_node *linear(rg_graph *g, const rg_layer_nodes *L, int t, rg_node *w, rg_node *b, rg_node *x) {
+    rg_node *y = rg_mul_mat(g, w, x);                                 // [n_out, T]
+    if (L->lora_scale != 0.0f && L->lora_a[t] && L->lora_b[t]) {
+        rg_node *ax = rg_mul_mat(g, L->lora_a[t], x);                 // [rank, T]
+        rg_node *bax = rg_mul_mat(g, L->lora_b[t], ax);               // [n_out, T]
+        y = rg_add(g, y, rg_scale(g, bax, L->lora_scale));
+    }
     return b ? rg_add(g, y, as_f32(g, b)) : y;
 }
 
@@ -92,9 +99,9 @@ static rg_node *forward(rg_graph *g, const rg_model *m, const rg_model_nodes *w,
     for (int64_t il = 0; il < hp->n_layer; il++) {
         const rg_layer_nodes *L = &w->layers[il];
         rg_node *h = norm(g, x, L->attn_norm, hp->norm_eps);                             // [d, T]
-        rg_node *q = rg_reshape(g, linear(g, L->wq, L->bq, h), 3, (int64_t[]){Dh, H, T});    // [Dh, H, T]
-        rg_node *k = rg_reshape(g, linear(g, L->wk, L->bk, h), 3, (int64_t[]){Dh, Hkv, T});  // [Dh, Hkv, T]
-        rg_node *v = rg_reshape(g, linear(g, L->wv, L->bv, h), 3, (int64_t[]){Dh, Hkv, T});  // [Dh, Hkv, T]
+        rg_node *q = rg_reshape(g, linear(g, L, RG_LORA_TARGET_Q, L->wq, L->bq, h), 3, (int64_t[]){Dh, H, T});    // [Dh, H, T]
+        rg_node *k = rg_reshape(g, linear(g, L, RG_LORA_TARGET_K, L->wk, L->bk, h), 3, (int64_t[]){Dh, Hkv, T});  // [Dh, Hkv, T]
+        rg_node *v = rg_reshape(g, linear(g, L, RG_LORA_TARGET_V, L->wv, L->bv, h), 3, (int64_t[]){Dh, Hkv, T});  // [Dh, Hkv, T]
         if (L->q_norm) q = norm(g, q, L->q_norm, hp->norm_eps);  // qwen3: per head, over Dh
         if (L->k_norm) k = norm(g, k, L->k_norm, hp->norm_eps);
         q = rg_rope(g, q, pos, (int)hp->n_rot, hp->rope_mode, hp->rope_freq_base, hp->rope_freq_scale);
@@ -124,10 +131,11 @@ static rg_node *forward(rg_graph *g, const rg_model *m, const rg_model_nodes *w,
         kq = rg_soft_max(g, kq, mask, true, hp->attn_scale, 0.0f);   // causal: key j <= n_past + query i
         rg_node *o = rg_mul_mat(g, Vt, kq);                          // [Dh, T, H]
         o = rg_reshape(g, rg_cont(g, rg_permute(g, o, 0, 2, 1, 3)), 2, (int64_t[]){Dh * H, T});  // [Dh*H, T]
-        x = rg_add(g, x, linear(g, L->wo, L->bo, o));                // [d, T]
+        x = rg_add(g, x, linear(g, L, RG_LORA_TARGET_O, L->wo, L->bo, o));  // [d, T]
         rg_node *h2 = norm(g, x, L->ffn_norm, hp->norm_eps);
-        rg_node *act = rg_swiglu(g, rg_mul_mat(g, L->ffn_gate, h2), rg_mul_mat(g, L->ffn_up, h2));  // [n_ff, T]
-        x = rg_add(g, x, rg_mul_mat(g, L->ffn_down, act));           // [d, T]
+        rg_node *act = rg_swiglu(g, linear(g, L, RG_LORA_TARGET_GATE, L->ffn_gate, NULL, h2),
+                                 linear(g, L, RG_LORA_TARGET_UP, L->ffn_up, NULL, h2));  // [n_ff, T]
+        x = rg_add(g, x, linear(g, L, RG_LORA_TARGET_DOWN, L->ffn_down, NULL, act));  // [d, T]
         rg_node_set_name(x, "l_out.%lld", (long long)il);
     }
     rg_node *hn = norm(g, x, w->out_norm, hp->norm_eps);            // [d, T]

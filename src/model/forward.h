@@ -11,6 +11,11 @@
 typedef struct rg_layer_nodes {
     rg_node *attn_norm, *wq, *wk, *wv, *wo, *bq, *bk, *bv, *bo, *q_norm, *k_norm;
     rg_node *ffn_norm, *ffn_gate, *ffn_up, *ffn_down;
+    // LoRA (model/lora.h, rg_lora_attach): per target q, k, v, o, gate, up, down (RG_LORA_TARGET_*),
+    // A [n_in, rank] and B [rank, n_out] or NULL; a projection with both becomes
+    // W x + lora_scale * B(A x). lora_scale 0: none (the graph is the plain one).
+    rg_node *lora_a[7], *lora_b[7];
+    float lora_scale;
 } rg_layer_nodes;
 
 typedef struct rg_model_nodes {

@@ -1,0 +1,503 @@
+// lora.c - see lora.h: LoRA adapters (init, load, save, attach, merge).
+#include "model/lora.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/threadpool.h"
+#include "tensor/quant/quant.h"
+#include "train/philox.h"
+
+static const char *const target_names[RG_LORA_N_TARGETS] = {
+    "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
+};
+
+const char *rg_lora_target_name(int target) {
+    return target >= 0 && target < RG_LORA_N_TARGETS ? target_names[target] : NULL;
+}
+
+rg_status rg_lora_parse_targets(const char *list, uint32_t *mask, rg_error *err) {
+    *mask = 0;
+    const char *p = list ? list : "";
+    while (*p) {
+        const char *e = strchr(p, ',');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        bool found = false;
+        if (n == 3 && !strncmp(p, "all", 3)) *mask |= RG_LORA_TARGETS_ALL, found = true;
+        for (int t = 0; t < RG_LORA_N_TARGETS && !found; t++)
+            if (strlen(target_names[t]) == n && !strncmp(p, target_names[t], n)) *mask |= 1u << t, found = true;
+        if (!found && n > 0)
+            return rg_fail(err, RG_ERR_ARG,
+                           "lora: unknown target '%.*s' (valid: all, attn_q, attn_k, attn_v, attn_output, ffn_gate, "
+                           "ffn_up, ffn_down)", (int)(n > 64 ? 64 : n), p);
+        p += n;
+        if (*p == ',') p++;
+    }
+    if (!*mask) return rg_fail(err, RG_ERR_ARG, "lora: no targets given");
+    return RG_OK;
+}
+
+// The base tensor a target adapts in layer il.
+static const rg_gguf_tensor *target_tensor(const rg_model *m, int64_t il, int t) {
+    const rg_layer *L = &m->layers[il];
+    switch (t) {
+    case RG_LORA_TARGET_Q: return L->wq;
+    case RG_LORA_TARGET_K: return L->wk;
+    case RG_LORA_TARGET_V: return L->wv;
+    case RG_LORA_TARGET_O: return L->wo;
+    case RG_LORA_TARGET_GATE: return L->ffn_gate;
+    case RG_LORA_TARGET_UP: return L->ffn_up;
+    case RG_LORA_TARGET_DOWN: return L->ffn_down;
+    default: return NULL;
+    }
+}
+
+static rg_node **layer_weight_node(rg_layer_nodes *N, int t) {
+    switch (t) {
+    case RG_LORA_TARGET_Q: return &N->wq;
+    case RG_LORA_TARGET_K: return &N->wk;
+    case RG_LORA_TARGET_V: return &N->wv;
+    case RG_LORA_TARGET_O: return &N->wo;
+    case RG_LORA_TARGET_GATE: return &N->ffn_gate;
+    case RG_LORA_TARGET_UP: return &N->ffn_up;
+    default: return &N->ffn_down;
+    }
+}
+
+static rg_lora *lora_new(const rg_model *m, rg_error *err) {
+    rg_lora *l = calloc(1, sizeof *l);
+    if (l) l->pairs = calloc((size_t)(m->hp.n_layer > 0 ? m->hp.n_layer : 1) * RG_LORA_N_TARGETS, sizeof *l->pairs);
+    if (!l || !l->pairs) {
+        free(l);
+        rg_fail(err, RG_ERR_NOMEM, "lora: out of memory");
+        return NULL;
+    }
+    l->n_layer = m->hp.n_layer;
+    return l;
+}
+
+void rg_lora_free(rg_lora *l) {
+    if (!l) return;
+    for (int64_t i = 0; l->pairs && i < l->n_layer * RG_LORA_N_TARGETS; i++) {
+        free(l->pairs[i].a);
+        free(l->pairs[i].b);
+    }
+    free(l->pairs);
+    free(l);
+}
+
+float rg_lora_scale(const rg_lora *l, float user_scale) {
+    return (float)((double)user_scale * (double)l->alpha / (double)l->rank);
+}
+
+// Allocates a pair's buffers for W (n_in, n_out) at the given rank; B zeroed.
+static rg_status pair_alloc(rg_lora_pair *p, const rg_gguf_tensor *w, int64_t rank, rg_error *err) {
+    snprintf(p->name, sizeof p->name, "%s", w->name);
+    p->n_in = w->ne[0];
+    p->n_out = w->ne[1];
+    p->a = malloc(sizeof(float) * (size_t)(p->n_in * rank));
+    p->b = calloc((size_t)(rank * p->n_out), sizeof(float));
+    if (!p->a || !p->b) return rg_fail(err, RG_ERR_NOMEM, "lora: out of memory for the pair of '%s'", w->name);
+    return RG_OK;
+}
+
+rg_status rg_lora_init(rg_lora **out, const rg_model *m, int64_t rank, float alpha, uint32_t targets, uint64_t seed,
+                       rg_error *err) {
+    *out = NULL;
+    if (rank < 1 || rank > 65536) return rg_fail(err, RG_ERR_ARG, "lora: rank %lld must be in 1..65536", (long long)rank);
+    if (!isfinite(alpha) || alpha <= 0)
+        return rg_fail(err, RG_ERR_ARG, "lora: alpha %g must be a positive number", (double)alpha);
+    if (!targets || (targets & ~RG_LORA_TARGETS_ALL))
+        return rg_fail(err, RG_ERR_ARG, "lora: target mask 0x%x must be a nonzero subset of 0x%x", targets,
+                       RG_LORA_TARGETS_ALL);
+    rg_lora *l = lora_new(m, err);
+    if (!l) return RG_ERR_NOMEM;
+    l->rank = rank, l->alpha = alpha, l->targets = targets;
+    for (int64_t il = 0; il < m->hp.n_layer; il++) {
+        for (int t = 0; t < RG_LORA_N_TARGETS; t++) {
+            if (!(targets & (1u << t))) continue;
+            const rg_gguf_tensor *w = target_tensor(m, il, t);
+            rg_lora_pair *p = &l->pairs[il * RG_LORA_N_TARGETS + t];
+            rg_status s = w ? pair_alloc(p, w, rank, err)
+                            : rg_fail(err, RG_ERR_ARG, "lora: layer %lld has no %s tensor", (long long)il, target_names[t]);
+            if (s) {
+                rg_lora_free(l);
+                return s;
+            }
+            // PEFT's kaiming_uniform_(a=sqrt 5): bound = 1/sqrt(fan_in); U in [0, 1) from 24 bits.
+            const float bound = (float)(1.0 / sqrt((double)p->n_in));
+            const uint32_t tensor_id = (uint32_t)(il * RG_LORA_N_TARGETS + t);
+            const int64_t n = p->n_in * rank;
+            for (int64_t i = 0; i < n; i += 4) {
+                uint32_t r[4];
+                rg_rand_block4(seed, 0, RG_RAND_PURPOSE_LORA_INIT, tensor_id, (uint64_t)i >> 2, r);
+                for (int j = 0; j < 4 && i + j < n; j++) {
+                    float u = (float)(r[j] >> 8) * 0x1p-24f;
+                    p->a[i + j] = bound * (2.0f * u - 1.0f);
+                }
+            }
+        }
+    }
+    *out = l;
+    return RG_OK;
+}
+
+// ---------------------------------------------------------------------------
+// Loading
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+static void shape_str(const rg_gguf_tensor *t, char *buf, size_t cap) {
+    size_t o = (size_t)snprintf(buf, cap, "[");
+    for (uint32_t d = 0; d < (t->n_dims ? t->n_dims : 1) && o < cap; d++)
+        o += (size_t)snprintf(buf + o, cap - o, "%s%lld", d ? ", " : "", (long long)t->ne[d]);
+    if (o < cap) snprintf(buf + o, cap - o, "]");
+}
+
+// Finds (layer, target) of a base tensor name; false when it is not a target.
+static bool find_target(const rg_model *m, const char *base, int64_t *il_out, int *t_out) {
+    for (int64_t il = 0; il < m->hp.n_layer; il++)
+        for (int t = 0; t < RG_LORA_N_TARGETS; t++) {
+            const rg_gguf_tensor *w = target_tensor(m, il, t);
+            if (w && !strcmp(w->name, base)) {
+                *il_out = il, *t_out = t;
+                return true;
+            }
+        }
+    return false;
+}
+
+// Converts a lora tensor to F32 into dst (n elements).
+static rg_status to_f32(const rg_gguf *f, const rg_gguf_tensor *t, float *dst, rg_error *err) {
+    int64_t n = t->ne[0] * t->ne[1];
+    const rg_quant_ops *ops = rg_quant_get(t->type);
+    if (t->type == RG_TYPE_F32) {
+        memcpy(dst, t->data, sizeof(float) * (size_t)n);
+        return RG_OK;
+    }
+    if (!ops->dequant)
+        return rg_fail(err, RG_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which cannot be read (use f32, f16 or bf16)",
+                       f->path, t->name, rg_type_get(t->type)->name);
+    char what[160];
+    snprintf(what, sizeof what, "%s: tensor '%s'", f->path, t->name);
+    return rg_dequantize(t->type, t->data, dst, n, what, err);
+}
+
+static rg_status check_meta(const rg_gguf *f, const rg_model *m, float *alpha, rg_error *err) {
+    rg_gguf_str s;
+    rg_status st = rg_gguf_get_str(f, "general.type", &s, NULL);
+    if (st || !rg_gguf_str_eq(s, "adapter"))
+        return rg_fail(err, RG_ERR_FORMAT, "%s: general.type is %s%.*s%s, expected \"adapter\": not a LoRA adapter file",
+                       f->path, st ? "missing" : "\"", st ? 0 : (int)(s.len > 40 ? 40 : s.len), st ? "" : s.ptr,
+                       st ? "" : "\"");
+    st = rg_gguf_get_str(f, "adapter.type", &s, NULL);
+    if (st || !rg_gguf_str_eq(s, "lora"))
+        return rg_fail(err, RG_ERR_FORMAT, "%s: adapter.type is %s%.*s%s, expected \"lora\"", f->path,
+                       st ? "missing" : "\"", st ? 0 : (int)(s.len > 40 ? 40 : s.len), st ? "" : s.ptr, st ? "" : "\"");
+    st = rg_gguf_get_str(f, "general.architecture", &s, NULL);
+    if (st) return rg_fail(err, RG_ERR_FORMAT, "%s: no general.architecture key", f->path);
+    if (!rg_gguf_str_eq(s, m->hp.arch_name))
+        return rg_fail(err, RG_ERR_ARG, "%s: the adapter is for architecture '%.*s' but the model is '%s'", f->path,
+                       (int)(s.len > 40 ? 40 : s.len), s.ptr, m->hp.arch_name);
+    double a = 0;
+    st = rg_gguf_get_f64(f, "adapter.lora.alpha", &a, err);
+    if (st == RG_ERR_NOT_FOUND) a = 0;  // llama.cpp: no alpha means the scale is the user's alone (alpha = rank)
+    else if (st) return st;
+    if (!isfinite(a) || fabs(a) > 3e38) return rg_fail(err, RG_ERR_FORMAT, "%s: adapter.lora.alpha %g is not finite", f->path, a);
+    *alpha = (float)a;
+    return RG_OK;
+}
+
+static rg_status load_pairs(rg_lora *l, const rg_gguf *f, const rg_model *m, float alpha, rg_error *err) {
+    const char *rank_from = NULL;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const rg_gguf_tensor *t = &f->tensors[i];
+        bool is_a = ends_with(t->name, ".lora_a"), is_b = ends_with(t->name, ".lora_b");
+        if (!is_a && !is_b) {
+            if (ends_with(t->name, "_norm.weight")) continue;  // llama.cpp skips these too
+            return rg_fail(err, RG_ERR_FORMAT, "%s: tensor '%s' is not a LoRA tensor (names end in .lora_a or .lora_b)",
+                           f->path, t->name);
+        }
+        char base[RG_GGUF_MAX_NAME + 1];
+        snprintf(base, sizeof base, "%.*s", (int)(strlen(t->name) - 7), t->name);
+        int64_t il;
+        int tg;
+        if (!find_target(m, base, &il, &tg)) {
+            if (rg_gguf_find_tensor(m->file, base))
+                return rg_fail(err, RG_ERR_UNSUPPORTED,
+                               "%s: tensor '%s': LoRA on '%s' is not supported (only attn_q, attn_k, attn_v, attn_output, "
+                               "ffn_gate, ffn_up, ffn_down)", f->path, t->name, base);
+            return rg_fail(err, RG_ERR_ARG, "%s: tensor '%s': the base tensor '%s' does not exist in the model %s (wrong base model?)",
+                           f->path, t->name, base, m->file->path);
+        }
+        const rg_gguf_tensor *w = target_tensor(m, il, tg);
+        const int64_t n_in = w->ne[0], n_out = w->ne[1];
+        char got[96], ws[96];
+        shape_str(t, got, sizeof got);
+        shape_str(w, ws, sizeof ws);
+        if (t->n_dims != 2 || (is_a ? t->ne[0] != n_in : t->ne[1] != n_out) || t->ne[0] < 1 || t->ne[1] < 1) {
+            if (is_a)
+                return rg_fail(err, RG_ERR_ARG, "%s: tensor '%s' has shape %s, expected [%lld, rank] for base '%s' %s",
+                               f->path, t->name, got, (long long)n_in, base, ws);
+            return rg_fail(err, RG_ERR_ARG, "%s: tensor '%s' has shape %s, expected [rank, %lld] for base '%s' %s",
+                           f->path, t->name, got, (long long)n_out, base, ws);
+        }
+        int64_t r = is_a ? t->ne[1] : t->ne[0];
+        if (!rank_from) l->rank = r, rank_from = t->name;
+        else if (r != l->rank)
+            return rg_fail(err, RG_ERR_ARG,
+                           "%s: tensor '%s' %s has rank %lld but '%s' has rank %lld: ranks must be equal", f->path,
+                           t->name, got, (long long)r, rank_from, (long long)l->rank);
+        rg_lora_pair *p = &l->pairs[il * RG_LORA_N_TARGETS + tg];
+        if (!p->a && !p->b) {
+            snprintf(p->name, sizeof p->name, "%s", w->name);
+            p->n_in = n_in, p->n_out = n_out;
+        }
+        float **dst = is_a ? &p->a : &p->b;
+        *dst = malloc(sizeof(float) * (size_t)(t->ne[0] * t->ne[1]));
+        if (!*dst) return rg_fail(err, RG_ERR_NOMEM, "lora: out of memory for '%s'", t->name);
+        rg_status s = to_f32(f, t, *dst, err);
+        if (s) return s;
+        l->targets |= 1u << tg;
+    }
+    if (!rank_from) return rg_fail(err, RG_ERR_FORMAT, "%s: the adapter has no .lora_a/.lora_b tensors", f->path);
+    for (int64_t i = 0; i < l->n_layer * RG_LORA_N_TARGETS; i++) {
+        rg_lora_pair *p = &l->pairs[i];
+        if (!p->a != !p->b)
+            return rg_fail(err, RG_ERR_FORMAT, "%s: '%s.%s' has no matching '%s.%s'", f->path, p->name,
+                           p->a ? "lora_a" : "lora_b", p->name, p->a ? "lora_b" : "lora_a");
+    }
+    l->alpha = alpha != 0 ? alpha : (float)l->rank;
+    return RG_OK;
+}
+
+rg_status rg_lora_load(rg_lora **out, const char *path, const rg_model *m, rg_error *err) {
+    *out = NULL;
+    rg_gguf *f = NULL;
+    rg_status s = rg_gguf_open(&f, path, err);
+    if (s) return s;
+    float alpha = 0;
+    s = check_meta(f, m, &alpha, err);
+    rg_lora *l = s ? NULL : lora_new(m, err);
+    if (!s && !l) s = RG_ERR_NOMEM;
+    if (!s) s = load_pairs(l, f, m, alpha, err);
+    rg_gguf_free(f);
+    if (s) {
+        rg_lora_free(l);
+        return s;
+    }
+    *out = l;
+    return RG_OK;
+}
+
+rg_status rg_lora_save(const rg_lora *l, const rg_model *m, const char *path, rg_error *err) {
+    if (l->n_layer != m->hp.n_layer)
+        return rg_fail(err, RG_ERR_ARG, "lora: the adapter has %lld layers but the model %lld", (long long)l->n_layer,
+                       (long long)m->hp.n_layer);
+    rg_gguf *g = rg_gguf_new();
+    if (!g) return rg_fail(err, RG_ERR_NOMEM, "lora: out of memory");
+    rg_status s = rg_gguf_set_str(g, "general.architecture", m->hp.arch_name, err);
+    if (!s) s = rg_gguf_set_str(g, "general.type", "adapter", err);
+    if (!s) s = rg_gguf_set_str(g, "adapter.type", "lora", err);
+    if (!s) s = rg_gguf_set_f32(g, "adapter.lora.alpha", l->alpha, err);
+    for (int64_t i = 0; !s && i < l->n_layer * RG_LORA_N_TARGETS; i++) {
+        const rg_lora_pair *p = &l->pairs[i];
+        if (!p->a) continue;
+        char name[128];
+        snprintf(name, sizeof name, "%s.lora_a", p->name);
+        s = rg_gguf_add_tensor(g, name, RG_TYPE_F32, 2, (int64_t[]){p->n_in, l->rank}, p->a, err);
+        snprintf(name, sizeof name, "%s.lora_b", p->name);
+        if (!s) s = rg_gguf_add_tensor(g, name, RG_TYPE_F32, 2, (int64_t[]){l->rank, p->n_out}, p->b, err);
+    }
+    if (!s) s = rg_gguf_write(g, path, err);
+    rg_gguf_free(g);
+    return s;
+}
+
+// ---------------------------------------------------------------------------
+// The forward hook's nodes
+
+rg_status rg_lora_attach(rg_graph *g, const rg_lora *l, rg_model_nodes *w, float user_scale, bool trainable,
+                         rg_error *err) {
+    if (!l || !w || !w->layers) return rg_fail(err, RG_ERR_ARG, "lora attach: no adapter or no model nodes");
+    float scale = rg_lora_scale(l, user_scale);
+    for (int64_t il = 0; il < l->n_layer; il++) {
+        rg_layer_nodes *N = &w->layers[il];
+        for (int t = 0; t < RG_LORA_N_TARGETS; t++) {
+            const rg_lora_pair *p = &l->pairs[il * RG_LORA_N_TARGETS + t];
+            if (!p->a) continue;
+            rg_node *W = *layer_weight_node(N, t);
+            if (!W || W->t.ne[0] != p->n_in || W->t.ne[1] != p->n_out)
+                return rg_fail(err, RG_ERR_ARG, "lora attach: '%s' is [%lld, %lld] in the adapter but %s in the graph",
+                               p->name, (long long)p->n_in, (long long)p->n_out, W ? "of another shape" : "missing");
+            char na[RG_GGUF_MAX_NAME + 1], nb[RG_GGUF_MAX_NAME + 1];
+            snprintf(na, sizeof na, "%.50s.lora_a", p->name);
+            snprintf(nb, sizeof nb, "%.50s.lora_b", p->name);
+            const int64_t ne_a[2] = {p->n_in, l->rank}, ne_b[2] = {l->rank, p->n_out};
+            N->lora_a[t] = trainable ? rg_param(g, na, RG_TYPE_F32, 2, ne_a, p->a) : rg_leaf(g, na, RG_TYPE_F32, 2, ne_a, p->a);
+            N->lora_b[t] = trainable ? rg_param(g, nb, RG_TYPE_F32, 2, ne_b, p->b) : rg_leaf(g, nb, RG_TYPE_F32, 2, ne_b, p->b);
+        }
+        N->lora_scale = scale;
+    }
+    return rg_graph_error(g, err);
+}
+
+// ---------------------------------------------------------------------------
+// Merging
+
+typedef struct merge_job {
+    const rg_lora_pair *p;
+    int64_t rank;
+    double scale;
+    uint32_t type;       // W's type
+    const void *src;     // W's bytes
+    char *dst;           // merged bytes in W's type
+    float *scratch;      // [nth][n_in]
+} merge_job;
+
+// Rows o = r0..r1 of W [n_in, n_out]: dequantize, add s * sum_k A[i,k] B[k,o]
+// (in double), re-encode.
+static void merge_rows(void *arg, int ith, int nth) {
+    const merge_job *j = arg;
+    const rg_lora_pair *p = j->p;
+    const int64_t n_in = p->n_in, r = j->rank;
+    int64_t r0, r1;
+    rg_split_range(p->n_out, ith, nth, &r0, &r1);
+    const rg_quant_ops *ops = rg_quant_get(j->type);
+    size_t row = rg_type_row_size(j->type, n_in);
+    float *w = j->scratch + (size_t)ith * (size_t)n_in;
+    for (int64_t o = r0; o < r1; o++) {
+        ops->dequant((const char *)j->src + (size_t)o * row, w, n_in);
+        const float *b = p->b + o * r;
+        for (int64_t i = 0; i < n_in; i++) {
+            double d = 0;
+            for (int64_t k = 0; k < r; k++) d += (double)p->a[i + k * n_in] * (double)b[k];
+            w[i] = (float)((double)w[i] + j->scale * d);
+        }
+        ops->quantize(w, j->dst + (size_t)o * row, n_in, NULL);
+    }
+}
+
+static void human(uint64_t b, char *buf, size_t cap) {
+    if (b >= (1ull << 20)) snprintf(buf, cap, "%.2f MiB", (double)b / (1 << 20));
+    else snprintf(buf, cap, "%.1f KiB", (double)b / 1024);
+}
+
+rg_status rg_lora_merge(const char *base_path, const char *adapter_path, float user_scale, const char *out_path,
+                        rg_error *err) {
+    rg_lora_merge_opts o = {0};
+    return rg_lora_merge_ex(base_path, adapter_path, user_scale, out_path, &o, NULL, err);
+}
+
+rg_status rg_lora_merge_ex(const char *base_path, const char *adapter_path, float user_scale, const char *out_path,
+                           const rg_lora_merge_opts *opts, rg_lora_merge_summary *summary, rg_error *err) {
+    rg_lora_merge_summary sum = {0};
+    if (!isfinite(user_scale)) return rg_fail(err, RG_ERR_ARG, "merge: the scale %g is not finite", (double)user_scale);
+    rg_model *m = NULL;
+    rg_lora *l = NULL;
+    rg_gguf *out = NULL;
+    rg_threadpool *pool = NULL;
+    float *scratch = NULL;
+    rg_status s = rg_model_load(&m, base_path, err);
+    if (!s) s = rg_lora_load(&l, adapter_path, m, err);
+    if (!s) s = rg_threadpool_create(&pool, opts ? opts->n_threads : 0, err);
+    if (s) goto done;
+    const rg_gguf *in = m->file;
+    // Check every adapted tensor's type before any work.
+    int64_t max_in = 1;
+    for (int64_t i = 0; i < l->n_layer * RG_LORA_N_TARGETS; i++) {
+        const rg_lora_pair *p = &l->pairs[i];
+        if (!p->a) continue;
+        const rg_gguf_tensor *w = target_tensor(m, i / RG_LORA_N_TARGETS, (int)(i % RG_LORA_N_TARGETS));
+        const rg_quant_ops *ops = rg_quant_get(w->type);
+        if (!ops->dequant || !ops->quantize || ops->quantize_needs_imatrix) {
+            s = rg_fail(err, RG_ERR_UNSUPPORTED, "merge: %s: tensor '%s' has type %s, which cannot be %s", base_path,
+                        w->name, rg_type_get(w->type)->name,
+                        !ops->dequant ? "read" : !ops->quantize ? "written" : "written without an importance matrix");
+            goto done;
+        }
+        if (p->n_in > max_in) max_in = p->n_in;
+    }
+    out = rg_gguf_new();
+    if (!out) {
+        s = rg_fail(err, RG_ERR_NOMEM, "merge: out of memory");
+        goto done;
+    }
+    for (uint64_t i = 0; i < in->n_kv && !s; i++) s = rg_gguf_set_kv(out, &in->kv[i], err);
+    if (s) goto done;
+    const int nth = rg_threadpool_size(pool);
+    scratch = malloc(sizeof(float) * (size_t)max_in * (size_t)nth);
+    if (!scratch) {
+        s = rg_fail(err, RG_ERR_NOMEM, "merge: out of memory");
+        goto done;
+    }
+    sum.rank = l->rank, sum.alpha = l->alpha, sum.scale = rg_lora_scale(l, user_scale);
+    const double scale = (double)user_scale * (double)l->alpha / (double)l->rank;
+    for (uint64_t i = 0; i < in->n_tensors; i++) {
+        const rg_gguf_tensor *t = &in->tensors[i];
+        const rg_lora_pair *p = NULL;
+        int64_t il;
+        int tg;
+        if (find_target(m, t->name, &il, &tg) && l->pairs[il * RG_LORA_N_TARGETS + tg].a)
+            p = &l->pairs[il * RG_LORA_N_TARGETS + tg];
+        const void *data = t->data;
+        if (p) {
+            char *buf = rg_arena_alloc(&out->arena, t->nbytes ? t->nbytes : 1, 64);
+            if (!buf) {
+                s = rg_fail(err, RG_ERR_NOMEM, "merge: out of memory for tensor '%s' (%llu bytes)", t->name,
+                            (unsigned long long)t->nbytes);
+                goto done;
+            }
+            merge_job j = {p, l->rank, scale, t->type, t->data, buf, scratch};
+            rg_threadpool_run(pool, merge_rows, &j);
+            data = buf;
+            sum.n_merged++;
+            sum.bytes_adapter += sizeof(float) * (uint64_t)(l->rank * (p->n_in + p->n_out));
+        }
+        s = rg_gguf_add_tensor(out, t->name, t->type, t->n_dims, t->ne, data, err);
+        if (s) goto done;
+        sum.n_tensors++;
+        sum.bytes_base += t->nbytes;
+        sum.bytes_out += t->nbytes;
+        if (opts && opts->progress) {
+            char a[32];
+            human(t->nbytes, a, sizeof a);
+            fprintf(opts->progress, "[%4llu/%4llu] %-36s %-7s %10s  %s\n", (unsigned long long)i + 1,
+                    (unsigned long long)in->n_tensors, t->name, rg_type_get(t->type)->name, a, p ? "merged" : "copied");
+        }
+    }
+    s = rg_gguf_write(out, out_path, err);
+done:
+    if (summary) *summary = sum;
+    free(scratch);
+    rg_threadpool_free(pool);
+    rg_gguf_free(out);
+    rg_lora_free(l);
+    rg_model_free(m);
+    return s;
+}
+
+bool rg_lora_parse_spec(const char *spec, char *path_out, size_t cap, float *scale) {
+    *scale = 1.0f;
+    size_t n = strlen(spec);
+    const char *colon = strrchr(spec, ':');
+    if (colon && colon[1]) {
+        char *end;
+        errno = 0;
+        double v = strtod(colon + 1, &end);
+        if (!*end && !errno && isfinite(v) && fabs(v) < 1e30) {
+            *scale = (float)v;
+            n = (size_t)(colon - spec);
+        }
+    }
+    if (n == 0 || n >= cap) return false;
+    memcpy(path_out, spec, n);
+    path_out[n] = '\0';
+    return true;
+}
