@@ -1,0 +1,394 @@
+// train_state.c - see train_state.h.
+#include "train/train_state.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "graph/plan.h"
+#include "model/forward.h"
+#include "tensor/half.h"
+
+static void *alloc64(size_t n) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n ? n : 64)) return NULL;
+    return p;
+}
+
+static double mib(size_t b) { return (double)b / 1048576.0; }
+
+// ---------------------------------------------------------------------------
+// Full fine-tuning: every model tensor becomes a parameter over a copy in its
+// own type. The visit order (embeddings, output norm, output, then each layer
+// in the order of rg_layer) fixes the tensor ids.
+typedef struct full_builder {
+    rg_train_state *s;
+    rg_graph *g;
+    rg_error *err;
+    rg_status st;
+} full_builder;
+
+static rg_node *full_param(full_builder *b, const rg_gguf_tensor *t) {
+    if (!t || b->st) return NULL;
+    rg_train_state *s = b->s;
+    if (t->type != RG_TYPE_F32 && t->type != RG_TYPE_F16 && t->type != RG_TYPE_BF16) {
+        b->st = rg_fail(b->err, RG_ERR_UNSUPPORTED,
+                        "train: full fine-tuning trains f32, f16 and bf16 weights in place, but '%s' is %s; "
+                        "use training.method=lora (LoRA trains over any base type)",
+                        t->name, rg_type_get(t->type)->name);
+        return NULL;
+    }
+    int k = s->n_tensors++;
+    rg_train_tensor *tt = &s->tensors[k];
+    memset(tt, 0, sizeof *tt);
+    snprintf(tt->name, sizeof tt->name, "%s", t->name);
+    tt->id = (uint32_t)k;
+    tt->type = t->type;
+    tt->n_dims = (int)(t->n_dims ? t->n_dims : 1);
+    tt->nel = 1;
+    for (int d = 0; d < 4; d++) tt->ne[d] = d < tt->n_dims ? t->ne[d] : 1, tt->nel *= tt->ne[d];
+    tt->decay = tt->n_dims >= 2;
+    size_t bytes = (size_t)tt->nel * rg_type_get(t->type)->type_size;
+    s->weight_bufs[k] = alloc64(bytes);
+    if (!s->weight_bufs[k]) {
+        b->st = rg_fail(b->err, RG_ERR_NOMEM, "train: out of memory copying '%s' (%.1f MiB)", t->name, mib(bytes));
+        return NULL;
+    }
+    memcpy(s->weight_bufs[k], t->data, bytes);
+    s->weight_bytes += bytes;
+    tt->w = s->weight_bufs[k];
+    return rg_param(b->g, t->name, t->type, tt->n_dims, tt->ne, tt->w);
+}
+
+static rg_status full_nodes(rg_train_state *s, rg_graph *g, rg_model_nodes *w, rg_error *err) {
+    const rg_model *m = s->model;
+    full_builder b = {.s = s, .g = g, .err = err};
+    w->tok_embd = full_param(&b, m->tok_embd);
+    w->out_norm = full_param(&b, m->out_norm);
+    w->output = m->hp.tied ? w->tok_embd : full_param(&b, m->output);
+    w->layers = rg_arena_alloc(&g->arena, sizeof *w->layers * (size_t)m->hp.n_layer, 8);
+    if (!w->layers) return rg_fail(err, RG_ERR_NOMEM, "train: out of memory");
+    memset(w->layers, 0, sizeof *w->layers * (size_t)m->hp.n_layer);
+    for (int64_t il = 0; il < m->hp.n_layer && !b.st; il++) {
+        const rg_layer *L = &m->layers[il];
+        rg_layer_nodes *N = &w->layers[il];
+        N->attn_norm = full_param(&b, L->attn_norm);
+        N->wq = full_param(&b, L->wq), N->bq = full_param(&b, L->bq);
+        N->wk = full_param(&b, L->wk), N->bk = full_param(&b, L->bk);
+        N->wv = full_param(&b, L->wv), N->bv = full_param(&b, L->bv);
+        N->wo = full_param(&b, L->wo), N->bo = full_param(&b, L->bo);
+        N->q_norm = full_param(&b, L->q_norm), N->k_norm = full_param(&b, L->k_norm);
+        N->ffn_norm = full_param(&b, L->ffn_norm);
+        N->ffn_gate = full_param(&b, L->ffn_gate), N->ffn_up = full_param(&b, L->ffn_up);
+        N->ffn_down = full_param(&b, L->ffn_down);
+    }
+    if (b.st) return b.st;
+    return rg_graph_error(g, err);
+}
+
+// LoRA: the base is frozen leaves over the mapping; A and B are parameters.
+static rg_status lora_nodes(rg_train_state *s, rg_graph *g, rg_model_nodes *w, rg_error *err) {
+    const rg_train_config *c = &s->cfg;
+    rg_status st = rg_lora_init(&s->lora, s->model, c->lora_rank, (float)c->lora_alpha, c->lora_targets, c->seed, err);
+    if (st) return st;
+    if ((st = rg_model_leaf_nodes(g, s->model, w, err))) return st;
+    if ((st = rg_lora_attach(g, s->lora, w, 1.0f, true, err))) return st;
+    const rg_lora *l = s->lora;
+    for (int64_t i = 0; i < l->n_layer * RG_LORA_N_TARGETS; i++) {
+        const rg_lora_pair *p = &l->pairs[i];
+        if (!p->a) continue;
+        for (int ab = 0; ab < 2; ab++) {
+            int k = s->n_tensors++;
+            rg_train_tensor *tt = &s->tensors[k];
+            memset(tt, 0, sizeof *tt);
+            snprintf(tt->name, sizeof tt->name, "%.56s.lora_%c", p->name, ab ? 'b' : 'a');
+            tt->id = (uint32_t)k;
+            tt->type = RG_TYPE_F32;
+            tt->n_dims = 2;
+            tt->ne[0] = ab ? l->rank : p->n_in;
+            tt->ne[1] = ab ? p->n_out : l->rank;
+            tt->ne[2] = tt->ne[3] = 1;
+            tt->nel = tt->ne[0] * tt->ne[1];
+            tt->w = ab ? p->b : p->a;
+            tt->decay = true;
+        }
+    }
+    return RG_OK;
+}
+
+static size_t model_tensor_count(const rg_model *m) { return 3 + (size_t)m->hp.n_layer * 15; }
+
+static size_t physical_memory(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
+}
+
+rg_status rg_train_state_create(rg_train_state **out, const rg_model *m, const rg_train_config *cfg, int64_t total_steps,
+                                size_t memory_limit, rg_error *err) {
+    *out = NULL;
+    rg_status st;
+    if ((st = rg_train_config_validate(cfg, err))) return st;
+    if (cfg->checkpoint_dtype != RG_TYPE_F32)
+        return rg_fail(err, RG_ERR_UNSUPPORTED,
+                       "train: training.checkpoint_dtype=%s needs activation recompute, which this build does not have; "
+                       "use f32", rg_type_get(cfg->checkpoint_dtype)->name);
+    rg_train_state *s = calloc(1, sizeof *s);
+    if (!s) return rg_fail(err, RG_ERR_NOMEM, "train: out of memory");
+    s->model = m;
+    s->cfg = *cfg;
+    s->ctx = cfg->ctx;
+    s->lr = rg_train_config_lr(cfg);
+    s->total_steps = total_steps;
+    s->accumulate = cfg->batch_size * cfg->grad_accum > 1;
+    size_t cap = model_tensor_count(m) * 2;
+    s->tensors = calloc(cap, sizeof *s->tensors);
+    s->weight_bufs = calloc(cap, sizeof *s->weight_bufs);
+    s->grad_bufs = calloc(cap, sizeof *s->grad_bufs);
+    s->grads = calloc(cap, sizeof *s->grads);
+    s->g = rg_graph_new();
+    if (!s->tensors || !s->weight_bufs || !s->grad_bufs || !s->grads || !s->g) {
+        rg_train_state_free(s);
+        return rg_fail(err, RG_ERR_NOMEM, "train: out of memory");
+    }
+    rg_graph *g = s->g;
+    rg_model_nodes w;
+    memset(&w, 0, sizeof w);
+    st = cfg->method == RG_TRAIN_FULL ? full_nodes(s, g, &w, err) : lora_nodes(s, g, &w, err);
+    if (st) {
+        rg_train_state_free(s);
+        return st;
+    }
+    const int64_t T = cfg->ctx;
+    s->ids = rg_leaf(g, "ids", RG_TYPE_I32, 1, (int64_t[]){T}, NULL);
+    s->pos = rg_leaf(g, "pos", RG_TYPE_I32, 1, (int64_t[]){T}, NULL);
+    s->labels = rg_leaf(g, "labels", RG_TYPE_I32, 1, (int64_t[]){T}, NULL);
+    s->mask = rg_leaf(g, "doc_mask", RG_TYPE_F32, 2, (int64_t[]){T, T}, NULL);
+    rg_node *logits = rg_model_forward(g, m, &w, s->ids, s->pos, s->mask);  // [n_vocab, T]
+    s->loss = rg_cross_entropy_loss(g, logits, s->labels, -100);
+    if ((st = rg_graph_error(g, err)) || (st = rg_graph_backward(g, s->loss, err))) {
+        rg_train_state_free(s);
+        return st;
+    }
+    for (int i = g->n_forward; i < g->n_nodes; i++)
+        if (g->nodes[i]->op == RG_OP_CROSS_ENTROPY_LOSS_BACK && g->nodes[i]->src[1] == s->loss->src[0]) s->loss_back = g->nodes[i];
+    if (!s->loss_back) {
+        rg_train_state_free(s);
+        return rg_fail(err, RG_ERR_ARG, "train: the step graph has no cross-entropy backward");
+    }
+    // The gradient node of every trainable tensor (matched by its bytes).
+    for (int i = 0; i < g->n_forward; i++) {
+        rg_node *n = g->nodes[i];
+        if (!(n->flags & RG_NODE_PARAM)) continue;
+        for (int k = 0; k < s->n_tensors; k++)
+            if (s->tensors[k].w == n->t.data) s->grads[k] = n->grad;
+    }
+    int threads = cfg->threads > 0 ? (int)cfg->threads : 0;
+    if ((st = rg_threadpool_create(&s->pool, threads, err))) {
+        rg_train_state_free(s);
+        return st;
+    }
+    // Plan first, so a run that cannot fit is refused before the big allocations.
+    rg_plan plan;
+    if ((st = rg_graph_plan(g, rg_threadpool_size(s->pool), 0, &plan, err))) {
+        rg_train_state_free(s);
+        return st;
+    }
+    size_t per_elem_state = cfg->optimizer == RG_OPTIM_ADAMW ? 8 : (cfg->momentum != 0.0 ? 4 : 0);
+    size_t state = 0, acc = 0;
+    for (int k = 0; k < s->n_tensors; k++) {
+        const rg_train_tensor *t = &s->tensors[k];
+        bool master = cfg->master_weights && t->type != RG_TYPE_F32;
+        state += (size_t)t->nel * (per_elem_state + (master ? 4 : 0));
+        if (s->accumulate) acc += (size_t)t->nel * 4;
+    }
+    s->state_bytes = state;
+    s->grad_bytes = acc;
+    size_t mapped = 0;
+    for (uint64_t i = 0; i < m->file->n_tensors; i++) mapped += m->file->tensors[i].nbytes;
+    size_t limit = memory_limit ? memory_limit : physical_memory();
+    size_t need = (cfg->method == RG_TRAIN_FULL ? s->weight_bytes : mapped) + state + acc + plan.buffer_bytes +
+                  plan.scratch_bytes;
+    if (limit && need > limit) {
+        size_t weights = cfg->method == RG_TRAIN_FULL ? s->weight_bytes : mapped;
+        rg_train_state_free(s);
+        return rg_fail(err, RG_ERR_NOMEM,
+                       "train: the run needs %.1f MiB but the limit is %.1f MiB (weights %.1f, gradients %.1f, optimizer "
+                       "state %.1f, activations %.1f, scratch %.1f MiB); lower training.ctx, use LoRA, or raise "
+                       "training.memory_limit_gb",
+                       mib(need), mib(limit), mib(weights), mib(plan.grad_bytes + acc), mib(state),
+                       mib(plan.buffer_bytes - plan.grad_bytes), mib(plan.scratch_bytes));
+    }
+    // Optimizer state, masters, accumulators.
+    for (int k = 0; k < s->n_tensors; k++) {
+        rg_train_tensor *t = &s->tensors[k];
+        size_t n4 = (size_t)t->nel * 4;
+        if (cfg->optimizer == RG_OPTIM_ADAMW || cfg->momentum != 0.0) t->m = alloc64(n4);
+        if (cfg->optimizer == RG_OPTIM_ADAMW) t->v = alloc64(n4);
+        if (cfg->master_weights && t->type != RG_TYPE_F32) t->master = alloc64(n4);
+        if (s->accumulate) s->grad_bufs[k] = alloc64(n4);
+        if ((!t->m && (cfg->optimizer == RG_OPTIM_ADAMW || cfg->momentum != 0.0)) ||
+            (!t->v && cfg->optimizer == RG_OPTIM_ADAMW) || (!t->master && cfg->master_weights && t->type != RG_TYPE_F32) ||
+            (s->accumulate && !s->grad_bufs[k])) {
+            rg_train_state_free(s);
+            return rg_fail(err, RG_ERR_NOMEM, "train: out of memory for the optimizer state of '%s'", t->name);
+        }
+        if (t->m) memset(t->m, 0, n4);
+        if (t->v) memset(t->v, 0, n4);
+        if (t->master) {
+            if (t->type == RG_TYPE_F16) rg_fp16_to_fp32_row(t->w, t->master, t->nel);
+            else rg_bf16_to_fp32_row(t->w, t->master, t->nel);
+        }
+    }
+    rg_exec_opts eo = {.pool = s->pool};
+    if ((st = rg_exec_create(&s->ex, g, &eo, err))) {
+        rg_train_state_free(s);
+        return st;
+    }
+    for (int k = 0; k < s->n_tensors; k++) {
+        float *gp = s->grads[k] ? (float *)s->grads[k]->t.data : NULL;
+        if (!s->accumulate) s->grad_bufs[k] = gp;
+        if (!s->grad_bufs[k]) {
+            // no path from the loss (cannot happen for a llama-family model); a zero gradient keeps the step defined
+            s->grad_bufs[k] = alloc64((size_t)s->tensors[k].nel * 4);
+            if (!s->grad_bufs[k]) {
+                rg_train_state_free(s);
+                return rg_fail(err, RG_ERR_NOMEM, "train: out of memory");
+            }
+            memset(s->grad_bufs[k], 0, (size_t)s->tensors[k].nel * 4);
+            s->grads[k] = NULL;
+        }
+        s->tensors[k].grad = s->grad_bufs[k];
+    }
+    *out = s;
+    return RG_OK;
+}
+
+void rg_train_state_free(rg_train_state *s) {
+    if (!s) return;
+    rg_exec_free(s->ex);
+    rg_graph_free(s->g);
+    for (int k = 0; k < s->n_tensors; k++) {
+        rg_train_tensor *t = &s->tensors[k];
+        free(t->m), free(t->v), free(t->master);
+        if (s->weight_bufs) free(s->weight_bufs[k]);
+        if (s->grad_bufs && (s->accumulate || !s->grads[k])) free(s->grad_bufs[k]);
+    }
+    rg_threadpool_free(s->pool);
+    rg_lora_free(s->lora);
+    free(s->tensors), free(s->weight_bufs), free(s->grad_bufs), free(s->grads);
+    free(s);
+}
+
+rg_train_memory rg_train_state_memory(const rg_train_state *s) {
+    rg_train_memory r = {0};
+    const rg_plan *p = rg_exec_plan(s->ex);
+    size_t mapped = 0;
+    for (uint64_t i = 0; i < s->model->file->n_tensors; i++) mapped += s->model->file->tensors[i].nbytes;
+    r.weights = s->cfg.method == RG_TRAIN_FULL ? s->weight_bytes : mapped;
+    if (s->lora) r.weights += 0;  // A and B are counted with the trained tensors below
+    for (int k = 0; s->lora && k < s->n_tensors; k++) r.weights += (size_t)s->tensors[k].nel * 4;
+    r.gradients = p->grad_bytes + s->grad_bytes;
+    r.optimizer = s->state_bytes;
+    r.activations = p->buffer_bytes - p->grad_bytes;
+    r.scratch = p->scratch_bytes;
+    r.total = r.weights + r.gradients + r.optimizer + r.activations + r.scratch;
+    return r;
+}
+
+// ---------------------------------------------------------------------------
+static void bind_row(rg_train_state *s, const int32_t *ids, const int32_t *labels, const int32_t *pos, const int32_t *seg) {
+    const int64_t T = s->ctx;
+    memcpy(s->ids->t.data, ids, sizeof(int32_t) * (size_t)T);
+    memcpy(s->labels->t.data, labels, sizeof(int32_t) * (size_t)T);
+    memcpy(s->pos->t.data, pos, sizeof(int32_t) * (size_t)T);
+    float *mask = s->mask->t.data;  // [T keys, T queries]: query q reads keys of its own document only
+    for (int64_t q = 0; q < T; q++)
+        for (int64_t k = 0; k < T; k++) mask[q * T + k] = seg[k] == seg[q] ? 0.0f : -INFINITY;
+}
+
+static int64_t count_targets(const int32_t *labels, int64_t T) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < T; i++) n += labels[i] != -100;
+    return n;
+}
+
+typedef struct acc_job {
+    float *acc;
+    const float *g;
+    int64_t n;
+    bool first;
+} acc_job;
+
+static void acc_range(void *p, int ith, int nth) {
+    acc_job *j = p;
+    int64_t i0, i1;
+    rg_split_range(j->n, ith, nth, &i0, &i1);
+    if (j->first) memcpy(j->acc + i0, j->g + i0, sizeof(float) * (size_t)(i1 - i0));
+    else
+        for (int64_t i = i0; i < i1; i++) j->acc[i] += j->g[i];
+}
+
+rg_status rg_train_state_micro(rg_train_state *s, const int32_t *ids, const int32_t *labels, const int32_t *pos,
+                               const int32_t *seg, double inv_n, double *loss, rg_error *err) {
+    bind_row(s, ids, labels, pos, seg);
+    *loss = 0.0;
+    if (count_targets(labels, s->ctx) == 0) return RG_OK;  // nothing to learn from this row: its gradient is zero
+    s->loss->fp[0] = (float)inv_n;
+    s->loss_back->fp[0] = (float)inv_n;  // the gradient is normalised by the whole step's targets too
+    rg_status st = rg_exec_run(s->ex, 0, -1, err);
+    if (st) return st;
+    *loss = (double)*(const float *)s->loss->t.data;
+    if (s->accumulate) {
+        for (int k = 0; k < s->n_tensors; k++) {
+            if (!s->grads[k]) continue;
+            acc_job j = {.acc = s->grad_bufs[k], .g = s->grads[k]->t.data, .n = s->tensors[k].nel,
+                         .first = s->rows_this_step == 0};
+            rg_threadpool_run(s->pool, acc_range, &j);
+        }
+    }
+    s->rows_this_step++;
+    return RG_OK;
+}
+
+rg_status rg_train_state_eval_row(rg_train_state *s, const int32_t *ids, const int32_t *labels, const int32_t *pos,
+                                  const int32_t *seg, double *loss_sum, int64_t *n_targets, rg_error *err) {
+    *loss_sum = 0.0;
+    *n_targets = count_targets(labels, s->ctx);
+    if (*n_targets == 0) return RG_OK;
+    bind_row(s, ids, labels, pos, seg);
+    s->loss->fp[0] = 1.0f;  // the sum over the row's targets
+    rg_status st = rg_exec_run(s->ex, 0, s->g->n_forward, err);
+    if (st) return st;
+    *loss_sum = (double)*(const float *)s->loss->t.data;
+    return RG_OK;
+}
+
+void rg_train_state_discard(rg_train_state *s) { s->rows_this_step = 0; }
+
+rg_status rg_train_state_step(rg_train_state *s, double *grad_norm, double *lr_used, bool *skipped, rg_error *err) {
+    *skipped = false;
+    // A step whose rows had no targets at all has nothing to apply.
+    if (s->rows_this_step == 0) {
+        for (int k = 0; k < s->n_tensors; k++) memset(s->tensors[k].grad, 0, (size_t)s->tensors[k].nel * 4);
+    }
+    s->rows_this_step = 0;
+    double norm = rg_grad_global_norm(s->tensors, s->n_tensors, s->pool);
+    *grad_norm = norm;
+    const rg_train_config *c = &s->cfg;
+    double lr = s->lr * rg_schedule_factor((int)c->schedule, s->t, c->warmup_steps, s->total_steps);
+    *lr_used = lr;
+    if (!isfinite(norm)) {
+        *skipped = true;
+        return RG_OK;
+    }
+    rg_optim_step st = {.optimizer = (int)c->optimizer, .lr = lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
+                        .weight_decay = c->weight_decay, .momentum = c->momentum, .t = s->t + 1, .seed = c->seed,
+                        .clip = rg_clip_coef(norm, c->clip_grad_norm)};
+    rg_status rs = rg_optim_apply(s->tensors, s->n_tensors, &st, s->pool, err);
+    if (rs) return rs;
+    s->t++;
+    return RG_OK;
+}

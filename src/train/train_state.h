@@ -1,0 +1,90 @@
+// train_state.h - what one training run holds in memory, and the two moves
+// it makes: a micro-batch (forward, loss, backward, gradient accumulation) and
+// an optimizer step (norm, clip, schedule, update, store).
+//
+// The step graph is built once for rows of exactly ctx tokens: inputs ids,
+// pos, labels I32 [ctx] and an additive mask F32 [ctx, ctx] (0 within a
+// document, -inf across packed documents; the causal part is the op's), the
+// model's forward, the cross-entropy of §5.8 and the backward. It is planned
+// once and run for every row.
+//
+// Trainable tensors:
+//   - full fine-tuning: every tensor of the model, copied out of the mapping
+//     into buffers of its own type (F32, F16 or BF16; quantized models must
+//     use LoRA); the forward reads those buffers, the optimizer writes them;
+//   - LoRA: A and B of every targeted projection (F32); the base stays frozen
+//     in the mapping, whatever its type.
+// Tensor ids (the SR key) are the index in that list, a pure function of the
+// model and the config, so a resumed run draws the same random words.
+#ifndef RG_TRAIN_STATE_H
+#define RG_TRAIN_STATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "graph/exec.h"
+#include "model/lora.h"
+#include "model/model.h"
+#include "train/config.h"
+#include "train/optim.h"
+
+typedef struct rg_train_state {
+    const rg_model *model;
+    rg_train_config cfg;
+    rg_lora *lora;               // LoRA mode: the adapter being trained (owned)
+    rg_train_tensor *tensors;    // [n_tensors]
+    int n_tensors;
+    void **weight_bufs;          // full mode: the trained copies (owned), [n_tensors]
+    float **grad_bufs;           // the step's gradient: the graph's output, or an accumulator when a step has several rows
+    bool accumulate;             // several rows per step: gradients are summed into owned accumulators
+    int64_t rows_this_step;      // rows accumulated since the last optimizer step
+
+    rg_graph *g;
+    rg_exec *ex;
+    rg_threadpool *pool;         // owned; shared by the graph and the optimizer
+    rg_node *ids, *pos, *labels, *mask, *loss;  // [ctx] x3, [ctx, ctx], [1]
+    rg_node *loss_back;          // the cross-entropy's backward: carries the same 1/N as the loss
+    rg_node **grads;             // [n_tensors] the graph's gradient nodes (NULL: no path from the loss)
+    int64_t ctx;
+
+    int64_t t;                   // completed optimizer steps
+    double lr;                   // the base learning rate (config resolved)
+    int64_t total_steps;         // T of the schedule
+    size_t state_bytes, weight_bytes, grad_bytes;  // owned: optimizer state (m, v, master), trained copies, accumulators
+} rg_train_state;
+
+// Builds the trainable tensors, the optimizer state and the step graph, and
+// plans it. rows_per_step = batch_size * grad_accum; total_steps = T.
+// memory_limit (bytes, 0 = none): the run is refused before any large
+// allocation when weights + gradients + optimizer state + activations + scratch
+// exceed it, with the numbers.
+rg_status rg_train_state_create(rg_train_state **out, const rg_model *m, const rg_train_config *cfg, int64_t total_steps,
+                                size_t memory_limit, rg_error *err);
+void rg_train_state_free(rg_train_state *s);
+
+// The memory report (bytes): weights (the model's mapped tensors + trained
+// copies), gradients, optimizer state, activations (the plan's buffer less the
+// gradients), scratch.
+typedef struct rg_train_memory {
+    size_t weights, gradients, optimizer, activations, scratch, total;
+} rg_train_memory;
+rg_train_memory rg_train_state_memory(const rg_train_state *s);
+
+// One row of ctx tokens (ids, labels, pos, seg as rg_dataset_row writes them).
+// inv_n = 1 / (target tokens of the whole step). Adds this row's gradient to
+// the step's and returns its loss contribution (its target losses summed,
+// times inv_n) in *loss. A NaN/Inf loss returns RG_ERR_NONFINITE.
+rg_status rg_train_state_micro(rg_train_state *s, const int32_t *ids, const int32_t *labels, const int32_t *pos,
+                               const int32_t *seg, double inv_n, double *loss, rg_error *err);
+// Forward only: the summed target loss of one row and its target count.
+rg_status rg_train_state_eval_row(rg_train_state *s, const int32_t *ids, const int32_t *labels, const int32_t *pos,
+                                  const int32_t *seg, double *loss_sum, int64_t *n_targets, rg_error *err);
+
+// The optimizer step after the step's rows: global norm (pre-clip, into
+// *grad_norm), clip, lr = base * f(t), t += 1, update and store. A non-finite
+// norm skips the step (*skipped = true; no weight, moment or t changes).
+rg_status rg_train_state_step(rg_train_state *s, double *grad_norm, double *lr_used, bool *skipped, rg_error *err);
+// Drops the gradients of the rows since the last step (after a skipped row).
+void rg_train_state_discard(rg_train_state *s);
+
+#endif
