@@ -1,0 +1,451 @@
+// trainer.c - see trainer.h.
+#include "train/trainer.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "text/chat.h"
+#include "text/tokenizer.h"
+#include "train/checkpoint.h"
+#include "train/data.h"
+#include "train/progress.h"
+#include "train/train_state.h"
+
+#define EVAL_MAX_ROWS 128  // an eval pass reads at most this many held-out rows
+#define KEEP_CHECKPOINTS 2
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double mib(size_t b) { return (double)b / 1048576.0; }
+
+// The effective config as text (what a checkpoint stores and a resume compares).
+static void config_text(const rg_train_config *c, char *buf, size_t cap) {
+    char *p = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&p, &n);
+    if (!f) {
+        buf[0] = 0;
+        return;
+    }
+    rg_train_config_write(c, f);
+    fclose(f);
+    snprintf(buf, cap, "%s", p ? p : "");
+    free(p);
+}
+
+// The first line that differs between two config texts, for the resume refusal.
+static void first_difference(const char *a, const char *b, char *out, size_t cap) {
+    while (*a || *b) {
+        const char *ea = strchr(a, '\n'), *eb = strchr(b, '\n');
+        size_t la = ea ? (size_t)(ea - a) : strlen(a), lb = eb ? (size_t)(eb - b) : strlen(b);
+        if (la != lb || memcmp(a, b, la) != 0) {
+            snprintf(out, cap, "checkpoint has '%.*s', this run has '%.*s'", (int)la, a, (int)lb, b);
+            return;
+        }
+        a += la + (ea ? 1 : 0), b += lb + (eb ? 1 : 0);
+    }
+    snprintf(out, cap, "no difference");
+}
+
+static rg_status prepare_out_dir(const char *dir, rg_error *err) {
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return rg_fail(err, RG_ERR_IO, "train: cannot create OUTDIR %s: %s", dir, strerror(errno));
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return rg_fail(err, RG_ERR_IO, "train: OUTDIR %s is not a directory", dir);
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/.write-test-%d", dir, (int)getpid());
+    FILE *f = fopen(probe, "w");
+    if (!f) return rg_fail(err, RG_ERR_IO, "train: OUTDIR %s is not writable: %s", dir, strerror(errno));
+    fclose(f);
+    unlink(probe);
+    return RG_OK;
+}
+
+// model.gguf of a full fine-tune: every key and tensor of the input, the trained ones from memory.
+static rg_status save_model(const rg_train_state *s, const char *path, rg_error *err) {
+    const rg_gguf *in = s->model->file;
+    rg_gguf *g = rg_gguf_new();
+    if (!g) return rg_fail(err, RG_ERR_NOMEM, "train: out of memory");
+    rg_status st = RG_OK;
+    for (uint64_t i = 0; !st && i < in->n_kv; i++) st = rg_gguf_set_kv(g, &in->kv[i], err);
+    for (uint64_t i = 0; !st && i < in->n_tensors; i++) {
+        const rg_gguf_tensor *t = &in->tensors[i];
+        const void *data = t->data;
+        for (int k = 0; k < s->n_tensors; k++)
+            if (!strcmp(s->tensors[k].name, t->name)) data = s->tensors[k].w;
+        st = rg_gguf_add_tensor(g, t->name, t->type, t->n_dims ? t->n_dims : 1, t->ne, data, err);
+    }
+    if (!st) st = rg_gguf_write(g, path, err);
+    rg_gguf_free(g);
+    return st;
+}
+
+typedef struct run {
+    const rg_train_opts *o;
+    FILE *log;
+    rg_model *model;
+    rg_tokenizer *tok;
+    rg_chat_template tmpl;
+    bool have_tmpl;
+    rg_dataset *data;
+    rg_train_state *s;
+    int64_t rows_per_step, n_train_rows, total_steps;
+    int32_t *ids, *labels, *pos, *seg;  // [rows_per_step * ctx]
+    char jsonl_path[4200], plot_path[4200];
+} run;
+
+static void run_free(run *r) {
+    rg_train_state_free(r->s);
+    rg_dataset_free(r->data);
+    if (r->have_tmpl) rg_chat_template_free(&r->tmpl);
+    rg_tokenizer_free(r->tok);
+    rg_model_free(r->model);
+    free(r->ids), free(r->labels), free(r->pos), free(r->seg);
+}
+
+static rg_status eval_loss(run *r, double *out, rg_error *err) {
+    *out = NAN;
+    int64_t n = rg_dataset_n_rows(r->data, 1);
+    if (n <= 0) return RG_OK;
+    if (n > EVAL_MAX_ROWS) n = EVAL_MAX_ROWS;
+    double sum = 0.0;
+    int64_t cnt = 0;
+    const int64_t T = r->s->ctx;
+    for (int64_t k = 0; k < n; k++) {
+        rg_dataset_row(r->data, 1, 0, k, r->ids, r->labels, r->pos, r->seg);
+        double l = 0;
+        int64_t c = 0;
+        rg_status st = rg_train_state_eval_row(r->s, r->ids, r->labels, r->pos, r->seg, &l, &c, err);
+        if (st == RG_ERR_NONFINITE) return RG_OK;  // reported as NaN
+        if (st) return st;
+        sum += l, cnt += c;
+        (void)T;
+    }
+    *out = cnt ? sum / (double)cnt : NAN;
+    return RG_OK;
+}
+
+static void write_plot(run *r) {
+    int64_t *it = NULL;
+    double *loss = NULL, *ev = NULL;
+    int64_t n = rg_jsonl_read_losses(r->jsonl_path, &it, &loss, &ev);
+    if (n > 0) {
+        char title[256];
+        const char *base = strrchr(r->o->model_path, '/');
+        snprintf(title, sizeof title, "retrograd train: %s (%s)", base ? base + 1 : r->o->model_path,
+                 r->o->cfg.method == RG_TRAIN_LORA ? "LoRA" : "full");
+        rg_error e2 = {0};
+        if (rg_loss_plot_write(r->plot_path, it, loss, ev, n, title, &e2))
+            fprintf(r->log, "warning: %s\n", e2.msg);
+    }
+    free(it), free(loss), free(ev);
+}
+
+static rg_status write_report(run *r, const rg_train_summary *sum, const rg_train_memory *mem, const char *result,
+                              rg_error *err) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/report.json", r->o->out_dir);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return rg_fail(err, RG_ERR_NOMEM, "train: out of memory");
+    rg_data_stats ds = rg_dataset_stats(r->data);
+    fprintf(f, "{\n  \"model\": \"%s\",\n  \"data\": \"%s\",\n  \"method\": \"%s\",\n  \"result\": \"%s\",\n", r->o->model_path,
+            r->o->data_path, r->o->cfg.method == RG_TRAIN_LORA ? "lora" : "full", result);
+    fprintf(f, "  \"steps\": %lld,\n  \"skipped_steps\": %lld,\n  \"tokens\": %lld,\n", (long long)sum->steps,
+            (long long)sum->skipped, (long long)sum->tokens);
+    fprintf(f, "  \"first_loss\": %.9g,\n  \"last_loss\": %.9g,\n", sum->first_loss, sum->last_loss);
+    if (isfinite(sum->eval_loss)) fprintf(f, "  \"eval_loss\": %.9g,\n", sum->eval_loss);
+    else fprintf(f, "  \"eval_loss\": null,\n");
+    fprintf(f, "  \"seconds\": %.3f,\n  \"tokens_per_s\": %.3f,\n  \"peak_rss_mib\": %.1f,\n", sum->seconds, sum->tokens_per_s,
+            sum->peak_rss_mib);
+    fprintf(f, "  \"memory_mib\": {\"weights\": %.1f, \"gradients\": %.1f, \"optimizer\": %.1f, \"activations\": %.1f, "
+               "\"scratch\": %.1f, \"total\": %.1f},\n",
+            mib(mem->weights), mib(mem->gradients), mib(mem->optimizer), mib(mem->activations), mib(mem->scratch),
+            mib(mem->total));
+    fprintf(f, "  \"data_stats\": {\"format\": \"%s\", \"samples\": %lld, \"train_samples\": %lld, \"eval_samples\": %lld, "
+               "\"truncated\": %lld, \"dropped\": %lld, \"train_rows\": %lld, \"eval_rows\": %lld, \"target_tokens\": %lld},\n",
+            ds.format ? ds.format : "", (long long)ds.n_samples, (long long)ds.n_train_samples, (long long)ds.n_eval_samples,
+            (long long)ds.n_truncated, (long long)ds.n_dropped, (long long)ds.n_train_rows, (long long)ds.n_eval_rows,
+            (long long)ds.n_target_tokens);
+    fprintf(f, "  \"threads\": %d\n}\n", rg_threadpool_size(r->s->pool));
+    fclose(f);
+    rg_atomic_file af;
+    rg_status st = rg_atomic_open(&af, path, err);
+    if (!st) st = rg_atomic_write(&af, buf, len, err);
+    if (!st) st = rg_atomic_commit(&af, err);
+    else rg_atomic_abort(&af);
+    free(buf);
+    return st;
+}
+
+static rg_status load_inputs(run *r, rg_error *err) {
+    const rg_train_opts *o = r->o;
+    const rg_train_config *c = &o->cfg;
+    rg_status st = rg_model_load(&r->model, o->model_path, err);
+    if (st) return st;
+    if ((st = rg_tokenizer_load(&r->tok, r->model->file, err))) return st;
+    rg_error e2 = {0};
+    st = rg_chat_template_from_tokenizer(&r->tmpl, r->tok, &e2);
+    if (st == RG_OK) r->have_tmpl = true;
+    else if (st != RG_ERR_NOT_FOUND) fprintf(r->log, "note: the model's chat template is not usable: %s\n", e2.msg);
+    rg_data_opts dopt = {.ctx = c->ctx,
+                         .train_on = (rg_data_train_on)c->train_on,
+                         .pack = c->pack,
+                         .overlong = (rg_data_overlong)c->overlong,
+                         .eval_split = c->eval_split,
+                         .seed = c->seed};
+    if ((st = rg_dataset_load(&r->data, o->data_path, r->tok, r->have_tmpl ? &r->tmpl : NULL, &dopt, err))) return st;
+    r->n_train_rows = rg_dataset_n_rows(r->data, 0);
+    if (r->n_train_rows <= 0)
+        return rg_fail(err, RG_ERR_ARG, "train: %s gives no training rows (every sample went to the eval split or was dropped)",
+                       o->data_path);
+    r->rows_per_step = c->batch_size * c->grad_accum;
+    if (c->steps > 0) r->total_steps = c->steps;
+    else {
+        double steps = floor(c->epochs * (double)r->n_train_rows / (double)r->rows_per_step);
+        r->total_steps = steps < 1 ? 1 : (int64_t)steps;
+    }
+    size_t n = (size_t)(r->rows_per_step * c->ctx);
+    r->ids = malloc(n * 4), r->labels = malloc(n * 4), r->pos = malloc(n * 4), r->seg = malloc(n * 4);
+    if (!r->ids || !r->labels || !r->pos || !r->seg) return rg_fail(err, RG_ERR_NOMEM, "train: out of memory");
+    return RG_OK;
+}
+
+static void print_start(run *r, const rg_train_memory *mem) {
+    const rg_train_config *c = &r->o->cfg;
+    rg_data_stats ds = rg_dataset_stats(r->data);
+    const rg_hparams *hp = &r->model->hp;
+    int64_t n_trainable = 0;
+    for (int k = 0; k < r->s->n_tensors; k++) n_trainable += r->s->tensors[k].nel;
+    fprintf(r->log, "model: %s (%s, %lld layers, n_embd %lld, vocab %lld)\n", r->o->model_path, hp->arch_name,
+            (long long)hp->n_layer, (long long)hp->n_embd, (long long)hp->n_vocab);
+    if (c->method == RG_TRAIN_LORA)
+        fprintf(r->log, "method: LoRA rank %lld alpha %g, %d tensors, %lld trainable parameters\n", (long long)c->lora_rank,
+                c->lora_alpha, r->s->n_tensors, (long long)n_trainable);
+    else
+        fprintf(r->log, "method: full fine-tuning in place (%s), %d tensors, %lld parameters%s\n",
+                rg_type_get(r->s->tensors[0].type)->name, r->s->n_tensors, (long long)n_trainable,
+                c->master_weights ? ", F32 master weights" : "");
+    fprintf(r->log, "data: %s (%s): %lld samples (%lld train, %lld eval), %lld truncated, %lld dropped; %lld train rows of %lld tokens, %lld target tokens\n",
+            r->o->data_path, ds.format ? ds.format : "?", (long long)ds.n_samples, (long long)ds.n_train_samples,
+            (long long)ds.n_eval_samples, (long long)ds.n_truncated, (long long)ds.n_dropped, (long long)ds.n_train_rows,
+            (long long)c->ctx, (long long)ds.n_target_tokens);
+    fprintf(r->log, "steps: %lld (%lld rows each: batch %lld x accum %lld), %s lr %.3g, %s schedule, warmup %lld, %d threads\n",
+            (long long)r->total_steps, (long long)r->rows_per_step, (long long)c->batch_size, (long long)c->grad_accum,
+            c->optimizer == RG_OPTIM_ADAMW ? "adamw" : "sgd", r->s->lr,
+            c->schedule == RG_SCHED_COSINE ? "cosine" : c->schedule == RG_SCHED_LINEAR ? "linear" : "constant",
+            (long long)c->warmup_steps, rg_threadpool_size(r->s->pool));
+    fprintf(r->log, "memory: weights %.1f MiB, gradients %.1f MiB, optimizer state %.1f MiB, activations %.1f MiB, scratch %.1f MiB; total %.1f MiB\n",
+            mib(mem->weights), mib(mem->gradients), mib(mem->optimizer), mib(mem->activations), mib(mem->scratch),
+            mib(mem->total));
+}
+
+rg_status rg_train_run(const rg_train_opts *o, rg_train_summary *sum, rg_error *err) {
+    memset(sum, 0, sizeof *sum);
+    sum->first_loss = sum->last_loss = sum->eval_loss = NAN;
+    run r;
+    memset(&r, 0, sizeof r);
+    r.o = o;
+    r.log = o->log ? o->log : stderr;
+    const rg_train_config *c = &o->cfg;
+    rg_status st = rg_train_config_validate(c, err);
+    if (st) return st;
+    if ((st = prepare_out_dir(o->out_dir, err))) return st;
+    snprintf(r.jsonl_path, sizeof r.jsonl_path, "%s/train.jsonl", o->out_dir);
+    snprintf(r.plot_path, sizeof r.plot_path, "%s/loss.svg", o->out_dir);
+    if ((st = load_inputs(&r, err))) {
+        run_free(&r);
+        return st;
+    }
+    size_t limit = c->memory_limit_gb > 0 ? (size_t)(c->memory_limit_gb * 1073741824.0) : 0;
+    if ((st = rg_train_state_create(&r.s, r.model, c, r.total_steps, limit, err))) {
+        run_free(&r);
+        return st;
+    }
+    rg_train_state *s = r.s;
+    rg_train_memory mem = rg_train_state_memory(s);
+    print_start(&r, &mem);
+
+    rg_ckpt_meta meta;
+    memset(&meta, 0, sizeof meta);
+    meta.seed = c->seed;
+    meta.data_hash = rg_dataset_hash(r.data);
+    meta.threads = rg_threadpool_size(s->pool);
+    config_text(c, meta.config, sizeof meta.config);
+    if (o->resume) {
+        char dir[4200];
+        rg_ckpt_meta saved;
+        if ((st = rg_checkpoint_find_latest(o->out_dir, dir, sizeof dir, err)) ||
+            (st = rg_checkpoint_load(s, dir, &saved, err))) {
+            run_free(&r);
+            return st;
+        }
+        char diff[600];
+        if (strcmp(saved.config, meta.config) != 0) {
+            first_difference(saved.config, meta.config, diff, sizeof diff);
+            run_free(&r);
+            return rg_fail(err, RG_ERR_ARG, "resume: the config differs from the checkpoint's (%s); resume with the same "
+                                            "settings, or start a new OUTDIR", diff);
+        }
+        if (saved.data_hash != meta.data_hash) {
+            run_free(&r);
+            return rg_fail(err, RG_ERR_ARG, "resume: the data (%s) is not what %s was trained on (hash %016llx, checkpoint %016llx)",
+                           o->data_path, dir, (unsigned long long)meta.data_hash, (unsigned long long)saved.data_hash);
+        }
+        if (saved.threads != meta.threads)
+            fprintf(r.log, "warning: the checkpoint ran with %d threads, this run has %d: it continues correctly, but not "
+                           "bit for bit as the uninterrupted run would have\n", saved.threads, meta.threads);
+        meta.t = saved.t, meta.iter = saved.iter, meta.n_skipped = saved.n_skipped;
+        meta.skipped_in_row = saved.skipped_in_row, meta.tokens_seen = saved.tokens_seen, meta.elapsed_s = saved.elapsed_s;
+        if ((st = rg_jsonl_truncate(r.jsonl_path, meta.iter, err))) {
+            run_free(&r);
+            return st;
+        }
+        fprintf(r.log, "resume: %s (step %lld of %lld)\n", dir, (long long)meta.iter, (long long)r.total_steps);
+    } else {
+        unlink(r.jsonl_path);  // a fresh run in a used OUTDIR starts a fresh log
+    }
+    FILE *jl = fopen(r.jsonl_path, "a");
+    if (!jl) {
+        st = rg_fail(err, RG_ERR_IO, "train: cannot open %s: %s", r.jsonl_path, strerror(errno));
+        run_free(&r);
+        return st;
+    }
+
+    rg_progress prog;
+    int mode = o->progress == 0 ? (isatty(fileno(r.log)) ? 1 : 2) : o->progress == 3 ? 0 : o->progress;
+    rg_progress_init(&prog, r.log, mode, r.total_steps);
+    const int64_t T = c->ctx, R = r.rows_per_step;
+    const double t_start = now_s(), elapsed0 = meta.elapsed_s;
+    const int64_t iter0 = meta.iter;
+    bool saved_last = false;
+    while (meta.iter < r.total_steps) {
+        double t0 = now_s();
+        // This step's rows and their target count (the loss is normalised by the whole step's).
+        int64_t targets = 0, epoch = 0;
+        for (int64_t j = 0; j < R; j++) {
+            int64_t row = meta.iter * R + j;
+            epoch = row / r.n_train_rows;
+            rg_dataset_row(r.data, 0, epoch, row % r.n_train_rows, r.ids + j * T, r.labels + j * T, r.pos + j * T,
+                           r.seg + j * T);
+            for (int64_t i = 0; i < T; i++) targets += r.labels[j * T + i] != -100;
+        }
+        rg_step_record rec = {.iter = meta.iter + 1, .epoch = epoch, .tokens = R * T, .targets = targets, .eval_loss = NAN};
+        double loss = 0.0;
+        bool bad = false;
+        for (int64_t j = 0; j < R && targets > 0; j++) {
+            double l = 0;
+            st = rg_train_state_micro(s, r.ids + j * T, r.labels + j * T, r.pos + j * T, r.seg + j * T,
+                                      1.0 / (double)targets, &l, err);
+            if (st == RG_ERR_NONFINITE) {
+                bad = true;
+                rg_train_state_discard(s);
+                break;
+            }
+            if (st) goto fail;
+            loss += l;
+        }
+        if (targets == 0) fprintf(r.log, "\nwarning: step %lld has no target tokens; nothing to learn\n", (long long)rec.iter);
+        bool skipped = bad;
+        if (!bad) {
+            if ((st = rg_train_state_step(s, &rec.grad_norm, &rec.lr, &skipped, err))) goto fail;
+        } else {
+            rec.grad_norm = NAN;
+            rec.lr = s->lr * rg_schedule_factor((int)c->schedule, s->t, c->warmup_steps, r.total_steps);
+        }
+        rec.loss = bad ? NAN : loss;
+        rec.skipped = skipped;
+        meta.iter++;
+        meta.t = s->t;
+        meta.tokens_seen += R * T;
+        if (skipped) {
+            meta.n_skipped++, meta.skipped_in_row++;
+            if (!c->skip_nonfinite) {
+                st = rg_fail(err, RG_ERR_NONFINITE, "train: step %lld: the %s is not finite (training.skip_nonfinite=false)",
+                             (long long)rec.iter, bad ? "loss" : "gradient norm");
+                goto fail;
+            }
+            if (meta.skipped_in_row > c->max_skipped) {
+                st = rg_fail(err, RG_ERR_NONFINITE,
+                             "train: %lld steps in a row had a NaN or Inf loss or gradient (training.max_skipped=%lld); "
+                             "lower training.lr or check the data",
+                             (long long)meta.skipped_in_row, (long long)c->max_skipped);
+                goto fail;
+            }
+        } else {
+            meta.skipped_in_row = 0;
+            if (isnan(sum->first_loss)) sum->first_loss = loss;
+            sum->last_loss = loss;
+        }
+        bool last = meta.iter == r.total_steps;
+        if ((c->eval_every > 0 && meta.iter % c->eval_every == 0) || last) {
+            if ((st = eval_loss(&r, &rec.eval_loss, err))) goto fail;
+            if (isfinite(rec.eval_loss)) sum->eval_loss = rec.eval_loss;
+        }
+        double t1 = now_s();
+        rec.tokens_per_s = (double)(R * T) / (t1 - t0);
+        meta.elapsed_s = elapsed0 + (t1 - t_start);
+        rec.elapsed_s = meta.elapsed_s;
+        rec.t = meta.t;
+        rec.rss_mib = rg_rss_mib();
+        rg_step_record_write(jl, &rec);
+        fflush(jl);
+        double per_step = (t1 - t_start) / (double)(meta.iter - iter0);
+        rg_progress_step(&prog, &rec, per_step * (double)(r.total_steps - meta.iter));
+        saved_last = false;
+        if ((c->save_every > 0 && meta.iter % c->save_every == 0) || last) {
+            fsync(fileno(jl));
+            if ((st = rg_checkpoint_save(s, &meta, o->out_dir, KEEP_CHECKPOINTS, err))) goto fail;
+            write_plot(&r);
+            saved_last = true;
+        }
+    }
+    rg_progress_end(&prog);
+    fclose(jl);
+    jl = NULL;
+    if (!saved_last && meta.iter > 0 && (st = rg_checkpoint_save(s, &meta, o->out_dir, KEEP_CHECKPOINTS, err))) goto fail_closed;
+    char result[4200];
+    if (c->method == RG_TRAIN_LORA) {
+        snprintf(result, sizeof result, "%s/adapter.gguf", o->out_dir);
+        st = rg_lora_save(s->lora, r.model, result, err);
+    } else {
+        snprintf(result, sizeof result, "%s/model.gguf", o->out_dir);
+        st = save_model(s, result, err);
+    }
+    if (st) goto fail_closed;
+    write_plot(&r);
+    sum->steps = meta.iter;
+    sum->skipped = meta.n_skipped;
+    sum->tokens = meta.tokens_seen;
+    sum->seconds = meta.elapsed_s;
+    double this_run = now_s() - t_start;
+    sum->tokens_per_s = this_run > 0 ? (double)((meta.iter - iter0) * R * T) / this_run : 0;
+    sum->peak_rss_mib = rg_peak_rss_mib();
+    if ((st = write_report(&r, sum, &mem, result, err))) goto fail_closed;
+    fprintf(r.log, "done: %lld steps (%lld skipped), loss %.4f -> %.4f%s, %.0f tokens/s; wrote %s, %s, %s/train.jsonl\n",
+            (long long)sum->steps, (long long)sum->skipped, sum->first_loss, sum->last_loss,
+            isfinite(sum->eval_loss) ? "" : "", sum->tokens_per_s, result, r.plot_path, o->out_dir);
+    if (isfinite(sum->eval_loss)) fprintf(r.log, "eval loss: %.4f\n", sum->eval_loss);
+    run_free(&r);
+    return RG_OK;
+fail:
+    rg_progress_end(&prog);
+    if (jl) fclose(jl);
+fail_closed:
+    run_free(&r);
+    return st;
+}
