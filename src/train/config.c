@@ -1,0 +1,949 @@
+// config.c - the training settings: one table row per key (name, type, field,
+// default, range, help) and everything driven by it: parsing a value from
+// text, checking ranges, --help, writing the effective config as YAML,
+// diffing two configs, and reading a YAML file with libyaml's event API.
+#include "train/config.h"
+
+#include "base/error.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#ifdef RG_HAVE_YAML
+#include <yaml.h>
+#endif
+
+#define KEY_MAX 128    // longest dotted key the loader composes
+#define VALUE_MAX 512  // longest value text accepted
+
+typedef enum { K_BOOL, K_INT, K_U64, K_NUM, K_CHOICE, K_TARGETS } key_kind;
+
+typedef struct choice {
+    const char *name;
+    int32_t value;
+} choice;
+
+typedef struct key_def {
+    const char *name;
+    key_kind kind;
+    size_t offset;
+    const char *def;        // the default, as text set() reads
+    const char *def_shown;  // in --help, when it says more than def
+    const choice *choices;  // K_CHOICE: ends with a NULL name
+    double lo, hi;          // K_INT / K_NUM range (hi = INFINITY: none)
+    bool lo_open, hi_open;  // exclusive bounds
+    bool auto_zero;         // "auto" reads as 0 and 0 prints as "auto"
+    const char *help;
+} key_def;
+
+// Choice fields are C enums or uint32_t; both are stored as 4 bytes.
+_Static_assert(sizeof(rg_train_method) == 4 && sizeof(rg_optim_kind) == 4 && sizeof(rg_sched_kind) == 4 &&
+                   sizeof(rg_train_on) == 4 && sizeof(rg_overlong) == 4,
+               "choice fields are stored as 4-byte integers");
+
+static const choice method_choices[] = {{"full", RG_TRAIN_FULL}, {"lora", RG_TRAIN_LORA}, {NULL, 0}};
+static const choice optim_choices[] = {{"adamw", RG_OPTIM_ADAMW}, {"sgd", RG_OPTIM_SGD}, {NULL, 0}};
+static const choice sched_choices[] = {
+    {"constant", RG_SCHED_CONSTANT}, {"linear", RG_SCHED_LINEAR}, {"cosine", RG_SCHED_COSINE}, {NULL, 0}};
+static const choice dtype_choices[] = {
+    {"f32", RG_TYPE_F32}, {"f16", RG_TYPE_F16}, {"bf16", RG_TYPE_BF16}, {NULL, 0}};
+static const choice train_on_choices[] = {
+    {"all", RG_TRAIN_ON_ALL}, {"assistant", RG_TRAIN_ON_ASSISTANT}, {"completion", RG_TRAIN_ON_COMPLETION}, {NULL, 0}};
+static const choice overlong_choices[] = {
+    {"truncate", RG_OVERLONG_TRUNCATE}, {"drop", RG_OVERLONG_DROP}, {"error", RG_OVERLONG_ERROR}, {NULL, 0}};
+
+// LoRA targets: the seven bits in order, then the group words.
+static const choice target_names[] = {
+    {"q", RG_LORA_Q},       {"k", RG_LORA_K},   {"v", RG_LORA_V},       {"o", RG_LORA_O},
+    {"gate", RG_LORA_GATE}, {"up", RG_LORA_UP}, {"down", RG_LORA_DOWN}, {"attn", RG_LORA_Q | RG_LORA_K | RG_LORA_V | RG_LORA_O},
+    {"mlp", RG_LORA_GATE | RG_LORA_UP | RG_LORA_DOWN}, {"all", (int32_t)RG_LORA_ALL}, {NULL, 0}};
+#define N_TARGET_BITS 7
+
+#define OFF(f) offsetof(rg_train_config, f)
+#define INTK(key, f, d, l, h, text) \
+    {.name = key, .kind = K_INT, .offset = OFF(f), .def = d, .lo = l, .hi = h, .help = text}
+#define NUMK(key, f, d, l, lopen, h, hopen, text) \
+    {.name = key, .kind = K_NUM, .offset = OFF(f), .def = d, .lo = l, .lo_open = lopen, .hi = h, .hi_open = hopen, .help = text}
+#define BOOLK(key, f, d, text) {.name = key, .kind = K_BOOL, .offset = OFF(f), .def = d, .help = text}
+#define CHOICEK(key, f, d, ch, text) \
+    {.name = key, .kind = K_CHOICE, .offset = OFF(f), .def = d, .choices = ch, .help = text}
+
+static const key_def keys[] = {
+    CHOICEK("training.method", method, "lora", method_choices,
+            "lora: train a low-rank adapter, the model stays frozen; full: train every weight in place"),
+    CHOICEK("training.optimizer", optimizer, "adamw", optim_choices, "AdamW (decoupled decay) or SGD (L2 decay, momentum)"),
+    {.name = "training.lr", .kind = K_NUM, .offset = OFF(lr), .def = "auto", .def_shown = "auto (2e-4 lora, 5e-5 full)",
+     .lo = 0, .hi = 10, .auto_zero = true, .help = "peak learning rate; 0 or auto picks by training.method"},
+    CHOICEK("training.schedule", schedule, "linear", sched_choices,
+            "learning-rate multiplier after warmup: flat, linear to 0, or half a cosine to 0"),
+    INTK("training.warmup_steps", warmup_steps, "0", 0, INFINITY, "optimizer steps of linear warmup from lr 0"),
+    INTK("training.steps", steps, "0", 0, INFINITY, "optimizer steps to run; 0 = from training.epochs"),
+    NUMK("training.epochs", epochs, "1", 0, false, 1e6, false, "passes over the data when training.steps is 0"),
+    INTK("training.batch_size", batch_size, "1", 1, INFINITY, "sequences per micro-batch"),
+    INTK("training.grad_accum", grad_accum, "1", 1, INFINITY, "micro-batches summed into one optimizer step"),
+    INTK("training.ctx", ctx, "512", 8, 16777216, "tokens per sequence"),
+    NUMK("training.weight_decay", weight_decay, "0", 0, false, 10, false,
+         "decay of matrices and embeddings (AdamW: decoupled; SGD: L2)"),
+    NUMK("training.beta1", beta1, "0.9", 0, false, 1, true, "AdamW first-moment decay"),
+    NUMK("training.beta2", beta2, "0.999", 0, false, 1, true, "AdamW second-moment decay"),
+    NUMK("training.eps", eps, "1e-8", 0, true, 1, false, "AdamW epsilon, added to sqrt(v) after bias correction"),
+    NUMK("training.momentum", momentum, "0", 0, false, 1, true, "SGD momentum (0 = plain SGD)"),
+    NUMK("training.clip_grad_norm", clip_grad_norm, "1", 0, false, INFINITY, false,
+         "clip the global gradient L2 norm to this; 0 = off"),
+    {.name = "training.seed", .kind = K_U64, .offset = OFF(seed), .def = "42",
+     .help = "seed of the data order, the eval split, LoRA init and stochastic rounding"},
+    BOOLK("training.master_weights", master_weights, "false", "keep F32 master copies of F16/BF16 weights"),
+    CHOICEK("training.checkpoint_dtype", checkpoint_dtype, "f32", dtype_choices,
+            "type of activations kept for recompute"),
+    INTK("training.save_every", save_every, "100", 0, INFINITY, "checkpoint every N optimizer steps; 0 = only at the end"),
+    INTK("training.eval_every", eval_every, "50", 0, INFINITY, "evaluate every N optimizer steps; 0 = only at the end"),
+    NUMK("training.eval_split", eval_split, "0.05", 0, false, 0.5, false, "fraction of the data held out for evaluation"),
+    INTK("training.threads", threads, "0", 0, 1024, "CPU threads; 0 = all cores"),
+    BOOLK("training.skip_nonfinite", skip_nonfinite, "true", "skip a step whose loss or gradients hold NaN/Inf"),
+    INTK("training.max_skipped", max_skipped, "10", 1, INFINITY, "stop with an error after this many skipped steps in a row"),
+    NUMK("training.memory_limit_gb", memory_limit_gb, "0", 0, false, INFINITY, false,
+         "refuse a plan whose peak exceeds this (GiB); 0 = physical RAM"),
+    INTK("lora.rank", lora_rank, "16", 1, 65536, "rank r of each adapter"),
+    NUMK("lora.alpha", lora_alpha, "32", 0, true, INFINITY, false, "adapter scale is alpha / rank"),
+    {.name = "lora.targets", .kind = K_TARGETS, .offset = OFF(lora_targets), .def = "all",
+     .def_shown = "all",
+     .help = "projections that get an adapter: q,k,v,o,gate,up,down, attn (q,k,v,o), mlp (gate,up,down), all; "
+             "written q,v or [q, v] or as a YAML list"},
+    CHOICEK("data.train_on", train_on, "assistant", train_on_choices,
+            "tokens that carry loss: all, assistant turns of chats, or completions"),
+    BOOLK("data.pack", pack, "true", "pack several examples into one sequence"),
+    CHOICEK("data.overlong", overlong, "truncate", overlong_choices, "an example longer than training.ctx"),
+};
+#define N_KEYS (sizeof keys / sizeof keys[0])
+
+// ------------------------------------------------------------- helpers ---
+
+static const key_def *find_key(const char *name) {
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (strcmp(keys[i].name, name) == 0) return &keys[i];
+    return NULL;
+}
+
+static int32_t get_i32(const rg_train_config *c, const key_def *k) {
+    int32_t v;
+    memcpy(&v, (const char *)c + k->offset, sizeof v);
+    return v;
+}
+
+static size_t field_size(const key_def *k) {
+    switch (k->kind) {
+    case K_BOOL: return sizeof(bool);
+    case K_INT: return sizeof(int64_t);
+    case K_U64: return sizeof(uint64_t);
+    case K_NUM: return sizeof(double);
+    case K_CHOICE: return sizeof(int32_t);
+    case K_TARGETS: return sizeof(uint32_t);
+    }
+    return 0;
+}
+
+// The shortest %g text that reads back to the same double.
+static void format_double(char *buf, size_t cap, double v) {
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(buf, cap, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) return;
+    }
+}
+
+// "[0, 1)", "[8, 16777216]", or ">= 1" / "> 0" when there is no upper bound.
+static void format_range(char *buf, size_t cap, const key_def *k) {
+    char lo[32], hi[32];
+    format_double(lo, sizeof lo, k->lo);
+    format_double(hi, sizeof hi, k->hi);
+    if (isinf(k->hi))
+        snprintf(buf, cap, "%s %s", k->lo_open ? ">" : ">=", lo);
+    else
+        snprintf(buf, cap, "%s%s, %s%s", k->lo_open ? "(" : "[", lo, hi, k->hi_open ? ")" : "]");
+}
+
+static bool in_range(const key_def *k, double v) {
+    if (k->lo_open ? !(v > k->lo) : !(v >= k->lo)) return false;
+    if (k->hi_open ? !(v < k->hi) : !(v <= k->hi)) return false;
+    return true;
+}
+
+static void format_choices(char *buf, size_t cap, const choice *ch) {
+    size_t n = 0;
+    buf[0] = 0;
+    for (; ch->name; ch++) {
+        int w = snprintf(buf + n, cap - n, "%s%s", n ? "|" : "", ch->name);
+        if (w < 0 || (size_t)w >= cap - n) return;
+        n += (size_t)w;
+    }
+}
+
+// q,k,v,... with `sep` between names; the bits in table order.
+static void format_targets(char *buf, size_t cap, uint32_t bits, const char *sep) {
+    size_t n = 0;
+    buf[0] = 0;
+    for (int i = 0; i < N_TARGET_BITS; i++) {
+        if (!(bits & (uint32_t)target_names[i].value)) continue;
+        int w = snprintf(buf + n, cap - n, "%s%s", n ? sep : "", target_names[i].name);
+        if (w < 0 || (size_t)w >= cap - n) return;
+        n += (size_t)w;
+    }
+}
+
+// Levenshtein distance of two short strings, ignoring case (longer ones count as far apart).
+static size_t edit_distance(const char *a, const char *b) {
+    size_t na = strlen(a), nb = strlen(b);
+    if (na > 64 || nb > 64) return SIZE_MAX;
+    size_t prev[65], cur[65];
+    for (size_t j = 0; j <= nb; j++) prev[j] = j;
+    for (size_t i = 1; i <= na; i++) {
+        cur[0] = i;
+        for (size_t j = 1; j <= nb; j++) {
+            size_t sub = prev[j - 1] + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
+            size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
+            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+        memcpy(prev, cur, (nb + 1) * sizeof prev[0]);
+    }
+    return prev[nb];
+}
+
+static const char *leaf_of(const char *key) {
+    const char *dot = strrchr(key, '.');
+    return dot ? dot + 1 : key;
+}
+
+// The nearest key when it is close: a small edit distance (a quarter of the
+// length, at least 2), the one key that starts with it ("training.warmup"), or
+// the same last component in another section ("lr", "training.rank").
+static const char *suggest_key(const char *key) {
+    const char *best = NULL;
+    size_t best_d = SIZE_MAX;
+    for (size_t i = 0; i < N_KEYS; i++) {
+        size_t d = edit_distance(key, keys[i].name);
+        if (d < best_d) best_d = d, best = keys[i].name;
+    }
+    size_t len = strlen(key), limit = len / 4 > 2 ? len / 4 : 2;
+    if (best && best_d <= limit) return best;
+    const char *prefixed = NULL;
+    int n_prefixed = 0;
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (strncmp(keys[i].name, key, len) == 0) prefixed = keys[i].name, n_prefixed++;
+    if (n_prefixed == 1 && strchr(key, '.')) return prefixed;
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (strcasecmp(leaf_of(key), leaf_of(keys[i].name)) == 0) return keys[i].name;
+    return NULL;
+}
+
+static rg_status fail_unknown_key(const char *key, const char *where, rg_error *err) {
+    const char *s = suggest_key(key);
+    if (s) return rg_fail(err, RG_ERR_ARG, "unknown key '%.200s' (%s); did you mean '%s'?", key, where, s);
+    return rg_fail(err, RG_ERR_ARG, "unknown key '%.200s' (%s); `retrograd train --help` lists the keys", key, where);
+}
+
+// --------------------------------------------------------- value parsing ---
+
+static bool parse_bool(const char *s, bool *out) {
+    static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no", "off", "0"};
+    for (int i = 0; i < 4; i++) {
+        if (strcasecmp(s, yes[i]) == 0) return *out = true, true;
+        if (strcasecmp(s, no[i]) == 0) return *out = false, true;
+    }
+    return false;
+}
+
+// Whole-string strtod; false on junk. The result may be NaN/Inf.
+static bool parse_double_text(const char *s, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end) return false;
+    *out = v;
+    return true;
+}
+
+// Only digits, signs, '.' and exponents: what an integer written as "1e3" uses.
+static bool is_decimal(const char *s) { return s[strspn(s, "0123456789+-.eE")] == 0; }
+
+// Returns NULL on success, else why the text is not a signed 64-bit integer.
+static const char *parse_int(const char *s, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end != s && !*end) {
+        if (errno == ERANGE) return "is out of range for a 64-bit integer";
+        *out = (int64_t)v;
+        return NULL;
+    }
+    double d;  // "1e3", "2.0": allowed when exactly an integer (decimal only, not "0x10")
+    if (!is_decimal(s) || !parse_double_text(s, &d) || !isfinite(d) || d != floor(d)) return "is not an integer";
+    if (d < -9223372036854775808.0 || d >= 9223372036854775808.0) return "is out of range for a 64-bit integer";
+    *out = (int64_t)d;
+    return NULL;
+}
+
+static const char *parse_u64(const char *s, uint64_t *out) {
+    if (s[0] == '-') return "is not an unsigned integer";
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end != s && !*end) {
+        if (errno == ERANGE) return "is out of range for an unsigned 64-bit integer";
+        *out = (uint64_t)v;
+        return NULL;
+    }
+    double d;
+    if (!is_decimal(s) || !parse_double_text(s, &d) || !isfinite(d) || d != floor(d) || d < 0) return "is not an unsigned integer";
+    if (d >= 18446744073709551616.0) return "is out of range for an unsigned 64-bit integer";
+    *out = (uint64_t)d;
+    return NULL;
+}
+
+static const char *skip_space(const char *s) {
+    while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r') s++;
+    return s;
+}
+
+// Copies s without surrounding white space into buf; false when it does not fit.
+static bool trim_copy(char *buf, size_t cap, const char *s) {
+    s = skip_space(s);
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\n' || s[n - 1] == '\r')) n--;
+    if (n >= cap) return false;
+    memcpy(buf, s, n);
+    buf[n] = 0;
+    return true;
+}
+
+// "q, v", "[q,v]", "attn,mlp": the union of the named bits.
+static rg_status parse_targets(const key_def *k, const char *text, const char *where, uint32_t *out, rg_error *err) {
+    char buf[VALUE_MAX];
+    snprintf(buf, sizeof buf, "%s", text);
+    char *s = buf;
+    size_t n = strlen(s);
+    if (n >= 2 && s[0] == '[' && s[n - 1] == ']') s[n - 1] = 0, s++;
+    uint32_t bits = 0;
+    int items = 0;
+    for (char *item = s;; items++) {
+        char *comma = strchr(item, ',');
+        if (comma) *comma = 0;
+        char word[64];
+        if (!trim_copy(word, sizeof word, item))
+            return rg_fail(err, RG_ERR_ARG, "%s: '%.40s...' is not a target (%s)", k->name, skip_space(item), where);
+        if (!word[0]) {
+            if (!comma && items == 0)
+                return rg_fail(err, RG_ERR_ARG, "%s: '%.80s' is an empty list; name at least one of "
+                               "q|k|v|o|gate|up|down|attn|mlp|all (%s)", k->name, text, where);
+            return rg_fail(err, RG_ERR_ARG, "%s: '%.80s' has an empty item (%s)", k->name, text, where);
+        }
+        const choice *ch = target_names;
+        while (ch->name && strcasecmp(ch->name, word) != 0) ch++;
+        if (!ch->name)
+            return rg_fail(err, RG_ERR_ARG, "%s: '%s' is not a target; expected a list of "
+                           "q|k|v|o|gate|up|down|attn|mlp|all (%s)", k->name, word, where);
+        bits |= (uint32_t)ch->value;
+        if (!comma) break;
+        item = comma + 1;
+    }
+    *out = bits;
+    return RG_OK;
+}
+
+// ------------------------------------------------------------ the API ---
+
+rg_status rg_train_config_set(rg_train_config *c, const char *key, const char *value, const char *where,
+                              rg_error *err) {
+    if (!where) where = "--set";
+    if (!key || !key[0]) return rg_fail(err, RG_ERR_ARG, "empty key (%s)", where);
+    const key_def *k = find_key(key);
+    if (!k) return fail_unknown_key(key, where, err);
+    char text[VALUE_MAX];
+    if (!trim_copy(text, sizeof text, value ? value : ""))
+        return rg_fail(err, RG_ERR_ARG, "%s: value '%.40s...' is too long (%s)", k->name, skip_space(value), where);
+    if (!text[0]) return rg_fail(err, RG_ERR_ARG, "%s: empty value (%s)", k->name, where);
+
+    char *field = (char *)c + k->offset;
+    char range[80];
+    switch (k->kind) {
+    case K_BOOL: {
+        bool b;
+        if (!parse_bool(text, &b))
+            return rg_fail(err, RG_ERR_ARG, "%s: '%.80s' is not a boolean; expected true|false|yes|no|on|off|1|0 (%s)",
+                           k->name, text, where);
+        memcpy(field, &b, sizeof b);
+        return RG_OK;
+    }
+    case K_INT: {
+        int64_t v;
+        const char *why = parse_int(text, &v);
+        if (why) return rg_fail(err, RG_ERR_ARG, "%s: '%.80s' %s (%s)", k->name, text, why, where);
+        if (!in_range(k, (double)v)) {
+            format_range(range, sizeof range, k);
+            return rg_fail(err, RG_ERR_ARG, "%s: %.80s is out of range %s (%s)", k->name, text, range, where);
+        }
+        memcpy(field, &v, sizeof v);
+        return RG_OK;
+    }
+    case K_U64: {
+        uint64_t v;
+        const char *why = parse_u64(text, &v);
+        if (why) return rg_fail(err, RG_ERR_ARG, "%s: '%.80s' %s (%s)", k->name, text, why, where);
+        memcpy(field, &v, sizeof v);
+        return RG_OK;
+    }
+    case K_NUM: {
+        double v;
+        if (k->auto_zero && strcasecmp(text, "auto") == 0) {
+            v = 0;
+        } else {
+            if (!parse_double_text(text, &v))
+                return rg_fail(err, RG_ERR_ARG, "%s: '%.80s' is not a number%s (%s)", k->name, text,
+                               k->auto_zero ? " or auto" : "", where);
+            if (!isfinite(v))
+                return rg_fail(err, RG_ERR_ARG, "%s: '%.80s' is not a finite number (%s)", k->name, text, where);
+            if (!in_range(k, v)) {
+                format_range(range, sizeof range, k);
+                return rg_fail(err, RG_ERR_ARG, "%s: %.80s is out of range %s (%s)", k->name, text, range, where);
+            }
+        }
+        memcpy(field, &v, sizeof v);
+        return RG_OK;
+    }
+    case K_CHOICE: {
+        const choice *ch = k->choices;
+        while (ch->name && strcasecmp(ch->name, text) != 0) ch++;
+        if (!ch->name) {
+            char list[128];
+            format_choices(list, sizeof list, k->choices);
+            return rg_fail(err, RG_ERR_ARG, "%s: '%.80s' is not one of %s (%s)", k->name, text, list, where);
+        }
+        memcpy(field, &ch->value, sizeof ch->value);
+        return RG_OK;
+    }
+    case K_TARGETS: {
+        uint32_t bits = 0;
+        rg_status st = parse_targets(k, text, where, &bits, err);
+        if (st != RG_OK) return st;
+        memcpy(field, &bits, sizeof bits);
+        return RG_OK;
+    }
+    }
+    return rg_fail(err, RG_ERR_ARG, "%s: internal: unknown key kind", k->name);
+}
+
+rg_status rg_train_config_set_kv(rg_train_config *c, const char *kv, rg_error *err) {
+    const char *eq = kv ? strchr(kv, '=') : NULL;
+    if (!eq) return rg_fail(err, RG_ERR_ARG, "--set '%.200s': expected key=value", kv ? kv : "");
+    char key[KEY_MAX + 1], raw[KEY_MAX + 1];
+    size_t n = (size_t)(eq - kv);
+    if (n > KEY_MAX) return rg_fail(err, RG_ERR_ARG, "--set '%.60s...': the key is too long", kv);
+    memcpy(raw, kv, n);
+    raw[n] = 0;
+    trim_copy(key, sizeof key, raw);
+    if (!key[0]) return rg_fail(err, RG_ERR_ARG, "--set '%.200s': the key before '=' is empty", kv);
+    return rg_train_config_set(c, key, eq + 1, "--set", err);
+}
+
+void rg_train_config_defaults(rg_train_config *c) {
+    memset(c, 0, sizeof *c);
+    for (size_t i = 0; i < N_KEYS; i++) {
+        rg_error err;
+        if (rg_train_config_set(c, keys[i].name, keys[i].def, "default", &err) != RG_OK) {
+            fprintf(stderr, "retrograd: internal error: bad default in the key table: %s\n", err.msg);
+            abort();
+        }
+    }
+}
+
+double rg_train_config_lr(const rg_train_config *c) {
+    if (c->lr > 0) return c->lr;
+    return c->method == RG_TRAIN_LORA ? 2e-4 : 5e-5;
+}
+
+// The value as text; `list_sep` separates target names.
+static bool format_value(const rg_train_config *c, const key_def *k, char *buf, size_t cap, const char *list_sep) {
+    if (cap == 0) return false;
+    const char *field = (const char *)c + k->offset;
+    char tmp[VALUE_MAX];
+    switch (k->kind) {
+    case K_BOOL: {
+        bool b;
+        memcpy(&b, field, sizeof b);
+        snprintf(tmp, sizeof tmp, "%s", b ? "true" : "false");
+        break;
+    }
+    case K_INT: {
+        int64_t v;
+        memcpy(&v, field, sizeof v);
+        snprintf(tmp, sizeof tmp, "%" PRId64, v);
+        break;
+    }
+    case K_U64: {
+        uint64_t v;
+        memcpy(&v, field, sizeof v);
+        snprintf(tmp, sizeof tmp, "%" PRIu64, v);
+        break;
+    }
+    case K_NUM: {
+        double v;
+        memcpy(&v, field, sizeof v);
+        if (k->auto_zero && v == 0 && !signbit(v))
+            snprintf(tmp, sizeof tmp, "auto");
+        else
+            format_double(tmp, sizeof tmp, v);
+        break;
+    }
+    case K_CHOICE: {
+        int32_t v = get_i32(c, k);
+        const choice *ch = k->choices;
+        while (ch->name && ch->value != v) ch++;
+        if (ch->name)
+            snprintf(tmp, sizeof tmp, "%s", ch->name);
+        else
+            snprintf(tmp, sizeof tmp, "%" PRId32, v);  // out of the enum: shown, refused by validate
+        break;
+    }
+    case K_TARGETS: {
+        uint32_t v;
+        memcpy(&v, field, sizeof v);
+        format_targets(tmp, sizeof tmp, v, list_sep);
+        break;
+    }
+    }
+    int w = snprintf(buf, cap, "%s", tmp);
+    return w >= 0 && (size_t)w < cap;
+}
+
+bool rg_train_config_get(const rg_train_config *c, const char *key, char *buf, size_t cap) {
+    const key_def *k = key ? find_key(key) : NULL;
+    if (!k) {
+        if (cap) buf[0] = 0;
+        return false;
+    }
+    return format_value(c, k, buf, cap, ",");
+}
+
+void rg_train_config_write(const rg_train_config *c, FILE *f) {
+    for (size_t i = 0; i < N_KEYS; i++) {
+        char v[VALUE_MAX];
+        format_value(c, &keys[i], v, sizeof v, ", ");
+        if (keys[i].kind == K_TARGETS)
+            fprintf(f, "%s: [%s]\n", keys[i].name, v);
+        else
+            fprintf(f, "%s: %s\n", keys[i].name, v);
+    }
+}
+
+int rg_train_config_diff(const rg_train_config *a, const rg_train_config *b, char *buf, size_t cap) {
+    int count = 0;
+    size_t n = 0;
+    bool cut = false;
+    if (cap) buf[0] = 0;
+    for (size_t i = 0; i < N_KEYS; i++) {
+        const key_def *k = &keys[i];
+        if (memcmp((const char *)a + k->offset, (const char *)b + k->offset, field_size(k)) == 0) continue;
+        count++;
+        if (cut || cap == 0) continue;
+        int w = snprintf(buf + n, cap - n, "%s%s", count > 1 ? ", " : "", k->name);
+        if (w >= 0 && (size_t)w < cap - n) {
+            n += (size_t)w;
+            continue;
+        }
+        // Does not fit: end with "..." (over the last names when there is no room).
+        cut = true;
+        if (cap >= 4) memcpy(buf + (n + 3 < cap ? n : cap - 4), "...", 4);
+    }
+    return count;
+}
+
+static void type_text(const key_def *k, char *buf, size_t cap) {
+    char range[80];
+    switch (k->kind) {
+    case K_BOOL: snprintf(buf, cap, "bool"); return;
+    case K_INT: format_range(range, sizeof range, k); snprintf(buf, cap, "integer %s", range); return;
+    case K_U64: snprintf(buf, cap, "integer >= 0"); return;
+    case K_NUM:
+        format_range(range, sizeof range, k);
+        snprintf(buf, cap, "%snumber %s", k->auto_zero ? "auto or " : "", range);
+        return;
+    case K_CHOICE: format_choices(buf, cap, k->choices); return;
+    case K_TARGETS: snprintf(buf, cap, "list of projections"); return;
+    }
+}
+
+void rg_train_config_print_help(FILE *f) {
+    fprintf(f, "Training keys: in a YAML file (--config FILE.yaml; nested sections or dotted keys)\n"
+               "or on the command line (--set key=value; later ones win, the command line after the file).\n");
+    size_t prev_len = 0;
+    const char *prev = "";
+    for (size_t i = 0; i < N_KEYS; i++) {
+        const key_def *k = &keys[i];
+        size_t sec_len = (size_t)(strchr(k->name, '.') - k->name);
+        if (sec_len != prev_len || strncmp(prev, k->name, sec_len) != 0)
+            fprintf(f, "\n%.*s:\n", (int)sec_len, k->name);
+        prev = k->name, prev_len = sec_len;
+        char type[160];
+        type_text(k, type, sizeof type);
+        fprintf(f, "  %-26s %-28s default %s\n      %s\n", k->name, type, k->def_shown ? k->def_shown : k->def,
+                k->help);
+    }
+}
+
+rg_status rg_train_config_validate(const rg_train_config *c, rg_error *err) {
+    char range[80];
+    for (size_t i = 0; i < N_KEYS; i++) {
+        const key_def *k = &keys[i];
+        const char *field = (const char *)c + k->offset;
+        switch (k->kind) {
+        case K_BOOL:
+        case K_U64: break;
+        case K_INT: {
+            int64_t v;
+            memcpy(&v, field, sizeof v);
+            if (!in_range(k, (double)v)) {
+                format_range(range, sizeof range, k);
+                return rg_fail(err, RG_ERR_ARG, "%s: %" PRId64 " is out of range %s", k->name, v, range);
+            }
+            break;
+        }
+        case K_NUM: {
+            double v;
+            memcpy(&v, field, sizeof v);
+            if (!isfinite(v) || !in_range(k, v)) {
+                format_range(range, sizeof range, k);
+                return rg_fail(err, RG_ERR_ARG, "%s: %g is out of range %s", k->name, v, range);
+            }
+            break;
+        }
+        case K_CHOICE: {
+            int32_t v = get_i32(c, k);
+            const choice *ch = k->choices;
+            while (ch->name && ch->value != v) ch++;
+            if (!ch->name) {
+                char list[128];
+                format_choices(list, sizeof list, k->choices);
+                return rg_fail(err, RG_ERR_ARG, "%s: %" PRId32 " is not one of %s", k->name, v, list);
+            }
+            break;
+        }
+        case K_TARGETS: {
+            uint32_t v;
+            memcpy(&v, field, sizeof v);
+            if (v == 0 || (v & ~RG_LORA_ALL))
+                return rg_fail(err, RG_ERR_ARG, "%s: 0x%" PRIx32 " is not a non-empty set of q,k,v,o,gate,up,down",
+                               k->name, v);
+            break;
+        }
+        }
+    }
+    if (c->steps > 0 && c->warmup_steps > c->steps)
+        return rg_fail(err, RG_ERR_ARG, "training.warmup_steps (%" PRId64 ") is more than training.steps (%" PRId64 ")",
+                       c->warmup_steps, c->steps);
+    if (c->steps == 0 && !(c->epochs > 0))
+        return rg_fail(err, RG_ERR_ARG, "training.epochs is %g and training.steps is 0: set one of them above 0",
+                       c->epochs);
+    return RG_OK;
+}
+
+// ------------------------------------------------------------ YAML file ---
+
+#ifdef RG_HAVE_YAML
+
+typedef struct seen_key {
+    char key[KEY_MAX];
+    size_t line;
+} seen_key;
+
+typedef struct yaml_load {
+    const char *path;
+    rg_train_config cfg;  // filled here, copied out only when the whole file is good
+    yaml_parser_t parser;
+    seen_key *seen;
+    size_t n_seen, cap_seen;
+    rg_error *err;
+} yaml_load;
+
+#define YAML_MAX_DEPTH 16
+#define YAML_MAX_KEYS 4096
+
+static size_t line_of(const yaml_event_t *ev) { return ev->start_mark.line + 1; }
+
+// The next event, refusing aliases, anchors and tags.
+static rg_status next_event(yaml_load *L, yaml_event_t *ev) {
+    if (!yaml_parser_parse(&L->parser, ev)) {
+        yaml_parser_t *p = &L->parser;
+        if (p->error == YAML_MEMORY_ERROR) return rg_fail(L->err, RG_ERR_NOMEM, "%s: out of memory reading YAML", L->path);
+        if (p->error == YAML_READER_ERROR)
+            return rg_fail(L->err, RG_ERR_FORMAT, "%s: cannot read YAML: %s at byte %zu", L->path,
+                           p->problem ? p->problem : "error", p->problem_offset);
+        return rg_fail(L->err, RG_ERR_FORMAT, "%s:%zu: YAML syntax error: %s (column %zu%s%s)", L->path,
+                       p->problem_mark.line + 1, p->problem ? p->problem : "error", p->problem_mark.column + 1,
+                       p->context ? ", " : "", p->context ? p->context : "");
+    }
+    const char *anchor = NULL, *tag = NULL;
+    switch (ev->type) {
+    case YAML_ALIAS_EVENT: {
+        anchor = (const char *)ev->data.alias.anchor;
+        rg_status st = rg_fail(L->err, RG_ERR_UNSUPPORTED, "%s:%zu: YAML aliases (*%.60s) are not supported; "
+                               "write the value", L->path, line_of(ev), anchor ? anchor : "");
+        yaml_event_delete(ev);
+        return st;
+    }
+    case YAML_SCALAR_EVENT:
+        anchor = (const char *)ev->data.scalar.anchor, tag = (const char *)ev->data.scalar.tag;
+        break;
+    case YAML_SEQUENCE_START_EVENT:
+        anchor = (const char *)ev->data.sequence_start.anchor, tag = (const char *)ev->data.sequence_start.tag;
+        break;
+    case YAML_MAPPING_START_EVENT:
+        anchor = (const char *)ev->data.mapping_start.anchor, tag = (const char *)ev->data.mapping_start.tag;
+        break;
+    default: break;
+    }
+    rg_status st = RG_OK;
+    if (anchor)
+        st = rg_fail(L->err, RG_ERR_UNSUPPORTED, "%s:%zu: YAML anchors (&%.60s) are not supported", L->path,
+                     line_of(ev), anchor);
+    else if (tag)
+        st = rg_fail(L->err, RG_ERR_UNSUPPORTED, "%s:%zu: YAML tags (%.60s) are not supported; values are read by "
+                     "the key's type", L->path, line_of(ev), tag);
+    if (st != RG_OK) yaml_event_delete(ev);
+    return st;
+}
+
+// Records a key; a second occurrence in the file is an error naming both lines.
+static rg_status note_key(yaml_load *L, const char *key, size_t line) {
+    for (size_t i = 0; i < L->n_seen; i++)
+        if (strcmp(L->seen[i].key, key) == 0)
+            return rg_fail(L->err, RG_ERR_FORMAT, "%s:%zu: duplicate key '%s' (first at line %zu)", L->path, line, key,
+                           L->seen[i].line);
+    if (L->n_seen == YAML_MAX_KEYS)
+        return rg_fail(L->err, RG_ERR_FORMAT, "%s:%zu: more than %d keys", L->path, line, YAML_MAX_KEYS);
+    if (L->n_seen == L->cap_seen) {
+        size_t cap = L->cap_seen ? 2 * L->cap_seen : 32;
+        seen_key *s = realloc(L->seen, cap * sizeof *s);
+        if (!s) return rg_fail(L->err, RG_ERR_NOMEM, "%s: out of memory", L->path);
+        L->seen = s, L->cap_seen = cap;
+    }
+    snprintf(L->seen[L->n_seen].key, KEY_MAX, "%s", key);
+    L->seen[L->n_seen++].line = line;
+    return RG_OK;
+}
+
+static bool is_section(const char *key) {
+    size_t n = strlen(key);
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (strncmp(keys[i].name, key, n) == 0 && keys[i].name[n] == '.') return true;
+    return false;
+}
+
+// A sequence value: only lora.targets takes one. Items are checked one by one
+// (so an error names the item's line), then joined and set.
+static rg_status load_sequence(yaml_load *L, const char *key, const char *where) {
+    const key_def *k = find_key(key);
+    if (!k) return fail_unknown_key(key, where, L->err);
+    if (k->kind != K_TARGETS) {
+        char type[160];
+        type_text(k, type, sizeof type);
+        return rg_fail(L->err, RG_ERR_ARG, "%s: a list is not allowed here; expected %s (%s)", key, type, where);
+    }
+    char joined[VALUE_MAX] = "";
+    size_t n = 0;
+    for (;;) {
+        yaml_event_t ev;
+        rg_status st = next_event(L, &ev);
+        if (st != RG_OK) return st;
+        if (ev.type == YAML_SEQUENCE_END_EVENT) {
+            yaml_event_delete(&ev);
+            break;
+        }
+        if (ev.type != YAML_SCALAR_EVENT) {
+            size_t l = line_of(&ev);
+            yaml_event_delete(&ev);
+            return rg_fail(L->err, RG_ERR_ARG, "%s: list items must be plain words (%s:%zu)", key, L->path, l);
+        }
+        char item_where[320];
+        snprintf(item_where, sizeof item_where, "%.300s:%zu", L->path, line_of(&ev));
+        const char *text = (const char *)ev.data.scalar.value;
+        uint32_t bits = 0;
+        st = parse_targets(k, text, item_where, &bits, L->err);
+        if (st == RG_OK) {
+            int w = snprintf(joined + n, sizeof joined - n, "%s%s", n ? "," : "", text);
+            if (w < 0 || (size_t)w >= sizeof joined - n)
+                st = rg_fail(L->err, RG_ERR_ARG, "%s: the list is too long (%s)", key, item_where);
+            else
+                n += (size_t)w;
+        }
+        yaml_event_delete(&ev);
+        if (st != RG_OK) return st;
+    }
+    return rg_train_config_set(&L->cfg, key, n ? joined : "[]", where, L->err);  // "[]": an empty list
+}
+
+// The entries of one mapping, after its MAPPING-START; prefix is its dotted path.
+static rg_status load_mapping(yaml_load *L, const char *prefix, int depth) {
+    if (depth > YAML_MAX_DEPTH)
+        return rg_fail(L->err, RG_ERR_FORMAT, "%s: mappings nested deeper than %d under '%s'", L->path, YAML_MAX_DEPTH,
+                       prefix);
+    for (;;) {
+        yaml_event_t kev, vev;
+        rg_status st = next_event(L, &kev);
+        if (st != RG_OK) return st;
+        if (kev.type == YAML_MAPPING_END_EVENT) {
+            yaml_event_delete(&kev);
+            return RG_OK;
+        }
+        size_t line = line_of(&kev);
+        if (kev.type != YAML_SCALAR_EVENT) {
+            yaml_event_delete(&kev);
+            return rg_fail(L->err, RG_ERR_FORMAT, "%s:%zu: keys must be plain text (under '%s')", L->path, line,
+                           prefix[0] ? prefix : "the top level");
+        }
+        char key[KEY_MAX];
+        int w = snprintf(key, sizeof key, "%s%s%s", prefix, prefix[0] ? "." : "", (const char *)kev.data.scalar.value);
+        bool empty_key = kev.data.scalar.length == 0;
+        yaml_event_delete(&kev);
+        if (w < 0 || (size_t)w >= sizeof key)
+            return rg_fail(L->err, RG_ERR_FORMAT, "%s:%zu: key '%.60s...' is too long", L->path, line, key);
+        if (empty_key) return rg_fail(L->err, RG_ERR_FORMAT, "%s:%zu: empty key under '%s'", L->path, line, prefix);
+        char where[320];
+        snprintf(where, sizeof where, "%.300s:%zu", L->path, line);
+
+        if ((st = note_key(L, key, line)) != RG_OK) return st;
+        if ((st = next_event(L, &vev)) != RG_OK) return st;
+        switch (vev.type) {
+        case YAML_SCALAR_EVENT: {
+            // "training:" with nothing under it is an empty section.
+            bool empty_section = vev.data.scalar.length == 0 && vev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+                                 is_section(key);
+            if (!empty_section) st = rg_train_config_set(&L->cfg, key, (const char *)vev.data.scalar.value, where, L->err);
+            yaml_event_delete(&vev);
+            break;
+        }
+        case YAML_MAPPING_START_EVENT: {
+            yaml_event_delete(&vev);
+            const key_def *k = find_key(key);
+            if (k) {
+                char type[160];
+                type_text(k, type, sizeof type);
+                return rg_fail(L->err, RG_ERR_ARG, "%s: a mapping is not allowed here; expected %s (%s)", key, type,
+                               where);
+            }
+            st = load_mapping(L, key, depth + 1);
+            break;
+        }
+        case YAML_SEQUENCE_START_EVENT:
+            yaml_event_delete(&vev);
+            st = load_sequence(L, key, where);
+            break;
+        default:
+            yaml_event_delete(&vev);
+            st = rg_fail(L->err, RG_ERR_FORMAT, "%s: unexpected YAML event (%s)", key, where);
+            break;
+        }
+        if (st != RG_OK) return st;
+    }
+}
+
+// STREAM-START, at most one document whose root is a mapping (or empty), STREAM-END.
+static rg_status load_stream(yaml_load *L) {
+    int documents = 0;
+    for (;;) {
+        yaml_event_t ev;
+        rg_status st = next_event(L, &ev);
+        if (st != RG_OK) return st;
+        yaml_event_type_t type = ev.type;
+        size_t line = line_of(&ev);
+        bool empty_scalar = type == YAML_SCALAR_EVENT && ev.data.scalar.length == 0 &&
+                            ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+        yaml_event_delete(&ev);
+        switch (type) {
+        case YAML_STREAM_START_EVENT:
+        case YAML_DOCUMENT_END_EVENT: break;
+        case YAML_STREAM_END_EVENT: return RG_OK;
+        case YAML_DOCUMENT_START_EVENT:
+            if (++documents > 1)
+                return rg_fail(L->err, RG_ERR_FORMAT, "%s:%zu: more than one YAML document ('---'); use one", L->path,
+                               line);
+            break;
+        case YAML_MAPPING_START_EVENT:
+            if ((st = load_mapping(L, "", 0)) != RG_OK) return st;
+            break;
+        case YAML_SCALAR_EVENT:
+            if (empty_scalar) break;  // an empty document
+            /* fall through */
+        default:
+            return rg_fail(L->err, RG_ERR_FORMAT, "%s:%zu: the top level must be a mapping of keys (key: value)",
+                           L->path, line);
+        }
+    }
+}
+
+// Every event of the file, applying nothing: syntax errors come first, before
+// any key's complaint about a value the broken syntax produced.
+static rg_status check_syntax(yaml_load *L) {
+    for (;;) {
+        yaml_event_t ev;
+        rg_status st = next_event(L, &ev);
+        if (st != RG_OK) return st;
+        bool end = ev.type == YAML_STREAM_END_EVENT;
+        yaml_event_delete(&ev);
+        if (end) return RG_OK;
+    }
+}
+
+#define YAML_MAX_BYTES (16u << 20)
+
+rg_status rg_train_config_load_yaml(rg_train_config *c, const char *path, rg_error *err) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) return rg_fail(err, RG_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode)) return rg_fail(err, RG_ERR_IO, "%s: not a regular file", path);
+    if ((uint64_t)sb.st_size > YAML_MAX_BYTES)
+        return rg_fail(err, RG_ERR_FORMAT, "%s: %lld bytes is too large for a config (at most %u)", path,
+                       (long long)sb.st_size, YAML_MAX_BYTES);
+    FILE *f = fopen(path, "rb");
+    if (!f) return rg_fail(err, RG_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    unsigned char *text = malloc((size_t)sb.st_size + 1);
+    if (!text) {
+        fclose(f);
+        return rg_fail(err, RG_ERR_NOMEM, "%s: out of memory", path);
+    }
+    size_t size = fread(text, 1, (size_t)sb.st_size, f);
+    bool read_failed = ferror(f);
+    fclose(f);
+    if (read_failed) {
+        free(text);
+        return rg_fail(err, RG_ERR_IO, "%s: read failed", path);
+    }
+
+    yaml_load L = {.path = path, .cfg = *c, .err = err};
+    rg_status st = RG_OK;
+    for (int pass = 0; pass < 2 && st == RG_OK; pass++) {
+        if (!yaml_parser_initialize(&L.parser)) {
+            st = rg_fail(err, RG_ERR_NOMEM, "%s: cannot start the YAML parser", path);
+            break;
+        }
+        yaml_parser_set_input_string(&L.parser, text, size);
+        st = pass == 0 ? check_syntax(&L) : load_stream(&L);
+        yaml_parser_delete(&L.parser);
+    }
+    free(text);
+    free(L.seen);
+    if (st == RG_OK) *c = L.cfg;
+    return st;
+}
+
+#else  // !RG_HAVE_YAML
+
+rg_status rg_train_config_load_yaml(rg_train_config *c, const char *path, rg_error *err) {
+    (void)c;
+    return rg_fail(err, RG_ERR_UNSUPPORTED, "%s: this build has no YAML support (libyaml-dev was not found at build "
+                   "time); use --set key=value", path ? path : "");
+}
+
+#endif
