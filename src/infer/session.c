@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "model/forward.h"
+#include "model/lora.h"
 
 struct rg_session {
     const rg_model *m;
@@ -57,6 +58,7 @@ static rg_status eval_batch(rg_session *s, const int32_t *ids, int64_t n, float 
     rg_exec *ex = NULL;
     rg_model_nodes w;
     rg_status st = rg_model_leaf_nodes(g, m, &w, err);
+    if (!st && s->opts.lora) st = rg_lora_attach(g, s->opts.lora, &w, s->opts.lora_scale, false, err);
     rg_node *ids_n = rg_leaf(g, "ids", RG_TYPE_I32, 1, &n, NULL);
     rg_node *pos_n = rg_leaf(g, "pos", RG_TYPE_I32, 1, &n, NULL);
     rg_node *out = st ? NULL : rg_model_forward_kv(g, m, &w, ids_n, pos_n, &s->cache, s->n_past, !all);

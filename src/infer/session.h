@@ -17,6 +17,9 @@ typedef struct rg_session_opts {
     int n_threads;       // <= 0: all cores
     int64_t n_batch;     // tokens per evaluation when a call passes more (<= 0: 256)
     rg_device device;
+    const struct rg_lora *lora;  // optional LoRA adapter (model/lora.h) applied through the graph; not owned,
+                                 // it must outlive the session
+    float lora_scale;            // the user's scale of that adapter (llama.cpp's --lora-scaled; 0: off)
 } rg_session_opts;
 
 rg_status rg_session_create(rg_session **out, const rg_model *m, const rg_session_opts *opts, rg_error *err);

@@ -327,6 +327,7 @@ rg_status rg_lora_attach(rg_graph *g, const rg_lora *l, rg_model_nodes *w, float
                          rg_error *err) {
     if (!l || !w || !w->layers) return rg_fail(err, RG_ERR_ARG, "lora attach: no adapter or no model nodes");
     float scale = rg_lora_scale(l, user_scale);
+    if (scale == 0.0f) return rg_graph_error(g, err);  // scale 0: no LoRA nodes, the plain graph
     for (int64_t il = 0; il < l->n_layer; il++) {
         rg_layer_nodes *N = &w->layers[il];
         for (int t = 0; t < RG_LORA_N_TARGETS; t++) {

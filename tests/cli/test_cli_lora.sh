@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# test_cli_lora.sh BUILD_DIR - LoRA on the command line: `retrograd merge` and `retrograd generate
+# --lora` on the tiny model, with an adapter written by `test_lora --write-adapter` (rank 4, every
+# projection, B != 0). A nonzero adapter must change the text; the merged model must generate what
+# the runtime adapter generates (greedy); bad input gives one clear line and a non-zero exit.
+set -u
+bin="$1/retrograd"
+helper="$1/test_lora"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
+
+check() {
+  if [ "$2" = 0 ]; then echo "PASS $1"; passed=$((passed + 1)); else echo "FAIL $1"; failed=$((failed + 1)); fi
+}
+
+m="$tmp/tiny.gguf"
+a="$tmp/adapter.gguf"
+"$bin" make-tiny --arch qwen2 --type f32 -o "$m" >/dev/null
+"$bin" quantize "$m" "$tmp/tiny-q8.gguf" Q8_0 --quiet >/dev/null
+expect "test_lora writes an adapter"        0 "wrote .*adapter.gguf"                     -- "$helper" --write-adapter "$m" "$a"
+expect "info reads the adapter"             0 "adapter.lora.alpha"                       -- "$bin" info "$a"
+
+# merge
+expect "merge f32"                          0 "wrote .*merged.gguf: 27 tensors, 14 merged \(rank 4, alpha 8, scale 1 x alpha/rank = 2\)" \
+                                              -- "$bin" merge -m "$m" --lora "$a" -o "$tmp/merged.gguf"
+expect "merge prints a line per tensor"     0 "blk.1.ffn_down.weight +f32 .* merged"       -- "$bin" merge -m "$m" --lora "$a" -o "$tmp/merged2.gguf"
+expect "merge with a scale"                 0 "scale 0.5 x alpha/rank = 1\)"             -- "$bin" merge -m "$m" --lora "$a:0.5" -o "$tmp/merged-half.gguf" --quiet
+expect "merge into q8_0 keeps the type"     0 "14 merged"                                -- "$bin" merge -m "$tmp/tiny-q8.gguf" --lora "$a" -o "$tmp/merged-q8.gguf" -t 1
+expect "merged q8_0 is still q8_0"          0 "blk.0.attn_q.weight +q8_0"                -- "$bin" info "$tmp/merged-q8.gguf"
+cmp -s "$tmp/merged.gguf" "$tmp/merged2.gguf"; check "merge is deterministic" $?
+! cmp -s "$m" "$tmp/merged.gguf"; check "merge changes the weights" $?
+
+# generate --lora: differs from the base; the runtime adapter and the merged model agree (greedy)
+g=(generate -p "Once upon a time" -n 24 --temp 0 --seed 1)
+base=$("$bin" "${g[@]}" -m "$m" 2>/dev/null)
+lora=$("$bin" "${g[@]}" -m "$m" --lora "$a" 2>/dev/null)
+merged=$("$bin" "${g[@]}" -m "$tmp/merged.gguf" 2>/dev/null)
+[ -n "$lora" ] && [ "$lora" != "$base" ]; check "generate --lora differs from the base" $?
+[ "$lora" = "$merged" ]; check "generate --lora equals the merged model (greedy)" $?
+zero=$("$bin" "${g[@]}" -m "$m" --lora "$a:0" 2>/dev/null)
+[ "$zero" = "$base" ]; check "generate --lora A:0 equals the base" $?
+expect "generate --lora reports the adapter" 0 "LoRA .*adapter.gguf: 14 tensor pairs, rank 4, alpha 8" -- "$bin" "${g[@]}" -m "$m" --lora "$a" -n 2
+expect "generate --lora on q8_0"            0 "generation: [0-9]+ tokens"                -- "$bin" "${g[@]}" -m "$tmp/tiny-q8.gguf" --lora "$a:0.5" -n 4
+expect "generate --help lists --lora"       0 "--lora A.gguf\[:SCALE\]"                  -- "$bin" generate --help
+expect "merge --help"                       0 "usage: retrograd merge"                   -- "$bin" merge --help
+
+# bad input
+expect "merge needs all three paths"        2 "-m BASE.gguf, --lora ADAPTER.gguf and -o OUT.gguf are required" -- "$bin" merge -m "$m" -o "$tmp/x.gguf"
+expect "merge unknown option"               2 "unknown argument '--bogus'"               -- "$bin" merge -m "$m" --lora "$a" -o "$tmp/x.gguf" --bogus
+expect "merge a missing adapter"            1 "retrograd merge: .*nope.gguf"             -- "$bin" merge -m "$m" --lora "$tmp/nope.gguf" -o "$tmp/x.gguf"
+expect "merge a model as adapter"           1 "general.type is \"model\", expected \"adapter\"" -- "$bin" merge -m "$m" --lora "$m" -o "$tmp/x.gguf"
+[ ! -e "$tmp/x.gguf" ]; check "failed merges write nothing" $?
+expect "generate --lora missing file"       1 "retrograd generate: .*nope.gguf"          -- "$bin" "${g[@]}" -m "$m" --lora "$tmp/nope.gguf"
+expect "generate --lora twice"              2 "one --lora at a time"                     -- "$bin" "${g[@]}" -m "$m" --lora "$a" --lora "$a"
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
