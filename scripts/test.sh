@@ -42,6 +42,7 @@ if build_or_fail release build -DRG_WERROR=ON; then
   for t in build/test_*; do [ -x "$t" ] && run_suite "$(basename "$t")" "$t"; done
   run_suite "cli" bash tests/cli/test_cli.sh build
   run_suite "cli generate" bash tests/cli/test_cli_generate.sh build
+  run_suite "cli train" bash tests/cli/test_cli_train.sh build
   run_suite "gguf python reference" python3 tests/python/test_gguf_reference.py build
   run_suite "types against gguf-py" python3 tests/python/test_quant_reference.py build
 fi
@@ -52,6 +53,7 @@ if build_or_fail sanitize build-asan -DCMAKE_BUILD_TYPE=Debug -DRG_SANITIZE=ON -
   done
   run_suite "asan cli" bash tests/cli/test_cli.sh build-asan
   run_suite "asan cli generate" bash tests/cli/test_cli_generate.sh build-asan
+  run_suite "asan cli train" bash tests/cli/test_cli_train.sh build-asan
 fi
 
 secs="${RG_FUZZ_SECONDS:-60}"

@@ -18,6 +18,7 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
+int cmd_train(int argc, char **argv);
 
 // Helpers of generate and perplexity (cmd_generate.c). The parsers print
 // "retrograd CMD: OPT 'VALUE' ..." to stderr and return false on bad input.

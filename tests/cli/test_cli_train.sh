@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# test_cli_train.sh BUILD_DIR - `retrograd train` on the tiny model, end to end:
+#   - full fine-tuning (f32, f16 in place with SR, bf16 with master weights) and LoRA on a
+#     quantized base: the loss falls, OUTDIR has its files, the result loads and generates;
+#   - a run killed for real (SIGKILL) after a checkpoint and resumed with --resume ends with
+#     the same train.jsonl losses and the same bytes as the uninterrupted run;
+#   - bad input: unknown key (with a suggestion), wrong value type, invalid JSON line (file and
+#     line), unwritable OUTDIR, a quantized model with method=full, a config change on resume,
+#     a run that does not fit the memory limit, a full disk during a checkpoint (the previous
+#     checkpoint survives): one clear line, a non-zero exit, no crash.
+set -u
+bin="$1/retrograd"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
+
+check() {
+  if [ "$2" = 0 ]; then echo "PASS $1"; passed=$((passed + 1)); else echo "FAIL $1${3:+: $3}"; failed=$((failed + 1)); fi
+}
+
+# The data: 48 arithmetic chats (ChatML, loss on the answers) and a text file.
+for i in $(seq 1 48); do
+  a=$((i * 7 % 50 + 1)); b=$((i * 13 % 40 + 2))
+  printf '{"messages": [{"role": "user", "content": "What is %d plus %d?"}, {"role": "assistant", "content": "%d plus %d is %d."}]}\n' \
+    "$a" "$b" "$a" "$b" "$((a + b))"
+done > "$tmp/chat.jsonl"
+for i in $(seq 1 60); do echo "Line $i: the quick brown fox jumps over the lazy dog."; done > "$tmp/text.txt"
+
+"$bin" make-tiny --arch qwen2 --type f32 -o "$tmp/f32.gguf" >/dev/null
+"$bin" make-tiny --arch qwen2 --type f16 -o "$tmp/f16.gguf" >/dev/null
+"$bin" make-tiny --arch qwen2 --type bf16 -o "$tmp/bf16.gguf" >/dev/null
+"$bin" make-tiny --arch qwen2 --type q4_k_m -o "$tmp/q4.gguf" >/dev/null
+
+common=(--set training.ctx=96 --set training.batch_size=2 --set training.eval_every=10 --progress lines)
+full=(--set training.method=full --set training.lr=1e-3 "${common[@]}")
+
+# first and last "loss" of a train.jsonl
+first_loss() { grep -o '"loss":[0-9.e+-]*' "$1" | head -1 | cut -d: -f2; }
+last_loss() { grep -o '"loss":[0-9.e+-]*' "$1" | tail -1 | cut -d: -f2; }
+falls() { awk -v a="$(first_loss "$1")" -v b="$(last_loss "$1")" 'BEGIN { exit !(b < 0.7 * a) }'; }
+
+# --- full fine-tuning ---------------------------------------------------------------------
+expect "train --help lists every key with defaults" 0 "training.master_weights.*false" -- "$bin" train --help
+expect "full f32: 30 steps" 0 "done: 30 steps \(0 skipped\)" -- "$bin" train -m "$tmp/f32.gguf" -d "$tmp/chat.jsonl" -o "$tmp/f32" "${full[@]}" --set training.steps=30
+falls "$tmp/f32/train.jsonl"; check "full f32: the loss falls by 30%" $? "$(first_loss "$tmp/f32/train.jsonl") -> $(last_loss "$tmp/f32/train.jsonl")"
+for f in model.gguf train.jsonl loss.svg report.json checkpoints/step-30/state.gguf; do
+  [ -s "$tmp/f32/$f" ]; check "full f32: OUTDIR has $f" $?
+done
+[ "$(wc -l < "$tmp/f32/train.jsonl")" = 30 ]; check "full f32: one train.jsonl record per step" $?
+expect "full f32: the result keeps f32" 0 "output.weight.*f32" -- "$bin" info "$tmp/f32/model.gguf"
+expect "full f32: the result generates" 0 "generation: 4 tokens" -- "$bin" generate -m "$tmp/f32/model.gguf" -p "What is 1 plus 2?" -n 4
+expect "full f16 in place (SR)" 0 "done: 20 steps" -- "$bin" train -m "$tmp/f16.gguf" -d "$tmp/chat.jsonl" -o "$tmp/f16" "${full[@]}" --set training.steps=20
+falls "$tmp/f16/train.jsonl"; check "full f16: the loss falls by 30%" $?
+expect "full f16: the result keeps f16" 0 "blk.0.attn_q.weight.*f16" -- "$bin" info "$tmp/f16/model.gguf"
+expect "full bf16, master weights, sgd" 0 "done: 20 steps" -- "$bin" train -m "$tmp/bf16.gguf" -d "$tmp/chat.jsonl" -o "$tmp/bf16" "${full[@]}" --set training.steps=20 --set training.master_weights=true --set training.optimizer=sgd --set training.lr=0.5
+expect "full bf16: the result keeps bf16" 0 "blk.0.attn_q.weight.*bf16" -- "$bin" info "$tmp/bf16/model.gguf"
+expect "plain text data" 0 "done: 5 steps" -- "$bin" train -m "$tmp/f32.gguf" -d "$tmp/text.txt" -o "$tmp/text" "${full[@]}" --set training.steps=5
+
+# --- LoRA on a quantized base ----------------------------------------------------------------
+lora=(--set training.lr=3e-3 "${common[@]}")
+expect "lora on q4_k_m" 0 "done: 30 steps" -- "$bin" train -m "$tmp/q4.gguf" -d "$tmp/chat.jsonl" -o "$tmp/lora" "${lora[@]}" --set training.steps=30
+falls "$tmp/lora/train.jsonl"; check "lora: the loss falls by 30%" $? "$(first_loss "$tmp/lora/train.jsonl") -> $(last_loss "$tmp/lora/train.jsonl")"
+expect "lora: adapter.gguf is an adapter" 0 "adapter.type.*lora" -- "$bin" info "$tmp/lora/adapter.gguf"
+expect "lora: generate --lora" 0 "generation: [1-4] tokens" -- "$bin" generate -m "$tmp/q4.gguf" --lora "$tmp/lora/adapter.gguf" -p "What is 1 plus 2?" -n 4
+expect "lora: merge" 0 "" -- "$bin" merge -m "$tmp/q4.gguf" --lora "$tmp/lora/adapter.gguf" -o "$tmp/merged.gguf"
+
+# --- killed for real, then resumed ---------------------------------------------------------------
+run=(-m "$tmp/f32.gguf" -d "$tmp/chat.jsonl" "${full[@]}" --set training.steps=40 --set training.save_every=5)
+"$bin" train "${run[@]}" -o "$tmp/whole" >/dev/null 2>&1
+"$bin" train "${run[@]}" -o "$tmp/killed" >/dev/null 2>&1 &
+pid=$!
+for _ in $(seq 1 3000); do [ -d "$tmp/killed/checkpoints/step-10" ] && break; sleep 0.01; done
+kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+killed_at=$(wc -l < "$tmp/killed/train.jsonl")
+[ "$killed_at" -lt 40 ]; check "resume: the run was killed before its end (at step $killed_at)" $?
+expect "resume: continues from the newest checkpoint" 0 "resume: .*step-[0-9]+ \(step [0-9]+ of 40\)" -- "$bin" train "${run[@]}" --resume "$tmp/killed"
+cmp -s "$tmp/whole/model.gguf" "$tmp/killed/model.gguf"; check "resume: the final model is byte-identical" $?
+diff <(grep -o '"loss":[^,]*' "$tmp/whole/train.jsonl") <(grep -o '"loss":[^,]*' "$tmp/killed/train.jsonl") >/dev/null
+check "resume: the per-step losses are identical" $?
+# LoRA resume, killed the same way
+lrun=(-m "$tmp/q4.gguf" -d "$tmp/chat.jsonl" "${lora[@]}" --set training.steps=24 --set training.save_every=4)
+"$bin" train "${lrun[@]}" -o "$tmp/lwhole" >/dev/null 2>&1
+"$bin" train "${lrun[@]}" -o "$tmp/lkilled" >/dev/null 2>&1 &
+pid=$!
+for _ in $(seq 1 3000); do [ -d "$tmp/lkilled/checkpoints/step-8" ] && break; sleep 0.01; done
+kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+"$bin" train "${lrun[@]}" --resume "$tmp/lkilled" >/dev/null 2>&1
+cmp -s "$tmp/lwhole/adapter.gguf" "$tmp/lkilled/adapter.gguf"; check "resume lora: the adapter is byte-identical" $?
+
+# --- bad input ----------------------------------------------------------------------------------------
+t=(-m "$tmp/f32.gguf" -d "$tmp/chat.jsonl" -o "$tmp/bad")
+expect "unknown key suggests the nearest" 2 "unknown key 'training.lrr'.*did you mean 'training.lr'" -- "$bin" train "${t[@]}" --set training.lrr=1
+expect "wrong value type names the key" 2 "training.steps" -- "$bin" train "${t[@]}" --set training.steps=ten
+printf '{"text": "fine"}\n{"text": "broken"\n' > "$tmp/badline.jsonl"
+expect "invalid JSON names file and line" 1 "badline.jsonl:2: not valid JSON" -- "$bin" train -m "$tmp/f32.gguf" -d "$tmp/badline.jsonl" -o "$tmp/bad"
+expect "unwritable OUTDIR" 1 "OUTDIR" -- "$bin" train -m "$tmp/f32.gguf" -d "$tmp/chat.jsonl" -o /proc/retrograd-nope
+expect "full fine-tuning refuses a quantized model" 1 "use training.method=lora" -- "$bin" train -m "$tmp/q4.gguf" -d "$tmp/chat.jsonl" -o "$tmp/bad" --set training.method=full
+expect "a run over the memory limit is refused with numbers" 1 "needs [0-9.]+ MiB but the limit is" -- "$bin" train "${t[@]}" --set training.memory_limit_gb=0.001
+expect "resume refuses a changed config" 1 "config differs.*training.lr" -- "$bin" train "${run[@]}" --resume "$tmp/killed" --set training.lr=5e-4
+expect "resume without a checkpoint" 1 "no checkpoint" -- "$bin" train "${run[@]}" --resume "$tmp/empty-dir"
+expect "missing arguments" 2 "required" -- "$bin" train -m "$tmp/f32.gguf"
+# A full disk during a checkpoint. A finished run has step-5 and step-10; removing step-10 leaves
+# the state of a run stopped after step 5. Resumed under a 1 MiB file-size limit (SIGXFSZ ignored,
+# so writes fail with EFBIG as on a full disk), the write of step-10 fails: the run must stop with
+# a clear message, and step-5 must be byte for byte what it was.
+frun=(-m "$tmp/f32.gguf" -d "$tmp/chat.jsonl" "${full[@]}" --set training.steps=10 --set training.save_every=5)
+"$bin" train "${frun[@]}" -o "$tmp/full" >/dev/null 2>&1
+rm -rf "$tmp/full/checkpoints/step-10" "$tmp/full/model.gguf"
+cp "$tmp/full/checkpoints/step-5/state.gguf" "$tmp/step5.copy"
+( trap '' XFSZ; ulimit -f 1024; exec "$bin" train "${frun[@]}" --resume "$tmp/full" ) >"$tmp/full.log" 2>&1; rc=$?
+[ "$rc" != 0 ] && [ "$rc" -lt 128 ]; check "full disk: the run fails cleanly (exit $rc)" $?
+grep -q "previous checkpoint.*intact" "$tmp/full.log"; check "full disk: the message says the previous checkpoint is intact" $? "$(tail -1 "$tmp/full.log")"
+cmp -s "$tmp/step5.copy" "$tmp/full/checkpoints/step-5/state.gguf"; check "full disk: step-5 is unchanged" $?
+! ls -a "$tmp/full/checkpoints" | grep -q 'step-10'; check "full disk: no step-10, complete or partial, is left" $?
+expect "full disk: the run resumes once there is room" 0 "done: 10 steps" -- "$bin" train "${frun[@]}" --resume "$tmp/full"
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
