@@ -14,6 +14,7 @@ enum {
     RG_RAND_PURPOSE_SR = 0,         // stochastic rounding of weights
     RG_RAND_PURPOSE_LORA_INIT = 1,  // LoRA initialisation
     RG_RAND_PURPOSE_DROPOUT = 2,    // dropout masks
+    RG_RAND_PURPOSE_DATA = 3,       // data: eval split, packing order, epoch row orders (train/data.c)
 };
 
 // Philox4x32-10: ten rounds over counter ctr with key key; the result goes to
