@@ -33,46 +33,7 @@
 // ---------------------------------------------------------------------------
 // The clock.
 
-static double cpuinfo_mhz(void) {
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return 0;
-    char line[256];
-    double mhz = 0;
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, "cpu MHz", 7) == 0) {
-            const char *c = strchr(line, ':');
-            if (c) mhz = atof(c + 1);
-            break;
-        }
-    fclose(f);
-    return mhz;
-}
 
-// MHz from 50 dependent adds per trip (latency 1 cycle), timed on this
-// thread's CPU clock so that time spent descheduled (the machine is shared)
-// does not count; best of 20 runs of ~20 ms.
-static double measured_mhz(void) {
-#if defined(__x86_64__)
-#define RG_ADD10 "addq $1, %0\n\taddq $1, %0\n\taddq $1, %0\n\taddq $1, %0\n\taddq $1, %0\n\t" \
-                 "addq $1, %0\n\taddq $1, %0\n\taddq $1, %0\n\taddq $1, %0\n\taddq $1, %0\n\t"
-    double best = 0;
-    for (int t = 0; t < 20; t++) {
-        unsigned long x = 0;
-        const long trips = 1200000;
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
-        for (long i = 0; i < trips; i++) __asm__ volatile(RG_ADD10 RG_ADD10 RG_ADD10 RG_ADD10 RG_ADD10 : "+r"(x));
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
-        double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-        double mhz = 50.0 * (double)trips / s * 1e-6;
-        if (mhz > best) best = mhz;
-    }
-    return best;
-#undef RG_ADD10
-#else
-    return 0;
-#endif
-}
 
 // ---------------------------------------------------------------------------
 // SGEMM
@@ -223,7 +184,7 @@ static void *make_weights(uint32_t type, int64_t K, int64_t M) {
 int main(int argc, char **argv) {
     bool quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     int cores = rg_cpu_count();
-    double mhz = measured_mhz(), mhz_info = cpuinfo_mhz();
+    double mhz = bench_measured_mhz(), mhz_info = bench_cpuinfo_mhz();
     double clock = mhz > 0 ? mhz : mhz_info;
     double peak1 = 32.0 * clock * 1e-3;  // GFLOP/s per core
     printf("bench_gemm: %d cores, clock %.0f MHz measured (dependent-add chain; /proc/cpuinfo says %.0f MHz)\n", cores,
