@@ -582,9 +582,9 @@ static void test_load_errors(void) {
 // the same f32 forward, h = 0.02 (A's elements are up to 1/16, B's 0.05). Per
 // checked element: |fd - an| <= 0.02 |an| + 0.01 max|an| over the tensor (the f32
 // loss's rounding, ~5e-7, over 2h is ~1e-5, under 1% of the largest gradients).
-static void test_gradient_vs_finite_differences(void) {
+static void gradient_vs_fd(const char *target) {
     char path[64];
-    rg_model *m = load_tiny("F32", path);
+    rg_model *m = load_tiny(target, path);
     RG_REQUIRE(m, "model");
     rg_error err = {0};
     rg_lora *l = NULL;
@@ -666,13 +666,18 @@ static void test_gradient_vs_finite_differences(void) {
         }
     }
     for (int pi = 0; pi < n_picks; pi++) free(grads[pi][0]), free(grads[pi][1]);
-    printf("    %d elements of A and B: worst |fd - backward| / (0.02|g| + 0.01 max|g|) = %.3f (pass <= 1)\n", checked, worst);
+    printf("    %s base: %d elements of A and B: worst |fd - backward| / (0.02|g| + 0.01 max|g|) = %.3f (pass <= 1)\n",
+           target, checked, worst);
     rg_exec_free(ex);
     rg_graph_free(g);
     rg_lora_free(l);
     rg_model_free(m);
     unlink(path);
 }
+
+static void test_gradient_vs_finite_differences(void) { gradient_vs_fd("F32"); }
+// A quantized frozen W: the backward needs only its dX (T = 12 runs the SGEMM path, smooth in A and B).
+static void test_gradient_vs_finite_differences_q4_k_m(void) { gradient_vs_fd("Q4_K_M"); }
 
 static const rg_test_case cases[] = {
     RG_TEST(test_init),
@@ -689,6 +694,7 @@ static const rg_test_case cases[] = {
     RG_TEST(test_save_load_roundtrip),
     RG_TEST(test_load_errors),
     RG_TEST(test_gradient_vs_finite_differences),
+    RG_TEST(test_gradient_vs_finite_differences_q4_k_m),
     {0},
 };
 
