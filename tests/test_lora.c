@@ -570,6 +570,20 @@ static void test_load_errors(void) {
     }
     rg_error err = {0};
     rg_lora *l = NULL;
+    {  // a NaN in B
+        float a[256 * 2] = {0}, b[2 * 256] = {0};
+        b[300] = NAN;
+        rg_gguf *g = rg_gguf_new();
+        rg_gguf_set_str(g, "general.architecture", "qwen2", &err);
+        rg_gguf_set_str(g, "general.type", "adapter", &err);
+        rg_gguf_set_str(g, "adapter.type", "lora", &err);
+        rg_gguf_add_tensor(g, "blk.0.attn_q.weight.lora_a", RG_TYPE_F32, 2, (int64_t[]){256, 2}, a, &err);
+        rg_gguf_add_tensor(g, "blk.0.attn_q.weight.lora_b", RG_TYPE_F32, 2, (int64_t[]){2, 256}, b, &err);
+        RG_REQUIRE(rg_gguf_write(g, ap, &err) == RG_OK, "%s", err.msg);
+        rg_gguf_free(g);
+        RG_CHECK(rg_lora_load(&l, ap, m, &err) == RG_ERR_FORMAT && !l &&
+                     strstr(err.msg, "'blk.0.attn_q.weight.lora_b' holds a non-finite value at element 300"), "%s", err.msg);
+    }
     RG_CHECK(rg_lora_load(&l, "/nonexistent/a.gguf", m, &err) == RG_ERR_IO && strstr(err.msg, "/nonexistent/a.gguf"), "%s",
              err.msg);
     RG_CHECK(rg_lora_merge(path, "/nonexistent/a.gguf", 1.0f, "/tmp/rg_never_written.gguf", &err) == RG_ERR_IO &&

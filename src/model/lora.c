@@ -264,6 +264,10 @@ static rg_status load_pairs(rg_lora *l, const rg_gguf *f, const rg_model *m, flo
         if (!*dst) return rg_fail(err, RG_ERR_NOMEM, "lora: out of memory for '%s'", t->name);
         rg_status s = to_f32(f, t, *dst, err);
         if (s) return s;
+        for (int64_t k = 0; k < t->ne[0] * t->ne[1]; k++)
+            if (!isfinite((*dst)[k]))
+                return rg_fail(err, RG_ERR_FORMAT, "%s: tensor '%s' holds a non-finite value at element %lld", f->path,
+                               t->name, (long long)k);
         l->targets |= 1u << tg;
     }
     if (!rank_from) return rg_fail(err, RG_ERR_FORMAT, "%s: the adapter has no .lora_a/.lora_b tensors", f->path);
