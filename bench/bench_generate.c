@@ -7,9 +7,19 @@
 // The other types are made from the Q4_1 file with `retrograd quantize
 // --allow-requantize` (same shapes; the weights are the Q4_1 values), so the
 // speeds are what each storage type costs.
+//
+// Optional environment (for profiling one type on a busy machine):
+//   RG_BENCH_TYPES=f32,q4_0   only these labels (the first word of the label)
+//   RG_BENCH_CACHE=/tmp/dir   keep the quantized files there and reuse them
+//   RG_BENCH_REPS=5           repetitions (default 3); the best one is printed
+//   RG_BENCH_SKIP=pp|tg       skip the prompt (a short 1-token prompt instead) or the generation
+//   RG_BENCH_THREADS=1        threads (default: all cores)
+//   RG_BENCH_CPU=1            also print the process CPU seconds of each phase (best run), a
+//                             measure of work that a busy machine disturbs less than wall time
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/cpu.h"
@@ -26,27 +36,62 @@ static const struct {
     {"Q4_0", "q4_0", 572, 183}, {NULL, "q4_1 (shipped)", 0, 0}, {"Q4_K_M", "q4_k_m", 409, 135},
 };
 
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// Whether label's first word is in the comma-separated list (NULL: every type).
+static int selected(const char *list, const char *label) {
+    if (!list || !*list) return 1;
+    size_t n = strcspn(label, " ");
+    for (const char *p = list; *p;) {
+        size_t m = strcspn(p, ",");
+        if (m == n && !strncmp(p, label, n)) return 1;
+        p += m;
+        if (*p == ',') p++;
+    }
+    return 0;
+}
+
 int main(void) {
     const char *src = getenv("RG_SMOLLM2");
     if (!src || access(src, R_OK)) {
         fprintf(stderr, "bench_generate: set RG_SMOLLM2 to SmolLM2-135M-Instruct.Q4_1.gguf (scripts/smollm2.sh prints it)\n");
         return 2;
     }
+    const char *only = getenv("RG_BENCH_TYPES"), *cache = getenv("RG_BENCH_CACHE"), *skip = getenv("RG_BENCH_SKIP");
+    int reps = getenv("RG_BENCH_REPS") ? atoi(getenv("RG_BENCH_REPS")) : 3;
+    if (reps < 1) reps = 1;
+    bool skip_pp = skip && !strcmp(skip, "pp"), skip_tg = skip && !strcmp(skip, "tg");
     enum { PP = 128, TG = 32 };
-    int threads = rg_cpu_count();
-    printf("bench_generate: SmolLM2-135M, prompt %d tokens, %d generated (greedy), %d threads\n", PP, TG, threads);
+    int threads = getenv("RG_BENCH_THREADS") ? atoi(getenv("RG_BENCH_THREADS")) : rg_cpu_count();
+    if (threads < 1) threads = rg_cpu_count();
+    bool show_cpu = getenv("RG_BENCH_CPU") && atoi(getenv("RG_BENCH_CPU"));
+    printf("bench_generate: SmolLM2-135M, prompt %d tokens, %d generated (greedy), %d threads, best of %d\n", PP, TG,
+           threads, reps);
     printf("%-16s %12s %12s %14s %14s\n", "type", "prompt tok/s", "gen tok/s", "llama.cpp pp", "llama.cpp tg");
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
-        char path[] = "/tmp/rg_bench_genXXXXXX";
+        if (!selected(only, types[i].label)) continue;
+        char path[4096] = "/tmp/rg_bench_genXXXXXX";
         const char *file = src;
+        bool keep = false;
         rg_error err = {0};
         if (types[i].target) {
-            close(mkstemp(path));
-            rg_quantize_opts qo = {.allow_requantize = true};
-            rg_quantize_summary sum;
-            if (rg_quantize_file(src, path, types[i].target, &qo, &sum, &err)) {
-                printf("%-16s %s\n", types[i].label, err.msg);
-                continue;
+            if (cache) {
+                snprintf(path, sizeof path, "%s/smollm2-%s.gguf", cache, types[i].label);
+                keep = true;
+            } else {
+                close(mkstemp(path));
+            }
+            if (!keep || access(path, R_OK)) {
+                rg_quantize_opts qo = {.allow_requantize = true};
+                rg_quantize_summary sum;
+                if (rg_quantize_file(src, path, types[i].target, &qo, &sum, &err)) {
+                    printf("%-16s %s\n", types[i].label, err.msg);
+                    continue;
+                }
             }
             file = path;
         }
@@ -61,31 +106,44 @@ int main(void) {
         int32_t prompt[PP];
         for (int k = 0; k < PP; k++) prompt[k] = (int32_t)((k * 7919 + 13) % (V - 100)) + 50;
         float *logits = malloc(sizeof(float) * (size_t)V);
-        double best_pp = 1e30, best_tg = 1e30;
-        for (int rep = 0; rep < 2; rep++) {
+        double best_pp = 1e30, best_tg = 1e30, cpu_pp = 1e30, cpu_tg = 1e30;
+        int pp = skip_pp ? 1 : PP;
+        for (int rep = 0; rep < reps; rep++) {
             rg_session_truncate(s, 0);
-            double t0 = bench_now();
-            rg_session_eval(s, prompt, PP, logits, 0, &err);
-            double t1 = bench_now();
-            for (int k = 0; k < TG; k++) {
+            double c0 = cpu_now(), t0 = bench_now();
+            if (rg_session_eval(s, prompt, pp, logits, 0, &err)) {
+                printf("%-16s %s\n", types[i].label, err.msg);
+                break;
+            }
+            double t1 = bench_now(), c1 = cpu_now();
+            for (int k = 0; k < TG && !skip_tg; k++) {
                 int32_t best = 0;
                 for (int64_t v = 1; v < V; v++)
                     if (logits[v] > logits[best]) best = (int32_t)v;
-                rg_session_eval(s, &best, 1, logits, 0, &err);
+                if (rg_session_eval(s, &best, 1, logits, 0, &err)) {
+                    printf("%-16s %s\n", types[i].label, err.msg);
+                    break;
+                }
             }
-            double t2 = bench_now();
+            double t2 = bench_now(), c2 = cpu_now();
+            if (c1 - c0 < cpu_pp) cpu_pp = c1 - c0;
+            if (c2 - c1 < cpu_tg) cpu_tg = c2 - c1;
             if (t1 - t0 < best_pp) best_pp = t1 - t0;
             if (t2 - t1 < best_tg) best_tg = t2 - t1;
         }
         char lp[32] = "-", lt[32] = "-";
         if (types[i].llama_pp > 0) snprintf(lp, sizeof lp, "%.0f (%.2fx)", types[i].llama_pp, PP / best_pp / types[i].llama_pp);
         if (types[i].llama_tg > 0) snprintf(lt, sizeof lt, "%.0f (%.2fx)", types[i].llama_tg, TG / best_tg / types[i].llama_tg);
-        printf("%-16s %12.1f %12.1f %14s %14s\n", types[i].label, PP / best_pp, TG / best_tg, lp, lt);
+        if (skip_pp) snprintf(lp, sizeof lp, "skipped"), best_pp = 1e30;
+        if (skip_tg) snprintf(lt, sizeof lt, "skipped"), best_tg = 1e30;
+        printf("%-16s %12.1f %12.1f %14s %14s", types[i].label, PP / best_pp, TG / best_tg, lp, lt);
+        if (show_cpu) printf("   cpu ms: prompt %.1f, per generated token %.2f", cpu_pp * 1e3, cpu_tg * 1e3 / TG);
+        printf("\n");
         fflush(stdout);
         free(logits);
         rg_session_free(s);
         rg_model_free(m);
-        if (types[i].target) unlink(path);
+        if (types[i].target && !keep) unlink(path);
     }
     printf("(ratios in parentheses: ours / llama.cpp)\n");
     return 0;

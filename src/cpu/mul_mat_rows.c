@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "base/error.h"
+#include "cpu/dot_rows.h"
 #include "tensor/quant/quant.h"
 
 // Activations up to this many elements are quantized by the calling thread.
@@ -11,6 +12,7 @@ enum { SERIAL_QUANTIZE_MAX = 16384, XQ_STACK_BYTES = 16384 };
 
 typedef struct job {
     const rg_quant_ops *ops;
+    rg_dot_rows_fn rows;  // several rows per pass (dot_rows.h), or NULL: ops->vec_dot per row
     const rg_quant_ops *act_ops;
     const char *w;
     size_t w_row_stride;
@@ -37,9 +39,15 @@ static void dot_rows(void *p, int ith, int nth) {
     size_t x_row = j->xq ? j->xq_row : (size_t)j->K * sizeof(float);
     for (int64_t mt = m0; mt < m1; mt += 16) {
         int64_t mt_end = mt + 16 < m1 ? mt + 16 : m1;
-        for (int64_t n = 0; n < j->N; n++)
+        for (int64_t n = 0; n < j->N; n++) {
+            if (j->rows) {
+                j->rows(j->K, mt_end - mt, j->w + (size_t)mt * j->w_row_stride, j->w_row_stride, xs + (size_t)n * x_row,
+                        &j->y[mt + n * j->M]);
+                continue;
+            }
             for (int64_t m = mt; m < mt_end; m++)
                 j->ops->vec_dot(j->K, &j->y[m + n * j->M], j->w + (size_t)m * j->w_row_stride, xs + (size_t)n * x_row);
+        }
     }
 }
 
@@ -57,7 +65,7 @@ rg_status rg_cpu_mul_mat_rows(rg_threadpool *pool, uint32_t w_type, const void *
     if (w_row_stride < rg_type_row_size(w_type, K))
         return rg_fail(err, RG_ERR_ARG, "mul_mat: weight row stride %zu is below the %zu bytes of a %s row of %lld",
                        w_row_stride, rg_type_row_size(w_type, K), tt->name, (long long)K);
-    job j = {ops, NULL, w, w_row_stride, K, M, N, x, NULL, 0, y};
+    job j = {ops, rg_cpu_dot_rows(w_type), NULL, w, w_row_stride, K, M, N, x, NULL, 0, y};
     _Alignas(64) uint64_t xq_stack[XQ_STACK_BYTES / sizeof(uint64_t)];
     if (vt != RG_TYPE_F32) {
         j.act_ops = rg_quant_get(vt);

@@ -29,6 +29,7 @@
 
 #include "base/error.h"
 #include "cpu/cpu_ops.h"
+#include "cpu/dot_rows.h"
 #include "cpu/gemm.h"
 #include "tensor/quant/quant.h"
 
@@ -163,6 +164,7 @@ static rg_gemm_batch mul_mat_batch(const mm_gemm_ctx *c) {
 
 typedef struct mm_vec_job {
     const rg_quant_ops *ops;       // the weight type's
+    rg_dot_rows_fn rows;           // several rows per pass (dot_rows.h), or NULL: ops->vec_dot per row
     const rg_quant_ops *act_ops;   // the activation type's (quantize), NULL for F32 activations
     const rg_tensor *w, *x, *y;
     mm_shape s;
@@ -194,6 +196,9 @@ static void vec_convert(void *p, int ith, int nth) {
     }
 }
 
+// Activations up to this many elements are converted by the calling thread.
+#define VEC_SERIAL_CONVERT 16384
+
 // Work items are (slice, tile of 16 weight rows); a tile's rows stay in cache
 // while every column passes over them.
 #define VEC_TILE 16
@@ -215,7 +220,9 @@ static void vec_dots(void *p, int ith, int nth) {
             else
                 xc = j->xq + (size_t)((i3 * s->c2 + i2) * s->N + n) * j->xq_row;
             float *yc = (float *)(y + n * j->y->nb[1]);
-            for (int64_t m = m0; m < m1; m++) j->ops->vec_dot(s->K, &yc[m], w + m * j->w->nb[1], xc);
+            if (j->rows) j->rows(s->K, m1 - m0, w + m0 * j->w->nb[1], j->w->nb[1], xc, &yc[m0]);
+            else
+                for (int64_t m = m0; m < m1; m++) j->ops->vec_dot(s->K, &yc[m], w + m * j->w->nb[1], xc);
         }
     }
 }
@@ -275,13 +282,16 @@ rg_status cpu_mul_mat(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
             return rg_fail(err, RG_ERR_ARG, "mul_mat %s: scratch of %zu bytes is below the %zu needed", node_name(n),
                            ctx->scratch_size, need);
         const rg_quant_ops *ops = rg_quant_get(w->type);
-        mm_vec_job j = {ops, NULL, w, x, y, s, vec_x_direct(w, x), NULL, vec_xq_row(w, K), NULL};
+        mm_vec_job j = {ops, rg_cpu_dot_rows(w->type), NULL, w, x, y, s, vec_x_direct(w, x), NULL, vec_xq_row(w, K), NULL};
         if (ops->vec_dot_type != RG_TYPE_F32) j.act_ops = rg_quant_get(ops->vec_dot_type);
         if (!j.x_direct) {
             size_t cols = (size_t)(N * s.c2 * s.c3);
             j.xq = ctx->scratch;
             j.gather = (float *)((char *)ctx->scratch + (cols * j.xq_row + 63) / 64 * 64);
-            rg_threadpool_run(ctx->pool, vec_convert, &j);
+            // A few columns (generation: one) are converted here: far cheaper than
+            // handing the work to the pool and waiting for it.
+            if ((int64_t)cols * K <= VEC_SERIAL_CONVERT) vec_convert(&j, 0, 1);
+            else rg_threadpool_run(ctx->pool, vec_convert, &j);
         }
         rg_threadpool_run(ctx->pool, vec_dots, &j);
         return RG_OK;

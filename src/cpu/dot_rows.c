@@ -1,0 +1,19 @@
+// dot_rows.c - see dot_rows.h: the kernel for a weight type on this CPU.
+#include "cpu/dot_rows.h"
+
+#include "base/cpu.h"
+#include "retrograd.h"
+
+rg_dot_rows_fn rg_cpu_dot_rows(uint32_t w_type) {
+    if (!rg_dot_rows_avx2_built || !rg_cpu_has_avx2()) return NULL;
+    switch (w_type) {
+    case RG_TYPE_F32: return rg_dot_rows_f32_avx2;
+    case RG_TYPE_F16: return rg_dot_rows_f16_avx2;
+    case RG_TYPE_BF16: return rg_dot_rows_bf16_avx2;
+    case RG_TYPE_Q4_0: return rg_dot_rows_q4_0_avx2;
+    case RG_TYPE_Q4_1: return rg_dot_rows_q4_1_avx2;
+    case RG_TYPE_Q5_0: return rg_dot_rows_q5_0_avx2;
+    case RG_TYPE_Q8_0: return rg_dot_rows_q8_0_avx2;
+    default: return NULL;
+    }
+}

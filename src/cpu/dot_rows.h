@@ -1,0 +1,38 @@
+// dot_rows.h - many weight rows dotted with one activation row: the inner
+// loop of MUL_MAT for a few columns (token generation), several rows per pass.
+//
+// A kernel computes y[r] = dot(w + r * w_stride, x) for r < nr, where x is one
+// activation row in the weight type's vec_dot_type (quant.h) as this library's
+// quantizer writes it: F32 for F32/F16/BF16 weights, Q8_0/Q8_1 blocks for the
+// legacy types. Q8 activations must lie in -127..127 (the quantizer never
+// writes -128); that lets the Q8_0 kernel use the sign trick exactly.
+//
+// Rows are taken four at a time, sharing the activation loads and one final
+// reduction; a group of fewer than four repeats its last row, so every row's
+// arithmetic is the same whichever group it falls in, and the result does not
+// depend on how a caller splits the rows between threads. The sums differ
+// from the table's vec_dot only in the order the f32 terms are added.
+#ifndef RG_CPU_DOT_ROWS_H
+#define RG_CPU_DOT_ROWS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef void (*rg_dot_rows_fn)(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y);
+
+// The kernel for weights of this type, or NULL (no such kernel on this CPU:
+// use the type's vec_dot row by row).
+rg_dot_rows_fn rg_cpu_dot_rows(uint32_t w_type);
+
+// Internal: the AVX2 kernels (dot_rows_avx2.c), stubs doing nothing when built
+// without AVX2 (rg_dot_rows_avx2_built = 0 then).
+extern const int rg_dot_rows_avx2_built;
+void rg_dot_rows_f32_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y);
+void rg_dot_rows_f16_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y);
+void rg_dot_rows_bf16_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y);
+void rg_dot_rows_q4_0_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y);
+void rg_dot_rows_q4_1_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y);
+void rg_dot_rows_q5_0_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y);
+void rg_dot_rows_q8_0_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y);
+
+#endif
