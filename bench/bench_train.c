@@ -2,7 +2,7 @@
 // one optimizer step (forward, backward, AdamW), and peak memory beside the
 // sum of what must be resident.
 //
-//   ./bench_train [STEPS]        (RG_SMOLLM2 = the SmolLM2-135M Q4_1 GGUF, for the SmolLM2 rows)
+//   ./bench_train [STEPS [FILTER]]   (only rows whose name contains FILTER; RG_SMOLLM2 = the SmolLM2-135M Q4_1 GGUF, for the SmolLM2 rows)
 //
 // Rows: the tiny qwen2 fixture (F32 full), and SmolLM2-135M at context 256:
 // F32, F16 and BF16 full fine-tuning (converted from the Q4_1 file with our
@@ -56,7 +56,10 @@ static double model_flops(const rg_train_state *s, int64_t T) {
     return 4.0 * n_base * (double)T + 6.0 * n_train * (double)T + attn;
 }
 
+static const char *row_filter;
+
 static int run_row(const bench_row *row, int steps, double peak_gflops, int threads) {
+    if (row_filter && !strstr(row->name, row_filter)) return 0;
     rg_error err = {0};
     rg_model *m = NULL;
     if (rg_model_load(&m, row->path, &err)) {
@@ -122,6 +125,7 @@ static int run_row(const bench_row *row, int steps, double peak_gflops, int thre
 int main(int argc, char **argv) {
     int steps = argc > 1 ? atoi(argv[1]) : 3;
     if (steps < 1) steps = 1;
+    row_filter = argc > 2 ? argv[2] : NULL;
     int threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     double mhz = bench_measured_mhz();
     double peak = 32.0 * mhz * 1e-3 * threads;
@@ -149,7 +153,9 @@ int main(int argc, char **argv) {
         snprintf(bf16, sizeof bf16, "%s/smol-bf16.gguf", dir);
         const char *outs[3] = {f32, f16, bf16};
         const char *types[3] = {"F32", "F16", "BF16"};
+        const char *names[3] = {"smollm2 f32 full", "smollm2 f16 full", "smollm2 bf16 full"};
         for (int i = 0; i < 3; i++) {
+            if (row_filter && !strstr(names[i], row_filter)) continue;
             rg_quantize_opts qo;
             memset(&qo, 0, sizeof qo);
             qo.allow_requantize = true;
@@ -158,13 +164,9 @@ int main(int argc, char **argv) {
                 printf("convert to %s: %s\n", types[i], err.msg);
                 return 1;
             }
+            rc |= run_row(&(bench_row){names[i], outs[i], RG_TRAIN_FULL}, steps, peak, threads);
+            unlink(outs[i]);
         }
-        rc |= run_row(&(bench_row){"smollm2 f32 full", f32, RG_TRAIN_FULL}, steps, peak, threads);
-        unlink(f32);
-        rc |= run_row(&(bench_row){"smollm2 f16 full", f16, RG_TRAIN_FULL}, steps, peak, threads);
-        unlink(f16);
-        rc |= run_row(&(bench_row){"smollm2 bf16 full", bf16, RG_TRAIN_FULL}, steps, peak, threads);
-        unlink(bf16);
         rc |= run_row(&(bench_row){"smollm2 q4_1 lora r16", smol, RG_TRAIN_LORA}, steps, peak, threads);
     }
     unlink(tiny);
