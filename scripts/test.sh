@@ -43,8 +43,10 @@ if build_or_fail release build -DRG_WERROR=ON; then
   run_suite "cli" bash tests/cli/test_cli.sh build
   run_suite "cli generate" bash tests/cli/test_cli_generate.sh build
   run_suite "cli train" bash tests/cli/test_cli_train.sh build
+  run_suite "cli lora" bash tests/cli/test_cli_lora.sh build
   run_suite "gguf python reference" python3 tests/python/test_gguf_reference.py build
   run_suite "types against gguf-py" python3 tests/python/test_quant_reference.py build
+  run_suite "lora adapter against gguf-py" python3 tests/python/test_adapter_reference.py build
 fi
 
 if build_or_fail sanitize build-asan -DCMAKE_BUILD_TYPE=Debug -DRG_SANITIZE=ON -DRG_CUDA=OFF -DCMAKE_C_FLAGS=-O1; then
@@ -54,6 +56,7 @@ if build_or_fail sanitize build-asan -DCMAKE_BUILD_TYPE=Debug -DRG_SANITIZE=ON -
   run_suite "asan cli" bash tests/cli/test_cli.sh build-asan
   run_suite "asan cli generate" bash tests/cli/test_cli_generate.sh build-asan
   run_suite "asan cli train" bash tests/cli/test_cli_train.sh build-asan
+  run_suite "asan cli lora" bash tests/cli/test_cli_lora.sh build-asan
 fi
 
 secs="${RG_FUZZ_SECONDS:-60}"
