@@ -104,6 +104,28 @@ static int run_row(const bench_row *row, int steps, double peak_gflops, int thre
         double dt = bench_now() - t0;
         if (k > 0) total += dt, best = dt < best ? dt : best;
     }
+    if (!rc && getenv("RG_BENCH_OPS")) {
+        // Where a step goes: every node run alone (rg_exec_run over [i, i+1)), summed per op.
+        double op_s[RG_OP_COUNT] = {0};
+        int op_n[RG_OP_COUNT] = {0};
+        rg_graph *g = s->g;
+        double t_all = bench_now();
+        for (int i = 0; i < g->n_nodes; i++) {
+            double t0 = bench_now();
+            if (rg_exec_run(s->ex, i, i + 1, &err)) break;
+            op_s[g->nodes[i]->op] += bench_now() - t0;
+            op_n[g->nodes[i]->op]++;
+        }
+        t_all = bench_now() - t_all;
+        double t_opt = bench_now(), gn = 0, lr = 0;
+        bool sk = false;
+        rg_train_state_step(s, &gn, &lr, &sk, &err);
+        t_opt = bench_now() - t_opt;
+        printf("  per op (forward + backward %.3f s; optimizer step %.3f s):\n", t_all, t_opt);
+        for (int o = 0; o < RG_OP_COUNT; o++)
+            if (op_n[o] && op_s[o] > 0.002)
+                printf("    %-26s %4d nodes %8.3f s %5.1f%%\n", rg_op_name((rg_op)o), op_n[o], op_s[o], 100.0 * op_s[o] / t_all);
+    }
     if (!rc) {
         double mean = total / steps, flops = model_flops(s, T);
         rg_train_memory mem = rg_train_state_memory(s);
