@@ -48,6 +48,10 @@ void rg_sgd_row(float *out, const float *theta, const float *grad, int64_t n, co
 // ops_matmul.c: MUL_MAT and OUT_PROD for every weight type (gemm.c underneath)
 rg_status cpu_mul_mat(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 size_t cpu_mul_mat_work(const rg_node *n, int n_threads);
+// n MUL_MAT nodes in a row that read the same src[1] and not each other: one
+// parallel section when they all take the dot products (generation), else
+// cpu_mul_mat on each in order. The same results either way.
+rg_status cpu_mul_mat_many(rg_exec_ctx *ctx, rg_node *const *nodes, int n, rg_error *err);
 rg_status cpu_out_prod(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 size_t cpu_out_prod_work(const rg_node *n, int n_threads);
 

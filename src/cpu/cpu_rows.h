@@ -5,7 +5,19 @@
 #define RG_CPU_ROWS_H
 
 #include "base/error.h"
+#include "base/threadpool.h"
 #include "graph/graph.h"
+
+// Runs fn on the pool, or on the calling thread alone when the node is small
+// (work: its elements, weighted by the caller): handing a few thousand
+// elements to another thread and waiting for it costs more than the work
+// (token generation has hundreds of such nodes per token). The kernels split
+// by rows and never split a row's reduction, so the bits are the same.
+#define RG_ROWS_SERIAL_MAX 16384
+static inline void run_rows(rg_threadpool *pool, rg_parallel_fn fn, void *job, int64_t work) {
+    if (work < RG_ROWS_SERIAL_MAX) fn(job, 0, 1);
+    else rg_threadpool_run(pool, fn, job);
+}
 
 // An F32 tensor whose rows are packed (nb[0] == 4; a row of one element may
 // have any nb[0]).

@@ -203,11 +203,14 @@ static void vec_convert(void *p, int ith, int nth) {
 // while every column passes over them.
 #define VEC_TILE 16
 
-static void vec_dots(void *p, int ith, int nth) {
-    mm_vec_job *j = p;
+static int64_t vec_tiles(const mm_vec_job *j) {
+    return (j->s.M + VEC_TILE - 1) / VEC_TILE * j->s.c2 * j->s.c3;
+}
+
+// Tiles [t0, t1) of one job.
+static void vec_run_tiles(const mm_vec_job *j, int64_t t0, int64_t t1) {
     const mm_shape *s = &j->s;
-    int64_t tiles = (s->M + VEC_TILE - 1) / VEC_TILE, t0, t1;
-    rg_split_range(tiles * s->c2 * s->c3, ith, nth, &t0, &t1);
+    int64_t tiles = (s->M + VEC_TILE - 1) / VEC_TILE;
     for (int64_t t = t0; t < t1; t++) {
         int64_t slice = t / tiles, m0 = (t % tiles) * VEC_TILE, m1 = m0 + VEC_TILE < s->M ? m0 + VEC_TILE : s->M;
         int64_t i2 = slice % s->c2, i3 = slice / s->c2;
@@ -224,6 +227,32 @@ static void vec_dots(void *p, int ith, int nth) {
             else
                 for (int64_t m = m0; m < m1; m++) j->ops->vec_dot(s->K, &yc[m], w + m * j->w->nb[1], xc);
         }
+    }
+}
+
+static void vec_dots(void *p, int ith, int nth) {
+    const mm_vec_job *j = p;
+    int64_t t0, t1;
+    rg_split_range(vec_tiles(j), ith, nth, &t0, &t1);
+    vec_run_tiles(j, t0, t1);
+}
+
+// Several jobs as one parallel section: their tiles in order, split as one list.
+typedef struct mm_vec_group {
+    const mm_vec_job *jobs;
+    int n;
+    int64_t total;  // tiles of all jobs
+} mm_vec_group;
+
+static void vec_group_dots(void *p, int ith, int nth) {
+    const mm_vec_group *g = p;
+    int64_t t0, t1, base = 0;
+    rg_split_range(g->total, ith, nth, &t0, &t1);
+    for (int i = 0; i < g->n && base < t1; i++) {
+        int64_t nt = vec_tiles(&g->jobs[i]);
+        int64_t a = t0 > base ? t0 - base : 0, b = t1 - base < nt ? t1 - base : nt;
+        if (a < b) vec_run_tiles(&g->jobs[i], a, b);
+        base += nt;
     }
 }
 
@@ -262,7 +291,8 @@ size_t cpu_mul_mat_work(const rg_node *n, int n_threads) {
     return rg_gemm_work_size(RG_SGEMM_AUTO, &bt, n_threads);
 }
 
-rg_status cpu_mul_mat(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
+// The checks every MUL_MAT passes; *s is its shape.
+static rg_status mul_mat_check(const rg_node *n, mm_shape *s, rg_error *err) {
     const rg_tensor *w = &n->src[0]->t, *x = &n->src[1]->t, *y = &n->t;
     rg_status st = check_common(n, w, x, "mul_mat", err);
     if (st != RG_OK) return st;
@@ -273,26 +303,51 @@ rg_status cpu_mul_mat(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
                        rg_tensor_shape_str(w, a, sizeof a), rg_tensor_shape_str(x, b, sizeof b),
                        rg_tensor_shape_str(y, c, sizeof c));
     }
-    mm_shape s = shape_of(w, x, K, M, N);
+    *s = shape_of(w, x, K, M, N);
+    return RG_OK;
+}
+
+// The dot-product job of a checked node (the activations not yet converted).
+static rg_status vec_job_of(const rg_exec_ctx *ctx, const rg_node *n, const mm_shape *s, mm_vec_job *j,
+                            rg_error *err) {
+    const rg_tensor *w = &n->src[0]->t, *x = &n->src[1]->t;
+    size_t need = vec_work(w, x, s->K, s->N, pool_threads(ctx));
+    if (ctx->scratch_size < need || (need && !ctx->scratch))
+        return rg_fail(err, RG_ERR_ARG, "mul_mat %s: scratch of %zu bytes is below the %zu needed", node_name(n),
+                       ctx->scratch_size, need);
+    const rg_quant_ops *ops = rg_quant_get(w->type);
+    *j = (mm_vec_job){ops, rg_cpu_dot_rows(w->type), NULL, w, x, &n->t, *s, vec_x_direct(w, x), NULL,
+                      vec_xq_row(w, s->K), NULL};
+    if (ops->vec_dot_type != RG_TYPE_F32) j->act_ops = rg_quant_get(ops->vec_dot_type);
+    if (!j->x_direct) {
+        size_t cols = (size_t)(s->N * s->c2 * s->c3);
+        j->xq = ctx->scratch;
+        j->gather = (float *)((char *)ctx->scratch + (cols * j->xq_row + 63) / 64 * 64);
+    }
+    return RG_OK;
+}
+
+// Converts the job's activations into the scratch (unless read in place). A
+// few columns (generation: one) are converted by the calling thread: far
+// cheaper than handing the work to the pool and waiting for it.
+static void vec_convert_all(rg_exec_ctx *ctx, mm_vec_job *j) {
+    if (j->x_direct) return;
+    int64_t cols = j->s.N * j->s.c2 * j->s.c3;
+    if (cols * j->s.K <= VEC_SERIAL_CONVERT) vec_convert(j, 0, 1);
+    else rg_threadpool_run(ctx->pool, vec_convert, j);
+}
+
+rg_status cpu_mul_mat(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
+    const rg_tensor *w = &n->src[0]->t, *x = &n->src[1]->t, *y = &n->t;
+    mm_shape s;
+    rg_status st = mul_mat_check(n, &s, err);
+    if (st != RG_OK) return st;
+    int64_t K = s.K, M = s.M, N = s.N;
     if (M == 0 || N == 0 || s.c2 == 0 || s.c3 == 0) return RG_OK;
-    int nth = pool_threads(ctx);
     if (mul_mat_uses_vec(w, K, N)) {
-        size_t need = vec_work(w, x, K, N, nth);
-        if (ctx->scratch_size < need || (need && !ctx->scratch))
-            return rg_fail(err, RG_ERR_ARG, "mul_mat %s: scratch of %zu bytes is below the %zu needed", node_name(n),
-                           ctx->scratch_size, need);
-        const rg_quant_ops *ops = rg_quant_get(w->type);
-        mm_vec_job j = {ops, rg_cpu_dot_rows(w->type), NULL, w, x, y, s, vec_x_direct(w, x), NULL, vec_xq_row(w, K), NULL};
-        if (ops->vec_dot_type != RG_TYPE_F32) j.act_ops = rg_quant_get(ops->vec_dot_type);
-        if (!j.x_direct) {
-            size_t cols = (size_t)(N * s.c2 * s.c3);
-            j.xq = ctx->scratch;
-            j.gather = (float *)((char *)ctx->scratch + (cols * j.xq_row + 63) / 64 * 64);
-            // A few columns (generation: one) are converted here: far cheaper than
-            // handing the work to the pool and waiting for it.
-            if ((int64_t)cols * K <= VEC_SERIAL_CONVERT) vec_convert(&j, 0, 1);
-            else rg_threadpool_run(ctx->pool, vec_convert, &j);
-        }
+        mm_vec_job j;
+        if ((st = vec_job_of(ctx, n, &s, &j, err))) return st;
+        vec_convert_all(ctx, &j);
         rg_threadpool_run(ctx->pool, vec_dots, &j);
         return RG_OK;
     }
@@ -303,6 +358,41 @@ rg_status cpu_mul_mat(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     rg_gemm_batch bt = mul_mat_batch(&c);
     st = rg_gemm_run(ctx->pool, RG_SGEMM_AUTO, &bt, ctx->scratch, ctx->scratch_size, err);
     return st == RG_OK ? RG_OK : prefix_error(err, st, "mul_mat", n);
+}
+
+// Consecutive MUL_MATs that read the same activations (q, k, v of a layer;
+// gate and up) as one parallel section when they all take the dot products
+// with the same activation type: the activations converted once, every
+// node's tiles split over the threads as one list. Each output element is
+// computed exactly as cpu_mul_mat computes it. Anything else runs node by node.
+#define VEC_GROUP_MAX 8
+
+rg_status cpu_mul_mat_many(rg_exec_ctx *ctx, rg_node *const *nodes, int n, rg_error *err) {
+    mm_vec_job jobs[VEC_GROUP_MAX];
+    bool grouped = n >= 2 && n <= VEC_GROUP_MAX;
+    for (int i = 0; i < n && grouped; i++) {
+        const rg_node *nd = nodes[i];
+        mm_shape s;
+        rg_error ignored;
+        grouped = nd->op == RG_OP_MUL_MAT && nd->src[1] == nodes[0]->src[1] && mul_mat_check(nd, &s, &ignored) == RG_OK &&
+                  s.M > 0 && s.N > 0 && s.c2 > 0 && s.c3 > 0 && mul_mat_uses_vec(&nd->src[0]->t, s.K, s.N) &&
+                  vec_job_of(ctx, nd, &s, &jobs[i], &ignored) == RG_OK;
+        if (grouped && i > 0)
+            grouped = jobs[i].act_ops == jobs[0].act_ops && jobs[i].x_direct == jobs[0].x_direct &&
+                      jobs[i].xq_row == jobs[0].xq_row;
+    }
+    if (!grouped) {
+        for (int i = 0; i < n; i++) {
+            rg_status st = cpu_mul_mat(ctx, nodes[i], err);
+            if (st) return st;
+        }
+        return RG_OK;
+    }
+    vec_convert_all(ctx, &jobs[0]);  // the others read the same converted rows
+    mm_vec_group g = {jobs, n, 0};
+    for (int i = 0; i < n; i++) g.total += vec_tiles(&jobs[i]);
+    rg_threadpool_run(ctx->pool, vec_group_dots, &g);
+    return RG_OK;
 }
 
 // ---------------------------------------------------------------------------

@@ -49,7 +49,7 @@ rg_status cpu_rms_norm(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
         return st;
     if (x->ne[0] <= 0 || rg_tensor_nrows(x) == 0) return RG_OK;
     norm_job j = {.x = x, .y = &n->t, .eps = (double)n->fp[0]};
-    rg_threadpool_run(ctx ? ctx->pool : NULL, rms_norm_rows, &j);
+    run_rows(ctx ? ctx->pool : NULL, rms_norm_rows, &j, rg_tensor_nelements(x));
     return RG_OK;
 }
 
@@ -88,7 +88,7 @@ rg_status cpu_rms_norm_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
         return st;
     if (x->ne[0] <= 0 || rg_tensor_nrows(x) == 0) return RG_OK;
     norm_job j = {.x = x, .dy = dy, .y = &n->t, .eps = (double)n->fp[0]};
-    rg_threadpool_run(ctx ? ctx->pool : NULL, rms_norm_back_rows, &j);
+    run_rows(ctx ? ctx->pool : NULL, rms_norm_back_rows, &j, 2 * rg_tensor_nelements(x));
     return RG_OK;
 }
 
@@ -180,9 +180,10 @@ static rg_status rope_run(const char *op, rg_exec_ctx *ctx, rg_node *n, const ch
         if (!j.cs)
             return rg_fail(err, RG_ERR_NOMEM, "%s '%s': out of memory for the cos/sin table [%lld, %lld]", op,
                            n->t.name, (long long)n_rot, (long long)j.T);
-        rg_threadpool_run(pool, rope_table, &j);
+        // The table costs a pow, a cos and a sin per entry.
+        run_rows(pool, rope_table, &j, 64 * j.half * j.T);
     }
-    rg_threadpool_run(pool, rope_rows, &j);
+    run_rows(pool, rope_rows, &j, rg_tensor_nelements(x));
     free(j.cs);
     return RG_OK;
 }

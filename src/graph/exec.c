@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "cpu/cpu_ops.h"
 #include "cuda/cuda.h"
 #include "graph/ops.h"
 
@@ -94,6 +95,30 @@ static void first_non_finite(rg_exec *ex, int upto, char *buf, size_t cap) {
     snprintf(buf, cap, "no node before it holds a non-finite value");
 }
 
+// MUL_MAT nodes after node i (up to `to`, views and leaves between them
+// skipped: they run nothing) that read the same src[1] and no output of the
+// group: q, k and v of a layer, gate and up. Returns the count (1: none
+// follow) and the index of the last one.
+#define GROUP_MAX 8
+static int mul_mat_group(rg_graph *g, int i, int to, rg_node **grp, int *last) {
+    rg_node *n = g->nodes[i];
+    int cnt = 0;
+    grp[cnt++] = n;
+    *last = i;
+    for (int k = i + 1; k < to && cnt < GROUP_MAX; k++) {
+        rg_node *m = g->nodes[k];
+        if (m->op == RG_OP_NONE || rg_op_defs[m->op].is_view) continue;
+        if (m->op != RG_OP_MUL_MAT || m->src[1] != n->src[1] || (m->flags & RG_NODE_LOSS)) break;
+        bool reads_group = false;
+        for (int q = 0; q < cnt; q++)
+            if (owner(m->src[0]) == grp[q] || owner(m->src[1]) == grp[q]) reads_group = true;
+        if (reads_group) break;
+        grp[cnt++] = m;
+        *last = k;
+    }
+    return cnt;
+}
+
 rg_status rg_exec_run(rg_exec *ex, int from, int to, rg_error *err) {
     rg_graph *g = ex->g;
     if (to < 0 || to > g->n_nodes) to = g->n_nodes;
@@ -103,6 +128,18 @@ rg_status rg_exec_run(rg_exec *ex, int from, int to, rg_error *err) {
         const rg_op_def *def = &rg_op_defs[n->op];
         if (n->op == RG_OP_NONE || def->is_view) continue;
         rg_status st;
+        if (n->op == RG_OP_MUL_MAT && !ex->cuda && !(n->flags & RG_NODE_LOSS)) {
+            // Several products of the same activations: one parallel section (ops_matmul.c).
+            rg_node *grp[GROUP_MAX];
+            int last, cnt = mul_mat_group(g, i, to, grp, &last);
+            if (cnt > 1) {
+                st = cpu_mul_mat_many(&ctx, grp, cnt, err);
+                if (st) return st;
+                ex->nodes_cpu += cnt;
+                i = last;
+                continue;
+            }
+        }
         if (ex->cuda && rg_cuda_op_supported(n)) {
             st = rg_cuda_op_run(ex->cuda, n, err);
         } else {
