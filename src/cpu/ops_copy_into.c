@@ -1,6 +1,11 @@
 // ops_copy_into.c - CPY_INTO: a's values written through the node's own
 // strides into the window it aliases (a KV-cache write). Any strides on both
 // sides; F32, F16 and BF16 on both sides (RNE conversions).
+//
+// A row whose destination elements are packed goes through the row
+// converters of half.h (the same bits as the scalar conversions), its source
+// first gathered into a small buffer when strided (the transposed V-cache
+// write reads a column of the new values); anything else element by element.
 #include <string.h>
 
 #include "base/error.h"
@@ -31,6 +36,24 @@ typedef struct job {
     rg_tensor *d;
 } job;
 
+// Elements per pass of the gather buffer.
+enum { SEG = 256 };
+
+// n elements of an F32 source (element stride ss bytes) into a packed F16/BF16 destination.
+static void convert_run(const char *sa, size_t ss, uint32_t dtype, uint16_t *dst, int64_t n) {
+    float buf[SEG];
+    for (int64_t i0 = 0; i0 < n; i0 += SEG) {
+        int64_t m = n - i0 < SEG ? n - i0 : SEG;
+        const float *src = (const float *)(sa + i0 * (int64_t)ss);
+        if (ss != sizeof(float)) {
+            for (int64_t i = 0; i < m; i++) memcpy(&buf[i], sa + (i0 + i) * (int64_t)ss, sizeof(float));
+            src = buf;
+        }
+        if (dtype == RG_TYPE_F16) rg_fp32_to_fp16_row(src, dst + i0, m);
+        else rg_fp32_to_bf16_row(src, dst + i0, m);
+    }
+}
+
 // Threads take disjoint ranges of rows (i1, i2, i3): no two write the same bytes.
 static void copy_rows(void *p, int ith, int nth) {
     job *j = p;
@@ -38,12 +61,18 @@ static void copy_rows(void *p, int ith, int nth) {
     rg_tensor *d = j->d;
     int64_t rows = a->ne[1] * a->ne[2] * a->ne[3], r0, r1;
     rg_split_range(rows, ith, nth, &r0, &r1);
+    const bool to_half = a->type == RG_TYPE_F32 && (d->type == RG_TYPE_F16 || d->type == RG_TYPE_BF16) &&
+                         (d->nb[0] == 2 || a->ne[0] == 1);
     for (int64_t r = r0; r < r1; r++) {
         int64_t i1 = r % a->ne[1], i2 = r / a->ne[1] % a->ne[2], i3 = r / a->ne[1] / a->ne[2];
         const char *sa = (const char *)a->data + i1 * a->nb[1] + i2 * a->nb[2] + i3 * a->nb[3];
         char *sd = (char *)d->data + i1 * d->nb[1] + i2 * d->nb[2] + i3 * d->nb[3];
         if (a->type == d->type && a->nb[0] == d->nb[0] && a->nb[0] == rg_type_get(a->type)->type_size) {
             memcpy(sd, sa, (size_t)a->ne[0] * a->nb[0]);
+            continue;
+        }
+        if (to_half) {
+            convert_run(sa, a->nb[0], d->type, (uint16_t *)sd, a->ne[0]);
             continue;
         }
         for (int64_t i0 = 0; i0 < a->ne[0]; i0++) store(d->type, sd + i0 * d->nb[0], load(a->type, sa + i0 * a->nb[0]));

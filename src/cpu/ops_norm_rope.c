@@ -110,18 +110,18 @@ typedef struct rope_job {
     double base, scale;
     float sign;          // +1 forward, -1 backward
     float *cs;           // [T][half][2]: cos, sin (sin already signed)
+    double *freq;        // [half]: base^(-2i/n_rot), the same for every token
 } rope_job;
 
 static void rope_table(void *p, int ith, int nth) {
     const rope_job *j = p;
     int64_t t0, t1;
     rg_split_range(j->T, ith, nth, &t0, &t1);
-    const double n_rot = (double)(2 * j->half);
     for (int64_t t = t0; t < t1; t++) {
         float *cs = j->cs + t * j->half * 2;
         const double ps = (double)j->pos[t] * j->scale;
         for (int64_t i = 0; i < j->half; i++) {
-            const double theta = ps * pow(j->base, -2.0 * (double)i / n_rot);
+            const double theta = ps * j->freq[i];
             cs[2 * i] = (float)cos(theta);
             cs[2 * i + 1] = j->sign * (float)sin(theta);
         }
@@ -176,10 +176,13 @@ static rg_status rope_run(const char *op, rg_exec_ctx *ctx, rg_node *n, const ch
                   .base = (double)n->fp[0], .scale = (double)n->fp[1], .sign = sign};
     rg_threadpool *pool = ctx ? ctx->pool : NULL;
     if (j.half > 0) {
-        j.cs = malloc(sizeof(float) * 2 * (size_t)j.half * (size_t)j.T);
+        j.cs = malloc(sizeof(float) * 2 * (size_t)j.half * (size_t)j.T + sizeof(double) * (size_t)j.half);
         if (!j.cs)
             return rg_fail(err, RG_ERR_NOMEM, "%s '%s': out of memory for the cos/sin table [%lld, %lld]", op,
                            n->t.name, (long long)n_rot, (long long)j.T);
+        // The doubles after the floats: 2 * half * T floats are a whole number of doubles.
+        j.freq = (double *)(j.cs + 2 * j.half * j.T);
+        for (int64_t i = 0; i < j.half; i++) j.freq[i] = pow(j.base, -2.0 * (double)i / (double)n_rot);
         // The table costs a pow, a cos and a sin per entry.
         run_rows(pool, rope_table, &j, 64 * j.half * j.T);
     }
