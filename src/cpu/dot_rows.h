@@ -7,8 +7,8 @@
 // legacy types. Q8 activations must lie in -127..127 (the quantizer never
 // writes -128); that lets the Q8_0 kernel use the sign trick exactly.
 //
-// Rows are taken four at a time, sharing the activation loads and one final
-// reduction; a group of fewer than four repeats its last row, so every row's
+// Rows are taken four or eight at a time, sharing the activation loads and
+// the final reduction; a short last group repeats its last row, so every row's
 // arithmetic is the same whichever group it falls in, and the result does not
 // depend on how a caller splits the rows between threads. The sums differ
 // from the table's vec_dot only in the order the f32 terms are added.
