@@ -165,3 +165,12 @@ void rg_atomic_abort(rg_atomic_file *af) {
     af->tmp_path = NULL;
     af->final_path = NULL;
 }
+
+rg_status rg_atomic_write_file(const char *path, const void *buf, size_t n, rg_error *err) {
+    rg_atomic_file af;
+    rg_status st = rg_atomic_open(&af, path, err);
+    if (st) return st;
+    if ((st = rg_atomic_write(&af, buf, n, err)) == RG_OK) st = rg_atomic_commit(&af, err);
+    if (st) rg_atomic_abort(&af);
+    return st;
+}

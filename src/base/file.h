@@ -39,5 +39,7 @@ rg_status rg_atomic_write_zeros(rg_atomic_file *af, size_t n, rg_error *err);
 rg_status rg_atomic_commit(rg_atomic_file *af, rg_error *err);
 // Drops the temporary file (safe to call after commit or on a zeroed struct).
 void rg_atomic_abort(rg_atomic_file *af);
+// The whole of a buffer written as path, atomically (open, write, commit).
+rg_status rg_atomic_write_file(const char *path, const void *buf, size_t n, rg_error *err);
 
 #endif

@@ -218,11 +218,7 @@ rg_status rg_loss_plot_write(const char *path, const int64_t *iters, const doubl
 #undef PX
 #undef PY
     fclose(f);
-    rg_atomic_file af;
-    rg_status st = rg_atomic_open(&af, path, err);
-    if (!st) st = rg_atomic_write(&af, buf, len, err);
-    if (!st) st = rg_atomic_commit(&af, err);
-    else rg_atomic_abort(&af);
+    rg_status st = rg_atomic_write_file(path, buf, len, err);
     free(buf);
     return st;
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/file.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "text/chat.h"
@@ -183,11 +184,7 @@ static rg_status write_report(run *r, const rg_train_summary *sum, const rg_trai
             (long long)ds.n_target_tokens);
     fprintf(f, "  \"threads\": %d\n}\n", rg_threadpool_size(r->s->pool));
     fclose(f);
-    rg_atomic_file af;
-    rg_status st = rg_atomic_open(&af, path, err);
-    if (!st) st = rg_atomic_write(&af, buf, len, err);
-    if (!st) st = rg_atomic_commit(&af, err);
-    else rg_atomic_abort(&af);
+    rg_status st = rg_atomic_write_file(path, buf, len, err);
     free(buf);
     return st;
 }

@@ -22,3 +22,8 @@ expect() {
   fi
   echo "PASS $name"; passed=$((passed + 1))
 }
+
+# check NAME RC [DETAIL]: records a check the caller made itself (RC 0 passes).
+check() {
+  if [ "$2" = 0 ]; then echo "PASS $1"; passed=$((passed + 1)); else echo "FAIL $1${3:+: $3}"; failed=$((failed + 1)); fi
+}

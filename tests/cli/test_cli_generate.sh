@@ -8,10 +8,6 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/lib.sh"
 
-# check NAME CONDITION_RC: records a check made by the caller.
-check() {
-  if [ "$2" = 0 ]; then echo "PASS $1"; passed=$((passed + 1)); else echo "FAIL $1"; failed=$((failed + 1)); fi
-}
 
 m="$tmp/tiny.gguf"
 "$bin" make-tiny --arch qwen2 --type f32 -o "$m" >/dev/null

@@ -14,9 +14,6 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/lib.sh"
 
-check() {
-  if [ "$2" = 0 ]; then echo "PASS $1"; passed=$((passed + 1)); else echo "FAIL $1${3:+: $3}"; failed=$((failed + 1)); fi
-}
 
 # The data: 48 arithmetic chats (ChatML, loss on the answers) and a text file.
 for i in $(seq 1 48); do
