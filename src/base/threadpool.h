@@ -1,8 +1,11 @@
 // threadpool.h - a persistent pool of worker threads running one parallel
-// section at a time. The caller's thread is worker 0, so a pool of n threads
-// starts n - 1. Work is split by index, never stolen: which thread computes
-// which element depends only on (n, ith), so results are deterministic for a
-// given thread count.
+// section at a time. The caller's thread is one of them, so a pool of n
+// threads starts n - 1. A section is n parts, fn(arg, ith, n) for ith in
+// 0..n-1: the caller runs part 0, and each other part runs once on whichever
+// thread claims it first (the caller too, when a worker has been descheduled
+// on a busy machine). Work is split by part index, never by thread: what a
+// part computes depends only on (ith, n), so results are deterministic for a
+// given thread count. Parts of one section must not wait for each other.
 #ifndef RG_BASE_THREADPOOL_H
 #define RG_BASE_THREADPOOL_H
 
@@ -10,13 +13,14 @@
 
 typedef struct rg_threadpool rg_threadpool;
 
-// fn(arg, ith, nth) runs once on every thread, ith in 0..nth-1.
+// fn(arg, ith, nth) runs once for every ith in 0..nth-1 (nth = the pool's size),
+// the parts in parallel on the pool's threads.
 typedef void (*rg_parallel_fn)(void *arg, int ith, int nth);
 
 // n_threads <= 0 means one per online core.
 rg_status rg_threadpool_create(rg_threadpool **out, int n_threads, rg_error *err);
 int rg_threadpool_size(const rg_threadpool *pool);
-// Runs fn on every thread and returns when all are done. A NULL pool runs fn(arg, 0, 1).
+// Runs every part of fn and returns when all are done. A NULL pool runs fn(arg, 0, 1).
 void rg_threadpool_run(rg_threadpool *pool, rg_parallel_fn fn, void *arg);
 void rg_threadpool_free(rg_threadpool *pool);
 
