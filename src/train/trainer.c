@@ -241,11 +241,11 @@ static void print_start(run *r, const rg_train_memory *mem) {
             r->o->data_path, ds.format ? ds.format : "?", (long long)ds.n_samples, (long long)ds.n_train_samples,
             (long long)ds.n_eval_samples, (long long)ds.n_truncated, (long long)ds.n_dropped, (long long)ds.n_train_rows,
             (long long)c->ctx, (long long)ds.n_target_tokens);
-    fprintf(r->log, "steps: %lld (%lld rows each: batch %lld x accum %lld), %s lr %.3g, %s schedule, warmup %lld, %d threads\n",
+    fprintf(r->log, "steps: %lld (%lld rows each: batch %lld x accum %lld), %s lr %.3g, %s schedule, warmup %lld, %d thread%s\n",
             (long long)r->total_steps, (long long)r->rows_per_step, (long long)c->batch_size, (long long)c->grad_accum,
             c->optimizer == RG_OPTIM_ADAMW ? "adamw" : "sgd", r->s->lr,
             c->schedule == RG_SCHED_COSINE ? "cosine" : c->schedule == RG_SCHED_LINEAR ? "linear" : "constant",
-            (long long)c->warmup_steps, rg_threadpool_size(r->s->pool));
+            (long long)c->warmup_steps, rg_threadpool_size(r->s->pool), rg_threadpool_size(r->s->pool) == 1 ? "" : "s");
     fprintf(r->log, "memory: weights %.1f MiB, gradients %.1f MiB, optimizer state %.1f MiB, activations %.1f MiB, scratch %.1f MiB; total %.1f MiB\n",
             mib(mem->weights), mib(mem->gradients), mib(mem->optimizer), mib(mem->activations), mib(mem->scratch),
             mib(mem->total));
@@ -262,6 +262,14 @@ rg_status rg_train_run(const rg_train_opts *o, rg_train_summary *sum, rg_error *
     rg_status st = rg_train_config_validate(c, err);
     if (st) return st;
     if ((st = prepare_out_dir(o->out_dir, err))) return st;
+    if (!o->resume) {
+        // A fresh run never mixes with an earlier one: its checkpoints would be taken for ours by --resume.
+        char dir[4200];
+        rg_error e2 = {0};
+        if (rg_checkpoint_find_latest(o->out_dir, dir, sizeof dir, &e2) == RG_OK)
+            return rg_fail(err, RG_ERR_ARG, "train: OUTDIR %s already holds a run (%s); continue it with --resume %s, "
+                                            "or choose another OUTDIR (or remove this one)", o->out_dir, dir, o->out_dir);
+    }
     snprintf(r.jsonl_path, sizeof r.jsonl_path, "%s/train.jsonl", o->out_dir);
     snprintf(r.plot_path, sizeof r.plot_path, "%s/loss.svg", o->out_dir);
     if ((st = load_inputs(&r, err))) {
@@ -314,7 +322,7 @@ rg_status rg_train_run(const rg_train_opts *o, rg_train_summary *sum, rg_error *
         }
         fprintf(r.log, "resume: %s (step %lld of %lld)\n", dir, (long long)meta.iter, (long long)r.total_steps);
     } else {
-        unlink(r.jsonl_path);  // a fresh run in a used OUTDIR starts a fresh log
+        unlink(r.jsonl_path);
     }
     FILE *jl = fopen(r.jsonl_path, "a");
     if (!jl) {

@@ -95,6 +95,7 @@ expect "full fine-tuning refuses a quantized model" 1 "use training.method=lora"
 expect "a run over the memory limit is refused with numbers" 1 "needs [0-9.]+ MiB but the limit is" -- "$bin" train "${t[@]}" --set training.memory_limit_gb=0.001
 expect "resume refuses a changed config" 1 "config differs.*training.lr" -- "$bin" train "${run[@]}" --resume "$tmp/killed" --set training.lr=5e-4
 expect "resume without a checkpoint" 1 "no checkpoint" -- "$bin" train "${run[@]}" --resume "$tmp/empty-dir"
+expect "a fresh run refuses an OUTDIR that holds a run" 1 "already holds a run.*--resume" -- "$bin" train -m "$tmp/f32.gguf" -d "$tmp/chat.jsonl" -o "$tmp/f32" "${full[@]}" --set training.steps=30
 expect "missing arguments" 2 "required" -- "$bin" train -m "$tmp/f32.gguf"
 # A full disk during a checkpoint. A finished run has step-5 and step-10; removing step-10 leaves
 # the state of a run stopped after step 5. Resumed under a 1 MiB file-size limit (SIGXFSZ ignored,
