@@ -5,7 +5,9 @@
 // A row whose destination elements are packed goes through the row
 // converters of half.h (the same bits as the scalar conversions), its source
 // first gathered into a small buffer when strided (the transposed V-cache
-// write reads a column of the new values); anything else element by element.
+// write of a prompt reads a column of the new values); rows of one element
+// (that write for one token) are converted in runs along dimension 1;
+// anything else element by element.
 #include <string.h>
 
 #include "base/error.h"
@@ -61,10 +63,17 @@ static void copy_rows(void *p, int ith, int nth) {
     rg_tensor *d = j->d;
     int64_t rows = a->ne[1] * a->ne[2] * a->ne[3], r0, r1;
     rg_split_range(rows, ith, nth, &r0, &r1);
+    // (Rows of one element - the V-cache write of one token - take the scalar path below.)
     const bool to_half = a->type == RG_TYPE_F32 && (d->type == RG_TYPE_F16 || d->type == RG_TYPE_BF16) &&
-                         (d->nb[0] == 2 || a->ne[0] == 1);
-    for (int64_t r = r0; r < r1; r++) {
-        int64_t i1 = r % a->ne[1], i2 = r / a->ne[1] % a->ne[2], i3 = r / a->ne[1] / a->ne[2];
+                         d->nb[0] == 2 && a->ne[0] > 1;
+    // Row coordinates stepped, not divided out per row (the V-cache write of a
+    // token is a few hundred one-element rows).
+    int64_t i1 = r0 % a->ne[1], i2 = r0 / a->ne[1] % a->ne[2], i3 = r0 / a->ne[1] / a->ne[2];
+    for (int64_t r = r0; r < r1; r++, i1++) {
+        if (i1 == a->ne[1]) {
+            i1 = 0;
+            if (++i2 == a->ne[2]) i2 = 0, i3++;
+        }
         const char *sa = (const char *)a->data + i1 * a->nb[1] + i2 * a->nb[2] + i3 * a->nb[3];
         char *sd = (char *)d->data + i1 * d->nb[1] + i2 * d->nb[2] + i3 * d->nb[3];
         if (a->type == d->type && a->nb[0] == d->nb[0] && a->nb[0] == rg_type_get(a->type)->type_size) {
@@ -79,12 +88,35 @@ static void copy_rows(void *p, int ith, int nth) {
     }
 }
 
+// Rows of one element (the V-cache write of one token: a column of new values
+// into a column of the transposed cache), F32 into F16/BF16: converted in runs
+// along dimension 1, gathered, converted as a row and scattered.
+static void copy_runs_dim1(const rg_tensor *a, rg_tensor *d) {
+    float buf[SEG];
+    uint16_t h[SEG];
+    for (int64_t i3 = 0; i3 < a->ne[3]; i3++)
+        for (int64_t i2 = 0; i2 < a->ne[2]; i2++) {
+            const char *sa = (const char *)a->data + i2 * a->nb[2] + i3 * a->nb[3];
+            char *sd = (char *)d->data + i2 * d->nb[2] + i3 * d->nb[3];
+            for (int64_t i0 = 0; i0 < a->ne[1]; i0 += SEG) {
+                int64_t m = a->ne[1] - i0 < SEG ? a->ne[1] - i0 : SEG;
+                for (int64_t i = 0; i < m; i++) memcpy(&buf[i], sa + (i0 + i) * a->nb[1], sizeof(float));
+                if (d->type == RG_TYPE_F16) rg_fp32_to_fp16_row(buf, h, m);
+                else rg_fp32_to_bf16_row(buf, h, m);
+                for (int64_t i = 0; i < m; i++) memcpy(sd + (i0 + i) * d->nb[1], &h[i], sizeof(uint16_t));
+            }
+        }
+}
+
 rg_status cpu_cpy_into(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     const rg_tensor *a = &n->src[0]->t;
     if (!rg_tensor_same_shape(a, &n->t))
         return rg_fail(err, RG_ERR_ARG, "cpy_into '%s': source and window shapes differ", n->t.name);
     job j = {a, &n->t};
-    if (rg_tensor_nrows(a) * a->ne[0] < 16384) copy_rows(&j, 0, 1);
+    if (a->ne[0] == 1 && a->type == RG_TYPE_F32 && (n->t.type == RG_TYPE_F16 || n->t.type == RG_TYPE_BF16) &&
+        rg_tensor_nrows(a) < 16384)
+        copy_runs_dim1(a, &n->t);
+    else if (rg_tensor_nrows(a) * a->ne[0] < 16384) copy_rows(&j, 0, 1);
     else rg_threadpool_run(ctx->pool, copy_rows, &j);
     return RG_OK;
 }
