@@ -15,7 +15,7 @@
 // already written, so out == src0 (same layout) is safe. No pointer here is
 // declared restrict for that reason.
 //
-// The sigmoid uses our own exp (a Cephes-style polynomial, below) instead of
+// The sigmoid uses our own exp (a Cephes-style polynomial, exp_poly.h) instead of
 // libm's expf, so that the AVX2 kernels in ops_elementwise_avx2.c can give the
 // same bits as the scalar code: both run the identical sequence of IEEE
 // operations with no fused multiply-adds (the build uses -ffp-contract=off).
@@ -26,6 +26,7 @@
 #include "base/cpu.h"
 #include "base/error.h"
 #include "cpu/cpu_ops.h"
+#include "cpu/exp_poly.h"
 #include "tensor/half.h"
 
 // ---------------------------------------------------------------------------
@@ -380,40 +381,8 @@ rg_status cpu_repeat_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
 // SiLU family. sigmoid(a) = num / (1 + e) with e = exp(-|a|) <= 1 (never
 // overflows) and num = 1 for a >= 0, e for a < 0.
 
-// Constants of the exp, shared bit for bit with ops_elementwise_avx2.c.
-#define EXP_LOG2E 1.44269504088896341f
-#define EXP_LN2_HI 0.693359375f       // 9 significant bits: n * LN2_HI is exact for |n| <= 127
-#define EXP_LN2_LO -2.12194440e-4f
-#define EXP_ROUND 12582912.0f         // 1.5 * 2^23: (v + R) - R rounds v to the nearest integer, ties even
-#define EXP_CUTOFF 87.3f              // exp(-87.3) ~ 1.2e-38, still normal; beyond, e = 0
-#define EXP_P0 1.9875691500e-4f
-#define EXP_P1 1.3981999507e-3f
-#define EXP_P2 8.3334519073e-3f
-#define EXP_P3 4.1665795894e-2f
-#define EXP_P4 1.6666665459e-1f
-#define EXP_P5 5.0000001201e-1f
-
-// e = exp(-|a|), 0 beyond the cutoff, NaN for NaN. Every step is one rounded
-// IEEE operation, in the order the AVX2 kernel performs them.
-static inline float exp_neg_abs(float a) {
-    float ax = fabsf(a);
-    if (!(ax <= EXP_CUTOFF)) return ax > EXP_CUTOFF ? 0.0f : ax;  // too small to matter, or NaN
-    float x = -ax;
-    float fn = (x * EXP_LOG2E + EXP_ROUND) - EXP_ROUND;  // n = round(x / ln2), in -126..0
-    float r = (x - fn * EXP_LN2_HI) - fn * EXP_LN2_LO;   // x - n ln2, |r| <= ln2/2
-    float p = EXP_P0;
-    p = p * r + EXP_P1;
-    p = p * r + EXP_P2;
-    p = p * r + EXP_P3;
-    p = p * r + EXP_P4;
-    p = p * r + EXP_P5;
-    p = p * (r * r) + r;
-    p = p + 1.0f;
-    uint32_t bits = (uint32_t)((int32_t)fn + 127) << 23;  // 2^n, a normal number
-    float scale;
-    memcpy(&scale, &bits, 4);
-    return p * scale;
-}
+// The exp is exp_poly.h's, shared bit for bit with ops_elementwise_avx2.c.
+static inline float exp_neg_abs(float a) { return rg_exp_neg_abs(a); }
 
 static inline float sigmoid1(float a) {
     float e = exp_neg_abs(a);

@@ -21,33 +21,12 @@ int64_t rg_ew_swiglu_row_avx2(const float *g, const float *u, float *y, int64_t 
 
 #include <immintrin.h>
 
+#include "cpu/exp_poly.h"
+
 const int rg_ew_avx2_built = 1;
 
-// e = exp(-|a|) on 8 lanes: the scalar exp_neg_abs step by step.
-static inline __m256 exp_neg_abs8(__m256 a) {
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    const __m256 one = _mm256_set1_ps(1.0f);
-    __m256 ax = _mm256_andnot_ps(sign, a);                               // |a|
-    __m256 big = _mm256_cmp_ps(ax, _mm256_set1_ps(87.3f), _CMP_GT_OQ);   // e underflows: force 0
-    __m256 x = _mm256_xor_ps(ax, sign);                                  // -|a|
-    __m256 fn = _mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f));
-    fn = _mm256_sub_ps(_mm256_add_ps(fn, _mm256_set1_ps(12582912.0f)), _mm256_set1_ps(12582912.0f));
-    __m256 r = _mm256_sub_ps(x, _mm256_mul_ps(fn, _mm256_set1_ps(0.693359375f)));
-    r = _mm256_sub_ps(r, _mm256_mul_ps(fn, _mm256_set1_ps(-2.12194440e-4f)));
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r);
-    p = _mm256_add_ps(p, one);
-    // 2^n from the exponent bits; fn is an integer in -126..0 on the lanes
-    // that are kept (NaN and cut-off lanes are fixed below or stay NaN).
-    __m256i n = _mm256_cvttps_epi32(fn);
-    __m256 scale = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23));
-    return _mm256_andnot_ps(big, _mm256_mul_ps(p, scale));
-}
+// e = exp(-|a|) on 8 lanes: exp_poly.h, the scalar exp_neg_abs step by step.
+static inline __m256 exp_neg_abs8(__m256 a) { return rg_exp_neg_abs8(a); }
 
 // sigmoid(a) = (a < 0 ? e : 1) / (1 + e): the scalar sigmoid1.
 static inline __m256 sigmoid8(__m256 a) {

@@ -9,9 +9,11 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "base/cpu.h"
 #include "base/error.h"
 #include "cpu/cpu_ops.h"
 #include "cpu/cpu_rows.h"
+#include "cpu/exp_poly.h"
 
 // ---------------------------------------------------------------------------
 // SOFT_MAX: a [n_kv, T, H, b], mask [n_kv, >= T] f32 or NULL -> y like a.
@@ -20,8 +22,10 @@
 //   z_j += mask[j, i]                                  (when a mask is given)
 //   z_j = -inf when causal and j > i + (n_kv - T)      (llama.cpp's causal rule)
 //   y_j = exp(z_j - max_k z_k) / sum_k exp(z_k - max)  (§5.3)
-// The exponentials are f32 (expf); their sum is accumulated in double in index
-// order and y_j = (float)(e_j * (1/sum)) with 1/sum in double. A row whose z
+// The exponentials are f32 (exp_poly.h's polynomial, within 2 ulp of expf, the
+// same bits from the AVX2 kernels of ops_softmax_avx2.c); their sum is
+// accumulated in double, key j into partial sum j % 8, the 8 then added in a
+// fixed tree, and y_j = (float)(e_j * (1/sum)) with 1/sum in double. A row whose z
 // are all -inf gives y = 0 (§5.3 [ours]), never NaN. The mask is shared by
 // every head (dims 2 and 3 of a); a taller mask (padded, as llama.cpp pads
 // KQ masks) uses its first T rows.
@@ -33,10 +37,17 @@ typedef struct sm_job {
     float scale, softcap;
 } sm_job;
 
+// The AVX2 row kernels (ops_softmax_avx2.c): the same bits as the loops below.
+extern const int rg_sm_avx2_built;
+float rg_sm_scores_avx2(const float *a, const float *mask, float scale, float *z, int64_t n);
+void rg_sm_exp_avx2(float *y, int64_t n, float mx, double sums[8]);
+void rg_sm_normalize_avx2(float *y, int64_t n, double inv);
+
 static void soft_max_rows(void *p, int ith, int nth) {
     const sm_job *j = p;
     const int64_t n_kv = j->a->ne[0], T = j->a->ne[1];
     const int64_t n_past = n_kv - T;
+    const bool avx2 = rg_sm_avx2_built && rg_cpu_has_avx2();
     int64_t r0, r1;
     rg_split_range(rg_tensor_nrows(j->a), ith, nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
@@ -51,25 +62,40 @@ static void soft_max_rows(void *p, int ith, int nth) {
             end = lim < 0 ? 0 : lim < n_kv ? lim : n_kv;
         }
         float mx = -INFINITY;
-        for (int64_t k = 0; k < end; k++) {
-            float z = j->scale * a[k];
-            if (j->softcap > 0.0f) z = j->softcap * tanhf(z / j->softcap);
-            if (mask) z += mask[k];
-            y[k] = z;
-            if (z > mx) mx = z;
+        if (avx2 && j->softcap <= 0.0f) {
+            mx = rg_sm_scores_avx2(a, mask, j->scale, y, end);
+        } else {
+            for (int64_t k = 0; k < end; k++) {
+                float z = j->scale * a[k];
+                if (j->softcap > 0.0f) z = j->softcap * tanhf(z / j->softcap);
+                if (mask) z += mask[k];
+                y[k] = z;
+                if (z > mx) mx = z;
+            }
         }
         if (mx == -INFINITY) {  // every key masked: zeros, no NaN
             for (int64_t k = 0; k < n_kv; k++) y[k] = 0.0f;
             continue;
         }
-        double sum = 0.0;
-        for (int64_t k = 0; k < end; k++) {
-            float e = expf(y[k] - mx);  // exp(-inf) = 0 for keys the mask removed
-            y[k] = e;
-            sum += (double)e;
+        // exp(z - max) <= 1 (exp_poly.h; exp(-inf) = 0 for keys the mask
+        // removed), summed in double into 8 partial sums, key k into sum k % 8.
+        double sums[8] = {0};
+        if (avx2) {
+            rg_sm_exp_avx2(y, end, mx, sums);
+        } else {
+            for (int64_t k = 0; k < end; k++) {
+                float e = rg_exp_neg_abs(y[k] - mx);
+                y[k] = e;
+                sums[k % 8] += (double)e;
+            }
         }
+        const double sum = ((sums[0] + sums[1]) + (sums[2] + sums[3])) + ((sums[4] + sums[5]) + (sums[6] + sums[7]));
         const double inv = 1.0 / sum;  // sum >= 1: the max contributes exp(0)
-        for (int64_t k = 0; k < end; k++) y[k] = (float)((double)y[k] * inv);
+        if (avx2) {
+            rg_sm_normalize_avx2(y, end, inv);
+        } else {
+            for (int64_t k = 0; k < end; k++) y[k] = (float)((double)y[k] * inv);
+        }
         for (int64_t k = end; k < n_kv; k++) y[k] = 0.0f;
     }
 }
