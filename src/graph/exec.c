@@ -47,12 +47,7 @@ rg_status rg_exec_create(rg_exec **out, rg_graph *g, const rg_exec_opts *opts, r
         rg_exec_free(ex);
         return st;
     }
-    // Bind: planned nodes in the buffer, views and aliases on their owner (owners come first).
-    for (int i = 0; i < g->n_nodes; i++) {
-        rg_node *n = g->nodes[i];
-        if (n->view_of) n->t.data = (char *)owner(n)->t.data + n->t.view_offs;
-        else if (n->offset >= 0) n->t.data = (char *)ex->buffer + n->offset;
-    }
+    rg_exec_rebind(ex);
     // Leaves allocated in the buffer start as zeros, not as what a previous node left.
     for (int i = 0; i < g->n_nodes; i++) {
         rg_node *n = g->nodes[i];
@@ -60,6 +55,16 @@ rg_status rg_exec_create(rg_exec **out, rg_graph *g, const rg_exec_opts *opts, r
     }
     *out = ex;
     return RG_OK;
+}
+
+// Bind: planned nodes in the buffer, views and aliases on their owner (owners come first).
+void rg_exec_rebind(rg_exec *ex) {
+    rg_graph *g = ex->g;
+    for (int i = 0; i < g->n_nodes; i++) {
+        rg_node *n = g->nodes[i];
+        if (n->view_of) n->t.data = (char *)owner(n)->t.data + n->t.view_offs;
+        else if (n->offset >= 0) n->t.data = (char *)ex->buffer + n->offset;
+    }
 }
 
 static bool all_finite(const rg_node *n) {

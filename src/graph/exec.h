@@ -31,6 +31,11 @@ rg_status rg_exec_create(rg_exec **out, rg_graph *g, const rg_exec_opts *opts, r
 // Runs nodes [from, to) (to = -1: to the end). A loss that comes out NaN or
 // Inf is an error naming the first node whose output is not finite.
 rg_status rg_exec_run(rg_exec *ex, int from, int to, rg_error *err);
+// Re-derives every view's data pointer from its owner's (as rg_exec_create
+// binds them), after a caller changed views' offsets (t.view_offs) and
+// shapes in place: a graph reused with the same structure and no larger
+// sizes than it was planned with (infer/session.c's single-token graph).
+void rg_exec_rebind(rg_exec *ex);
 const rg_plan *rg_exec_plan(const rg_exec *ex);
 rg_exec_stats rg_exec_get_stats(const rg_exec *ex);
 rg_threadpool *rg_exec_pool(rg_exec *ex);
