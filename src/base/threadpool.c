@@ -15,10 +15,12 @@
 // When even that is not enough - a worker took its part and was then
 // descheduled, so the caller waited far longer than its own part took - the
 // machine is oversubscribed, and every later section risks the same wait: the
-// pool then runs the next SERIAL_SECTIONS sections on the caller alone (all
-// parts, in order; the workers sleep) before trying the workers again. Under
-// that load one thread is faster than two (measured here: 1 thread 53-67
-// tokens/s generating, 2 threads 32-54), and the results are the same.
+// pool then runs sections on the caller alone (all parts, in order; the
+// workers sleep) for SERIAL_FACTOR times that wait before trying the workers
+// again, so a rare preemption costs little and a machine that keeps
+// preempting gets mostly one thread. Under that load one thread is faster
+// than two (measured here: 1 thread 53-67 tokens/s generating, 2 threads
+// 32-54), and the results are the same.
 //
 // The ticket holds the section's generation in its high bits and the next
 // unclaimed part in its low 16 bits, so a worker that wakes late can never
@@ -60,9 +62,9 @@ static inline void spin_wait(unsigned i) {
 }
 enum { PART_BITS = 16 };
 // A wait for the workers counts as late above LATE_NS and LATE_RATIO times the
-// caller's own share; one late wait sends the next SERIAL_SECTIONS sections to
-// the caller alone (a generated token is ~180 sections, a 128-token prompt ~800).
-enum { LATE_NS = 300000, LATE_RATIO = 2, SERIAL_SECTIONS = 256 };
+// caller's own share; one late wait of w sends the sections of the next
+// SERIAL_FACTOR * w to the caller alone.
+enum { LATE_NS = 300000, LATE_RATIO = 2, SERIAL_FACTOR = 4 };
 #define PART_MASK ((1ull << PART_BITS) - 1)
 
 typedef struct worker {
@@ -82,7 +84,7 @@ struct rg_threadpool {
     pthread_mutex_t mutex;    // guards n_sleeping and the condition variable
     pthread_cond_t wake;
     int n_sleeping;
-    int serial_left;          // sections still to run on the caller alone (caller-only state)
+    int64_t serial_until;     // CLOCK_MONOTONIC ns: sections before it run on the caller alone (caller-only state)
 };
 
 static int64_t now_ns(void) {
@@ -177,8 +179,8 @@ void rg_threadpool_run(rg_threadpool *pool, rg_parallel_fn fn, void *arg) {
         return;
     }
     const int nth = pool->n_threads;
-    if (pool->serial_left > 0) {
-        pool->serial_left--;
+    int64_t t0 = now_ns();
+    if (t0 < pool->serial_until) {
         for (int ith = 0; ith < nth; ith++) fn(arg, ith, nth);
         return;
     }
@@ -191,15 +193,14 @@ void rg_threadpool_run(rg_threadpool *pool, rg_parallel_fn fn, void *arg) {
     pthread_mutex_lock(&pool->mutex);
     if (pool->n_sleeping) pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->mutex);
-    int64_t t0 = now_ns();
     fn(arg, 0, nth);
     run_parts(pool, gen);  // the parts no worker has taken yet
     if (atomic_load_explicit(&pool->done, memory_order_acquire) >= nth - 1) return;
     // Parts taken by a worker that was then descheduled may take a while.
     int64_t t1 = now_ns();
     for (unsigned i = 0; atomic_load_explicit(&pool->done, memory_order_acquire) < nth - 1; i++) spin_wait(i);
-    int64_t waited = now_ns() - t1;
-    if (waited > LATE_NS && waited > LATE_RATIO * (t1 - t0)) pool->serial_left = SERIAL_SECTIONS;
+    int64_t t2 = now_ns(), waited = t2 - t1;
+    if (waited > LATE_NS && waited > LATE_RATIO * (t1 - t0)) pool->serial_until = t2 + SERIAL_FACTOR * waited;
 }
 
 void rg_threadpool_free(rg_threadpool *pool) {
