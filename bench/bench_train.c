@@ -110,10 +110,12 @@ static int run_row(const bench_row *row, int steps, double peak_gflops, int thre
         int op_n[RG_OP_COUNT] = {0};
         rg_graph *g = s->g;
         double t_all = bench_now();
+        double *node_s = calloc((size_t)g->n_nodes, sizeof *node_s);
         for (int i = 0; i < g->n_nodes; i++) {
             double t0 = bench_now();
             if (rg_exec_run(s->ex, i, i + 1, &err)) break;
-            op_s[g->nodes[i]->op] += bench_now() - t0;
+            node_s[i] = bench_now() - t0;
+            op_s[g->nodes[i]->op] += node_s[i];
             op_n[g->nodes[i]->op]++;
         }
         t_all = bench_now() - t_all;
@@ -125,6 +127,23 @@ static int run_row(const bench_row *row, int steps, double peak_gflops, int thre
         for (int o = 0; o < RG_OP_COUNT; o++)
             if (op_n[o] && op_s[o] > 0.002)
                 printf("    %-26s %4d nodes %8.3f s %5.1f%%\n", rg_op_name((rg_op)o), op_n[o], op_s[o], 100.0 * op_s[o] / t_all);
+        // the slowest single nodes, with their sources' shapes and types
+        for (int rank = 0; rank < 12; rank++) {
+            int best = -1;
+            for (int i = 0; i < g->n_nodes; i++)
+                if (node_s[i] > 0 && (best < 0 || node_s[i] > node_s[best])) best = i;
+            if (best < 0) break;
+            const rg_node *n = g->nodes[best];
+            char sh[3][64] = {"", "", ""};
+            rg_tensor_shape_str(&n->t, sh[0], 64);
+            for (int k = 0; k < 2; k++)
+                if (n->src[k]) rg_tensor_shape_str(&n->src[k]->t, sh[k + 1], 64);
+            printf("      %.4f s  %-10s %-28.28s out %s  src0 %s %s  src1 %s %s\n", node_s[best], rg_op_name(n->op), n->t.name,
+                   sh[0], n->src[0] ? rg_type_get(n->src[0]->t.type)->name : "", sh[1],
+                   n->src[1] ? rg_type_get(n->src[1]->t.type)->name : "", sh[2]);
+            node_s[best] = 0;
+        }
+        free(node_s);
     }
     if (!rc) {
         double mean = total / steps, flops = model_flops(s, T);
