@@ -15,8 +15,11 @@
 // the graph a fresh build would give (test_session compares with a full pass).
 #include "infer/session.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "graph/ops.h"
@@ -25,6 +28,24 @@
 
 // Positions one single-token graph serves.
 #define DECODE_RANGE 32
+
+// Weights in huge pages. Generating a token streams every weight once (92 MB
+// for SmolLM2 Q4_1), and with the file's 4 KiB pages each page costs a TLB
+// miss and restarts the hardware prefetchers, which stop at page boundaries.
+// A session on the CPU therefore copies the model's tensor data into
+// anonymous memory advised for transparent huge pages (2 MiB) and points the
+// graphs' weight leaves there. Measured on the weight products of a token
+// alone, one thread: 7.8-12.7 GB/s from 4 KiB pages, 12.9-13.9 GB/s from
+// huge pages. Skipped (the mapping is used in place) when the kernel has
+// transparent huge pages off, when the data exceed a quarter of the RAM, or
+// when the memory cannot be had.
+#define HUGE_PAGE ((size_t)2 << 20)
+
+typedef struct weight_copy {
+    const uint8_t *src;  // the model's tensor data: [src, src + size)
+    uint8_t *dst;        // its copy, or NULL (none)
+    size_t size, mapped; // bytes of data; bytes mapped for the copy
+} weight_copy;
 
 typedef struct var_node {
     int idx;                          // node index
@@ -50,7 +71,63 @@ struct rg_session {
     rg_threadpool *pool;
     int64_t n_past;
     decode_graph dec;   // g == NULL: none
+    weight_copy wc;
 };
+
+// Whether the kernel gives transparent huge pages to memory advised for them.
+static bool thp_available(void) {
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (!f) return false;
+    char line[128] = {0};
+    bool ok = fgets(line, sizeof line, f) && (strstr(line, "[always]") || strstr(line, "[madvise]"));
+    fclose(f);
+    return ok;
+}
+
+// The copy described above, or none (wc->dst == NULL) when it does not apply.
+static void weight_copy_make(weight_copy *wc, const rg_model *m) {
+    memset(wc, 0, sizeof *wc);
+    const rg_gguf *f = m->file;
+    const uint8_t *lo = NULL, *hi = NULL;
+    for (uint64_t i = 0; f && i < f->n_tensors; i++) {
+        const uint8_t *d = f->tensors[i].data;
+        if (!d || !f->tensors[i].nbytes) continue;
+        if (!lo || d < lo) lo = d;
+        if (!hi || d + f->tensors[i].nbytes > hi) hi = d + f->tensors[i].nbytes;
+    }
+    if (!lo || !thp_available()) return;
+    size_t size = (size_t)(hi - lo), mapped = (size + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0 || mapped > (size_t)pages * (size_t)page / 4) return;
+    // Over-map by a huge page to cut a 2 MiB-aligned range out of it.
+    uint8_t *raw = mmap(NULL, mapped + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return;
+    uint8_t *dst = (uint8_t *)(((uintptr_t)raw + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+    if (dst > raw) munmap(raw, (size_t)(dst - raw));
+    munmap(dst + mapped, (size_t)(raw + HUGE_PAGE - dst));
+    if (madvise(dst, mapped, MADV_HUGEPAGE) != 0) {
+        munmap(dst, mapped);
+        return;
+    }
+    memcpy(dst, lo, size);
+    mprotect(dst, mapped, PROT_READ);  // weights are never written
+    *wc = (weight_copy){lo, dst, size, mapped};
+}
+
+static void weight_copy_free(weight_copy *wc) {
+    if (wc->dst) munmap(wc->dst, wc->mapped);
+    memset(wc, 0, sizeof *wc);
+}
+
+// Points the graph's leaves over the model's data at the copy.
+static void weight_copy_bind(const weight_copy *wc, rg_graph *g) {
+    if (!wc->dst) return;
+    for (int i = 0; i < g->n_nodes; i++) {
+        rg_node *n = g->nodes[i];
+        const uint8_t *d = n->t.data;
+        if (n->op == RG_OP_NONE && d && d >= wc->src && d < wc->src + wc->size) n->t.data = wc->dst + (d - wc->src);
+    }
+}
 
 static void decode_graph_free(decode_graph *d) {
     rg_exec_free(d->ex);
@@ -69,6 +146,7 @@ rg_status rg_session_create(rg_session **out, const rg_model *m, const rg_sessio
     if (s->opts.n_batch <= 0) s->opts.n_batch = 256;
     rg_status st = rg_kv_cache_init(&s->cache, m, s->opts.n_ctx, RG_TYPE_F16, err);
     if (!st) st = rg_threadpool_create(&s->pool, opts->n_threads, err);
+    if (!st && s->opts.device == RG_DEVICE_CPU) weight_copy_make(&s->wc, m);
     if (st) {
         rg_session_free(s);
         return st;
@@ -80,6 +158,7 @@ rg_status rg_session_create(rg_session **out, const rg_model *m, const rg_sessio
 void rg_session_free(rg_session *s) {
     if (!s) return;
     decode_graph_free(&s->dec);
+    weight_copy_free(&s->wc);
     rg_kv_cache_free(&s->cache);
     rg_threadpool_free(s->pool);
     free(s);
@@ -109,6 +188,7 @@ static rg_status build_graph(rg_session *s, int64_t n, int64_t n_past, bool all,
     *out = st ? NULL : rg_model_forward_kv(g, m, &w, *ids_n, *pos_n, &s->cache, n_past, !all);
     if (!st && !*out) st = rg_graph_error(g, err);
     if (!st) (*out)->flags |= RG_NODE_OUTPUT;
+    if (!st) weight_copy_bind(&s->wc, g);
     return st;
 }
 
