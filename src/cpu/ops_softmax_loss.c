@@ -180,15 +180,19 @@ rg_status cpu_soft_max_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
 // count N_valid here). training.md §5.8:
 //   lse_t = m_t + log sum_v exp(Z[v,t] - m_t),  m_t = max_v Z[v,t]
 //   L = inv_n * sum_{t valid} (lse_t - Z[label_t, t])
-// exp in f32 (expf of an argument <= 0, so no overflow even for logits of 1e4),
-// the row sum, log, lse and the sum over t in double. Row terms are computed in
+// exp in f32 (exp_poly.h's exp of an argument <= 0, within 2 ulp of expf, so
+// no overflow even for logits of 1e4), the row sum (8 double partial sums,
+// element v into sum v % 8, added in a fixed tree, as SOFT_MAX does), log, lse
+// and the sum over t in double. The AVX2 row kernels (ops_ce_avx2.c) give the
+// same bits as the scalar loops. Row terms are computed in
 // parallel into a [T] double array and added in increasing t on one thread.
 // N_valid = 0 with fp[0] == 0 gives L = 0. A label outside [0, V) other than
 // ignore_index is an error naming its position.
 // CROSS_ENTROPY_LOSS_BACK: (dL [1], Z [V, T], labels [T]) -> dZ [V, T]:
 //   dZ[v,t] = (softmax_t(v) - [v == label_t]) * dL * inv_n for valid t, 0 otherwise,
-// with softmax_t(v) = expf(Z[v,t] - m_t) / sum (double) and each element
-// rounded once to f32.
+// with softmax_t(v) = exp(Z[v,t] - m_t) / sum (double) and each element
+// rounded once to f32. The backward recomputes m_t and the sum (the forward is
+// another node); the exponentials go into dZ on the way and are scaled there.
 
 typedef struct ce_job {
     const rg_tensor *z;      // [V, T]
@@ -199,20 +203,37 @@ typedef struct ce_job {
     double coef;             // backward: dL * inv_n
 } ce_job;
 
-// Row max and sum_v exp(Z[v] - max) (double) of one row of V logits.
-static inline void row_max_sumexp(const float *z, int64_t V, float *mx_out, double *sum_out) {
+extern const int rg_ce_avx2_built;
+float rg_ce_max_avx2(const float *z, int64_t n);
+void rg_ce_exp_sum_avx2(const float *z, float *e, int64_t n, float mx, double sums[8]);
+void rg_ce_scale_avx2(float *y, int64_t n, double c);
+
+// Row max and sum_v exp(Z[v] - max) (double) of one row of V logits; when e is
+// not NULL the exponentials are stored there too (e may be z: each z[v] is
+// read before e[v] is written).
+static inline void row_max_sumexp(const float *z, float *e, int64_t V, bool avx2, float *mx_out, double *sum_out) {
     float mx = -INFINITY;
-    for (int64_t v = 0; v < V; v++)
-        if (z[v] > mx) mx = z[v];
-    double sum = 0.0;
-    for (int64_t v = 0; v < V; v++) sum += (double)expf(z[v] - mx);
+    double sums[8] = {0};
+    if (avx2) {
+        mx = rg_ce_max_avx2(z, V);
+        rg_ce_exp_sum_avx2(z, e, V, mx, sums);
+    } else {
+        for (int64_t v = 0; v < V; v++)
+            if (z[v] > mx) mx = z[v];
+        for (int64_t v = 0; v < V; v++) {
+            float x = rg_exp_neg_abs(z[v] - mx);
+            if (e) e[v] = x;
+            sums[v % 8] += (double)x;
+        }
+    }
     *mx_out = mx;
-    *sum_out = sum;
+    *sum_out = ((sums[0] + sums[1]) + (sums[2] + sums[3])) + ((sums[4] + sums[5]) + (sums[6] + sums[7]));
 }
 
 static void ce_rows(void *p, int ith, int nth) {
     const ce_job *j = p;
     const int64_t V = j->z->ne[0];
+    const bool avx2 = rg_ce_avx2_built && rg_cpu_has_avx2();
     int64_t t0, t1;
     rg_split_range(rg_tensor_nrows(j->z), ith, nth, &t0, &t1);
     for (int64_t t = t0; t < t1; t++) {
@@ -223,7 +244,7 @@ static void ce_rows(void *p, int ith, int nth) {
         const float *z = row_at(j->z, t);  // [V]
         float mx;
         double sum;
-        row_max_sumexp(z, V, &mx, &sum);
+        row_max_sumexp(z, NULL, V, avx2, &mx, &sum);
         j->terms[t] = ((double)mx + log(sum)) - (double)z[j->labels[t]];
     }
 }
@@ -231,6 +252,7 @@ static void ce_rows(void *p, int ith, int nth) {
 static void ce_back_rows(void *p, int ith, int nth) {
     const ce_job *j = p;
     const int64_t V = j->z->ne[0];
+    const bool avx2 = rg_ce_avx2_built && rg_cpu_has_avx2();
     int64_t t0, t1;
     rg_split_range(rg_tensor_nrows(j->z), ith, nth, &t0, &t1);
     for (int64_t t = t0; t < t1; t++) {
@@ -240,16 +262,18 @@ static void ce_back_rows(void *p, int ith, int nth) {
             for (int64_t v = 0; v < V; v++) dz[v] = 0.0f;
             continue;
         }
-        const float *z = row_at(j->z, t);  // [V]; may share bytes with dz: each z[v] is read before dz[v] is written
+        const float *z = row_at(j->z, t);  // [V]; may share bytes with dz
         float mx;
         double sum;
-        row_max_sumexp(z, V, &mx, &sum);
+        row_max_sumexp(z, dz, V, avx2, &mx, &sum);  // dz[v] = exp(z[v] - mx)
         const double c = j->coef / sum;
-        for (int64_t v = 0; v < V; v++) {
-            double g = (double)expf(z[v] - mx) * c;
-            if (v == label) g -= j->coef;
-            dz[v] = (float)g;
+        const float e_label = dz[label];
+        if (avx2) {
+            rg_ce_scale_avx2(dz, V, c);
+        } else {
+            for (int64_t v = 0; v < V; v++) dz[v] = (float)((double)dz[v] * c);
         }
+        dz[label] = (float)((double)e_label * c - j->coef);
     }
 }
 
