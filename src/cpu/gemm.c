@@ -54,6 +54,8 @@
 #define KC RG_GEMM_KC
 #define MC 144
 #define NC 2048
+// The most floats of packed A kept whole (384 KB: 128 tokens of depth 576 fit).
+#define FULL_A_FLOATS (96 * 1024)
 
 // The OpenBLAS route copies (dequantizes) B, and A when it has no unit stride,
 // in slices of at most OB_KB rows of depth; see ob_grid for the tiles.
@@ -171,6 +173,7 @@ typedef void (*pack_bt_fn)(int64_t kc, const float *src, int64_t ld, int n, floa
 typedef struct ours_sizes {
     int64_t mc, kc, nc;        // the blocking clipped to the problem
     int64_t tmp_ld, tmp_len;   // dequantization buffer
+    int64_t region;            // floats of the B block, or of the whole packed A and one B panel
     int64_t floats;            // per thread: Ap + Bp + tmp
 } ours_sizes;
 
@@ -187,15 +190,30 @@ typedef struct ours_ctx {
 // A[i0:i0+mc, pc:pc+kc] -> dst [ceil(mc/6) panels][kc][6], zero rows past mc.
 static void pack_a(const ours_ctx *oc, const float *a, int64_t rs, int64_t cs, int64_t i0, int64_t mc, int64_t pc,
                    int64_t kc, float *dst) {
+    if (rs == 1) {
+        // Columns of A are contiguous (dY in dW = out_prod(X, dY)): walk each
+        // column once, handing 6 floats to each panel. (Panel by panel, 6 floats
+        // from each of kc columns, would touch kc lines per panel; with columns
+        // a power-of-two multiple of 4 KB apart, as the LM head's 49152 logits
+        // are, those lines share one L1 and one L2 set and miss every time.)
+        int64_t full = mc / MR * MR;
+        for (int64_t k = 0; k < kc; k++) {
+            const float *s = a + i0 + (pc + k) * cs;
+            float *d = dst + k * MR;
+            int64_t ir = 0;
+            for (; ir < full; ir += MR) memcpy(d + ir * kc, s + ir, sizeof(float) * MR);
+            if (ir < mc) {
+                int n = (int)(mc - ir);
+                for (int r = 0; r < MR; r++) d[ir * kc + r] = r < n ? s[ir + r] : 0.0f;
+            }
+        }
+        return;
+    }
     for (int64_t ir = 0; ir < mc; ir += MR) {
         int n = (int)min64(MR, mc - ir);
         float *d = dst + ir * kc;
         const float *s = a + (i0 + ir) * rs + pc * cs;
-        if (rs == 1 && n == MR) {
-            // Columns of A are contiguous (dY in dW = out_prod(X, dY)): 6 floats per k.
-            for (int64_t k = 0; k < kc; k++)
-                for (int r = 0; r < MR; r++) d[k * MR + r] = s[k * cs + r];
-        } else if (cs == 1) {
+        if (cs == 1) {
             // Rows are contiguous (activations in MUL_MAT): a transpose of up to 6 rows.
             oc->pack_at(kc, s, rs, n, d);
         } else {
@@ -318,7 +336,10 @@ static ours_sizes ours_plan(const rg_gemm_batch *bt) {
             s.tmp_len = s.tmp_ld;
         }
     }
-    s.floats = lines(s.mc * s.kc) + lines(s.kc * s.nc + s.nc) + lines(s.tmp_len);
+    // The B block, or in the narrow order (ours_block) the whole packed A and one B panel.
+    s.region = s.kc * s.nc + s.nc;
+    if (s.mc * bt->K <= FULL_A_FLOATS) s.region = max64(s.region, lines(s.mc * bt->K) + s.kc * NR + NR);
+    s.floats = lines(s.mc * s.kc) + lines(s.region) + lines(s.tmp_len);
     return s;
 }
 
@@ -352,17 +373,36 @@ static void ours_block(const ours_ctx *oc, const rg_gemm_batch *bt, const rg_gem
     const ours_sizes *sz = &oc->sz;
     float *ap = ws;                                  // [mc/6][kc][6]
     float *bpk = ap + lines(sz->mc * sz->kc);        // [nc/16][kc][16], panels bpanel_off apart
-    float *tmp = bpk + lines(sz->kc * sz->nc + sz->nc);  // dequantized rows
+    float *tmp = bpk + lines(sz->region);            // dequantized rows
     b_packer bpack = {&p->b, oc->dequant, oc->bs, oc->type_size, bt->K, bt->N, oc->pack_bt, tmp, sz->tmp_ld};
     // B with contiguous rows is packed row by row, where long rows stream
     // better than short ones, so it keeps the NC blocks below.
     bool b_rows = p->b.type == RG_TYPE_F32 ? p->b.cs == 1 : !p->b.rows_along_k;
     if (i1 - i0 <= MC && !b_rows) {
         // All rows in one A block and B packed a panel at a time by transposing
-        // its columns (MUL_MAT on up to MC tokens): pack each depth slice of A
-        // once, then pack every B panel right before its tiles use it, so the
-        // panel is still in L1 and no B block is kept. The sums are the same as
-        // below: each C element is summed over the same KC slices in order.
+        // its columns (MUL_MAT on up to MC tokens). When the whole packed A fits
+        // (FULL_A_FLOATS), pack it once, then take the B panels one at a time
+        // through every depth slice: a panel's rows are read start to end, one
+        // after the other, which the prefetchers follow. Otherwise pack each
+        // depth slice of A once and every B panel right before its tiles use
+        // it. Either way the panel is in L1 when used, no B block is kept, and
+        // each C element is summed over the same KC slices in the same order.
+        const int64_t mcp = round_up(i1 - i0, MR);
+        if (mcp * bt->K <= FULL_A_FLOATS) {
+            float *afull = bpk, *bpanel = bpk + lines(mcp * bt->K);
+            for (int64_t pc = 0; pc < bt->K; pc += KC)
+                pack_a(oc, p->a, p->a_rs, p->a_cs, i0, i1 - i0, pc, min64(KC, bt->K - pc), afull + mcp * pc);
+            for (int64_t jr = j0; jr < j1; jr += NR) {
+                int64_t nr = min64(NR, j1 - jr);
+                for (int64_t pc = 0; pc < bt->K; pc += KC) {
+                    int64_t kc = min64(KC, bt->K - pc);
+                    pack_b(&bpack, pc, kc, jr, nr, bpanel);
+                    panel_tiles(oc, afull + mcp * pc, i1 - i0, kc, bpanel, nr, p->c + i0 * p->ldc + jr, p->ldc,
+                                bt->accumulate || pc > 0);
+                }
+            }
+            return;
+        }
         for (int64_t pc = 0; pc < bt->K; pc += KC) {
             int64_t kc = min64(KC, bt->K - pc);
             bool add = bt->accumulate || pc > 0;
