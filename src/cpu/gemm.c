@@ -589,14 +589,21 @@ typedef struct run_job {
     bool whole_problems;    // each thread takes whole problems (else every problem is split)
 } run_job;
 
-// Our kernel's share of one problem for thread ith of nth. Columns are split
-// when there are enough (each thread then packs only its part of B, so a
-// quantized weight is dequantized once overall); otherwise rows.
+// Our kernel's share of one problem for thread ith of nth. Each thread packs
+// the A rows and B columns of its share: split columns, and every thread
+// packs all of A (M x K) and its part of B; split rows, all of B (N x K) and
+// its part of A. So with an F32 B the split goes along the larger of M and N
+// (dW = out_prod(X, dY) of the LM head: M = 49152 rows of dY, N = 576; split
+// by columns each thread packed all 50 MB of dY). A B of another type is
+// split by columns when there are enough (each thread then dequantizes only
+// its part, so a weight is dequantized once overall); otherwise rows.
 static void ours_share(const rg_gemm_batch *bt, int ith, int nth, int64_t *i0, int64_t *i1, int64_t *j0, int64_t *j1) {
     int64_t nbn = ceil_div(bt->N, NR), nbm = ceil_div(bt->M, MR), b0, b1;
     *i0 = 0, *i1 = bt->M, *j0 = 0, *j1 = bt->N;
     if (nth == 1) return;
-    if (nbn >= 2 * nth || nbn >= nbm) {
+    bool by_cols = bt->b_type == RG_TYPE_F32 ? (bt->N >= bt->M || nbm < 2 * nth) && nbn >= nth
+                                             : nbn >= 2 * nth || nbn >= nbm;
+    if (by_cols) {
         rg_split_range(nbn, ith, nth, &b0, &b1);
         *j0 = min64(b0 * NR, bt->N), *j1 = min64(b1 * NR, bt->N);
     } else {
