@@ -151,6 +151,20 @@ static void rope_rows(void *p, int ith, int nth) {
     }
 }
 
+// The cos/sin table of the last small ROPE on this thread (no heap: nothing
+// to free when the thread ends). The values depend only on the key.
+#define SMALL_T 4
+#define SMALL_HALF 128
+typedef struct small_table {
+    bool valid;
+    int64_t T, half;
+    double base, scale;
+    float sign;
+    int32_t pos[SMALL_T];
+    float cs[SMALL_T * SMALL_HALF * 2];
+} small_table;
+static _Thread_local small_table last_small;
+
 static rg_status rope_run(const char *op, rg_exec_ctx *ctx, rg_node *n, const char *xname, float sign,
                           rg_error *err) {
     const rg_tensor *x = n->src[0] ? &n->src[0]->t : NULL;
@@ -175,6 +189,25 @@ static rg_status rope_run(const char *op, rg_exec_ctx *ctx, rg_node *n, const ch
     rope_job j = {.x = x, .y = &n->t, .pos = pos->data, .T = x->ne[2], .half = n_rot / 2, .mode = (int)mode,
                   .base = (double)n->fp[0], .scale = (double)n->fp[1], .sign = sign};
     rg_threadpool *pool = ctx ? ctx->pool : NULL;
+    if (j.half > 0 && j.T <= SMALL_T && j.half <= SMALL_HALF) {
+        // A token or a few (generation): the table of the last call on this
+        // thread is reused when it was for the same positions and parameters
+        // (every ROPE of a token's graph: 2 per layer), else made here.
+        small_table *c = &last_small;
+        bool same = c->valid && c->T == j.T && c->half == j.half && c->base == j.base && c->scale == j.scale &&
+                    c->sign == j.sign && memcmp(c->pos, j.pos, sizeof(int32_t) * (size_t)j.T) == 0;
+        if (!same) {
+            double freq[SMALL_HALF];
+            for (int64_t i = 0; i < j.half; i++) freq[i] = pow(j.base, -2.0 * (double)i / (double)n_rot);
+            j.cs = c->cs, j.freq = freq;
+            rope_table(&j, 0, 1);
+            c->valid = true, c->T = j.T, c->half = j.half, c->base = j.base, c->scale = j.scale, c->sign = j.sign;
+            memcpy(c->pos, j.pos, sizeof(int32_t) * (size_t)j.T);
+        }
+        j.cs = c->cs, j.freq = NULL;
+        run_rows(pool, rope_rows, &j, rg_tensor_nelements(x));
+        return RG_OK;
+    }
     if (j.half > 0) {
         j.cs = malloc(sizeof(float) * 2 * (size_t)j.half * (size_t)j.T + sizeof(double) * (size_t)j.half);
         if (!j.cs)
