@@ -56,6 +56,8 @@
 #define NC 2048
 // The most floats of packed A kept whole (384 KB: 128 tokens of depth 576 fit).
 #define FULL_A_FLOATS (96 * 1024)
+// Rows of C a thread may stage (see ours_block): 512 x 2064 floats = 4 MB.
+#define STAGE_ROWS 512
 
 // The OpenBLAS route copies (dequantizes) B, and A when it has no unit stride,
 // in slices of at most OB_KB rows of depth; see ob_grid for the tiles.
@@ -174,7 +176,8 @@ typedef struct ours_sizes {
     int64_t mc, kc, nc;        // the blocking clipped to the problem
     int64_t tmp_ld, tmp_len;   // dequantization buffer
     int64_t region;            // floats of the B block, or of the whole packed A and one B panel
-    int64_t floats;            // per thread: Ap + Bp + tmp
+    int64_t stage_ld;          // staged C block (ours_block): row stride in floats, 0 = never staged
+    int64_t floats;            // per thread: Ap + Bp + tmp + staged C
 } ours_sizes;
 
 typedef struct ours_ctx {
@@ -339,7 +342,9 @@ static ours_sizes ours_plan(const rg_gemm_batch *bt) {
     // The B block, or in the narrow order (ours_block) the whole packed A and one B panel.
     s.region = s.kc * s.nc + s.nc;
     if (s.mc * bt->K <= FULL_A_FLOATS) s.region = max64(s.region, lines(s.mc * bt->K) + s.kc * NR + NR);
-    s.floats = lines(s.mc * s.kc) + lines(s.region) + lines(s.tmp_len);
+    s.stage_ld = 0;
+    if (bt->K > KC && bt->M <= STAGE_ROWS) s.stage_ld = s.nc + NR;
+    s.floats = lines(s.mc * s.kc) + lines(s.region) + lines(s.tmp_len) + lines(bt->M * s.stage_ld);
     return s;
 }
 
@@ -374,6 +379,7 @@ static void ours_block(const ours_ctx *oc, const rg_gemm_batch *bt, const rg_gem
     float *ap = ws;                                  // [mc/6][kc][6]
     float *bpk = ap + lines(sz->mc * sz->kc);        // [nc/16][kc][16], panels bpanel_off apart
     float *tmp = bpk + lines(sz->region);            // dequantized rows
+    float *stage = tmp + lines(sz->tmp_len);         // [i1 - i0][stage_ld] staged C block
     b_packer bpack = {&p->b, oc->dequant, oc->bs, oc->type_size, bt->K, bt->N, oc->pack_bt, tmp, sz->tmp_ld};
     // B with contiguous rows is packed row by row, where long rows stream
     // better than short ones, so it keeps the NC blocks below.
@@ -415,9 +421,25 @@ static void ours_block(const ours_ctx *oc, const rg_gemm_batch *bt, const rg_gem
         }
         return;
     }
+    // Rows of C a multiple of 4 KB apart (the LM head's logits: 49152 floats)
+    // put a tile's 6 rows, and all 144 rows of an A block, in one L1 set and
+    // one L2 set; summed over several depth slices, such a C block is written
+    // and read back through those few ways (the LM head's forward ran at ~70%
+    // of peak, ~80% with C padded by 16 floats). Then the block is summed in a
+    // buffer whose rows are one line further apart and copied out at the end:
+    // the same operations on the same values, so the same bits.
+    const bool staged = sz->stage_ld > 0 && (p->ldc * (int64_t)sizeof(float)) % 4096 == 0;
     int64_t nc_max = NC;
     for (int64_t jc = j0; jc < j1; jc += nc_max) {
         int64_t nc = min64(nc_max, j1 - jc);
+        float *cb = p->c + i0 * p->ldc + jc;  // C(i0, jc), rows ldcb apart
+        int64_t ldcb = p->ldc;
+        if (staged) {
+            cb = stage, ldcb = sz->stage_ld;
+            if (bt->accumulate)
+                for (int64_t i = 0; i < i1 - i0; i++)
+                    memcpy(cb + i * ldcb, p->c + (i0 + i) * p->ldc + jc, sizeof(float) * (size_t)nc);
+        }
         for (int64_t pc = 0; pc < bt->K; pc += KC) {
             int64_t kc = min64(KC, bt->K - pc);
             bool add = bt->accumulate || pc > 0;
@@ -427,9 +449,12 @@ static void ours_block(const ours_ctx *oc, const rg_gemm_batch *bt, const rg_gem
                 pack_a(oc, p->a, p->a_rs, p->a_cs, ic, mc, pc, kc, ap);
                 for (int64_t jr = 0; jr < nc; jr += NR)
                     panel_tiles(oc, ap, mc, kc, bpk + bpanel_off(jr, kc), min64(NR, nc - jr),
-                                p->c + ic * p->ldc + jc + jr, p->ldc, add);
+                                cb + (ic - i0) * ldcb + jr, ldcb, add);
             }
         }
+        if (staged)
+            for (int64_t i = 0; i < i1 - i0; i++)
+                memcpy(p->c + (i0 + i) * p->ldc + jc, cb + i * ldcb, sizeof(float) * (size_t)nc);
     }
 }
 
