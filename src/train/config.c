@@ -3,6 +3,7 @@
 // text, checking ranges, --help, writing the effective config as YAML,
 // diffing two configs, and reading a YAML file with libyaml's event API.
 #include "train/config.h"
+#include "train/config_keys.h"
 
 #include "base/error.h"
 
@@ -15,12 +16,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
-#ifdef RG_HAVE_YAML
-#include <yaml.h>
-#endif
 
-#define KEY_MAX 128    // longest dotted key the loader composes
-#define VALUE_MAX 512  // longest value text accepted
 
 typedef enum { K_BOOL, K_INT, K_U64, K_NUM, K_CHOICE, K_TARGETS } key_kind;
 
@@ -650,300 +646,33 @@ rg_status rg_train_config_validate(const rg_train_config *c, rg_error *err) {
     return RG_OK;
 }
 
-// ------------------------------------------------------------ YAML file ---
+// ------------------------------------------- for the YAML reader (config_keys.h) ---
 
-#ifdef RG_HAVE_YAML
+bool rg_config_is_key(const char *key) { return find_key(key) != NULL; }
 
-typedef struct seen_key {
-    char key[KEY_MAX];
-    size_t line;
-} seen_key;
-
-typedef struct yaml_load {
-    const char *path;
-    rg_train_config cfg;  // filled here, copied out only when the whole file is good
-    yaml_parser_t parser;
-    seen_key *seen;
-    size_t n_seen, cap_seen;
-    rg_error *err;
-} yaml_load;
-
-#define YAML_MAX_DEPTH 16
-#define YAML_MAX_KEYS 4096
-
-static size_t line_of(const yaml_event_t *ev) { return ev->start_mark.line + 1; }
-
-// The next event, refusing aliases, anchors and tags.
-static rg_status next_event(yaml_load *L, yaml_event_t *ev) {
-    if (!yaml_parser_parse(&L->parser, ev)) {
-        yaml_parser_t *p = &L->parser;
-        if (p->error == YAML_MEMORY_ERROR) return rg_fail(L->err, RG_ERR_NOMEM, "%s: out of memory reading YAML", L->path);
-        if (p->error == YAML_READER_ERROR)
-            return rg_fail(L->err, RG_ERR_FORMAT, "%s: cannot read YAML: %s at byte %zu", L->path,
-                           p->problem ? p->problem : "error", p->problem_offset);
-        return rg_fail(L->err, RG_ERR_FORMAT, "%s:%zu: YAML syntax error: %s (column %zu%s%s)", L->path,
-                       p->problem_mark.line + 1, p->problem ? p->problem : "error", p->problem_mark.column + 1,
-                       p->context ? ", " : "", p->context ? p->context : "");
-    }
-    const char *anchor = NULL, *tag = NULL;
-    switch (ev->type) {
-    case YAML_ALIAS_EVENT: {
-        anchor = (const char *)ev->data.alias.anchor;
-        rg_status st = rg_fail(L->err, RG_ERR_UNSUPPORTED, "%s:%zu: YAML aliases (*%.60s) are not supported; "
-                               "write the value", L->path, line_of(ev), anchor ? anchor : "");
-        yaml_event_delete(ev);
-        return st;
-    }
-    case YAML_SCALAR_EVENT:
-        anchor = (const char *)ev->data.scalar.anchor, tag = (const char *)ev->data.scalar.tag;
-        break;
-    case YAML_SEQUENCE_START_EVENT:
-        anchor = (const char *)ev->data.sequence_start.anchor, tag = (const char *)ev->data.sequence_start.tag;
-        break;
-    case YAML_MAPPING_START_EVENT:
-        anchor = (const char *)ev->data.mapping_start.anchor, tag = (const char *)ev->data.mapping_start.tag;
-        break;
-    default: break;
-    }
-    rg_status st = RG_OK;
-    if (anchor)
-        st = rg_fail(L->err, RG_ERR_UNSUPPORTED, "%s:%zu: YAML anchors (&%.60s) are not supported", L->path,
-                     line_of(ev), anchor);
-    else if (tag)
-        st = rg_fail(L->err, RG_ERR_UNSUPPORTED, "%s:%zu: YAML tags (%.60s) are not supported; values are read by "
-                     "the key's type", L->path, line_of(ev), tag);
-    if (st != RG_OK) yaml_event_delete(ev);
-    return st;
-}
-
-// Records a key; a second occurrence in the file is an error naming both lines.
-static rg_status note_key(yaml_load *L, const char *key, size_t line) {
-    for (size_t i = 0; i < L->n_seen; i++)
-        if (strcmp(L->seen[i].key, key) == 0)
-            return rg_fail(L->err, RG_ERR_FORMAT, "%s:%zu: duplicate key '%s' (first at line %zu)", L->path, line, key,
-                           L->seen[i].line);
-    if (L->n_seen == YAML_MAX_KEYS)
-        return rg_fail(L->err, RG_ERR_FORMAT, "%s:%zu: more than %d keys", L->path, line, YAML_MAX_KEYS);
-    if (L->n_seen == L->cap_seen) {
-        size_t cap = L->cap_seen ? 2 * L->cap_seen : 32;
-        seen_key *s = realloc(L->seen, cap * sizeof *s);
-        if (!s) return rg_fail(L->err, RG_ERR_NOMEM, "%s: out of memory", L->path);
-        L->seen = s, L->cap_seen = cap;
-    }
-    snprintf(L->seen[L->n_seen].key, KEY_MAX, "%s", key);
-    L->seen[L->n_seen++].line = line;
-    return RG_OK;
-}
-
-static bool is_section(const char *key) {
-    size_t n = strlen(key);
+bool rg_config_is_section(const char *prefix) {
+    size_t n = strlen(prefix);
     for (size_t i = 0; i < N_KEYS; i++)
-        if (strncmp(keys[i].name, key, n) == 0 && keys[i].name[n] == '.') return true;
+        if (strncmp(keys[i].name, prefix, n) == 0 && keys[i].name[n] == '.') return true;
     return false;
 }
 
-// A sequence value: only lora.targets takes one. Items are checked one by one
-// (so an error names the item's line), then joined and set.
-static rg_status load_sequence(yaml_load *L, const char *key, const char *where) {
+bool rg_config_key_takes_list(const char *key) {
     const key_def *k = find_key(key);
-    if (!k) return fail_unknown_key(key, where, L->err);
-    if (k->kind != K_TARGETS) {
-        char type[160];
-        type_text(k, type, sizeof type);
-        return rg_fail(L->err, RG_ERR_ARG, "%s: a list is not allowed here; expected %s (%s)", key, type, where);
-    }
-    char joined[VALUE_MAX] = "";
-    size_t n = 0;
-    for (;;) {
-        yaml_event_t ev;
-        rg_status st = next_event(L, &ev);
-        if (st != RG_OK) return st;
-        if (ev.type == YAML_SEQUENCE_END_EVENT) {
-            yaml_event_delete(&ev);
-            break;
-        }
-        if (ev.type != YAML_SCALAR_EVENT) {
-            size_t l = line_of(&ev);
-            yaml_event_delete(&ev);
-            return rg_fail(L->err, RG_ERR_ARG, "%s: list items must be plain words (%s:%zu)", key, L->path, l);
-        }
-        char item_where[320];
-        snprintf(item_where, sizeof item_where, "%.300s:%zu", L->path, line_of(&ev));
-        const char *text = (const char *)ev.data.scalar.value;
-        uint32_t bits = 0;
-        st = parse_targets(k, text, item_where, &bits, L->err);
-        if (st == RG_OK) {
-            int w = snprintf(joined + n, sizeof joined - n, "%s%s", n ? "," : "", text);
-            if (w < 0 || (size_t)w >= sizeof joined - n)
-                st = rg_fail(L->err, RG_ERR_ARG, "%s: the list is too long (%s)", key, item_where);
-            else
-                n += (size_t)w;
-        }
-        yaml_event_delete(&ev);
-        if (st != RG_OK) return st;
-    }
-    return rg_train_config_set(&L->cfg, key, n ? joined : "[]", where, L->err);  // "[]": an empty list
+    return k && k->kind == K_TARGETS;
 }
 
-// The entries of one mapping, after its MAPPING-START; prefix is its dotted path.
-static rg_status load_mapping(yaml_load *L, const char *prefix, int depth) {
-    if (depth > YAML_MAX_DEPTH)
-        return rg_fail(L->err, RG_ERR_FORMAT, "%s: mappings nested deeper than %d under '%s'", L->path, YAML_MAX_DEPTH,
-                       prefix);
-    for (;;) {
-        yaml_event_t kev, vev;
-        rg_status st = next_event(L, &kev);
-        if (st != RG_OK) return st;
-        if (kev.type == YAML_MAPPING_END_EVENT) {
-            yaml_event_delete(&kev);
-            return RG_OK;
-        }
-        size_t line = line_of(&kev);
-        if (kev.type != YAML_SCALAR_EVENT) {
-            yaml_event_delete(&kev);
-            return rg_fail(L->err, RG_ERR_FORMAT, "%s:%zu: keys must be plain text (under '%s')", L->path, line,
-                           prefix[0] ? prefix : "the top level");
-        }
-        char key[KEY_MAX];
-        int w = snprintf(key, sizeof key, "%s%s%s", prefix, prefix[0] ? "." : "", (const char *)kev.data.scalar.value);
-        bool empty_key = kev.data.scalar.length == 0;
-        yaml_event_delete(&kev);
-        if (w < 0 || (size_t)w >= sizeof key)
-            return rg_fail(L->err, RG_ERR_FORMAT, "%s:%zu: key '%.60s...' is too long", L->path, line, key);
-        if (empty_key) return rg_fail(L->err, RG_ERR_FORMAT, "%s:%zu: empty key under '%s'", L->path, line, prefix);
-        char where[320];
-        snprintf(where, sizeof where, "%.300s:%zu", L->path, line);
-
-        if ((st = note_key(L, key, line)) != RG_OK) return st;
-        if ((st = next_event(L, &vev)) != RG_OK) return st;
-        switch (vev.type) {
-        case YAML_SCALAR_EVENT: {
-            // "training:" with nothing under it is an empty section.
-            bool empty_section = vev.data.scalar.length == 0 && vev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
-                                 is_section(key);
-            if (!empty_section) st = rg_train_config_set(&L->cfg, key, (const char *)vev.data.scalar.value, where, L->err);
-            yaml_event_delete(&vev);
-            break;
-        }
-        case YAML_MAPPING_START_EVENT: {
-            yaml_event_delete(&vev);
-            const key_def *k = find_key(key);
-            if (k) {
-                char type[160];
-                type_text(k, type, sizeof type);
-                return rg_fail(L->err, RG_ERR_ARG, "%s: a mapping is not allowed here; expected %s (%s)", key, type,
-                               where);
-            }
-            st = load_mapping(L, key, depth + 1);
-            break;
-        }
-        case YAML_SEQUENCE_START_EVENT:
-            yaml_event_delete(&vev);
-            st = load_sequence(L, key, where);
-            break;
-        default:
-            yaml_event_delete(&vev);
-            st = rg_fail(L->err, RG_ERR_FORMAT, "%s: unexpected YAML event (%s)", key, where);
-            break;
-        }
-        if (st != RG_OK) return st;
-    }
+void rg_config_key_type(const char *key, char *buf, size_t cap) {
+    const key_def *k = find_key(key);
+    if (k) type_text(k, buf, cap);
+    else snprintf(buf, cap, "?");
 }
 
-// STREAM-START, at most one document whose root is a mapping (or empty), STREAM-END.
-static rg_status load_stream(yaml_load *L) {
-    int documents = 0;
-    for (;;) {
-        yaml_event_t ev;
-        rg_status st = next_event(L, &ev);
-        if (st != RG_OK) return st;
-        yaml_event_type_t type = ev.type;
-        size_t line = line_of(&ev);
-        bool empty_scalar = type == YAML_SCALAR_EVENT && ev.data.scalar.length == 0 &&
-                            ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
-        yaml_event_delete(&ev);
-        switch (type) {
-        case YAML_STREAM_START_EVENT:
-        case YAML_DOCUMENT_END_EVENT: break;
-        case YAML_STREAM_END_EVENT: return RG_OK;
-        case YAML_DOCUMENT_START_EVENT:
-            if (++documents > 1)
-                return rg_fail(L->err, RG_ERR_FORMAT, "%s:%zu: more than one YAML document ('---'); use one", L->path,
-                               line);
-            break;
-        case YAML_MAPPING_START_EVENT:
-            if ((st = load_mapping(L, "", 0)) != RG_OK) return st;
-            break;
-        case YAML_SCALAR_EVENT:
-            if (empty_scalar) break;  // an empty document
-            /* fall through */
-        default:
-            return rg_fail(L->err, RG_ERR_FORMAT, "%s:%zu: the top level must be a mapping of keys (key: value)",
-                           L->path, line);
-        }
-    }
+rg_status rg_config_unknown_key(const char *key, const char *where, rg_error *err) { return fail_unknown_key(key, where, err); }
+
+rg_status rg_config_check_list_item(const char *key, const char *item, const char *where, rg_error *err) {
+    const key_def *k = find_key(key);
+    if (!k) return fail_unknown_key(key, where, err);
+    uint32_t bits = 0;
+    return parse_targets(k, item, where, &bits, err);
 }
-
-// Every event of the file, applying nothing: syntax errors come first, before
-// any key's complaint about a value the broken syntax produced.
-static rg_status check_syntax(yaml_load *L) {
-    for (;;) {
-        yaml_event_t ev;
-        rg_status st = next_event(L, &ev);
-        if (st != RG_OK) return st;
-        bool end = ev.type == YAML_STREAM_END_EVENT;
-        yaml_event_delete(&ev);
-        if (end) return RG_OK;
-    }
-}
-
-#define YAML_MAX_BYTES (16u << 20)
-
-rg_status rg_train_config_load_yaml(rg_train_config *c, const char *path, rg_error *err) {
-    struct stat sb;
-    if (stat(path, &sb) != 0) return rg_fail(err, RG_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    if (!S_ISREG(sb.st_mode)) return rg_fail(err, RG_ERR_IO, "%s: not a regular file", path);
-    if ((uint64_t)sb.st_size > YAML_MAX_BYTES)
-        return rg_fail(err, RG_ERR_FORMAT, "%s: %lld bytes is too large for a config (at most %u)", path,
-                       (long long)sb.st_size, YAML_MAX_BYTES);
-    FILE *f = fopen(path, "rb");
-    if (!f) return rg_fail(err, RG_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    unsigned char *text = malloc((size_t)sb.st_size + 1);
-    if (!text) {
-        fclose(f);
-        return rg_fail(err, RG_ERR_NOMEM, "%s: out of memory", path);
-    }
-    size_t size = fread(text, 1, (size_t)sb.st_size, f);
-    bool read_failed = ferror(f);
-    fclose(f);
-    if (read_failed) {
-        free(text);
-        return rg_fail(err, RG_ERR_IO, "%s: read failed", path);
-    }
-
-    yaml_load L = {.path = path, .cfg = *c, .err = err};
-    rg_status st = RG_OK;
-    for (int pass = 0; pass < 2 && st == RG_OK; pass++) {
-        if (!yaml_parser_initialize(&L.parser)) {
-            st = rg_fail(err, RG_ERR_NOMEM, "%s: cannot start the YAML parser", path);
-            break;
-        }
-        yaml_parser_set_input_string(&L.parser, text, size);
-        st = pass == 0 ? check_syntax(&L) : load_stream(&L);
-        yaml_parser_delete(&L.parser);
-    }
-    free(text);
-    free(L.seen);
-    if (st == RG_OK) *c = L.cfg;
-    return st;
-}
-
-#else  // !RG_HAVE_YAML
-
-rg_status rg_train_config_load_yaml(rg_train_config *c, const char *path, rg_error *err) {
-    (void)c;
-    return rg_fail(err, RG_ERR_UNSUPPORTED, "%s: this build has no YAML support (libyaml-dev was not found at build "
-                   "time); use --set key=value", path ? path : "");
-}
-
-#endif
