@@ -667,9 +667,13 @@ static void run_thread(void *arg, int ith, int nth) {
     const run_job *j = arg;
     float *ws = (float *)(j->work + (size_t)ith * j->per_thread);
     if (j->whole_problems) {
-        int64_t p0, p1;
-        rg_split_range(j->bt->n_problems, ith, nth, &p0, &p1);
+        // Whole problems while every thread gets as many, then the rest split
+        // over all threads (9 attention heads on 2 threads: 4 each, then one
+        // shared, instead of 5 and 4).
+        int64_t p0, p1, n_whole = j->bt->n_problems / nth * nth;
+        rg_split_range(n_whole, ith, nth, &p0, &p1);
         for (int64_t p = p0; p < p1; p++) run_problem_share(j, p, 0, 1, ws);
+        for (int64_t p = n_whole; p < j->bt->n_problems; p++) run_problem_share(j, p, ith, nth, ws);
     } else {
         for (int64_t p = 0; p < j->bt->n_problems; p++) run_problem_share(j, p, ith, nth, ws);
     }
@@ -743,9 +747,10 @@ rg_status rg_gemm_run(rg_threadpool *pool, rg_sgemm_impl impl, const rg_gemm_bat
                        work_size, need, nth);
     }
     j.work = work;
-    // Whole problems per thread when there are enough of them to share evenly;
-    // otherwise all threads work on each problem in turn.
-    j.whole_problems = nth > 1 && bt->n_problems >= nth && (bt->n_problems % nth == 0 || bt->n_problems >= 4 * nth);
+    // Whole problems per thread when there are at least as many as threads
+    // (the remainder is shared, run_thread); otherwise all threads work on
+    // each problem in turn.
+    j.whole_problems = nth > 1 && bt->n_problems >= nth;
 #ifdef RG_HAVE_OPENBLAS
     if (r == RG_SGEMM_OPENBLAS) pthread_once(&ob_once, ob_init);
 #endif
