@@ -36,9 +36,10 @@
 // anonymous memory advised for transparent huge pages (2 MiB) and points the
 // graphs' weight leaves there. Measured on the weight products of a token
 // alone, one thread: 7.8-12.7 GB/s from 4 KiB pages, 12.9-13.9 GB/s from
-// huge pages. Skipped (the mapping is used in place) when the kernel has
-// transparent huge pages off, when the data exceed a quarter of the RAM, or
-// when the memory cannot be had.
+// huge pages. Opt-in (RETRO_WEIGHTS_HUGEPAGES=1): by default the mapping is
+// used in place, as the loader promises (no second copy of the weights in
+// memory). Skipped also when the kernel has transparent huge pages off, when
+// the data exceed a quarter of the RAM, or when the memory cannot be had.
 #define HUGE_PAGE ((size_t)2 << 20)
 
 typedef struct weight_copy {
@@ -146,7 +147,8 @@ rg_status rg_session_create(rg_session **out, const rg_model *m, const rg_sessio
     if (s->opts.n_batch <= 0) s->opts.n_batch = 256;
     rg_status st = rg_kv_cache_init(&s->cache, m, s->opts.n_ctx, RG_TYPE_F16, err);
     if (!st) st = rg_threadpool_create(&s->pool, opts->n_threads, err);
-    if (!st && s->opts.device == RG_DEVICE_CPU) weight_copy_make(&s->wc, m);
+    const char *hp_env = getenv("RETRO_WEIGHTS_HUGEPAGES");
+    if (!st && s->opts.device == RG_DEVICE_CPU && hp_env && !strcmp(hp_env, "1")) weight_copy_make(&s->wc, m);
     if (st) {
         rg_session_free(s);
         return st;
