@@ -1,0 +1,96 @@
+// test_dot_rows.c - the multi-row dot kernels (src/cpu/dot_rows*.c) against the
+// type table's scalar reference dot, row by row:
+//   - every type with a kernel, row counts 1..19 (short last groups of 4 and 8),
+//     K = 32 .. 4096, random weights quantized by our quantizer, activations
+//     in the type's vec_dot_type as our quantizer writes them;
+//   - |kernel - reference| <= 2e-6 * sum |w_i x_i| (the sums differ only in
+//     the order of the f32 additions; the bound is relative to the magnitude of
+//     the terms, computed in double from the dequantized operands);
+//   - a row's result does not depend on which group it falls in (rows 0..n
+//     computed with nr = n and with nr = 1 each: identical bits);
+//   - a weight stride larger than a row is honoured.
+#include "cpu/dot_rows.h"
+#include "tensor/half.h"
+#include "tensor/quant/quant.h"
+
+#include "rg_test.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t lcg = 88172645463325252ull;
+static float frand(void) {
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((lcg >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
+static void check_type(uint32_t type) {
+    rg_dot_rows_fn fn = rg_cpu_dot_rows(type);
+    if (!fn) return;  // no kernel on this CPU for this type: the table's vec_dot serves
+    const rg_quant_ops *q = rg_quant_get(type), *qa = rg_quant_get(q->vec_dot_type);
+    const rg_type_traits *tt = rg_type_get(type), *ta = rg_type_get(q->vec_dot_type);
+    static const int64_t Ks[] = {32, 256, 576, 1536, 4096};
+    for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+        const int64_t K = Ks[ki], max_rows = 19;
+        const size_t row_bytes = (size_t)(K / tt->block_size) * tt->type_size, stride = row_bytes + 64;
+        const size_t act_bytes = (size_t)(K / ta->block_size) * ta->type_size;
+        uint8_t *w = calloc((size_t)max_rows, stride), *x = calloc(1, act_bytes);
+        float *wf = malloc(sizeof(float) * (size_t)K), *xf = malloc(sizeof(float) * (size_t)K);
+        float *xd = malloc(sizeof(float) * (size_t)K), *wd = malloc(sizeof(float) * (size_t)K);
+        float y[32], y1[32];
+        for (int64_t r = 0; r < max_rows; r++) {
+            for (int64_t i = 0; i < K; i++) wf[i] = frand() * (r % 3 == 0 ? 4.0f : 0.5f);
+            if (q->quantize) q->quantize(wf, w + (size_t)r * stride, K, NULL);
+            else memcpy(w + (size_t)r * stride, wf, sizeof(float) * (size_t)K);  // F32
+        }
+        for (int64_t i = 0; i < K; i++) xf[i] = frand() * 2.0f;
+        if (qa->quantize) qa->quantize(xf, x, K, NULL);
+        else memcpy(x, xf, sizeof(float) * (size_t)K);
+        if (qa->dequant) qa->dequant(x, xd, K);
+        else if (q->vec_dot_type == RG_TYPE_Q8_1)  // blocks of {f16 d, f16 s, int8 q[32]}: value d * q
+            for (int64_t b = 0; b < K / 32; b++) {
+                const uint8_t *blk = x + (size_t)b * ta->type_size;
+                float d = rg_fp16_to_fp32((uint16_t)(blk[0] | blk[1] << 8));
+                for (int i = 0; i < 32; i++) xd[b * 32 + i] = d * (float)(int8_t)blk[4 + i];
+            }
+        else memcpy(xd, x, sizeof(float) * (size_t)K);
+        for (int64_t nr = 1; nr <= max_rows; nr++) {
+            fn(K, nr, w, stride, x, y);
+            for (int64_t r = 0; r < nr; r++) {
+                float ref = 0;
+                (q->vec_dot_ref ? q->vec_dot_ref : q->vec_dot)(K, &ref, w + (size_t)r * stride, x);
+                if (q->dequant) q->dequant(w + (size_t)r * stride, wd, K);
+                else memcpy(wd, w + (size_t)r * stride, sizeof(float) * (size_t)K);
+                double mag = 0;
+                for (int64_t i = 0; i < K; i++) mag += fabs((double)wd[i] * xd[i]);
+                RG_CHECK(fabs((double)y[r] - ref) <= 2e-6 * mag + 1e-30, "%s K=%lld nr=%lld row %lld: %.9g, reference %.9g (terms %.3g)",
+                         tt->name, (long long)K, (long long)nr, (long long)r, (double)y[r], (double)ref, mag);
+                fn(K, 1, w + (size_t)r * stride, stride, x, y1 + r);
+                RG_CHECK(memcmp(&y[r], &y1[r], sizeof(float)) == 0, "%s K=%lld row %lld: %.9g in a group of %lld, %.9g alone",
+                         tt->name, (long long)K, (long long)r, (double)y[r], (long long)nr, (double)y1[r]);
+            }
+        }
+        free(w), free(x), free(wf), free(xf), free(xd), free(wd);
+    }
+}
+
+static void test_dot_rows_against_reference(void) {
+    static const uint32_t types[] = {RG_TYPE_F32, RG_TYPE_F16, RG_TYPE_BF16, RG_TYPE_Q4_0, RG_TYPE_Q4_1,
+                                     RG_TYPE_Q5_0, RG_TYPE_Q8_0};
+    int n_kernels = 0;
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        n_kernels += rg_cpu_dot_rows(types[i]) != NULL;
+        check_type(types[i]);
+    }
+    if (n_kernels == 0) RG_SKIP("no dot-rows kernel on this CPU (no AVX2): the table's vec_dot serves every type");
+    printf("    %d types with a multi-row kernel checked\n", n_kernels);
+}
+
+static const rg_test_case cases[] = {
+    RG_TEST(test_dot_rows_against_reference),
+    {0},
+};
+
+int main(int argc, char **argv) { return rg_test_run(argc, argv, cases); }
