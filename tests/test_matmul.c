@@ -150,6 +150,54 @@ static void test_sgemm_shapes(void) {
     rg_threadpool_free(pool3);
 }
 
+// C rows a multiple of 4 KB apart (the LM head's logits: 49152 floats a row), K over one
+// depth slice: gemm.c sums such a block in a padded per-thread buffer. The bits must equal
+// those of the same product into a C with an ordinary stride, for 1 and 3 threads, and
+// the columns past N must be left alone.
+static void test_sgemm_rows_4k_apart(void) {
+    static const int64_t shapes[][3] = {{40, 1000, 300}, {512, 200, 600}, {7, 2048, 513}};
+    rg_threadpool *pool3 = pool_of(3);
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t M = shapes[si][0], N = shapes[si][1], K = shapes[si][2], ldc = 4096, ldr = N + 3;
+        float *A = randn(M * K, 31), *B = randn(K * N, 37);
+        float *C = malloc(sizeof(float) * (size_t)(M * ldc)), *C3 = malloc(sizeof(float) * (size_t)(M * ldc));
+        float *R = malloc(sizeof(float) * (size_t)(M * ldr));
+        for (int acc = 0; acc < 2; acc++) {
+            float *C0 = randn(M * ldc, 41);
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j < ldr && j < ldc; j++) R[i * ldr + j] = C0[i * ldc + j];
+            memcpy(C, C0, sizeof(float) * (size_t)(M * ldc));
+            memcpy(C3, C0, sizeof(float) * (size_t)(M * ldc));
+            rg_error err = {0};
+            RG_REQUIRE(rg_sgemm(NULL, RG_SGEMM_OURS, M, N, K, A, K, 1, B, N, 1, R, ldr, acc, NULL, 0, &err) == RG_OK, "%s",
+                       err.msg);
+            RG_REQUIRE(rg_sgemm(NULL, RG_SGEMM_OURS, M, N, K, A, K, 1, B, N, 1, C, ldc, acc, NULL, 0, &err) == RG_OK, "%s",
+                       err.msg);
+            size_t ws = rg_sgemm_work_size(RG_SGEMM_OURS, M, N, K, 3);
+            void *work = ws ? aligned_alloc(64, (ws + 63) / 64 * 64) : NULL;
+            RG_REQUIRE(rg_sgemm(pool3, RG_SGEMM_OURS, M, N, K, A, K, 1, B, N, 1, C3, ldc, acc, work, ws, &err) == RG_OK,
+                       "%s", err.msg);
+            free(work);
+            bool same = true, same3 = true, pad = true;
+            for (int64_t i = 0; i < M; i++) {
+                same &= memcmp(C + i * ldc, R + i * ldr, sizeof(float) * (size_t)N) == 0;
+                same3 &= memcmp(C3 + i * ldc, C + i * ldc, sizeof(float) * (size_t)N) == 0;
+                pad &= memcmp(C + i * ldc + N, C0 + i * ldc + N, sizeof(float) * (size_t)(ldc - N)) == 0;
+            }
+            RG_CHECK(same, "%lldx%lldx%lld acc %d: C rows 4096 floats apart give other bits than rows %lld apart",
+                     (long long)M, (long long)N, (long long)K, acc, (long long)ldr);
+            RG_CHECK(same3, "%lldx%lldx%lld acc %d: 1 and 3 threads differ", (long long)M, (long long)N, (long long)K, acc);
+            RG_CHECK(pad, "%lldx%lldx%lld acc %d: wrote past N", (long long)M, (long long)N, (long long)K, acc);
+            double e = worst_error(M, N, K, A, K, 1, B, N, 1, C, ldc, acc ? C0 : NULL);
+            RG_CHECK(e <= sgemm_tol(K), "%lldx%lldx%lld acc %d: relative error %.3g", (long long)M, (long long)N,
+                     (long long)K, acc, e);
+            free(C0);
+        }
+        free(A), free(B), free(C), free(C3), free(R);
+    }
+    rg_threadpool_free(pool3);
+}
+
 static void test_sgemm_edges(void) {
     rg_error err = {0};
     float A[6] = {1, 2, 3, 4, 5, 6}, B[6] = {1, 1, 1, 1, 1, 1}, C[4] = {9, 9, 9, 9};
@@ -517,6 +565,7 @@ static void test_bad_inputs_are_refused(void) {
 }
 
 static const rg_test_case cases[] = {
+    RG_TEST(test_sgemm_rows_4k_apart),
     RG_TEST(test_sgemm_edges),
     RG_TEST(test_sgemm_general_strides),
     RG_TEST(test_sgemm_shapes),
