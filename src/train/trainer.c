@@ -124,7 +124,6 @@ static rg_status eval_loss(run *r, double *out, rg_error *err) {
     if (n > EVAL_MAX_ROWS) n = EVAL_MAX_ROWS;
     double sum = 0.0;
     int64_t cnt = 0;
-    const int64_t T = r->s->ctx;
     for (int64_t k = 0; k < n; k++) {
         rg_dataset_row(r->data, 1, 0, k, r->ids, r->labels, r->pos, r->seg);
         double l = 0;
@@ -133,7 +132,6 @@ static rg_status eval_loss(run *r, double *out, rg_error *err) {
         if (st == RG_ERR_NONFINITE) return RG_OK;  // reported as NaN
         if (st) return st;
         sum += l, cnt += c;
-        (void)T;
     }
     *out = cnt ? sum / (double)cnt : NAN;
     return RG_OK;
@@ -441,9 +439,9 @@ rg_status rg_train_run(const rg_train_opts *o, rg_train_summary *sum, rg_error *
     sum->tokens_per_s = this_run > 0 ? (double)((meta.iter - iter0) * R * T) / this_run : 0;
     sum->peak_rss_mib = rg_peak_rss_mib();
     if ((st = write_report(&r, sum, &mem, result, err))) goto fail_closed;
-    fprintf(r.log, "done: %lld steps (%lld skipped), loss %.4f -> %.4f%s, %.0f tokens/s; wrote %s, %s, %s/train.jsonl\n",
-            (long long)sum->steps, (long long)sum->skipped, sum->first_loss, sum->last_loss,
-            isfinite(sum->eval_loss) ? "" : "", sum->tokens_per_s, result, r.plot_path, o->out_dir);
+    fprintf(r.log, "done: %lld steps (%lld skipped), loss %.4f -> %.4f, %.0f tokens/s; wrote %s, %s, %s/train.jsonl\n",
+            (long long)sum->steps, (long long)sum->skipped, sum->first_loss, sum->last_loss, sum->tokens_per_s, result,
+            r.plot_path, o->out_dir);
     if (isfinite(sum->eval_loss)) fprintf(r.log, "eval loss: %.4f\n", sum->eval_loss);
     run_free(&r);
     return RG_OK;
