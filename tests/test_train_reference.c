@@ -252,10 +252,7 @@ static const rg_train_tensor *find_tensor(const rg_train_state *s, const char *n
     return NULL;
 }
 
-static double tensor_value(const rg_train_tensor *t, const void *data, int64_t i) {
-    (void)t;
-    return (double)((const float *)data)[i];
-}
+static double f32_at(const void *data, int64_t i) { return (double)((const float *)data)[i]; }
 
 static void test_reference_gradients(void) {
     ref_file r;
@@ -294,10 +291,9 @@ static void test_reference_gradients(void) {
             for (int64_t e = 0; e < t->nel; e++) ss += (double)t->grad[e] * t->grad[e];
             double rel = fabs(sqrt(ss) - rt->norm) / rt->norm;
             if (rel > worst_norm) worst_norm = rel;
-            if (getenv("RG_VERBOSE")) printf("      %s %.6g vs %.6g\n", rt->name, sqrt(ss), rt->norm);
             RG_CHECK(rel <= 1e-3, "%s: gradient norm %.9g, torch %.9g (rel %.2e)", rt->name, sqrt(ss), rt->norm, rel);
             for (int j = 0; j < rt->n_samples; j++) {
-                double v = tensor_value(t, t->grad, rt->idx[j]), d = fabs(v - rt->val[j]) / rt->maxabs;
+                double v = f32_at(t->grad, rt->idx[j]), d = fabs(v - rt->val[j]) / rt->maxabs;
                 if (d > worst_sample) worst_sample = d;
                 RG_CHECK(d <= 2e-3, "%s[%lld]: gradient %.9g, torch %.9g (%.2e of max|g|)", rt->name, (long long)rt->idx[j], v,
                          rt->val[j], d);
@@ -367,7 +363,7 @@ static void check_trajectory(const char *file, int optimizer) {
         if (rel > worst_delta) worst_delta = rel;
         RG_CHECK(rel <= 2e-2, "%s: |final - initial| %.9g, torch %.9g (rel %.2e)", rt->name, sqrt(ss), rt->norm, rel);
         for (int j = 0; j < rt->n_samples; j++) {
-            double v = tensor_value(t, t->w, rt->idx[j]);
+            double v = f32_at(t->w, rt->idx[j]);
             double d = fabs(v - rt->val[j]);
             double tol = 2e-2 * rt->maxabs + 1e-7 * fabs(rt->val[j]);
             if (rt->maxabs > 0 && d / rt->maxabs > worst_sample) worst_sample = d / rt->maxabs;

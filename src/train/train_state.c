@@ -288,8 +288,7 @@ rg_train_memory rg_train_state_memory(const rg_train_state *s) {
     size_t mapped = 0;
     for (uint64_t i = 0; i < s->model->file->n_tensors; i++) mapped += s->model->file->tensors[i].nbytes;
     r.weights = s->cfg.method == RG_TRAIN_FULL ? s->weight_bytes : mapped;
-    if (s->lora) r.weights += 0;  // A and B are counted with the trained tensors below
-    for (int k = 0; s->lora && k < s->n_tensors; k++) r.weights += (size_t)s->tensors[k].nel * 4;
+    for (int k = 0; s->lora && k < s->n_tensors; k++) r.weights += (size_t)s->tensors[k].nel * 4;  // LoRA A and B
     r.gradients = p->grad_bytes + s->grad_bytes;
     r.optimizer = s->state_bytes;
     r.activations = p->buffer_bytes - p->grad_bytes;
