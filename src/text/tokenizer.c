@@ -723,3 +723,50 @@ int64_t rg_detok_stream_flush(rg_detok_stream *s, char *out, size_t cap) {
     s->n_held = 0;
     return n;
 }
+
+// ---------------------------------------------------------------------------
+// The encoders' binary heap over untyped elements of heap_elem bytes.
+
+#define HEAP_AT(s, i) ((char *)(s)->heap + (i) * (s)->heap_elem)
+
+bool rg_tok_heap_push(rg_tok_scratch *s, const void *elem, size_t elem_size, rg_tok_before_fn before) {
+    if (s->heap_elem != elem_size) {  // the heap was last used by the other encoder
+        free(s->heap);
+        s->heap = NULL;
+        s->heap_n = s->heap_cap = 0;
+        s->heap_elem = elem_size;
+    }
+    if (s->heap_n == s->heap_cap) {
+        size_t cap = s->heap_cap ? 2 * s->heap_cap : 64;
+        void *h = realloc(s->heap, cap * elem_size);
+        if (!h) return false;
+        s->heap = h;
+        s->heap_cap = cap;
+    }
+    size_t i = s->heap_n++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!before(elem, HEAP_AT(s, parent))) break;
+        memcpy(HEAP_AT(s, i), HEAP_AT(s, parent), elem_size);
+        i = parent;
+    }
+    memcpy(HEAP_AT(s, i), elem, elem_size);
+    return true;
+}
+
+void rg_tok_heap_pop(rg_tok_scratch *s, void *out, rg_tok_before_fn before) {
+    char last[32];
+    const size_t es = s->heap_elem;
+    memcpy(out, HEAP_AT(s, 0), es);
+    memcpy(last, HEAP_AT(s, --s->heap_n), es);
+    size_t n = s->heap_n, i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && before(HEAP_AT(s, c + 1), HEAP_AT(s, c))) c++;
+        if (!before(HEAP_AT(s, c), last)) break;
+        memcpy(HEAP_AT(s, i), HEAP_AT(s, c), es);
+        i = c;
+    }
+    if (n) memcpy(HEAP_AT(s, i), last, es);
+}

@@ -18,52 +18,19 @@ typedef struct bpe_pair {
     int32_t left, right;        // symbol positions
     int32_t left_id, right_id;  // their ids when the pair was queued
 } bpe_pair;
+_Static_assert(sizeof(bpe_pair) <= 32, "rg_tok_heap_pop holds an element in 32 bytes");
 
-static inline bool pair_before(const bpe_pair *a, const bpe_pair *b) {
+static bool pair_before(const void *va, const void *vb) {
+    const bpe_pair *a = va, *b = vb;
     return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
 }
 
-static bool heap_push(rg_tok_scratch *s, bpe_pair p) {
-    if (s->heap_elem != sizeof(bpe_pair)) {  // the heap was last used by the SPM encoder
-        free(s->heap);
-        s->heap = NULL;
-        s->heap_cap = 0;
-        s->heap_elem = sizeof(bpe_pair);
-    }
-    if (s->heap_n == s->heap_cap) {
-        size_t cap = s->heap_cap ? 2 * s->heap_cap : 64;
-        void *h = realloc(s->heap, cap * sizeof(bpe_pair));
-        if (!h) return false;
-        s->heap = h;
-        s->heap_cap = cap;
-    }
-    bpe_pair *h = s->heap;
-    size_t i = s->heap_n++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!pair_before(&p, &h[parent])) break;
-        h[i] = h[parent];
-        i = parent;
-    }
-    h[i] = p;
-    return true;
-}
+static bool heap_push(rg_tok_scratch *s, bpe_pair p) { return rg_tok_heap_push(s, &p, sizeof p, pair_before); }
 
 static bpe_pair heap_pop(rg_tok_scratch *s) {
-    bpe_pair *h = s->heap;
-    bpe_pair top = h[0];
-    bpe_pair last = h[--s->heap_n];
-    size_t n = s->heap_n, i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && pair_before(&h[c + 1], &h[c])) c++;
-        if (!pair_before(&h[c], &last)) break;
-        h[i] = h[c];
-        i = c;
-    }
-    if (n) h[i] = last;
-    return top;
+    bpe_pair p;
+    rg_tok_heap_pop(s, &p, pair_before);
+    return p;
 }
 
 static bool queue_pair(const rg_tokenizer *tok, rg_tok_scratch *s, int32_t left, int32_t right) {

@@ -113,6 +113,14 @@ typedef struct rg_tok_scratch {
 } rg_tok_scratch;
 
 void rg_tok_scratch_free(rg_tok_scratch *s);
+
+// The encoders' pair heap in the scratch: elements of elem_size bytes (at most
+// 32), `before(a, b)` true when a must come out first. A push with another
+// element size than the heap holds starts it afresh. Push fails only when out
+// of memory; pop requires heap_n > 0.
+typedef bool (*rg_tok_before_fn)(const void *a, const void *b);
+bool rg_tok_heap_push(rg_tok_scratch *s, const void *elem, size_t elem_size, rg_tok_before_fn before);
+void rg_tok_heap_pop(rg_tok_scratch *s, void *out, rg_tok_before_fn before);
 bool rg_tok_scratch_syms(rg_tok_scratch *s, size_t n);
 bool rg_tok_scratch_buf(rg_tok_scratch *s, size_t n);
 

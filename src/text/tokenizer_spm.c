@@ -19,52 +19,19 @@ typedef struct spm_pair {
     int32_t left, right;  // symbol positions
     uint32_t size;        // bytes of the pair when queued
 } spm_pair;
+_Static_assert(sizeof(spm_pair) <= 32, "rg_tok_heap_pop holds an element in 32 bytes");
 
-static inline bool pair_before(const spm_pair *a, const spm_pair *b) {
+static bool pair_before(const void *va, const void *vb) {
+    const spm_pair *a = va, *b = vb;
     return a->score > b->score || (a->score == b->score && a->left < b->left);
 }
 
-static bool heap_push(rg_tok_scratch *s, spm_pair p) {
-    if (s->heap_elem != sizeof(spm_pair)) {  // the heap was last used by the BPE encoder
-        free(s->heap);
-        s->heap = NULL;
-        s->heap_cap = 0;
-        s->heap_elem = sizeof(spm_pair);
-    }
-    if (s->heap_n == s->heap_cap) {
-        size_t cap = s->heap_cap ? 2 * s->heap_cap : 64;
-        void *h = realloc(s->heap, cap * sizeof(spm_pair));
-        if (!h) return false;
-        s->heap = h;
-        s->heap_cap = cap;
-    }
-    spm_pair *h = s->heap;
-    size_t i = s->heap_n++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!pair_before(&p, &h[parent])) break;
-        h[i] = h[parent];
-        i = parent;
-    }
-    h[i] = p;
-    return true;
-}
+static bool heap_push(rg_tok_scratch *s, spm_pair p) { return rg_tok_heap_push(s, &p, sizeof p, pair_before); }
 
 static spm_pair heap_pop(rg_tok_scratch *s) {
-    spm_pair *h = s->heap;
-    spm_pair top = h[0];
-    spm_pair last = h[--s->heap_n];
-    size_t n = s->heap_n, i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && pair_before(&h[c + 1], &h[c])) c++;
-        if (!pair_before(&h[c], &last)) break;
-        h[i] = h[c];
-        i = c;
-    }
-    if (n) h[i] = last;
-    return top;
+    spm_pair p;
+    rg_tok_heap_pop(s, &p, pair_before);
+    return p;
 }
 
 // Tokens that text may turn into: not CONTROL, UNKNOWN, UNUSED or BYTE tokens, whose text
