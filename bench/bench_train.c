@@ -10,7 +10,8 @@
 // Rows: the tiny qwen2 fixture (F32 full), and SmolLM2-135M at context 256:
 // F32, F16 and BF16 full fine-tuning (converted from the Q4_1 file with our
 // quantizer, so the values are the same model's) and LoRA (rank 16, all seven
-// projections) on the Q4_1 file itself. One sequence of 256 tokens per step,
+// projections) on the Q4_1 file itself; F32 full with layer recompute (inputs
+// kept in F32, and in F16). One sequence of 256 tokens per step,
 // batch 1, all cores. Each row: one warm-up step, then the mean of STEPS
 // timed steps (default 3).
 //
@@ -43,6 +44,8 @@ typedef struct bench_row {
     const char *path;
     rg_train_method method;
     int rows;  // rows of 256 tokens per optimizer step (gradient accumulation); 0 = 1
+    rg_recompute recompute;  // training.recompute (0: auto, which keeps every activation when it fits)
+    uint32_t ckpt;           // training.checkpoint_dtype (0: f32)
 } bench_row;
 
 static double model_flops(const rg_train_state *s, int64_t T) {
@@ -73,6 +76,8 @@ static int run_row(const bench_row *row, int steps, double peak_gflops, int thre
     rg_train_config c;
     rg_train_config_defaults(&c);
     c.method = row->method;
+    c.recompute = row->recompute;
+    c.checkpoint_dtype = row->ckpt;
     c.ctx = m->hp.n_ctx_train < 256 ? m->hp.n_ctx_train : 256;
     c.eval_split = 0;
     c.threads = threads;
@@ -158,9 +163,10 @@ static int run_row(const bench_row *row, int steps, double peak_gflops, int thre
         rg_train_memory mem = rg_train_state_memory(s);
         double peak = rg_peak_rss_mib(), need = (double)mem.total / 1048576.0;
         double tps = (double)(rows * T) / mean;
-        printf("%-22s  %8.1f tok/s  (best %7.1f)  %6.1f GFLOP/s  MFU %5.1f%%  peak RSS %7.1f MiB vs resident sum %7.1f MiB (%.2fx)",
-               row->name, tps, (double)(rows * T) / best, flops / mean * 1e-9, 100.0 * flops / mean * 1e-9 / peak_gflops, peak,
-               need + rss0, peak / (need + rss0));
+        printf("%-26s  %8.1f tok/s  (best %7.1f)  %6.1f GFLOP/s  MFU %5.1f%%  activations %6.1f MiB  peak RSS %7.1f MiB vs "
+               "resident sum %7.1f MiB (%.2fx)",
+               row->name, tps, (double)(rows * T) / best, flops / mean * 1e-9, 100.0 * flops / mean * 1e-9 / peak_gflops,
+               (double)mem.activations / 1048576.0, peak, need + rss0, peak / (need + rss0));
         if (row->method == RG_TRAIN_FULL && strstr(row->name, "smollm2 f32"))
             printf("  vs llama.cpp %.0f tok/s: %.2fx", LLAMA_CPP_F32_TOK_S, tps / LLAMA_CPP_F32_TOK_S);
         printf("\n");
@@ -192,7 +198,7 @@ int main(int argc, char **argv) {
         printf("tiny: %s\n", err.msg);
         return 1;
     }
-    int rc = run_row(&(bench_row){"tiny qwen2 f32 full", tiny, RG_TRAIN_FULL, 1}, steps * 4, peak, threads);
+    int rc = run_row(&(bench_row){.name = "tiny qwen2 f32 full", .path = tiny, .method = RG_TRAIN_FULL, .rows = 1}, steps * 4, peak, threads);
     const char *smol = getenv("RG_SMOLLM2");
     if (!smol || !*smol) {
         printf("smollm2 rows: skipped (set RG_SMOLLM2 to the SmolLM2-135M-Instruct Q4_1 GGUF; scripts/smollm2.sh prints it)\n");
@@ -213,12 +219,18 @@ int main(int argc, char **argv) {
                 printf("convert to %s: %s\n", types[i], err.msg);
                 return 1;
             }
-            rc |= run_row(&(bench_row){names[i], outs[i], RG_TRAIN_FULL, 1}, steps, peak, threads);
-            if (i == 0)  // the AdamW step shared by 4 rows (gradient accumulation 4)
-                rc |= run_row(&(bench_row){"smollm2 f32 full x4", outs[i], RG_TRAIN_FULL, 4}, steps, peak, threads);
+            rc |= run_row(&(bench_row){.name = names[i], .path = outs[i], .method = RG_TRAIN_FULL, .rows = 1}, steps, peak, threads);
+            if (i == 0) {  // the AdamW step shared by 4 rows (gradient accumulation 4); activation recompute
+                rc |= run_row(&(bench_row){.name = "smollm2 f32 full x4", .path = outs[i], .method = RG_TRAIN_FULL, .rows = 4}, steps, peak, threads);
+                rc |= run_row(&(bench_row){.name = "smollm2 f32 full recompute", .path = outs[i], .method = RG_TRAIN_FULL,
+                                           .rows = 1, .recompute = RG_RECOMPUTE_LAYER},
+                              steps, peak, threads);
+                rc |= run_row(&(bench_row){.name = "smollm2 f32 full ckpt f16", .path = outs[i], .method = RG_TRAIN_FULL,
+                                           .rows = 1, .recompute = RG_RECOMPUTE_LAYER, .ckpt = RG_TYPE_F16}, steps, peak, threads);
+            }
             unlink(outs[i]);
         }
-        rc |= run_row(&(bench_row){"smollm2 q4_1 lora r16", smol, RG_TRAIN_LORA, 1}, steps, peak, threads);
+        rc |= run_row(&(bench_row){.name = "smollm2 q4_1 lora r16", .path = smol, .method = RG_TRAIN_LORA, .rows = 1}, steps, peak, threads);
     }
     unlink(tiny);
     rmdir(dir);

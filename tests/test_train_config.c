@@ -86,7 +86,7 @@ static const struct {
     {"training.ctx", "512"},            {"training.weight_decay", "0"},    {"training.beta1", "0.9"},
     {"training.beta2", "0.999"},        {"training.eps", "1e-08"},         {"training.momentum", "0"},
     {"training.clip_grad_norm", "1"},   {"training.seed", "42"},           {"training.master_weights", "false"},
-    {"training.checkpoint_dtype", "f32"}, {"training.save_every", "100"},  {"training.eval_every", "50"},
+    {"training.checkpoint_dtype", "f32"}, {"training.recompute", "auto"}, {"training.save_every", "100"},  {"training.eval_every", "50"},
     {"training.eval_split", "0.05"},    {"training.threads", "0"},         {"training.skip_nonfinite", "true"},
     {"training.max_skipped", "10"},     {"training.memory_limit_gb", "0"}, {"lora.rank", "16"},
     {"lora.alpha", "32"},               {"lora.targets", "q,k,v,o,gate,up,down"},
@@ -173,6 +173,7 @@ static const struct {
     {"training.seed", "18446744073709551615", "18446744073709551615"},
     {"training.master_weights", "yes", "true"},
     {"training.checkpoint_dtype", "BF16", "bf16"},
+    {"training.recompute", "Layer", "layer"},
     {"training.save_every", "0", "0"},
     {"training.eval_every", "10", "10"},
     {"training.eval_split", "0.5", "0.5"},
@@ -303,6 +304,7 @@ static const struct {
     {"training.optimizer", "adam", "training.optimizer: 'adam' is not one of adamw|sgd"},
     {"training.schedule", "step", "is not one of constant|linear|cosine"},
     {"training.checkpoint_dtype", "q8_0", "is not one of f32|f16|bf16"},
+    {"training.recompute", "full", "training.recompute: 'full' is not one of auto|none|layer"},
     {"data.train_on", "assist", "is not one of all|assistant|completion"},
     {"data.overlong", "wrap", "is not one of truncate|drop|error"},
     {"training.method", "qlora", "is not one of full|lora"},
@@ -448,6 +450,8 @@ static void v_ctx(rg_train_config *c) { c->ctx = 4; }
 static void v_batch(rg_train_config *c) { c->batch_size = -3; }
 static void v_method(rg_train_config *c) { c->method = (rg_train_method)7; }
 static void v_dtype(rg_train_config *c) { c->checkpoint_dtype = RG_TYPE_Q4_0; }
+static void v_f16_no_recompute(rg_train_config *c) { c->checkpoint_dtype = RG_TYPE_F16, c->recompute = RG_RECOMPUTE_NONE; }
+static void v_bf16_layer(rg_train_config *c) { c->checkpoint_dtype = RG_TYPE_BF16, c->recompute = RG_RECOMPUTE_LAYER; }
 static void v_targets0(rg_train_config *c) { c->lora_targets = 0; }
 static void v_targets_bad(rg_train_config *c) { c->lora_targets = 128 | RG_LORA_Q; }
 static void v_lr_nan(rg_train_config *c) { c->lr = NAN; }
@@ -471,6 +475,9 @@ static void test_validate(void) {
         {"batch -3", v_batch, "training.batch_size: -3"},
         {"method 7", v_method, "training.method: 7 is not one of full|lora"},
         {"dtype q4_0", v_dtype, "training.checkpoint_dtype: 2 is not one of f32|f16|bf16"},
+        {"f16 checkpoints without recompute", v_f16_no_recompute,
+         "training.checkpoint_dtype=f16 stores the layer inputs that recompute starts from, but training.recompute is none"},
+        {"bf16 checkpoints, layer recompute", v_bf16_layer, NULL},
         {"no targets", v_targets0, "lora.targets"},
         {"unknown target bit", v_targets_bad, "lora.targets"},
         {"lr NaN", v_lr_nan, "training.lr"},

@@ -527,3 +527,18 @@ rg_node *rg_sgd(rg_graph *g, rg_node *param, rg_node *grad, float lr, float weig
     if (n) n->fp[0] = lr, n->fp[1] = weight_decay, n->fp[2] = clip;
     return n;
 }
+
+// A copy of n (op, shape, strides, parameters) reading src[] instead of n's
+// sources; a view shares the bytes of view_of. Graph rewrites (recompute.c)
+// append these and then reorder the node list.
+rg_node *rg_graph_clone_node(rg_graph *g, const rg_node *n, rg_node *const src[RG_MAX_SRC], rg_node *view_of) {
+    rg_node *c = node_new(g, n->op, n->t.type, n->t.ne, src[0], src[1], src[2], src[3]);
+    if (!c) return NULL;
+    c->t = n->t;
+    c->t.data = NULL;
+    c->t.view_src = NULL;
+    memcpy(c->ip, n->ip, sizeof c->ip);
+    memcpy(c->fp, n->fp, sizeof c->fp);
+    c->view_of = view_of;
+    return c;
+}

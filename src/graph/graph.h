@@ -172,6 +172,19 @@ rg_node *rg_sgd(rg_graph *g, rg_node *param, rg_node *grad, float lr, float weig
 // the loss depends on gets param->grad (flagged RG_NODE_GRAD | RG_NODE_OUTPUT).
 // Gradients of a node used twice are summed. Frozen leaves get none.
 rg_status rg_graph_backward(rg_graph *g, rg_node *loss, rg_error *err);
+// Activation recompute (training.md §9), a rewrite of a graph that has its
+// backward. bounds[0..n_seg]: forward F32 nodes; segment i (a layer) is the
+// forward nodes strictly between bounds[i], its input, and bounds[i + 1].
+// Afterwards the backward reads no inner node of a segment: the inner nodes
+// it needs (and what they need) are computed again from the segment's input
+// just before the first backward node that reads them, so the plan frees a
+// layer's activations as soon as the forward has passed it. ckpt_type F32:
+// the inputs are kept as they are and the recomputed values equal the first
+// ones bit for bit. F16/BF16: each input is also stored rounded (RNE, kept to
+// the end of the run; ckpts[i] gets it when ckpts is not NULL), and the
+// recompute and the backward read it widened back to F32.
+rg_status rg_graph_recompute(rg_graph *g, rg_node *const *bounds, int n_seg, uint32_t ckpt_type, rg_node **ckpts,
+                             rg_error *err);
 // Records that the backward of op needs a gradient it cannot make (used by backward.c).
 const char *rg_op_name(rg_op op);
 int rg_op_n_src(rg_op op);

@@ -89,7 +89,7 @@ void rg_kv_cache_free(rg_kv_cache *c) {
 }
 
 static rg_node *forward(rg_graph *g, const rg_model *m, const rg_model_nodes *w, rg_node *ids, rg_node *pos,
-                        rg_node *mask, rg_kv_cache *cache, int64_t n_past, bool last_only) {
+                        rg_node *mask, rg_kv_cache *cache, int64_t n_past, bool last_only, rg_node **bounds) {
     const rg_hparams *hp = &m->hp;
     if (!ids || !pos) return NULL;
     const int64_t T = ids->t.ne[0], Dh = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
@@ -97,6 +97,7 @@ static rg_node *forward(rg_graph *g, const rg_model *m, const rg_model_nodes *w,
     rg_node *x = rg_get_rows(g, w->tok_embd, ids);  // [d, T]
     rg_node_set_name(x, "inp_embd");
     for (int64_t il = 0; il < hp->n_layer; il++) {
+        if (bounds) bounds[il] = x;
         const rg_layer_nodes *L = &w->layers[il];
         rg_node *h = norm(g, x, L->attn_norm, hp->norm_eps);                             // [d, T]
         rg_node *q = rg_reshape(g, linear(g, L, RG_LORA_TARGET_Q, L->wq, L->bq, h), 3, (int64_t[]){Dh, H, T});    // [Dh, H, T]
@@ -138,6 +139,7 @@ static rg_node *forward(rg_graph *g, const rg_model *m, const rg_model_nodes *w,
         x = rg_add(g, x, linear(g, L, RG_LORA_TARGET_DOWN, L->ffn_down, NULL, act));  // [d, T]
         rg_node_set_name(x, "l_out.%lld", (long long)il);
     }
+    if (bounds) bounds[hp->n_layer] = x;
     rg_node *hn = norm(g, x, w->out_norm, hp->norm_eps);            // [d, T]
     if (last_only && T > 1)                                         // generation needs the last row only
         hn = rg_view(g, hn, 2, (int64_t[]){hp->n_embd, 1}, (size_t[]){4, (size_t)hp->n_embd * 4},
@@ -149,10 +151,15 @@ static rg_node *forward(rg_graph *g, const rg_model *m, const rg_model_nodes *w,
 
 rg_node *rg_model_forward(rg_graph *g, const rg_model *m, const rg_model_nodes *w, rg_node *ids, rg_node *pos,
                           rg_node *mask) {
-    return forward(g, m, w, ids, pos, mask, NULL, 0, false);
+    return forward(g, m, w, ids, pos, mask, NULL, 0, false, NULL);
+}
+
+rg_node *rg_model_forward_bounds(rg_graph *g, const rg_model *m, const rg_model_nodes *w, rg_node *ids, rg_node *pos,
+                                 rg_node *mask, rg_node **bounds) {
+    return forward(g, m, w, ids, pos, mask, NULL, 0, false, bounds);
 }
 
 rg_node *rg_model_forward_kv(rg_graph *g, const rg_model *m, const rg_model_nodes *w, rg_node *ids, rg_node *pos,
                              rg_kv_cache *cache, int64_t n_past, bool last_only) {
-    return forward(g, m, w, ids, pos, NULL, cache, n_past, last_only);
+    return forward(g, m, w, ids, pos, NULL, cache, n_past, last_only, NULL);
 }

@@ -43,6 +43,11 @@ void rg_kv_cache_free(rg_kv_cache *c);
 // mask. Returns logits F32 [n_vocab, n_tokens], or NULL with the graph's error set.
 rg_node *rg_model_forward(rg_graph *g, const rg_model *m, const rg_model_nodes *w, rg_node *ids, rg_node *pos,
                           rg_node *mask);
+// The same, also returning the layer boundaries for activation recompute
+// (rg_graph_recompute): bounds[il] is layer il's input (bounds[0] the token
+// embeddings) and bounds[n_layer] the last layer's output; n_layer + 1 entries.
+rg_node *rg_model_forward_bounds(rg_graph *g, const rg_model *m, const rg_model_nodes *w, rg_node *ids, rg_node *pos,
+                                 rg_node *mask, rg_node **bounds);
 // The same with a cache: the n_tokens new keys and values are written at
 // positions n_past.. and attention reads all n_past + n_tokens cached ones.
 // last_only: logits [n_vocab, 1] for the last token (generation).

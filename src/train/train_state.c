@@ -119,6 +119,37 @@ static rg_status lora_nodes(rg_train_state *s, rg_graph *g, rg_model_nodes *w, r
     return RG_OK;
 }
 
+// Rewrites the step graph to recompute each layer before its backward
+// (training.md §9), keeping only the layer inputs, in checkpoint_dtype.
+static rg_status add_recompute(rg_train_state *s, rg_node **bounds, rg_error *err) {
+    int n_layer = (int)s->model->hp.n_layer;
+    rg_status st = rg_graph_recompute(s->g, bounds, n_layer, s->cfg.checkpoint_dtype, s->ckpts, err);
+    if (st) return st;
+    s->recompute = true;
+    s->n_ckpts = s->cfg.checkpoint_dtype == RG_TYPE_F32 ? 0 : n_layer;
+    return RG_OK;
+}
+
+// A layer input too large for F16 was stored as Inf: the recompute would start
+// from it, so the step's gradient is meaningless. Names the layer and the token.
+static rg_status check_checkpoints(const rg_train_state *s, rg_error *err) {
+    for (int il = 0; il < s->n_ckpts; il++) {
+        const rg_node *c = s->ckpts[il];
+        const uint16_t *h = c->t.data;
+        const int64_t d = c->t.ne[0], n = rg_tensor_nelements(&c->t);
+        const uint16_t exp_mask = c->t.type == RG_TYPE_F16 ? 0x7c00 : 0x7f80;
+        for (int64_t i = 0; i < n; i++) {
+            if ((h[i] & exp_mask) != exp_mask) continue;
+            return rg_fail(err, RG_ERR_NONFINITE,
+                           "train: training.checkpoint_dtype=%s cannot hold the input of layer %d: element %lld of token "
+                           "%lld is beyond its range (|x| > %s); use training.checkpoint_dtype=bf16 or f32",
+                           c->t.type == RG_TYPE_F16 ? "f16" : "bf16", il, (long long)(i % d), (long long)(i / d),
+                           c->t.type == RG_TYPE_F16 ? "65504" : "3.39e38");
+        }
+    }
+    return RG_OK;
+}
+
 static size_t model_tensor_count(const rg_model *m) { return 3 + (size_t)m->hp.n_layer * 15; }
 
 static size_t physical_memory(void) {
@@ -131,10 +162,6 @@ rg_status rg_train_state_create(rg_train_state **out, const rg_model *m, const r
     *out = NULL;
     rg_status st;
     if ((st = rg_train_config_validate(cfg, err))) return st;
-    if (cfg->checkpoint_dtype != RG_TYPE_F32)
-        return rg_fail(err, RG_ERR_UNSUPPORTED,
-                       "train: training.checkpoint_dtype=%s needs activation recompute, which this build does not have; "
-                       "use f32", rg_type_get(cfg->checkpoint_dtype)->name);
     rg_train_state *s = calloc(1, sizeof *s);
     if (!s) return rg_fail(err, RG_ERR_NOMEM, "train: out of memory");
     s->model = m;
@@ -166,7 +193,14 @@ rg_status rg_train_state_create(rg_train_state **out, const rg_model *m, const r
     s->pos = rg_leaf(g, "pos", RG_TYPE_I32, 1, (int64_t[]){T}, NULL);
     s->labels = rg_leaf(g, "labels", RG_TYPE_I32, 1, (int64_t[]){T}, NULL);
     s->mask = rg_leaf(g, "doc_mask", RG_TYPE_F32, 2, (int64_t[]){T, T}, NULL);
-    rg_node *logits = rg_model_forward(g, m, &w, s->ids, s->pos, s->mask);  // [n_vocab, T]
+    const int n_layer = (int)m->hp.n_layer;
+    rg_node **bounds = rg_arena_alloc(&g->arena, sizeof(rg_node *) * (size_t)(n_layer + 1), 8);
+    s->ckpts = rg_arena_alloc(&g->arena, sizeof(rg_node *) * (size_t)n_layer, 8);
+    if (!bounds || !s->ckpts) {
+        rg_train_state_free(s);
+        return rg_fail(err, RG_ERR_NOMEM, "train: out of memory");
+    }
+    rg_node *logits = rg_model_forward_bounds(g, m, &w, s->ids, s->pos, s->mask, bounds);  // [n_vocab, T]
     s->loss = rg_cross_entropy_loss(g, logits, s->labels, -100);
     if ((st = rg_graph_error(g, err)) || (st = rg_graph_backward(g, s->loss, err))) {
         rg_train_state_free(s);
@@ -190,6 +224,12 @@ rg_status rg_train_state_create(rg_train_state **out, const rg_model *m, const r
         rg_train_state_free(s);
         return st;
     }
+    if (cfg->recompute == RG_RECOMPUTE_LAYER || (cfg->recompute == RG_RECOMPUTE_AUTO && cfg->checkpoint_dtype != RG_TYPE_F32)) {
+        if ((st = add_recompute(s, bounds, err))) {
+            rg_train_state_free(s);
+            return st;
+        }
+    }
     // Plan first, so a run that cannot fit is refused before the big allocations.
     rg_plan plan;
     if ((st = rg_graph_plan(g, rg_threadpool_size(s->pool), 0, &plan, err))) {
@@ -209,17 +249,30 @@ rg_status rg_train_state_create(rg_train_state **out, const rg_model *m, const r
     size_t mapped = 0;
     for (uint64_t i = 0; i < m->file->n_tensors; i++) mapped += m->file->tensors[i].nbytes;
     size_t limit = memory_limit ? memory_limit : physical_memory();
-    size_t need = (cfg->method == RG_TRAIN_FULL ? s->weight_bytes : mapped) + state + acc + plan.buffer_bytes +
-                  plan.scratch_bytes;
+    size_t fixed = (cfg->method == RG_TRAIN_FULL ? s->weight_bytes : mapped) + state + acc;
+    size_t need = fixed + plan.buffer_bytes + plan.scratch_bytes;
+    if (limit && need > limit && cfg->recompute == RG_RECOMPUTE_AUTO && !s->recompute) {
+        // Keeping every activation does not fit: keep the layer inputs and recompute.
+        if ((st = add_recompute(s, bounds, err)) || (st = rg_graph_plan(g, rg_threadpool_size(s->pool), 0, &plan, err))) {
+            rg_train_state_free(s);
+            return st;
+        }
+        need = fixed + plan.buffer_bytes + plan.scratch_bytes;
+    }
     if (limit && need > limit) {
         size_t weights = cfg->method == RG_TRAIN_FULL ? s->weight_bytes : mapped;
+        bool recomputing = s->recompute;
         rg_train_state_free(s);
         return rg_fail(err, RG_ERR_NOMEM,
                        "train: the run needs %.1f MiB but the limit is %.1f MiB (weights %.1f, gradients %.1f, optimizer "
-                       "state %.1f, activations %.1f, scratch %.1f MiB); lower training.ctx, use LoRA, or raise "
+                       "state %.1f, activations %.1f%s, scratch %.1f MiB); lower training.ctx, %suse LoRA, or raise "
                        "training.memory_limit_gb",
                        mib(need), mib(limit), mib(weights), mib(plan.grad_bytes + acc), mib(state),
-                       mib(plan.buffer_bytes - plan.grad_bytes), mib(plan.scratch_bytes));
+                       mib(plan.buffer_bytes - plan.grad_bytes), recomputing ? " with layer recompute" : "",
+                       mib(plan.scratch_bytes),
+                       cfg->recompute == RG_RECOMPUTE_NONE ? "set training.recompute=layer, "
+                       : recomputing && cfg->checkpoint_dtype == RG_TYPE_F32 ? "set training.checkpoint_dtype=bf16, "
+                                                                             : "");
     }
     // Optimizer state, masters, accumulators.
     for (int k = 0; k < s->n_tensors; k++) {
@@ -293,6 +346,8 @@ rg_train_memory rg_train_state_memory(const rg_train_state *s) {
     r.optimizer = s->state_bytes;
     r.activations = p->buffer_bytes - p->grad_bytes;
     r.scratch = p->scratch_bytes;
+    r.recompute = s->recompute;
+    r.checkpoint_type = s->cfg.checkpoint_dtype;
     r.total = r.weights + r.gradients + r.optimizer + r.activations + r.scratch;
     return r;
 }
@@ -338,6 +393,7 @@ rg_status rg_train_state_micro(rg_train_state *s, const int32_t *ids, const int3
     s->loss->fp[0] = (float)inv_n;
     s->loss_back->fp[0] = (float)inv_n;  // the gradient is normalised by the whole step's targets too
     rg_status st = rg_exec_run(s->ex, 0, -1, err);
+    if (!st) st = check_checkpoints(s, err);
     if (st) return st;
     *loss = (double)*(const float *)s->loss->t.data;
     if (s->accumulate) {

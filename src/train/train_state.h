@@ -46,6 +46,9 @@ typedef struct rg_train_state {
     rg_node *loss_back;          // the cross-entropy's backward: carries the same 1/N as the loss
     rg_node **grads;             // [n_tensors] the graph's gradient nodes (NULL: no path from the loss)
     int64_t ctx;
+    bool recompute;              // the graph recomputes each layer before its backward (training.recompute)
+    rg_node **ckpts;             // [n_layer] F16/BF16 stored layer inputs (checked for overflow), or NULL
+    int n_ckpts;
 
     int64_t t;                   // completed optimizer steps
     double lr;                   // the base learning rate (config resolved)
@@ -67,6 +70,8 @@ void rg_train_state_free(rg_train_state *s);
 // gradients), scratch.
 typedef struct rg_train_memory {
     size_t weights, gradients, optimizer, activations, scratch, total;
+    bool recompute;          // activations are the layer inputs + one layer (training.recompute)
+    uint32_t checkpoint_type;  // the type those inputs are kept in
 } rg_train_memory;
 rg_train_memory rg_train_state_memory(const rg_train_state *s);
 

@@ -51,6 +51,14 @@ falls "$tmp/f16/train.jsonl"; check "full f16: the loss falls by 30%" $?
 expect "full f16: the result keeps f16" 0 "blk.0.attn_q.weight.*f16" -- "$bin" info "$tmp/f16/model.gguf"
 expect "full bf16, master weights, sgd" 0 "done: 20 steps" -- "$bin" train -m "$tmp/bf16.gguf" -d "$tmp/chat.jsonl" -o "$tmp/bf16" "${full[@]}" --set training.steps=20 --set training.master_weights=true --set training.optimizer=sgd --set training.lr=0.5
 expect "full bf16: the result keeps bf16" 0 "blk.0.attn_q.weight.*bf16" -- "$bin" info "$tmp/bf16/model.gguf"
+# Activation recompute: layer inputs in f32 give the same bytes as keeping every activation;
+# in f16 the memory report says so and the run trains.
+expect "full f32, layer recompute" 0 "activations .* MiB \(layer recompute, inputs kept in f32\)" -- "$bin" train -m "$tmp/f32.gguf" -d "$tmp/chat.jsonl" -o "$tmp/f32rc" "${full[@]}" --set training.steps=30 --set training.recompute=layer
+cmp -s "$tmp/f32/model.gguf" "$tmp/f32rc/model.gguf"; check "full f32, layer recompute: the same model bytes as without" $?
+cmp -s <(grep -o '"loss":[0-9.e+-]*' "$tmp/f32/train.jsonl") <(grep -o '"loss":[0-9.e+-]*' "$tmp/f32rc/train.jsonl"); check "full f32, layer recompute: the same per-step losses" $?
+expect "full f32, f16 layer inputs" 0 "inputs kept in f16" -- "$bin" train -m "$tmp/f32.gguf" -d "$tmp/chat.jsonl" -o "$tmp/f32ck" "${full[@]}" --set training.steps=20 --set training.checkpoint_dtype=f16
+falls "$tmp/f32ck/train.jsonl"; check "full f32, f16 layer inputs: the loss falls by 30%" $?
+expect "f16 layer inputs need recompute" 1 "training.recompute is none" -- "$bin" train -m "$tmp/f32.gguf" -d "$tmp/chat.jsonl" -o "$tmp/f32ckn" "${full[@]}" --set training.checkpoint_dtype=f16 --set training.recompute=none
 expect "plain text data" 0 "done: 5 steps" -- "$bin" train -m "$tmp/f32.gguf" -d "$tmp/text.txt" -o "$tmp/text" "${full[@]}" --set training.steps=5
 
 # --- LoRA on a quantized base ----------------------------------------------------------------
