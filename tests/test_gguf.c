@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "base/file.h"
 #include "gguf/gguf.h"
 #include "model/tiny.h"
 #include "tensor/half.h"
@@ -548,6 +549,44 @@ static void test_type_table(void) {
     RG_CHECK(rg_type_get(RG_TYPE_IQ1_M)->type_size == 56 && rg_type_get(RG_TYPE_NVFP4)->block_size == 64, "iq1_m nvfp4");
 }
 
+// Resident pages of this process (/proc/self/statm, second field).
+static long resident_pages(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    long size = 0, res = -1;
+    if (f && fscanf(f, "%ld %ld", &size, &res) != 2) res = -1;
+    if (f) fclose(f);
+    return res;
+}
+
+// A released range leaves this process's resident set and reads back the same.
+static void test_map_release_drops_pages(void) {
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/rg_test_release_%d.bin", (int)getpid());
+    const size_t n = 16u << 20;
+    uint8_t *buf = malloc(n);
+    RG_REQUIRE(buf, "malloc");
+    for (size_t i = 0; i < n; i++) buf[i] = (uint8_t)(i * 2654435761u >> 13);
+    FILE *f = fopen(path, "wb");
+    RG_REQUIRE(f && fwrite(buf, 1, n, f) == n && fclose(f) == 0, "write %s", path);
+    rg_file_map m;
+    rg_error err = {0};
+    RG_REQUIRE(rg_file_map_open(&m, path, &err) == RG_OK, "%s", err.msg);
+    unsigned sum = 0;
+    for (size_t i = 0; i < n; i += 4096) sum += m.data[i];
+    long before = resident_pages();
+    rg_file_map_release(&m, m.data + 100, n - 200);  // the whole pages inside
+    long after = resident_pages(), page = sysconf(_SC_PAGESIZE);
+    RG_CHECK(before > 0 && (before - after) * page >= (long)(n - n / 16),
+             "resident before %ld after %ld pages: released less than the range", before, after);
+    RG_CHECK(memcmp(m.data, buf, n) == 0, "the mapping reads back differently after the release");
+    rg_file_map_release(&m, buf, 4096);  // outside the mapping: nothing
+    rg_file_map_release(&m, m.data + n - 10, 20);  // past its end: nothing
+    RG_CHECK(m.data[n - 1] == buf[n - 1] && sum > 0, "last byte");
+    rg_file_map_close(&m);
+    unlink(path);
+    free(buf);
+}
+
 static const rg_test_case cases[] = {
     RG_TEST(test_type_table),
     RG_TEST(test_valid_base_file_reads),
@@ -560,6 +599,7 @@ static const rg_test_case cases[] = {
     RG_TEST(test_twin_holds_the_same_values),
     RG_TEST(test_failed_write_keeps_the_old_file),
     RG_TEST(test_open_reports_missing_and_directory),
+    RG_TEST(test_map_release_drops_pages),
     {0},
 };
 

@@ -57,6 +57,15 @@ void rg_file_map_close(rg_file_map *m) {
     m->size = 0;
 }
 
+void rg_file_map_release(const rg_file_map *m, const void *p, size_t n) {
+    const uint8_t *b = p;
+    if (!m->data || !p || b < m->data || n > m->size || b - m->data > (ptrdiff_t)(m->size - n)) return;
+    long ps = sysconf(_SC_PAGESIZE);
+    uintptr_t page = ps > 0 ? (uintptr_t)ps : 4096;
+    uintptr_t lo = ((uintptr_t)b + page - 1) / page * page, hi = ((uintptr_t)b + n) / page * page;
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);  // advice: a failure costs only memory
+}
+
 rg_status rg_atomic_open(rg_atomic_file *af, const char *path, rg_error *err) {
     memset(af, 0, sizeof *af);
     size_t n = strlen(path);

@@ -17,6 +17,11 @@ typedef struct rg_file_map {
 // unreadable file is an RG_ERR_IO naming the path and the reason.
 rg_status rg_file_map_open(rg_file_map *m, const char *path, rg_error *err);
 void rg_file_map_close(rg_file_map *m);
+// Drops the whole pages of [p, p + n) (inside m) from this process's memory:
+// they are read again from the file if touched later. For data copied out of
+// the mapping (a full fine-tune trains copies), so the process does not hold
+// both. Does nothing outside the mapping.
+void rg_file_map_release(const rg_file_map *m, const void *p, size_t n);
 
 // A file written under a temporary name beside its final path and renamed over
 // it only by rg_atomic_commit, after an fsync: a crash or an error leaves the

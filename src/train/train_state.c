@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/file.h"
 #include "graph/plan.h"
 #include "model/forward.h"
 #include "tensor/half.h"
@@ -58,6 +59,7 @@ static rg_node *full_param(full_builder *b, const rg_gguf_tensor *t) {
         return NULL;
     }
     memcpy(s->weight_bufs[k], t->data, bytes);
+    rg_file_map_release(&s->model->file->map, t->data, bytes);  // the copy is what trains: do not hold both
     s->weight_bytes += bytes;
     tt->w = s->weight_bufs[k];
     return rg_param(b->g, t->name, t->type, tt->n_dims, tt->ne, tt->w);
