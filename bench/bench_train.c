@@ -132,11 +132,15 @@ static int run_row(const bench_row *row, int steps, double peak_gflops, int thre
             op_n[g->nodes[i]->op]++;
         }
         t_all = bench_now() - t_all;
+        double t_norm = bench_now();
+        rg_grad_global_norm(s->tensors, s->n_tensors, s->pool);  // the part of the step before the update
+        t_norm = bench_now() - t_norm;
         double t_opt = bench_now(), gn = 0, lr = 0;
         bool sk = false;
         rg_train_state_step(s, &gn, &lr, &sk, &err);
         t_opt = bench_now() - t_opt;
-        printf("  per op (forward + backward %.3f s; optimizer step %.3f s):\n", t_all, t_opt);
+        printf("  per op (forward + backward %.3f s; optimizer step %.3f s, of which the global norm %.3f s):\n", t_all,
+               t_opt, t_norm);
         for (int o = 0; o < RG_OP_COUNT; o++)
             if (op_n[o] && op_s[o] > 0.002)
                 printf("    %-26s %4d nodes %8.3f s %5.1f%%\n", rg_op_name((rg_op)o), op_n[o], op_s[o], 100.0 * op_s[o] / t_all);

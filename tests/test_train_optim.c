@@ -8,6 +8,7 @@
 //   - §1.4 global norm: thread-count independent, double blocks;
 //   - F16/BF16 in place: the stored weight is the keyed SR of the f32 update,
 //     the same bits for 1 and 2 threads; with a master: w = RNE(master).
+#include "cpu/cpu_ops.h"
 #include "train/optim.h"
 #include "tensor/half.h"
 #include "train/philox.h"
@@ -134,11 +135,29 @@ static void test_norm_thread_independent(void) {
     float *g = malloc(sizeof(float) * n);
     fill(g, n, 1, 1.0f);
     rg_train_tensor t = {.type = RG_TYPE_F32, .nel = n, .grad = g};
-    double ref = 0.0;
+    // §1.4 with our block sum: per 4096-element block, 16 lanes (i mod 16) in
+    // index order, added by the tree (l, l+8), (l, l+4), (l, l+2), (l, l+1);
+    // the blocks in order. And a plain running sum, which it must stay close to.
+    double ref = 0.0, plain = 0.0;
     for (int64_t b = 0; b < n; b += 4096) {
-        double s = 0.0;
-        for (int64_t i = b; i < n && i < b + 4096; i++) s += (double)g[i] * g[i];
-        ref += s;
+        double lanes[16] = {0};
+        for (int64_t i = b; i < n && i < b + 4096; i++) {
+            lanes[(i - b) % 16] += (double)g[i] * (double)g[i];
+            plain += (double)g[i] * (double)g[i];
+        }
+        for (int w = 8; w >= 1; w /= 2)
+            for (int l = 0; l < w; l++) lanes[l] += lanes[l + w];
+        ref += lanes[0];
+    }
+    RG_CHECK(fabs(ref - plain) <= 1e-13 * plain, "lanes %.17g vs a running sum %.17g", ref, plain);
+    for (int64_t len = 0; len <= 70; len++) {  // every tail length, with and without the AVX2 part
+        double lanes[16] = {0};
+        for (int64_t i = 0; i < len; i++) lanes[i % 16] += (double)g[i] * (double)g[i];
+        for (int w = 8; w >= 1; w /= 2)
+            for (int l = 0; l < w; l++) lanes[l] += lanes[l + w];
+        double got = rg_sumsq_f64(g, len);
+        RG_CHECK(memcmp(&got, &lanes[0], sizeof got) == 0, "rg_sumsq_f64 over %lld: %.17g want %.17g", (long long)len,
+                 got, lanes[0]);
     }
     rg_threadpool *pool = NULL;
     rg_error err = {0};

@@ -45,6 +45,9 @@ rg_status cpu_sgd(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 // trainer's host step): out may alias theta; fp as in the ADAMW / SGD nodes.
 void rg_adamw_row(float *out, const float *theta, const float *grad, float *m, float *v, int64_t n, const float fp[8]);
 void rg_sgd_row(float *out, const float *theta, const float *grad, int64_t n, const float fp[8]);
+// Σ x[i]^2 in double: 16 lanes (i mod 16) summed in index order, then a fixed
+// tree; the same bits with or without AVX2 (training.md §1.4's block sums).
+double rg_sumsq_f64(const float *x, int64_t n);
 // ops_matmul.c: MUL_MAT and OUT_PROD for every weight type (gemm.c underneath)
 rg_status cpu_mul_mat(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 size_t cpu_mul_mat_work(const rg_node *n, int n_threads);

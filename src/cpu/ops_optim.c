@@ -21,6 +21,8 @@ extern const int rg_optim_avx2_built;
 int64_t rg_adamw_avx2(float *theta_out, const float *theta, const float *grad, float *m, float *v, int64_t n,
                       const float fp[8]);
 int64_t rg_sgd_avx2(float *theta_out, const float *theta, const float *grad, int64_t n, const float fp[8]);
+// Adds x[i]^2 (double) into lanes[i % 16] for i < n (n a multiple of 16).
+void rg_sumsq_lanes_avx2(const float *x, int64_t n, double lanes[16]);
 
 static int use_avx2(void) { return rg_optim_avx2_built && rg_cpu_has_avx2(); }
 
@@ -74,6 +76,22 @@ void rg_adamw_row(float *out, const float *theta, const float *grad, float *m, f
         m[i] = mi;
         v[i] = vi;
     }
+}
+
+// Σ x[i]^2 in double over 16 lanes (lane l: the i = l mod 16, in increasing
+// i), then the lanes added in a fixed tree. The same bits with AVX2 or without,
+// for any n; the global norm sums its 4096-element blocks with this.
+double rg_sumsq_f64(const float *x, int64_t n) {
+    double lanes[16] = {0};
+    int64_t i = 0;
+    if (use_avx2()) {
+        i = n / 16 * 16;
+        rg_sumsq_lanes_avx2(x, i, lanes);
+    }
+    for (; i < n; i++) lanes[i % 16] += (double)x[i] * (double)x[i];
+    for (int w = 8; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) lanes[l] += lanes[l + w];
+    return lanes[0];
 }
 
 static void adamw_range(void *p, int ith, int nth) {
