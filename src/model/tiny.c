@@ -1,4 +1,5 @@
-// tiny.c - build the tiny qwen2 fixture (spec architectures.md §1, §5).
+// tiny.c - build the tiny llama, qwen2 and qwen3 fixtures (spec architectures.md
+// §1, §1.4, §5), with the keys and tensors llama.cpp's converter writes for each.
 #include "model/tiny.h"
 
 #include <math.h>
@@ -11,7 +12,25 @@
 #include "text/bpe_train.h"
 #include "text/tiny_corpus.h"
 
-const char *const rg_tiny_archs[] = {"qwen2", NULL};
+const char *const rg_tiny_archs[] = {"llama", "qwen2", "qwen3", NULL};
+
+// What distinguishes the three architectures in a file. The rope type is not
+// stored: readers take it from general.architecture (llama NORMAL, qwen NEOX).
+typedef struct tiny_arch {
+    const char *name;
+    int64_t head_dim;      // qwen3 declares 128 (key_length), whatever n_embd / n_head is
+    bool qkv_bias;         // qwen2: attn_{q,k,v}.bias
+    bool qk_norm;          // qwen3: attn_{q,k}_norm.weight [head_dim]
+    bool key_length;       // qwen3: attention.key_length / value_length (the converter writes HF's head_dim)
+    bool rope_dims_vocab;  // llama: rope.dimension_count and vocab_size
+    float freq_base, norm_eps;
+} tiny_arch;
+
+static const tiny_arch tiny_arch_table[] = {
+    {"llama", RG_TINY_N_EMBD / RG_TINY_N_HEAD, false, false, false, true, 10000.0f, 1e-5f},
+    {"qwen2", RG_TINY_N_EMBD / RG_TINY_N_HEAD, true, false, false, false, 1000000.0f, 1e-6f},
+    {"qwen3", RG_TINY_QWEN3_HEAD_DIM, false, true, true, false, 1000000.0f, 1e-6f},
+};
 
 // ChatML as Qwen2 writes it: a default system turn when none is given.
 static const char chatml_template[] =
@@ -89,47 +108,60 @@ static uint32_t file_type_of(uint32_t type) {
     return type == RG_TYPE_F16 ? 1 : type == RG_TYPE_BF16 ? 32 : 0;
 }
 
-static rg_status build_qwen2(const rg_tiny_config *cfg, rg_gguf *g, rg_error *err) {
+// The keys a converter writes for arch `a` under "<arch>.", then the tensors.
+// For llama the converter permutes the rows of attn_q / attn_k for NORMAL rope;
+// random weights need no permutation: they are the permuted rows of some HF
+// model, which is what transformers recovers when it undoes the permutation.
+static rg_status build_model(const rg_tiny_config *cfg, const tiny_arch *a, rg_gguf *g, rg_error *err) {
     const int64_t d = RG_TINY_N_EMBD, H = RG_TINY_N_HEAD, Hkv = RG_TINY_N_HEAD_KV, F = RG_TINY_N_FF;
-    const int64_t Dh = d / H, V = RG_TINY_N_VOCAB;
-    char name[96];
-    snprintf(name, sizeof name, "retrograd tiny qwen2 %s%s%s", rg_type_get(cfg->type)->name,
+    const int64_t Dh = a->head_dim, V = RG_TINY_N_VOCAB;
+    char name[96], key[96];
+    snprintf(name, sizeof name, "retrograd tiny %s %s%s%s", a->name, rg_type_get(cfg->type)->name,
              cfg->twin_f32 ? " (f32 twin)" : "", cfg->tied ? " tied" : "");
     uint32_t stored = cfg->twin_f32 ? RG_TYPE_F32 : cfg->type;
-    rg_status s = rg_gguf_set_str(g, "general.architecture", "qwen2", err);
+    rg_status s = rg_gguf_set_str(g, "general.architecture", a->name, err);
     if (!s) s = rg_gguf_set_str(g, "general.type", "model", err);
     if (!s) s = rg_gguf_set_str(g, "general.name", name, err);
     if (!s) s = rg_gguf_set_u32(g, "general.file_type", file_type_of(stored), err);
     if (!s) s = rg_gguf_set_u64(g, "general.seed", cfg->seed, err);
-    if (!s) s = rg_gguf_set_u32(g, "qwen2.block_count", RG_TINY_N_LAYER, err);
-    if (!s) s = rg_gguf_set_u32(g, "qwen2.context_length", RG_TINY_N_CTX, err);
-    if (!s) s = rg_gguf_set_u32(g, "qwen2.embedding_length", (uint32_t)d, err);
-    if (!s) s = rg_gguf_set_u32(g, "qwen2.feed_forward_length", (uint32_t)F, err);
-    if (!s) s = rg_gguf_set_u32(g, "qwen2.attention.head_count", (uint32_t)H, err);
-    if (!s) s = rg_gguf_set_u32(g, "qwen2.attention.head_count_kv", (uint32_t)Hkv, err);
-    if (!s) s = rg_gguf_set_f32(g, "qwen2.rope.freq_base", 1000000.0f, err);
-    if (!s) s = rg_gguf_set_f32(g, "qwen2.attention.layer_norm_rms_epsilon", 1e-6f, err);
+#define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", a->name, suffix), key)
+    if (!s) s = rg_gguf_set_u32(g, KEY("block_count"), RG_TINY_N_LAYER, err);
+    if (!s) s = rg_gguf_set_u32(g, KEY("context_length"), RG_TINY_N_CTX, err);
+    if (!s) s = rg_gguf_set_u32(g, KEY("embedding_length"), (uint32_t)d, err);
+    if (!s) s = rg_gguf_set_u32(g, KEY("feed_forward_length"), (uint32_t)F, err);
+    if (!s) s = rg_gguf_set_u32(g, KEY("attention.head_count"), (uint32_t)H, err);
+    if (!s) s = rg_gguf_set_u32(g, KEY("attention.head_count_kv"), (uint32_t)Hkv, err);
+    if (!s) s = rg_gguf_set_f32(g, KEY("rope.freq_base"), a->freq_base, err);
+    if (!s) s = rg_gguf_set_f32(g, KEY("attention.layer_norm_rms_epsilon"), a->norm_eps, err);
+    if (!s && a->key_length) s = rg_gguf_set_u32(g, KEY("attention.key_length"), (uint32_t)Dh, err);
+    if (!s && a->key_length) s = rg_gguf_set_u32(g, KEY("attention.value_length"), (uint32_t)Dh, err);
+    if (!s && a->rope_dims_vocab) s = rg_gguf_set_u32(g, KEY("rope.dimension_count"), (uint32_t)Dh, err);
+    if (!s && a->rope_dims_vocab) s = rg_gguf_set_u32(g, KEY("vocab_size"), (uint32_t)V, err);
+#undef KEY
     if (!s) s = add_tokenizer(g, err);
     if (s) return s;
 
     builder b = {g, cfg, 0, err};
-    const float w_std = 0.02f, e_std = 0.05f, b_std = 0.01f;
+    // Norm weights are 1 + small noise, not all ones, so their gradients matter.
+    const float w_std = 0.02f, e_std = 0.05f, b_std = 0.01f, n_std = 0.05f;
     s = add_tensor(&b, "token_embd.weight", 2, d, V, 0.0f, e_std);
-    if (!s) s = add_tensor(&b, "output_norm.weight", 1, d, 1, 1.0f, 0.05f);
+    if (!s) s = add_tensor(&b, "output_norm.weight", 1, d, 1, 1.0f, n_std);
     if (!s && !cfg->tied) s = add_tensor(&b, "output.weight", 2, d, V, 0.0f, w_std);
     for (int il = 0; il < RG_TINY_N_LAYER && !s; il++) {
         char n[64];
-#define T(suffix, dims, a, bb, mean, std) \
-    (snprintf(n, sizeof n, "blk.%d.%s", il, suffix), s = s ? s : add_tensor(&b, n, dims, a, bb, mean, std))
-        T("attn_norm.weight", 1, d, 1, 1.0f, 0.05f);
+#define T(suffix, dims, ne0, ne1, mean, std) \
+    (snprintf(n, sizeof n, "blk.%d.%s", il, suffix), s = s ? s : add_tensor(&b, n, dims, ne0, ne1, mean, std))
+        T("attn_norm.weight", 1, d, 1, 1.0f, n_std);
         T("attn_q.weight", 2, d, H * Dh, 0.0f, w_std);
-        T("attn_q.bias", 1, H * Dh, 1, 0.0f, b_std);
+        if (a->qkv_bias) T("attn_q.bias", 1, H * Dh, 1, 0.0f, b_std);
         T("attn_k.weight", 2, d, Hkv * Dh, 0.0f, w_std);
-        T("attn_k.bias", 1, Hkv * Dh, 1, 0.0f, b_std);
+        if (a->qkv_bias) T("attn_k.bias", 1, Hkv * Dh, 1, 0.0f, b_std);
         T("attn_v.weight", 2, d, Hkv * Dh, 0.0f, w_std);
-        T("attn_v.bias", 1, Hkv * Dh, 1, 0.0f, b_std);
+        if (a->qkv_bias) T("attn_v.bias", 1, Hkv * Dh, 1, 0.0f, b_std);
+        if (a->qk_norm) T("attn_q_norm.weight", 1, Dh, 1, 1.0f, n_std);
+        if (a->qk_norm) T("attn_k_norm.weight", 1, Dh, 1, 1.0f, n_std);
         T("attn_output.weight", 2, H * Dh, d, 0.0f, w_std);
-        T("ffn_norm.weight", 1, d, 1, 1.0f, 0.05f);
+        T("ffn_norm.weight", 1, d, 1, 1.0f, n_std);
         T("ffn_gate.weight", 2, d, F, 0.0f, w_std);
         T("ffn_up.weight", 2, d, F, 0.0f, w_std);
         T("ffn_down.weight", 2, F, d, 0.0f, w_std);
@@ -140,17 +172,18 @@ static rg_status build_qwen2(const rg_tiny_config *cfg, rg_gguf *g, rg_error *er
 
 rg_status rg_tiny_build(const rg_tiny_config *cfg, rg_gguf **out, rg_error *err) {
     *out = NULL;
-    int known = 0;
-    for (int i = 0; rg_tiny_archs[i]; i++) known |= cfg->arch && strcmp(cfg->arch, rg_tiny_archs[i]) == 0;
-    if (!known)
-        return rg_fail(err, RG_ERR_ARG, "make-tiny: unknown architecture '%s' (supported: qwen2)",
+    const tiny_arch *a = NULL;
+    for (size_t i = 0; i < sizeof tiny_arch_table / sizeof tiny_arch_table[0]; i++)
+        if (cfg->arch && strcmp(cfg->arch, tiny_arch_table[i].name) == 0) a = &tiny_arch_table[i];
+    if (!a)
+        return rg_fail(err, RG_ERR_ARG, "make-tiny: unknown architecture '%s' (supported: llama, qwen2, qwen3)",
                        cfg->arch ? cfg->arch : "(none)");
     if (cfg->type != RG_TYPE_F32 && cfg->type != RG_TYPE_F16 && cfg->type != RG_TYPE_BF16)
         return rg_fail(err, RG_ERR_ARG, "make-tiny: type %s is not supported yet (f32, f16, bf16)",
                        rg_type_get(cfg->type)->name);
     rg_gguf *g = rg_gguf_new();
     if (!g) return rg_fail(err, RG_ERR_NOMEM, "make-tiny: out of memory");
-    rg_status s = build_qwen2(cfg, g, err);
+    rg_status s = build_model(cfg, a, g, err);
     if (s) {
         rg_gguf_free(g);
         return s;
