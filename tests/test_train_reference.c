@@ -1,9 +1,12 @@
 // test_train_reference.c - our trainer against PyTorch + transformers on the
-// tiny qwen2 fixture (tools/reference/train_reference.py; its README section
+// tiny fixtures (tools/reference/train_reference.py; its README section
 // describes the fixture files byte by byte).
 //
 //   train-grads.ref  the loss and every parameter's gradient on one batch
 //                    (per tensor: L2 norm, max |g|, 65 sampled elements);
+//   train-grads-llama.ref, train-grads-qwen3.ref: the same for the tiny llama
+//                    (gradients of attn_q/attn_k in the GGUF's permuted row
+//                    order) and the tiny qwen3 (with attn_{q,k}_norm);
 //   train-adamw.ref  10 AdamW steps (decay on 2-D tensors, clip 1.0, cosine
 //                    with 3 warmup steps): per-step loss, pre-clip norm, lr;
 //                    then per tensor the norm of (final - initial) and 65
@@ -50,6 +53,7 @@ typedef struct ref_tensor {
 
 typedef struct ref_file {
     char kind[16];
+    char arch[16];  // the make-tiny architecture the fixture was made from
     uint64_t fnv;
     char hp_keys[32][32];
     char hp_vals[32][32];
@@ -99,7 +103,9 @@ static bool ref_read(const char *name, ref_file *r, char *why, size_t cap) {
             NEXT();
             snprintf(r->kind, sizeof r->kind, "%s", NEXT());
         } else if (!strcmp(tok, "model")) {
-            for (int i = 0; i < 4; i++) NEXT();
+            const char *arch = NEXT();
+            snprintf(r->arch, sizeof r->arch, "%s", arch ? arch : "");
+            for (int i = 0; i < 3; i++) NEXT();
             NEXT();  // "fnv1a64"
             r->fnv = strtoull(NEXT(), NULL, 16);
         } else if (!strcmp(tok, "hparam") && r->n_hp < 32) {
@@ -179,10 +185,10 @@ static uint64_t fnv1a64_file(const char *path) {
     return h;
 }
 
-// The tiny qwen2 f32 fixture, written the way the script made it.
-static rg_model *tiny_model(uint64_t want_fnv, char *path, size_t cap) {
+// The tiny f32 fixture of the reference's architecture, written the way the script made it.
+static rg_model *tiny_model(const char *arch, uint64_t want_fnv, char *path, size_t cap) {
     snprintf(path, cap, "/tmp/rg_train_ref_%d.gguf", (int)getpid());
-    rg_tiny_config tc = {.arch = "qwen2", .type = RG_TYPE_F32, .seed = 42};  // make-tiny's defaults
+    rg_tiny_config tc = {.arch = arch, .type = RG_TYPE_F32, .seed = 42};  // make-tiny's defaults
     rg_error err = {0};
     if (rg_tiny_write(&tc, path, &err)) {
         RG_CHECK(0, "make tiny: %s", err.msg);
@@ -254,11 +260,11 @@ static const rg_train_tensor *find_tensor(const rg_train_state *s, const char *n
 
 static double f32_at(const void *data, int64_t i) { return (double)((const float *)data)[i]; }
 
-static void test_reference_gradients(void) {
+static void check_gradients(const char *file) {
     ref_file r;
     char why[600], path[256];
-    if (!ref_read("train-grads.ref", &r, why, sizeof why)) RG_REQUIRE(0, "%s", why);
-    rg_model *m = tiny_model(r.fnv, path, sizeof path);
+    if (!ref_read(file, &r, why, sizeof why)) RG_REQUIRE(0, "%s", why);
+    rg_model *m = tiny_model(r.arch, r.fnv, path, sizeof path);
     if (!m) {
         ref_free(&r);
         return;
@@ -299,8 +305,8 @@ static void test_reference_gradients(void) {
                          rt->val[j], d);
             }
         }
-        printf("    loss %.9g (torch %.9g), grad norm %.9g (torch %.9g); worst tensor-norm gap %.2e, worst sample gap %.2e of max|g|\n",
-               loss, r.loss, gn, r.gnorm, worst_norm, worst_sample);
+        printf("    %s (%s): loss %.9g (torch %.9g), grad norm %.9g (torch %.9g); worst tensor-norm gap %.2e, "
+               "worst sample gap %.2e of max|g|\n", file, r.arch, loss, r.loss, gn, r.gnorm, worst_norm, worst_sample);
     }
     rg_train_state_free(s);
     rg_model_free(m);
@@ -312,7 +318,7 @@ static void check_trajectory(const char *file, int optimizer) {
     ref_file r;
     char why[600], path[256];
     if (!ref_read(file, &r, why, sizeof why)) RG_REQUIRE(0, "%s", why);
-    rg_model *m = tiny_model(r.fnv, path, sizeof path);
+    rg_model *m = tiny_model(r.arch, r.fnv, path, sizeof path);
     if (!m) {
         ref_free(&r);
         return;
@@ -381,11 +387,16 @@ static void check_trajectory(const char *file, int optimizer) {
     ref_free(&r);
 }
 
+static void test_reference_gradients(void) { check_gradients("train-grads.ref"); }
+static void test_reference_gradients_llama(void) { check_gradients("train-grads-llama.ref"); }
+static void test_reference_gradients_qwen3(void) { check_gradients("train-grads-qwen3.ref"); }
 static void test_reference_adamw(void) { check_trajectory("train-adamw.ref", RG_OPTIM_ADAMW); }
 static void test_reference_sgd(void) { check_trajectory("train-sgd.ref", RG_OPTIM_SGD); }
 
 static const rg_test_case cases[] = {
     RG_TEST(test_reference_gradients),
+    RG_TEST(test_reference_gradients_llama),
+    RG_TEST(test_reference_gradients_qwen3),
     RG_TEST(test_reference_adamw),
     RG_TEST(test_reference_sgd),
     {0},

@@ -1,15 +1,20 @@
 #!/usr/bin/env python3
 """Training references from PyTorch + transformers (an implementation nobody here wrote).
 
-    python3 tools/reference/train_reference.py BUILD_DIR OUT_DIR [--f64-check]
+    python3 tools/reference/train_reference.py BUILD_DIR OUT_DIR [--arch A] [--f64-check]
 
-Writes OUT_DIR/train-grads.ref, train-adamw.ref and train-sgd.ref (text; the format is
-described byte by byte in tools/reference/README.md, "Training fixtures").
+--arch qwen2 (the default) writes OUT_DIR/train-grads.ref, train-adamw.ref and train-sgd.ref;
+--arch llama or qwen3 writes OUT_DIR/train-grads-llama.ref / train-grads-qwen3.ref (grads
+only). Text; the format is described byte by byte in tools/reference/README.md,
+"Training fixtures".
 
-The model is `retrograd make-tiny --arch qwen2 --type f32` (default seed 42), loaded by
+The model is `retrograd make-tiny --arch A --type f32` (default seed 42), loaded by
 transformers directly from the GGUF file; the script checks that every transformers
 parameter equals its GGUF tensor bit for bit (flat index order agrees: an HF weight
-[out, in] row-major is the GGUF tensor ne=[in, out]).
+[out, in] row-major is the GGUF tensor ne=[in, out]). llama's attn_q / attn_k rows are
+stored permuted for NORMAL rope (llama.cpp's converter) and transformers undoes that on
+load; the script applies the converter's permutation to those weights before comparing,
+and to their gradients before writing, so every fixture is in GGUF order.
 
   grads : loss and every parameter's gradient (norm, max |g|, 65 samples) on batch 0.
   adamw : 10 steps of torch.optim.AdamW (decay on 2-D tensors only), clip_grad_norm_(1.0),
@@ -76,7 +81,8 @@ def gguf_name(hf):
         "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
         "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
         "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm",
-        "post_attention_layernorm": "ffn_norm",
+        "post_attention_layernorm": "ffn_norm", "self_attn.q_norm": "attn_q_norm",
+        "self_attn.k_norm": "attn_k_norm",
     }
     module, kind = rest.rsplit(".", 1)
     if module not in table:
@@ -84,13 +90,32 @@ def gguf_name(hf):
     return f"blk.{n}.{table[module]}.{kind}"
 
 
-def load(gguf_path, dtype):
-    """The model, and [(gguf name, ne0, ne1, parameter)] in the GGUF file's tensor order."""
+def gguf_rows(arch, config, name, flat):
+    """A transformers tensor (flat, row-major [out, in]) in the GGUF file's flat order.
+
+    Only llama's attn_q / attn_k differ: llama.cpp's converter stores row (h, half, j) of
+    head h (half in {0, 1}, j < head_dim / 2) at row (h, j, half), so that NORMAL rope's
+    adjacent pairs are NEOX's (j, j + head_dim / 2). Written from the description in the
+    spec (architectures.md 1.4), the inverse of what transformers applies on load.
+    """
+    if arch != "llama" or not (".attn_q." in name or ".attn_k." in name):
+        return flat
+    n_head = config.num_attention_heads if ".attn_q." in name else config.num_key_value_heads
+    n_in = config.hidden_size
+    rows = flat.reshape(n_head, 2, -1, n_in)  # [head][half][j][in]
+    return np.ascontiguousarray(rows.swapaxes(1, 2)).reshape(-1)
+
+
+def load(gguf_path, dtype, arch):
+    """The model, [(gguf name, ne0, ne1, parameter)] in the GGUF file's tensor order, and
+    rows(name, flat): a flat transformers array of that tensor in GGUF order."""
     d, name = os.path.split(os.path.abspath(gguf_path))
     model = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32,
                                                  attn_implementation="eager")
     if model.config.attention_dropout != 0.0:
         raise SystemExit("attention_dropout is not 0")
+    if model.config.model_type != arch:
+        raise SystemExit(f"transformers built a {model.config.model_type} model, expected {arch}")
     hf_of = {gguf_name(n): n for n, _ in model.named_parameters()}
     by_name = {gguf_name(n): p for n, p in model.named_parameters()}
     reader = GGUFReader(gguf_path)
@@ -101,7 +126,7 @@ def load(gguf_path, dtype):
         p = by_name.pop(t.name)
         ne = [int(x) for x in t.shape]  # ggml order
         g = np.asarray(t.data, dtype=np.float32).reshape(-1)
-        w = p.detach().numpy().reshape(-1)  # row-major [out, in] == ggml [in, out] flat order
+        w = gguf_rows(arch, model.config, t.name, p.detach().numpy().reshape(-1))  # row-major [out, in] == ggml [in, out]
         if list(p.shape) != ne[::-1] or g.size != w.size:
             raise SystemExit(f"{t.name}: shape {ne} vs transformers {list(p.shape)}")
         if not np.array_equal(g.view(np.uint32), w.view(np.uint32)):
@@ -113,7 +138,8 @@ def load(gguf_path, dtype):
     model.to(dtype)
     model.train()
     params = dict(model.named_parameters())
-    return model, [(n, e0, e1, params[hf_of[n]]) for n, e0, e1 in order]
+    return (model, [(n, e0, e1, params[hf_of[n]]) for n, e0, e1 in order],
+            lambda n, flat: gguf_rows(arch, model.config, n, flat))
 
 
 def batches():
@@ -156,19 +182,19 @@ def tensor_stats(vec):
             [(i, float(vec[i])) for i in sample_indices(vec)])
 
 
-def run_grads(gguf, dtype):
-    model, order = load(gguf, dtype)
+def run_grads(gguf, dtype, arch):
+    model, order, rows = load(gguf, dtype, arch)
     ids, labels = batches()[0]
     model.zero_grad(set_to_none=True)
     loss, valid = loss_of(model, ids, labels)
     loss.backward()
     params = [p for _, _, _, p in order]
-    stats = [(n, e0, e1, tensor_stats(p.grad.detach().numpy().reshape(-1))) for n, e0, e1, p in order]
+    stats = [(n, e0, e1, tensor_stats(rows(n, p.grad.detach().numpy().reshape(-1)))) for n, e0, e1, p in order]
     return dict(loss=loss.item(), valid=valid, gnorm=global_norm(params), tensors=stats)
 
 
-def run_train(gguf, dtype, kind):
-    model, order = load(gguf, dtype)
+def run_train(gguf, dtype, kind, arch):
+    model, order, rows = load(gguf, dtype, arch)
     params = [p for _, _, _, p in order]
     init = [p.detach().clone() for p in params]
     if kind == "adamw":
@@ -201,8 +227,8 @@ def run_train(gguf, dtype, kind):
         steps.append((k, loss.item(), gnorm, float(lr)))
     stats = []
     for (n, e0, e1, p), p0 in zip(order, init):
-        final = p.detach().numpy().reshape(-1)
-        delta = (p.detach().double() - p0.double()).numpy().reshape(-1)  # exact difference
+        final = rows(n, p.detach().numpy().reshape(-1))
+        delta = rows(n, (p.detach().double() - p0.double()).numpy().reshape(-1))  # exact difference
         idx = sample_indices(delta)
         stats.append((n, e0, e1, (float(np.sqrt(np.sum(delta * delta))), float(np.max(np.abs(delta))),
                                   [(i, float(final[i])) for i in idx])))
@@ -213,8 +239,8 @@ def fmt(x):
     return "%.9e" % x
 
 
-def write(path, kind, fnv, res):
-    lines = [f"rgtrain 1 {kind}", f"model qwen2 f32 seed {SEED_WEIGHTS} fnv1a64 {fnv:016x}"]
+def write(path, kind, arch, fnv, res):
+    lines = [f"rgtrain 1 {kind}", f"model {arch} f32 seed {SEED_WEIGHTS} fnv1a64 {fnv:016x}"]
     hp = [("ignore_index", str(IGNORE)), ("batch", str(B)), ("seq", str(T)),
           ("steps", "1" if kind == "grads" else str(N_STEPS))]
     if kind == "adamw":
@@ -276,10 +302,16 @@ def compare(kind, r32, r64):
 
 
 def main():
-    if len(sys.argv) < 3:
+    args = sys.argv[1:]
+    if len(args) < 2:
         raise SystemExit(__doc__)
-    build, out = sys.argv[1], sys.argv[2]
-    check64 = "--f64-check" in sys.argv[3:]
+    build, out = args[0], args[1]
+    check64 = "--f64-check" in args[2:]
+    arch = args[args.index("--arch") + 1] if "--arch" in args[2:-1] else "qwen2"
+    if arch not in ("llama", "qwen2", "qwen3"):
+        raise SystemExit(f"--arch {arch}: llama, qwen2 or qwen3")
+    # qwen2 keeps the original file names and also writes the trajectories.
+    kinds, suffix = (("grads", "adamw", "sgd"), "") if arch == "qwen2" else (("grads",), "-" + arch)
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -287,19 +319,23 @@ def main():
     t0 = time.time()
     with tempfile.TemporaryDirectory() as tmpdir:
         gguf = os.path.join(tmpdir, "tiny.gguf")
-        subprocess.run([os.path.join(build, "retrograd"), "make-tiny", "--arch", "qwen2", "--type", "f32",
+        subprocess.run([os.path.join(build, "retrograd"), "make-tiny", "--arch", arch, "--type", "f32",
                         "-o", gguf], check=True, stdout=subprocess.DEVNULL)
         fnv = fnv1a64(gguf)
-        for kind in ("grads", "adamw", "sgd"):
-            run = (lambda dt: run_grads(gguf, dt)) if kind == "grads" else (lambda dt: run_train(gguf, dt, kind))
-            res = run(torch.float32)
-            write(os.path.join(out, f"train-{kind}.ref"), kind, fnv, res)
+        for kind in kinds:
             if kind == "grads":
-                print(f"wrote train-grads.ref: loss {res['loss']:.9e} valid {res['valid']} gnorm {res['gnorm']:.9e}")
+                run = lambda dt: run_grads(gguf, dt, arch)
+            else:
+                run = lambda dt: run_train(gguf, dt, kind, arch)
+            res = run(torch.float32)
+            fname = f"train-{kind}{suffix}.ref"
+            write(os.path.join(out, fname), kind, arch, fnv, res)
+            if kind == "grads":
+                print(f"wrote {fname}: loss {res['loss']:.9e} valid {res['valid']} gnorm {res['gnorm']:.9e}")
                 for name, _, _, (norm, maxabs, _) in res["tensors"]:
                     print(f"  {name:28s} |g| {norm:.6e}  max {maxabs:.6e}")
             else:
-                print(f"wrote train-{kind}.ref")
+                print(f"wrote {fname}")
                 for k, loss, g, lr in res["steps"]:
                     print(f"  step {k} loss {loss:.9e} gnorm {g:.9e} lr {lr:.9e}")
             if check64:
