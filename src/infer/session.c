@@ -2,17 +2,22 @@
 // tokens: built, planned, run and dropped; the KV cache and the thread pool
 // persist.
 //
-// Single tokens (generation) reuse one planned graph for a range of
-// positions instead (decode_graph below): building and planning the ~1300
+// Single tokens (generation) reuse one planned graph for every position of
+// the context instead (decode_graph below): building and planning the ~1300
 // nodes of a token took 300-400 us, 3-4% of a token on SmolLM2. A graph for
 // position p differs from one for p + 1 only in the KV-cache views (their
 // offsets and lengths) and the shapes that follow from them (the scores and
 // their softmax), each changing by a fixed step per position. So the graph is
-// built and planned for the last position of a range (the largest shapes),
-// the steps are read off graphs built for the two positions before it (and
-// must agree: linear, or the range is not used), and each token patches those
-// nodes to its position and rebinds the views. Every kernel then sees exactly
-// the graph a fresh build would give (test_session compares with a full pass).
+// built and planned for the last position of the context (the largest
+// shapes), the steps are read off graphs built for the two positions before it
+// (and must agree: linear, or the graph is not used), and each token patches
+// those nodes to its position and rebinds the views. Every kernel then sees
+// exactly the graph a fresh build would give (test_session compares with a
+// full pass). One graph for the whole context costs only the largest scores
+// in the plan (n_ctx x n_head floats) and is built once per session: with a
+// range of 32 positions, the three builds, the plan and the first touch of a
+// fresh buffer came back every 32 tokens (~1 ms each time on SmolLM2), and a
+// truncated session (a new prompt) rebuilt at its first generated token.
 #include "infer/session.h"
 
 #include <stdio.h>
@@ -25,9 +30,6 @@
 #include "graph/ops.h"
 #include "model/forward.h"
 #include "model/lora.h"
-
-// Positions one single-token graph serves.
-#define DECODE_RANGE 32
 
 // Weights in huge pages. Generating a token streams every weight once (92 MB
 // for SmolLM2 Q4_1), and with the file's 4 KiB pages each page costs a TLB
@@ -63,6 +65,7 @@ typedef struct decode_graph {
     int64_t cur;        // the position the variable nodes are patched to now
     var_node *var;
     int n_var;
+    bool failed;        // the graph could not be made (not linear): tokens build their own
 } decode_graph;
 
 struct rg_session {
@@ -286,10 +289,13 @@ static rg_status eval_token(rg_session *s, const int32_t *id, float *logits, boo
     decode_graph *d = &s->dec;
     *used = false;
     if (!d->g || s->n_past < d->lo || s->n_past > d->hi) {
-        int64_t hi = s->n_past + DECODE_RANGE - 1 < s->opts.n_ctx - 1 ? s->n_past + DECODE_RANGE - 1 : s->opts.n_ctx - 1;
-        if (hi < 2 || hi <= s->n_past) return RG_OK;
+        const int64_t hi = s->opts.n_ctx - 1;  // every position of the context
+        if (hi < 2 || d->failed) return RG_OK;
         rg_error ignored;
-        if (decode_graph_make(s, s->n_past, hi, &ignored)) return RG_OK;  // not linear: build per token
+        if (decode_graph_make(s, 0, hi, &ignored)) {  // not linear: build per token from now on
+            d->failed = true;
+            return RG_OK;
+        }
     }
     *used = true;
     decode_graph_patch(d, s->n_past);
