@@ -42,6 +42,25 @@ static double cpu_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+// The greedy pick: the first largest logit. Two passes (the largest value in
+// 8 running maxima, then its first index) instead of one loop comparing with
+// logits[best], whose load-compare-select chain cost ~8 cycles per logit:
+// 0.15-0.3 ms per token over SmolLM2's 49152, timed with the generation
+// (llama.cpp's bench samples nothing).
+static int32_t greedy(const float *logits, int64_t V) {
+    float m[8];
+    for (int i = 0; i < 8; i++) m[i] = logits[0];
+    int64_t v = 0;
+    for (; v + 8 <= V; v += 8)
+        for (int i = 0; i < 8; i++) m[i] = logits[v + i] > m[i] ? logits[v + i] : m[i];
+    float top = m[0];
+    for (int i = 1; i < 8; i++) top = m[i] > top ? m[i] : top;
+    for (; v < V; v++) top = logits[v] > top ? logits[v] : top;
+    for (v = 0; v < V; v++)
+        if (logits[v] == top) return (int32_t)v;
+    return 0;  // logits[0] is NaN: no compare with it holds, as before
+}
+
 // Whether label's first word is in the comma-separated list (NULL: every type).
 static int selected(const char *list, const char *label) {
     if (!list || !*list) return 1;
@@ -117,9 +136,7 @@ int main(void) {
             }
             double t1 = bench_now(), c1 = cpu_now();
             for (int k = 0; k < TG && !skip_tg; k++) {
-                int32_t best = 0;
-                for (int64_t v = 1; v < V; v++)
-                    if (logits[v] > logits[best]) best = (int32_t)v;
+                int32_t best = greedy(logits, V);
                 if (rg_session_eval(s, &best, 1, logits, 0, &err)) {
                     printf("%-16s %s\n", types[i].label, err.msg);
                     break;
