@@ -1215,6 +1215,123 @@ static void ref_ce_back(const tcase *c, double *const *x, double *y) {
     }
 }
 
+// LINEAR_CE (training.md §7): the cross-entropy of Z = w^T h, w [d, V] of a
+// float or quantized type, h [d, T] F32, by vocabulary chunks of ip[1] (0 =
+// auto: the whole of this V). Outputs [T + 1]: the loss (fp[0] > 0: that
+// scale, else the mean over valid tokens), then lse_t (0 for ignored t). V = 37
+// and T = 13 are multiples of nothing; chunk 16 leaves a last chunk of 5,
+// chunk 7 one of 2. "large logits": h x4, so the maxima move between chunks
+// and the online merge rescales. Forward bound: the logits are f32 dot
+// products of d <= 64 terms (d u = 4e-6 of sum|w h|, which is below 3 here),
+// the lse a few ulp of them: 2e-6 of max|out| (seen: 8e-8). The backward rule (dh, dw
+// through LINEAR_CE_BACK) is checked against finite differences of this
+// reference, including the lse outputs' own gradient.
+static const uint32_t T_LCE[] = {RG_TYPE_F32, RG_TYPE_F16, RG_TYPE_BF16, RG_TYPE_Q8_0, RG_TYPE_Q4_0, TEND};
+static const int32_t lce_labels[3][13] = {{3, -100, 0, 36, 17, -100, 5, 31, 32, 16, -100, 2, 20},
+                                         {36, 35, 0, 1, 15, 16, 17, 7, 8, 14, 21, 28, 29},
+                                         {-100, -100, -100, -100, -100, -100, -100, -100, -100, -100, -100, -100, -100}};
+static int64_t lce_d(uint32_t type) { return is_float_type(type) ? 24 : row_len(type); }
+
+static int gen_linear_ce(tcase *c, uint32_t type, int v) {
+    static const char *const names[3] = {"ignored, chunk 16", "large logits, chunk 7, scale 0.25", "all ignored"};
+    if (v > 2) return 0;
+    label(c, type, names[v]);
+    const int64_t d = lce_d(type), V = 37, T = 13;
+    c->ip[0] = -100;
+    c->ip[1] = v == 0 ? 16 : v == 1 ? 7 : 0;
+    c->fp[0] = v == 1 ? 0.25 : 0.0;
+    in_rand(c, "w", type, d, V, 1, 1, 0.5, is_float_type(type));
+    in_rand(c, "h", RG_TYPE_F32, d, T, 1, 1, v == 1 ? 4.0 / sqrt((double)d) : 1.0 / sqrt((double)d), true);
+    in_i32(c, "labels", T, lce_labels[v]);
+    set_ne(c->out_ne, T + 1, 1, 1, 1);
+    return 1;
+}
+static int build_linear_ce(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    out[0] = rg_linear_ce(g, in[0], in[1], in[2], (int32_t)c->ip[0], c->ip[1]);
+    if (out[0]) out[0]->fp[0] = (float)c->fp[0];
+    return 1;
+}
+// lse_t of column t of Z = w^T h (double), and the logits themselves into z [V].
+static double lce_column(int64_t d, int64_t V, const double *w, const double *h, int64_t t, double *z) {
+    for (int64_t v = 0; v < V; v++) {
+        double s = 0;
+        for (int64_t k = 0; k < d; k++) s += w[v * d + k] * h[t * d + k];
+        z[v] = s;
+    }
+    return ce_lse(z, V);
+}
+// The scale of the loss: fp[0], or 1 / (valid tokens).
+static double lce_scale(const tcase *c, const int32_t *lab, int64_t T) {
+    if (c->fp[0] > 0) return (double)(float)c->fp[0];
+    int64_t n = 0;
+    for (int64_t t = 0; t < T; t++) n += lab[t] != c->ip[0];
+    return n ? 1.0 / (double)n : 0.0;
+}
+static void ref_linear_ce(const tcase *c, double *const *x, double *y) {
+    const int64_t V = c->in[0].ne[1], T = c->in[1].ne[1];
+    const int32_t *lab = c->in[2].ival;
+    double *z = malloc(sizeof(double) * (size_t)V), s = 0;
+    for (int64_t t = 0; t < T; t++) {
+        y[1 + t] = 0;
+        if (lab[t] == c->ip[0]) continue;
+        y[1 + t] = lce_column(c->in[1].ne[0], V, x[0], x[1], t, z);
+        s += y[1 + t] - z[lab[t]];
+    }
+    y[0] = s * lce_scale(c, lab, T);
+    free(z);
+}
+
+// LINEAR_CE_BACK: (dy [T + 1], w, h, labels) -> dh [d, T] then (ip[2]) dw [d, V]
+// in one output; dy random, so the lse outputs' gradient is part of every
+// case. dh and dw are sums of V (resp. T) products of the f32 gradient with
+// w (resp. h); bound 2e-6 of max|out| (seen: 4e-7).
+static int gen_linear_ce_back(tcase *c, uint32_t type, int v) {
+    static const char *const names[3] = {"ignored, chunk 16", "dh only, chunk 7, scale 0.25", "auto chunk"};
+    if (v > 2) return 0;
+    label(c, type, names[v]);
+    if (v != 1) strncat(c->label, is_float_type(type) ? ", dh+dw" : ", dh", sizeof c->label - strlen(c->label) - 1);
+    const int64_t d = lce_d(type), V = 37, T = 13;
+    c->ip[0] = -100;
+    c->ip[1] = v == 0 ? 16 : v == 1 ? 7 : 0;
+    c->ip[2] = v != 1 && is_float_type(type);
+    c->fp[0] = v == 1 ? 0.25 : 0.0;
+    tin *dy = in_rand(c, "dy", RG_TYPE_F32, T + 1, 1, 1, 1, 0.3, false);
+    set_f32(dy, 0, 0.7);
+    in_rand(c, "w", type, d, V, 1, 1, 0.5, false);
+    in_rand(c, "h", RG_TYPE_F32, d, T, 1, 1, v == 1 ? 4.0 / sqrt((double)d) : 1.0 / sqrt((double)d), false);
+    in_i32(c, "labels", T, lce_labels[v == 1 ? 1 : 0]);
+    set_ne(c->out_ne, d, T + (c->ip[2] ? V : 0), 1, 1);
+    return 1;
+}
+static int build_linear_ce_back(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    rg_node *f = rg_linear_ce(g, in[1], in[2], in[3], (int32_t)c->ip[0], c->ip[1]);
+    if (f) f->fp[0] = (float)c->fp[0];
+    out[0] = rg_linear_ce_back(g, in[0], f, c->ip[2] != 0);
+    return 1;
+}
+static void ref_linear_ce_back(const tcase *c, double *const *x, double *y) {
+    const int64_t d = c->in[2].ne[0], V = c->in[1].ne[1], T = c->in[2].ne[1];
+    const int32_t *lab = c->in[3].ival;
+    const double *dy = x[0], *w = x[1], *h = x[2];
+    const double scale = lce_scale(c, lab, T);
+    double *z = malloc(sizeof(double) * (size_t)V);
+    double *dh = y, *dw = c->ip[2] ? y + d * T : NULL;
+    memset(y, 0, sizeof(double) * (size_t)nel4(c->out_ne));
+    for (int64_t t = 0; t < T; t++) {
+        if (lab[t] == c->ip[0]) continue;
+        double lse = lce_column(d, V, w, h, t, z);
+        for (int64_t v = 0; v < V; v++) {
+            double p = exp(z[v] - lse);
+            double gz = dy[0] * scale * (p - (v == lab[t])) + dy[1 + t] * p;
+            for (int64_t k = 0; k < d; k++) {
+                dh[t * d + k] += gz * w[v * d + k];
+                if (dw) dw[v * d + k] += gz * h[t * d + k];
+            }
+        }
+    }
+    free(z);
+}
+
 // ADAMW and SGD: one step, against the double formula of training.md §1.2 /
 // §1.3 with the host's f32 scalars. Parameters are kept away from 0 and m has
 // the sign of g, so no output is a cancellation and a per-element rtol of
@@ -1326,6 +1443,9 @@ static const op_entry entries[RG_OP_COUNT] = {
     [RG_OP_ADAMW] = {T_F32, gen_adamw, build_adamw, ref_adamw, NULL, M_ELEM, 2e-6},
     [RG_OP_SGD] = {T_F32, gen_sgd, build_sgd, ref_sgd, NULL, M_ELEM, 2e-6},
     [RG_OP_CPY_INTO] = {T_FLOAT, gen_cpy_into, build_cpy_into, ref_cpy_into, NULL, M_ELEM, 0},
+    // chunked cross-entropy of w^T h: f32 dot products of d <= 64 terms, then the CE's few roundings
+    [RG_OP_LINEAR_CE] = {T_LCE, gen_linear_ce, build_linear_ce, ref_linear_ce, NULL, M_NORM, 2e-6},
+    [RG_OP_LINEAR_CE_BACK] = {T_LCE, gen_linear_ce_back, build_linear_ce_back, ref_linear_ce_back, NULL, M_NORM, 2e-6},
 };
 
 // ---------------------------------------------------------------------------
@@ -1588,7 +1708,7 @@ static void run_op(rg_op op) {
     X(soft_max_back, SOFT_MAX_BACK) X(silu, SILU) X(silu_back, SILU_BACK) X(swiglu, SWIGLU) X(reshape, RESHAPE)    \
     X(view, VIEW) X(permute, PERMUTE) X(transpose, TRANSPOSE) X(view_back, VIEW_BACK) X(cont, CONT) X(cpy, CPY)    \
     X(cross_entropy_loss, CROSS_ENTROPY_LOSS) X(cross_entropy_loss_back, CROSS_ENTROPY_LOSS_BACK)                  \
-    X(adamw, ADAMW) X(sgd, SGD) X(cpy_into, CPY_INTO)
+    X(adamw, ADAMW) X(sgd, SGD) X(cpy_into, CPY_INTO) X(linear_ce, LINEAR_CE) X(linear_ce_back, LINEAR_CE_BACK)
 
 #define X_FN(lc, UC) \
     static void test_##lc(void) { run_op(RG_OP_##UC); }
@@ -1617,7 +1737,79 @@ static void test_table(void) {
     printf("    %d ops in the table, every one with a test row\n", RG_OP_COUNT);
 }
 
+// The fused loss against the unfused one it replaces, MUL_MAT then
+// CROSS_ENTROPY_LOSS, on a shape where the chunks matter: d = 64, V = 1000
+// (chunks of 96: ten and a last of 40; and the automatic chunk, one here),
+// T = 50 with 9 ignored labels, 2 threads. Both are f32 computations of the
+// same sums in different orders (chunked vs whole-row lse, recomputed vs
+// stored logits), so they agree to a few roundoff units, not bit for bit:
+// loss within 1e-6 relative, dh and dw within 1e-5 of their largest element
+// (seen: dh 7e-7, dw 5e-8). F32 w trains (dh and dw); a Q8_0 w is frozen (dh only).
+static void compare_unfused(uint32_t type, int64_t chunk) {
+    const int64_t d = 64, V = 1000, T = 50;
+    tcase c;
+    memset(&c, 0, sizeof c);
+    c.seed = 0x1ce0 + type;
+    const bool train_w = type == RG_TYPE_F32;
+    tin *w = in_rand(&c, "w", type, d, V, 1, 1, 0.5, train_w);
+    tin *h = in_rand(&c, "h", RG_TYPE_F32, d, T, 1, 1, 0.25, true);
+    int32_t lab[50];
+    for (int64_t t = 0; t < T; t++) lab[t] = t % 6 == 5 ? -100 : (int32_t)((t * 389 + 7) % V);
+    tin *l = in_i32(&c, "labels", T, lab);
+    restore_inputs(&c);
+    double loss[2] = {0}, *gh[2] = {0}, *gw[2] = {0};
+    for (int fused = 0; fused < 2; fused++) {
+        rg_graph *g = rg_graph_new();
+        rg_node *wn = train_w ? rg_param(g, "w", type, 2, w->ne, w->work) : rg_leaf(g, "w", type, 2, w->ne, w->work);
+        rg_node *hn = rg_param(g, "h", RG_TYPE_F32, 2, h->ne, h->work);
+        rg_node *ln = rg_leaf(g, "labels", RG_TYPE_I32, 1, l->ne, l->work);
+        rg_node *lossn = fused ? rg_linear_ce_loss(g, rg_linear_ce(g, wn, hn, ln, -100, chunk))
+                               : rg_cross_entropy_loss(g, rg_mul_mat(g, wn, hn), ln, -100);
+        rg_error err = {0};
+        rg_exec *ex = NULL;
+        rg_exec_opts o = {.n_threads = 2};
+        rg_status st = rg_graph_backward(g, lossn, &err);
+        if (!st) st = rg_exec_create(&ex, g, &o, &err);
+        if (!st) st = rg_exec_run(ex, 0, -1, &err);
+        RG_CHECK(st == RG_OK, "%s fused=%d: %s", rg_type_get(type)->name, fused, err.msg);
+        if (!st) {
+            loss[fused] = *(const float *)lossn->t.data;
+            gh[fused] = malloc(sizeof(double) * (size_t)(d * T));
+            read_tensor(&hn->grad->t, gh[fused]);
+            if (train_w) {
+                gw[fused] = malloc(sizeof(double) * (size_t)(d * V));
+                read_tensor(&wn->grad->t, gw[fused]);
+            }
+        }
+        rg_exec_free(ex);
+        rg_graph_free(g);
+    }
+    if (gh[0] && gh[1]) {
+        double rel_loss = fabs(loss[1] - loss[0]) / fabs(loss[0]);
+        double eh = 0, mh = 0, ew = 0, mw = 0;
+        for (int64_t i = 0; i < d * T; i++) eh = fmax(eh, fabs(gh[1][i] - gh[0][i])), mh = fmax(mh, fabs(gh[0][i]));
+        for (int64_t i = 0; train_w && i < d * V; i++)
+            ew = fmax(ew, fabs(gw[1][i] - gw[0][i])), mw = fmax(mw, fabs(gw[0][i]));
+        eh /= mh;
+        if (train_w) ew /= mw;
+        printf("    %s chunk %lld: loss %.7f vs %.7f (rel %.1e <= 1e-6), dh %.1e, dw %.1e (<= 1e-5 of max)\n",
+               rg_type_get(type)->name, (long long)chunk, loss[1], loss[0], rel_loss, eh, ew);
+        RG_CHECK(rel_loss <= 1e-6, "%s: fused loss %.9g vs unfused %.9g", rg_type_get(type)->name, loss[1], loss[0]);
+        RG_CHECK(eh <= 1e-5 && ew <= 1e-5, "%s: fused gradients differ: dh %.3e, dw %.3e of max", rg_type_get(type)->name,
+                 eh, ew);
+        RG_CHECK(mh > 0 && (!train_w || mw > 0), "the gradients are zero");
+    }
+    for (int k = 0; k < 2; k++) free(gh[k]), free(gw[k]);
+    free_case(&c);
+}
+
+static void test_linear_ce_unfused(void) {
+    compare_unfused(RG_TYPE_F32, 96);
+    compare_unfused(RG_TYPE_F32, 0);
+    compare_unfused(RG_TYPE_Q8_0, 96);
+}
+
 #define X_CASE(lc, UC) {#lc, test_##lc},
-static const rg_test_case cases[] = {RG_TEST(test_table), OP_LIST(X_CASE){0}};
+static const rg_test_case cases[] = {RG_TEST(test_table), OP_LIST(X_CASE) RG_TEST(test_linear_ce_unfused), {0}};
 
 int main(int argc, char **argv) { return rg_test_run(argc, argv, cases); }

@@ -57,5 +57,10 @@ size_t cpu_mul_mat_work(const rg_node *n, int n_threads);
 rg_status cpu_mul_mat_many(rg_exec_ctx *ctx, rg_node *const *nodes, int n, rg_error *err);
 rg_status cpu_out_prod(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 size_t cpu_out_prod_work(const rg_node *n, int n_threads);
+// ops_linear_ce.c: LINEAR_CE and its backward (the cross-entropy of w^T h by vocabulary chunks)
+rg_status cpu_linear_ce(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+size_t cpu_linear_ce_work(const rg_node *n, int n_threads);
+rg_status cpu_linear_ce_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+size_t cpu_linear_ce_back_work(const rg_node *n, int n_threads);
 
 #endif

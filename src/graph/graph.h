@@ -62,6 +62,12 @@ typedef enum rg_op {
     RG_OP_SGD,               // (param f32, grad) -> param updated in place; fp: lr, weight decay, clip
     RG_OP_CPY_INTO,          // (a, dst) -> a's values written into dst's bytes (dst: a view of a leaf, any strides,
                              // f32/f16/bf16); the node is that window (a KV-cache write). Runs in creation order.
+    RG_OP_LINEAR_CE,         // (w [d, V] any type, h [d, T] f32, labels I32 [T], a leaf) -> [T + 1] f32: the cross-entropy of
+                             // logits w^T h without materializing them (training.md §7). [0] the loss as CROSS_ENTROPY_LOSS
+                             // (ip[0] ignore index; fp[0] 1/N_valid or 0 = count here), [1 + t] lse_t (0 for ignored t);
+                             // ip[1] vocabulary chunk (0: auto, [T, chunk] f32 of about 4 MiB)
+    RG_OP_LINEAR_CE_BACK,    // (dy [T + 1], w, h, the LINEAR_CE node; labels read from its src[2]) -> [d, T] dh, or
+                             // [d, T + V] = dh then dw (ip[2] = 1: w needs a gradient); fp[0], ip[0..1] as LINEAR_CE
     RG_OP_COUNT,
 } rg_op;
 
@@ -151,6 +157,19 @@ rg_node *rg_cpy_into(rg_graph *g, rg_node *a, rg_node *dst);
 // labels I32 [T]; ignore_index usually -100. The mean is over labels != ignore_index.
 rg_node *rg_cross_entropy_loss(rg_graph *g, rg_node *logits, rg_node *labels, int32_t ignore_index);
 rg_node *rg_cross_entropy_loss_back(rg_graph *g, rg_node *dloss, rg_node *logits, rg_node *labels, int32_t ignore_index);
+// The cross-entropy of the logits mul_mat(w, h) [V, T], computed by vocabulary
+// chunks so that neither the logits nor their gradient exist whole (training.md
+// §7, CCE with a deterministic order). labels must be a leaf (or a view of
+// one): the backward reads it through this node. chunk 0: automatic. Returns
+// the [T + 1] node; its element 0 (rg_view) is the loss.
+rg_node *rg_linear_ce(rg_graph *g, rg_node *w, rg_node *h, rg_node *labels, int32_t ignore_index, int64_t chunk);
+// The view of element 0 of a LINEAR_CE node: the scalar loss.
+rg_node *rg_linear_ce_loss(rg_graph *g, rg_node *lce);
+// The gradient of LINEAR_CE node lce for the incoming dy [T + 1]: one node
+// holding dh [d, T] and, when with_dw, dw [d, V] after it (rg_linear_ce_back_dh / _dw).
+rg_node *rg_linear_ce_back(rg_graph *g, rg_node *dy, rg_node *lce, bool with_dw);
+rg_node *rg_linear_ce_back_dh(rg_graph *g, rg_node *back);
+rg_node *rg_linear_ce_back_dw(rg_graph *g, rg_node *back);
 
 // Optimizer steps, in place on an F32 parameter (the node aliases its bytes).
 // The host computes the per-step scalars in double (training.md §1.2); see the
