@@ -1281,8 +1281,8 @@ static void ref_linear_ce(const tcase *c, double *const *x, double *y) {
     free(z);
 }
 
-// LINEAR_CE_BACK: (dy [T + 1], w, h, labels) -> dh [d, T] then (ip[2]) dw [d, V]
-// in one output; dy random, so the lse outputs' gradient is part of every
+// LINEAR_CE_BACK: (dy [T + 1], w, h, labels) -> dh [d, T] and (ip[2]) dw [d, V]
+// from one kernel (outputs dh, then dw); dy random, so the lse outputs' gradient is part of every
 // case. dh and dw are sums of V (resp. T) products of the f32 gradient with
 // w (resp. h); bound 2e-6 of max|out| (seen: 4e-7).
 static int gen_linear_ce_back(tcase *c, uint32_t type, int v) {
@@ -1300,14 +1300,17 @@ static int gen_linear_ce_back(tcase *c, uint32_t type, int v) {
     in_rand(c, "w", type, d, V, 1, 1, 0.5, false);
     in_rand(c, "h", RG_TYPE_F32, d, T, 1, 1, v == 1 ? 4.0 / sqrt((double)d) : 1.0 / sqrt((double)d), false);
     in_i32(c, "labels", T, lce_labels[v == 1 ? 1 : 0]);
-    set_ne(c->out_ne, d, T + (c->ip[2] ? V : 0), 1, 1);
+    set_ne(c->out_ne, d, T, 1, 1);
+    c->n_out = d * (T + (c->ip[2] ? V : 0));
     return 1;
 }
 static int build_linear_ce_back(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
     rg_node *f = rg_linear_ce(g, in[1], in[2], in[3], (int32_t)c->ip[0], c->ip[1]);
     if (f) f->fp[0] = (float)c->fp[0];
     out[0] = rg_linear_ce_back(g, in[0], f, c->ip[2] != 0);
-    return 1;
+    if (!c->ip[2]) return 1;
+    out[1] = rg_linear_ce_back_dw(g, out[0]);
+    return 2;
 }
 static void ref_linear_ce_back(const tcase *c, double *const *x, double *y) {
     const int64_t d = c->in[2].ne[0], V = c->in[1].ne[1], T = c->in[2].ne[1];
@@ -1316,7 +1319,7 @@ static void ref_linear_ce_back(const tcase *c, double *const *x, double *y) {
     const double scale = lce_scale(c, lab, T);
     double *z = malloc(sizeof(double) * (size_t)V);
     double *dh = y, *dw = c->ip[2] ? y + d * T : NULL;
-    memset(y, 0, sizeof(double) * (size_t)nel4(c->out_ne));
+    memset(y, 0, sizeof(double) * (size_t)c->n_out);
     for (int64_t t = 0; t < T; t++) {
         if (lab[t] == c->ip[0]) continue;
         double lse = lce_column(d, V, w, h, t, z);

@@ -5,7 +5,7 @@
 // w [d, V] any type with a dequantizer (the LM head or the tied embedding),
 // h [d, T] f32 (the final normed hidden states), labels I32 [T].
 // The vocabulary is walked in chunks of `chunk` entries (ip[1], 0 = auto:
-// [T, chunk] f32 of about 4 MiB, at least 256 entries); the chunk's logits
+// [T, chunk] f32 of about 4 MiB, at most V / 8, at least 64); the chunk's logits
 // Zc [T, chunk] live in the op's scratch, so the planner accounts for them.
 //
 // LINEAR_CE -> out [T + 1]. Per chunk, in increasing v:
@@ -27,8 +27,11 @@
 // naming its position. Ignored tokens still ride along in the GEMMs (their
 // columns cost 1/T each); compacting them out is not done.
 //
-// LINEAR_CE_BACK (dy [T + 1], w, h, the LINEAR_CE node) -> [d, T] dh, or
-// [d, T + V]: dh then dw. Per chunk, in increasing v:
+// LINEAR_CE_BACK (dy [T + 1], h, the LINEAR_CE node (w, labels and the lse
+// come from it), dw [d, V] or NULL) -> dh [d, T], and dw written into src[3]'s
+// bytes (a FILL node made just before: a gradient with its own bytes, which a
+// parameter can take as it is; the fill's zeros are overwritten). Per chunk,
+// in increasing v:
 //   Zc recomputed as above
 //   G[t, v] = (float)(e * c_t) - [v = label_t] dy0 inv_n,  e = exp(Zc - lse_t),
 //             c_t = dy0 * inv_n + dy[1 + t]   (the lse outputs' own gradient)
@@ -55,15 +58,20 @@ void rg_ce_exp_sum_avx2(const float *z, float *e, int64_t n, float mx, double su
 void rg_ce_scale_avx2(float *y, int64_t n, double c);
 
 #define LCE_CHUNK_BYTES (4u << 20)  // the automatic chunk's [T, chunk] f32
-#define LCE_CHUNK_MIN 256
+#define LCE_CHUNK_MIN 64
 
 static size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
-// The chunk of a LINEAR_CE / LINEAR_CE_BACK node over V entries and T tokens.
+// The chunk of a LINEAR_CE / LINEAR_CE_BACK node over V entries and T tokens:
+// ip[1], or [T, chunk] f32 of about LCE_CHUNK_BYTES but at most an eighth of
+// the vocabulary (so a small vocabulary's scratch stays well below its
+// logits), a multiple of 16 (the GEMM's column block), at least LCE_CHUNK_MIN.
 static int64_t chunk_of(const rg_node *n, int64_t V, int64_t T) {
     int64_t c = n->ip[1];
     if (c <= 0) {
         c = (int64_t)(LCE_CHUNK_BYTES / sizeof(float)) / (T > 0 ? T : 1) / 16 * 16;
+        int64_t eighth = (V + 8 * 16 - 1) / (8 * 16) * 16;
+        if (c > eighth) c = eighth;
         if (c < LCE_CHUNK_MIN) c = LCE_CHUNK_MIN;
     }
     return c < V ? c : V > 0 ? V : 1;
@@ -198,8 +206,8 @@ size_t cpu_linear_ce_work(const rg_node *n, int n_threads) {
 }
 
 size_t cpu_linear_ce_back_work(const rg_node *n, int n_threads) {
-    const rg_tensor *w = &n->src[1]->t;
-    const int64_t d = w->ne[0], V = w->ne[1], T = n->src[2]->t.ne[1];
+    const rg_tensor *w = &n->src[2]->src[0]->t;
+    const int64_t d = w->ne[0], V = w->ne[1], T = n->src[1]->t.ne[1];
     return layout(NULL, w, d, V, T, chunk_of(n, V, T), true, n_threads < 1 ? 1 : n_threads).total;
 }
 
@@ -393,29 +401,32 @@ rg_status cpu_linear_ce(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
 
 rg_status cpu_linear_ce_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     const char *op = "linear_ce_back";
-    const rg_node *fwd = n->src[3];
-    const rg_tensor *dyt = &n->src[0]->t, *w = &n->src[1]->t, *h = &n->src[2]->t;
+    const rg_node *fwd = n->src[2];
     if (!fwd || fwd->op != RG_OP_LINEAR_CE || !fwd->t.data)
-        return rg_fail(err, RG_ERR_ARG, "%s '%s': src[3] must be the linear_ce node, run", op, n->t.name);
-    const rg_tensor *labels = &fwd->src[2]->t;
+        return rg_fail(err, RG_ERR_ARG, "%s '%s': src[2] must be the linear_ce node, run", op, n->t.name);
+    const rg_tensor *dyt = &n->src[0]->t, *h = &n->src[1]->t, *w = &fwd->src[0]->t, *labels = &fwd->src[2]->t;
+    const rg_tensor *dwt = n->src[3] ? &n->src[3]->t : NULL;
     const int32_t ignore = (int32_t)n->ip[0];
     double inv_n = 0.0;
     int64_t n_valid = 0;
     rg_status st = lce_check(op, n, w, h, labels, ignore, n->fp[0], &inv_n, &n_valid, err);
     if (st) return st;
     const int64_t d = w->ne[0], V = w->ne[1], T = h->ne[1];
-    const bool with_dw = n->ip[2] != 0;
-    if ((st = need_f32_rows(op, n, dyt, "dy", err)) || (st = need_f32_rows(op, n, &n->t, "output", err))) return st;
-    if (rg_tensor_nelements(dyt) != T + 1 || n->t.ne[0] != d || n->t.ne[1] != T + (with_dw ? V : 0) ||
-        n->t.nb[1] != (size_t)d * sizeof(float)) {
+    const bool with_dw = dwt != NULL;
+    if ((st = need_f32_rows(op, n, dyt, "dy", err)) || (st = need_f32_rows(op, n, &n->t, "output", err)) ||
+        (with_dw && (st = need_f32_rows(op, n, dwt, "dw", err))))
+        return st;
+    if (rg_tensor_nelements(dyt) != T + 1 || n->t.ne[0] != d || n->t.ne[1] != T || !rg_tensor_is_contiguous(&n->t) ||
+        (with_dw && (dwt->ne[0] != d || dwt->ne[1] != V || !rg_tensor_is_contiguous(dwt)))) {
         char s1[96], s2[96];
-        return rg_fail(err, RG_ERR_ARG, "%s '%s': dy %s or the packed output %s does not fit d = %lld, T = %lld, V = %lld",
+        return rg_fail(err, RG_ERR_ARG, "%s '%s': dy %s or the packed outputs (dh %s) do not fit d = %lld, T = %lld, V = %lld",
                        op, n->t.name, rg_tensor_shape_str(dyt, s1, sizeof s1), rg_tensor_shape_str(&n->t, s2, sizeof s2),
                        (long long)d, (long long)T, (long long)V);
     }
     const float *dy = dyt->data;
-    float *dh = n->t.data, *dw = with_dw ? dh + d * T : NULL;
-    memset(dh, 0, sizeof(float) * (size_t)(d * (T + (with_dw ? V : 0))));
+    float *dh = n->t.data, *dw = with_dw ? dwt->data : NULL;
+    memset(dh, 0, sizeof(float) * (size_t)(d * T));
+    if (dw) memset(dw, 0, sizeof(float) * (size_t)(d * V));
     const double coef0 = (double)dy[0] * inv_n;
     bool any = false;
     const int32_t *lab = labels->data;

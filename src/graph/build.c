@@ -490,6 +490,9 @@ rg_node *rg_cross_entropy_loss_back(rg_graph *g, rg_node *dloss, rg_node *logits
     return n;
 }
 
+// Leaves, or views of leaves, outlive every node (the plan keeps them).
+static bool leaf_bytes(const rg_node *n) { return (n->view_of ? n->view_of : n)->op == RG_OP_NONE; }
+
 rg_node *rg_linear_ce(rg_graph *g, rg_node *w, rg_node *h, rg_node *labels, int32_t ignore_index, int64_t chunk) {
     REQUIRE(w, h, labels);
     char s1[160], s2[160];
@@ -502,10 +505,9 @@ rg_node *rg_linear_ce(rg_graph *g, rg_node *w, rg_node *h, rg_node *labels, int3
     if (labels->t.type != RG_TYPE_I32 || labels->t.ne[0] != h->t.ne[1] || labels->t.ne[1] != 1)
         return fail(g, RG_ERR_ARG, "linear_ce: labels %s must be i32 [n_tokens] for hidden states %s", shape(labels, s2),
                     shape(h, s1));
-    const rg_node *lo = labels->view_of ? labels->view_of : labels;
-    if (lo->op != RG_OP_NONE)
-        return fail(g, RG_ERR_ARG, "linear_ce: labels %s must be a leaf (the backward reads them through the loss)",
-                    shape(labels, s2));
+    if (!leaf_bytes(w) || !leaf_bytes(labels))
+        return fail(g, RG_ERR_ARG, "linear_ce: weight %s and labels %s must be leaves (the backward reads them through the loss)",
+                    shape(w, s1), shape(labels, s2));
     if (chunk < 0) return fail(g, RG_ERR_ARG, "linear_ce: chunk %lld must be >= 0", (long long)chunk);
     int64_t ne[4] = {h->t.ne[1] + 1, 1, 1, 1};
     rg_node *n = node_new(g, RG_OP_LINEAR_CE, RG_TYPE_F32, ne, w, contiguous(g, h), labels, NULL);
@@ -528,33 +530,23 @@ rg_node *rg_linear_ce_back(rg_graph *g, rg_node *dy, rg_node *lce, bool with_dw)
     if (!same_shape(dy, lce))
         return fail(g, RG_ERR_ARG, "linear_ce_back: dy %s does not match the loss %s", shape(dy, s1), shape(lce, s2));
     rg_node *w = lce->src[0], *h = lce->src[1];
-    int64_t ne[4] = {h->t.ne[0], h->t.ne[1] + (with_dw ? w->t.ne[1] : 0), 1, 1};
-    rg_node *n = node_new(g, RG_OP_LINEAR_CE_BACK, RG_TYPE_F32, ne, contiguous(g, dy), w, h, lce);
+    // dw's node: its own bytes (so it can be a parameter's gradient as it is),
+    // written by the kernel below, which runs after it (creation order).
+    rg_node *dw = with_dw ? rg_fill(g, RG_TYPE_F32, 2, w->t.ne, 0.0f) : NULL;
+    if (with_dw && !dw) return NULL;
+    rg_node *n = node_new(g, RG_OP_LINEAR_CE_BACK, RG_TYPE_F32, ne_of(h), contiguous(g, dy), h, lce, dw);
     if (!n) return NULL;
-    n->ip[0] = lce->ip[0], n->ip[1] = lce->ip[1], n->ip[2] = with_dw;
+    n->ip[0] = lce->ip[0], n->ip[1] = lce->ip[1];
     n->fp[0] = lce->fp[0];
     return n;
 }
 
-// dh [d, T]: the first T columns of the backward's output.
-rg_node *rg_linear_ce_back_dh(rg_graph *g, rg_node *back) {
-    REQUIRE(back);
-    char s[160];
-    if (back->op != RG_OP_LINEAR_CE_BACK) return fail(g, RG_ERR_ARG, "linear_ce_back_dh: %s is not a linear_ce_back node", shape(back, s));
-    const int64_t d = back->t.ne[0], T = back->src[2]->t.ne[1];
-    if (!back->ip[2]) return back;
-    return rg_view(g, back, 2, (int64_t[]){d, T}, (size_t[]){sizeof(float), (size_t)d * sizeof(float)}, 0);
-}
-
-// dw [d, V]: the columns after dh (only when built with_dw).
 rg_node *rg_linear_ce_back_dw(rg_graph *g, rg_node *back) {
     REQUIRE(back);
     char s[160];
-    if (back->op != RG_OP_LINEAR_CE_BACK || !back->ip[2])
+    if (back->op != RG_OP_LINEAR_CE_BACK || !back->src[3])
         return fail(g, RG_ERR_ARG, "linear_ce_back_dw: %s is not a linear_ce_back node with a weight gradient", shape(back, s));
-    const int64_t d = back->t.ne[0], T = back->src[2]->t.ne[1], V = back->src[1]->t.ne[1];
-    return rg_view(g, back, 2, (int64_t[]){d, V}, (size_t[]){sizeof(float), (size_t)d * sizeof(float)},
-                   (size_t)(d * T) * sizeof(float));
+    return back->src[3];
 }
 
 // The update writes the parameter's own bytes: the node is an alias of it

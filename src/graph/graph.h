@@ -65,9 +65,11 @@ typedef enum rg_op {
     RG_OP_LINEAR_CE,         // (w [d, V] any type, h [d, T] f32, labels I32 [T], a leaf) -> [T + 1] f32: the cross-entropy of
                              // logits w^T h without materializing them (training.md §7). [0] the loss as CROSS_ENTROPY_LOSS
                              // (ip[0] ignore index; fp[0] 1/N_valid or 0 = count here), [1 + t] lse_t (0 for ignored t);
-                             // ip[1] vocabulary chunk (0: auto, [T, chunk] f32 of about 4 MiB)
-    RG_OP_LINEAR_CE_BACK,    // (dy [T + 1], w, h, the LINEAR_CE node; labels read from its src[2]) -> [d, T] dh, or
-                             // [d, T + V] = dh then dw (ip[2] = 1: w needs a gradient); fp[0], ip[0..1] as LINEAR_CE
+                             // ip[1] vocabulary chunk (0: auto, [T, chunk] f32 of about 4 MiB, at most V / 8)
+    RG_OP_LINEAR_CE_BACK,    // (dy [T + 1], h, the LINEAR_CE node, dw or NULL) -> dh [d, T] f32; w and labels are read
+                             // through the LINEAR_CE node. With src[3] (a FILL [d, V] made just before, the weight's
+                             // gradient) the kernel also writes dw into src[3]'s bytes, as CPY_INTO writes a window:
+                             // the logits are recomputed once for both. fp[0], ip[0..1] as LINEAR_CE
     RG_OP_COUNT,
 } rg_op;
 
@@ -159,16 +161,16 @@ rg_node *rg_cross_entropy_loss(rg_graph *g, rg_node *logits, rg_node *labels, in
 rg_node *rg_cross_entropy_loss_back(rg_graph *g, rg_node *dloss, rg_node *logits, rg_node *labels, int32_t ignore_index);
 // The cross-entropy of the logits mul_mat(w, h) [V, T], computed by vocabulary
 // chunks so that neither the logits nor their gradient exist whole (training.md
-// §7, CCE with a deterministic order). labels must be a leaf (or a view of
-// one): the backward reads it through this node. chunk 0: automatic. Returns
-// the [T + 1] node; its element 0 (rg_view) is the loss.
+// §7, CCE with a deterministic order). w and labels must be leaves (or views
+// of leaves): the backward reads them through this node, so they must outlive
+// it. chunk 0: automatic. Returns the [T + 1] node; rg_linear_ce_loss views
+// its element 0, the loss.
 rg_node *rg_linear_ce(rg_graph *g, rg_node *w, rg_node *h, rg_node *labels, int32_t ignore_index, int64_t chunk);
-// The view of element 0 of a LINEAR_CE node: the scalar loss.
 rg_node *rg_linear_ce_loss(rg_graph *g, rg_node *lce);
-// The gradient of LINEAR_CE node lce for the incoming dy [T + 1]: one node
-// holding dh [d, T] and, when with_dw, dw [d, V] after it (rg_linear_ce_back_dh / _dw).
+// The gradient of LINEAR_CE node lce for the incoming dy [T + 1]: returns dh
+// [d, T]; with with_dw, rg_linear_ce_back_dw(g, dh) is dw [d, V], written by
+// the same kernel.
 rg_node *rg_linear_ce_back(rg_graph *g, rg_node *dy, rg_node *lce, bool with_dw);
-rg_node *rg_linear_ce_back_dh(rg_graph *g, rg_node *back);
 rg_node *rg_linear_ce_back_dw(rg_graph *g, rg_node *back);
 
 // Optimizer steps, in place on an F32 parameter (the node aliases its bytes).

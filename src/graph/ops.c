@@ -166,13 +166,13 @@ static rg_status bw_cross_entropy(rg_graph *g, rg_node *n, rg_error *err) {
     return RG_OK;
 }
 
-// The loss's gradient from LINEAR_CE_BACK, whose one output holds dh and
-// (when w is trained) dw, so the logits are recomputed once for both
+// The loss's gradient from LINEAR_CE_BACK, which makes dh and (when w is
+// trained) dw in one pass, so the logits are recomputed once for both
 // (training.md §7.2). dy [T + 1]: element 0 the loss's, 1 + t lse_t's.
 static rg_status bw_linear_ce(rg_graph *g, rg_node *n, rg_error *err) {
     rg_node *b = rg_linear_ce_back(g, n->grad, n, NEEDS(0));
     ADD_GRAD(0, rg_linear_ce_back_dw(g, b));
-    ADD_GRAD(1, rg_linear_ce_back_dh(g, b));
+    ADD_GRAD(1, b);
     return RG_OK;
 }
 
@@ -234,5 +234,5 @@ const rg_op_def rg_op_defs[RG_OP_COUNT] = {
     [RG_OP_SGD] = OP("sgd", 2, 2, cpu_sgd, NULL, plain_f32, NULL, false),
     [RG_OP_CPY_INTO] = OP("cpy_into", 2, 2, cpu_cpy_into, NULL, any_types, NULL, false),
     [RG_OP_LINEAR_CE] = OP("linear_ce", 3, 3, cpu_linear_ce, cpu_linear_ce_work, any_types, bw_linear_ce, false),
-    [RG_OP_LINEAR_CE_BACK] = OP("linear_ce_back", 4, 4, cpu_linear_ce_back, cpu_linear_ce_back_work, any_types, NULL, false),
+    [RG_OP_LINEAR_CE_BACK] = OP("linear_ce_back", 3, 4, cpu_linear_ce_back, cpu_linear_ce_back_work, any_types, NULL, false),
 };
