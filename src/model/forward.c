@@ -141,6 +141,7 @@ static rg_node *forward(rg_graph *g, const rg_model *m, const rg_model_nodes *w,
     }
     if (bounds) bounds[hp->n_layer] = x;
     rg_node *hn = norm(g, x, w->out_norm, hp->norm_eps);            // [d, T]
+    if (!w->output) return hn;                                      // rg_model_forward_hidden
     if (last_only && T > 1)                                         // generation needs the last row only
         hn = rg_view(g, hn, 2, (int64_t[]){hp->n_embd, 1}, (size_t[]){4, (size_t)hp->n_embd * 4},
                      (size_t)((T - 1) * hp->n_embd) * 4);
@@ -162,4 +163,13 @@ rg_node *rg_model_forward_bounds(rg_graph *g, const rg_model *m, const rg_model_
 rg_node *rg_model_forward_kv(rg_graph *g, const rg_model *m, const rg_model_nodes *w, rg_node *ids, rg_node *pos,
                              rg_kv_cache *cache, int64_t n_past, bool last_only) {
     return forward(g, m, w, ids, pos, NULL, cache, n_past, last_only, NULL);
+}
+
+rg_node *rg_model_forward_hidden(rg_graph *g, const rg_model *m, const rg_model_nodes *w, rg_node *ids, rg_node *pos,
+                                 rg_node *mask, rg_node **bounds) {
+    rg_model_nodes hidden = *w;
+    hidden.output = NULL;  // forward() stops at the final norm
+    rg_node *hn = forward(g, m, &hidden, ids, pos, mask, NULL, 0, false, bounds);
+    rg_node_set_name(hn, "result_norm");
+    return hn;
 }

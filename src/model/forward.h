@@ -48,6 +48,12 @@ rg_node *rg_model_forward(rg_graph *g, const rg_model *m, const rg_model_nodes *
 // embeddings) and bounds[n_layer] the last layer's output; n_layer + 1 entries.
 rg_node *rg_model_forward_bounds(rg_graph *g, const rg_model *m, const rg_model_nodes *w, rg_node *ids, rg_node *pos,
                                  rg_node *mask, rg_node **bounds);
+// Training with the fused cross-entropy (rg_linear_ce): the same, stopping at
+// the final normed hidden states [n_embd, n_tokens]; the caller applies
+// w->output (the LM head, or tok_embd when tied) inside the loss. bounds as
+// rg_model_forward_bounds (may be NULL).
+rg_node *rg_model_forward_hidden(rg_graph *g, const rg_model *m, const rg_model_nodes *w, rg_node *ids, rg_node *pos,
+                                 rg_node *mask, rg_node **bounds);
 // The same with a cache: the n_tokens new keys and values are written at
 // positions n_past.. and attention reads all n_past + n_tokens cached ones.
 // last_only: logits [n_vocab, 1] for the last token (generation).

@@ -40,7 +40,8 @@ typedef struct key_def {
 
 // Choice fields are C enums or uint32_t; both are stored as 4 bytes.
 _Static_assert(sizeof(rg_train_method) == 4 && sizeof(rg_optim_kind) == 4 && sizeof(rg_sched_kind) == 4 &&
-                   sizeof(rg_train_on) == 4 && sizeof(rg_overlong) == 4 && sizeof(rg_recompute) == 4,
+                   sizeof(rg_train_on) == 4 && sizeof(rg_overlong) == 4 && sizeof(rg_recompute) == 4 &&
+                   sizeof(rg_fused_ce) == 4,
                "choice fields are stored as 4-byte integers");
 
 static const choice method_choices[] = {{"full", RG_TRAIN_FULL}, {"lora", RG_TRAIN_LORA}, {NULL, 0}};
@@ -51,6 +52,8 @@ static const choice dtype_choices[] = {
     {"f32", RG_TYPE_F32}, {"f16", RG_TYPE_F16}, {"bf16", RG_TYPE_BF16}, {NULL, 0}};
 static const choice recompute_choices[] = {
     {"auto", RG_RECOMPUTE_AUTO}, {"none", RG_RECOMPUTE_NONE}, {"layer", RG_RECOMPUTE_LAYER}, {NULL, 0}};
+static const choice fused_ce_choices[] = {
+    {"auto", RG_FUSED_CE_AUTO}, {"on", RG_FUSED_CE_ON}, {"off", RG_FUSED_CE_OFF}, {NULL, 0}};
 static const choice train_on_choices[] = {
     {"all", RG_TRAIN_ON_ALL}, {"assistant", RG_TRAIN_ON_ASSISTANT}, {"completion", RG_TRAIN_ON_COMPLETION}, {NULL, 0}};
 static const choice overlong_choices[] = {
@@ -103,6 +106,10 @@ static const key_def keys[] = {
             "layer: keep only each layer's input and recompute the layer before its backward (about +20% time, a "
             "fraction of the activation memory); none: keep every activation; auto: layer when checkpoint_dtype is "
             "not f32 or when the run would not fit otherwise"),
+    CHOICEK("training.fused_ce", fused_ce, "auto", fused_ce_choices,
+            "on: compute the loss from the last hidden states and the output matrix by vocabulary chunks, never "
+            "holding the logits [n_vocab, ctx] or their gradient (a little more compute); off: materialize them; "
+            "auto: on when the run would not fit otherwise"),
     INTK("training.save_every", save_every, "100", 0, INFINITY, "checkpoint every N optimizer steps; 0 = only at the end"),
     INTK("training.eval_every", eval_every, "50", 0, INFINITY, "evaluate every N optimizer steps; 0 = only at the end"),
     NUMK("training.eval_split", eval_split, "0.05", 0, false, 0.5, false, "fraction of the data held out for evaluation"),

@@ -53,6 +53,10 @@ static rg_node *full_param(full_builder *b, const rg_gguf_tensor *t) {
     for (int d = 0; d < 4; d++) tt->ne[d] = d < tt->n_dims ? t->ne[d] : 1, tt->nel *= tt->ne[d];
     tt->decay = tt->n_dims >= 2;
     size_t bytes = (size_t)tt->nel * rg_type_get(t->type)->type_size;
+    if (s->weight_bufs[k]) {  // a rebuilt graph (training.fused_ce=auto): the copy exists, maybe trained
+        tt->w = s->weight_bufs[k];
+        return rg_param(b->g, t->name, t->type, tt->n_dims, tt->ne, tt->w);
+    }
     s->weight_bufs[k] = alloc64(bytes);
     if (!s->weight_bufs[k]) {
         b->st = rg_fail(b->err, RG_ERR_NOMEM, "train: out of memory copying '%s' (%.1f MiB)", t->name, mib(bytes));
@@ -94,7 +98,9 @@ static rg_status full_nodes(rg_train_state *s, rg_graph *g, rg_model_nodes *w, r
 // LoRA: the base is frozen leaves over the mapping; A and B are parameters.
 static rg_status lora_nodes(rg_train_state *s, rg_graph *g, rg_model_nodes *w, rg_error *err) {
     const rg_train_config *c = &s->cfg;
-    rg_status st = rg_lora_init(&s->lora, s->model, c->lora_rank, (float)c->lora_alpha, c->lora_targets, c->seed, err);
+    rg_status st = s->lora ? RG_OK  // a rebuilt graph: the same adapter
+                           : rg_lora_init(&s->lora, s->model, c->lora_rank, (float)c->lora_alpha, c->lora_targets,
+                                          c->seed, err);
     if (st) return st;
     if ((st = rg_model_leaf_nodes(g, s->model, w, err))) return st;
     if ((st = rg_lora_attach(g, s->lora, w, 1.0f, true, err))) return st;
@@ -159,6 +165,64 @@ static size_t physical_memory(void) {
     return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
 }
 
+// (Re)builds the step graph into s->g: the trainable tensors' nodes, the
+// inputs, the forward, the loss (LINEAR_CE on the hidden states when fused,
+// else CROSS_ENTROPY_LOSS on the logits), the backward, layer recompute when
+// asked, and the plan. A second call replaces the graph and keeps the
+// trained buffers and the adapter (their order, hence the tensor ids, is the same).
+static rg_status build_step(rg_train_state *s, bool fused, bool recompute, rg_plan *plan, rg_error *err) {
+    const rg_model *m = s->model;
+    const rg_train_config *cfg = &s->cfg;
+    rg_graph_free(s->g);
+    s->g = rg_graph_new();
+    s->n_tensors = 0;
+    s->recompute = false;
+    s->n_ckpts = 0;
+    s->fused_ce = fused;
+    s->ce = s->loss = s->loss_back = NULL;
+    memset(s->grads, 0, model_tensor_count(m) * 2 * sizeof *s->grads);
+    if (!s->g) return rg_fail(err, RG_ERR_NOMEM, "train: out of memory");
+    rg_graph *g = s->g;
+    rg_model_nodes w;
+    memset(&w, 0, sizeof w);
+    rg_status st = cfg->method == RG_TRAIN_FULL ? full_nodes(s, g, &w, err) : lora_nodes(s, g, &w, err);
+    if (st) return st;
+    const int64_t T = cfg->ctx;
+    s->ids = rg_leaf(g, "ids", RG_TYPE_I32, 1, (int64_t[]){T}, NULL);
+    s->pos = rg_leaf(g, "pos", RG_TYPE_I32, 1, (int64_t[]){T}, NULL);
+    s->labels = rg_leaf(g, "labels", RG_TYPE_I32, 1, (int64_t[]){T}, NULL);
+    s->mask = rg_leaf(g, "doc_mask", RG_TYPE_F32, 2, (int64_t[]){T, T}, NULL);
+    const int n_layer = (int)m->hp.n_layer;
+    s->bounds = rg_arena_alloc(&g->arena, sizeof(rg_node *) * (size_t)(n_layer + 1), 8);
+    s->ckpts = rg_arena_alloc(&g->arena, sizeof(rg_node *) * (size_t)n_layer, 8);
+    if (!s->bounds || !s->ckpts) return rg_fail(err, RG_ERR_NOMEM, "train: out of memory");
+    if (fused) {
+        rg_node *hn = rg_model_forward_hidden(g, m, &w, s->ids, s->pos, s->mask, s->bounds);  // [n_embd, T]
+        s->ce = rg_linear_ce(g, w.output, hn, s->labels, -100, 0);                           // [T + 1]
+        s->loss = rg_linear_ce_loss(g, s->ce);
+    } else {
+        rg_node *logits = rg_model_forward_bounds(g, m, &w, s->ids, s->pos, s->mask, s->bounds);  // [n_vocab, T]
+        s->loss = s->ce = rg_cross_entropy_loss(g, logits, s->labels, -100);
+    }
+    if ((st = rg_graph_error(g, err)) || (st = rg_graph_backward(g, s->loss, err))) return st;
+    for (int i = g->n_forward; i < g->n_nodes; i++) {
+        rg_node *n = g->nodes[i];
+        if (fused ? n->op == RG_OP_LINEAR_CE_BACK && n->src[2] == s->ce
+                  : n->op == RG_OP_CROSS_ENTROPY_LOSS_BACK && n->src[1] == s->ce->src[0])
+            s->loss_back = n;
+    }
+    if (!s->loss_back) return rg_fail(err, RG_ERR_ARG, "train: the step graph has no cross-entropy backward");
+    // The gradient node of every trainable tensor (matched by its bytes).
+    for (int i = 0; i < g->n_forward; i++) {
+        rg_node *n = g->nodes[i];
+        if (!(n->flags & RG_NODE_PARAM)) continue;
+        for (int k = 0; k < s->n_tensors; k++)
+            if (s->tensors[k].w == n->t.data) s->grads[k] = n->grad;
+    }
+    if (recompute && (st = add_recompute(s, s->bounds, err))) return st;
+    return rg_graph_plan(g, rg_threadpool_size(s->pool), 0, plan, err);
+}
+
 rg_status rg_train_state_create(rg_train_state **out, const rg_model *m, const rg_train_config *cfg, int64_t total_steps,
                                 size_t memory_limit, rg_error *err) {
     *out = NULL;
@@ -177,67 +241,24 @@ rg_status rg_train_state_create(rg_train_state **out, const rg_model *m, const r
     s->weight_bufs = calloc(cap, sizeof *s->weight_bufs);
     s->grad_bufs = calloc(cap, sizeof *s->grad_bufs);
     s->grads = calloc(cap, sizeof *s->grads);
-    s->g = rg_graph_new();
-    if (!s->tensors || !s->weight_bufs || !s->grad_bufs || !s->grads || !s->g) {
+    if (!s->tensors || !s->weight_bufs || !s->grad_bufs || !s->grads) {
         rg_train_state_free(s);
         return rg_fail(err, RG_ERR_NOMEM, "train: out of memory");
-    }
-    rg_graph *g = s->g;
-    rg_model_nodes w;
-    memset(&w, 0, sizeof w);
-    st = cfg->method == RG_TRAIN_FULL ? full_nodes(s, g, &w, err) : lora_nodes(s, g, &w, err);
-    if (st) {
-        rg_train_state_free(s);
-        return st;
-    }
-    const int64_t T = cfg->ctx;
-    s->ids = rg_leaf(g, "ids", RG_TYPE_I32, 1, (int64_t[]){T}, NULL);
-    s->pos = rg_leaf(g, "pos", RG_TYPE_I32, 1, (int64_t[]){T}, NULL);
-    s->labels = rg_leaf(g, "labels", RG_TYPE_I32, 1, (int64_t[]){T}, NULL);
-    s->mask = rg_leaf(g, "doc_mask", RG_TYPE_F32, 2, (int64_t[]){T, T}, NULL);
-    const int n_layer = (int)m->hp.n_layer;
-    rg_node **bounds = rg_arena_alloc(&g->arena, sizeof(rg_node *) * (size_t)(n_layer + 1), 8);
-    s->ckpts = rg_arena_alloc(&g->arena, sizeof(rg_node *) * (size_t)n_layer, 8);
-    if (!bounds || !s->ckpts) {
-        rg_train_state_free(s);
-        return rg_fail(err, RG_ERR_NOMEM, "train: out of memory");
-    }
-    rg_node *logits = rg_model_forward_bounds(g, m, &w, s->ids, s->pos, s->mask, bounds);  // [n_vocab, T]
-    s->loss = rg_cross_entropy_loss(g, logits, s->labels, -100);
-    if ((st = rg_graph_error(g, err)) || (st = rg_graph_backward(g, s->loss, err))) {
-        rg_train_state_free(s);
-        return st;
-    }
-    for (int i = g->n_forward; i < g->n_nodes; i++)
-        if (g->nodes[i]->op == RG_OP_CROSS_ENTROPY_LOSS_BACK && g->nodes[i]->src[1] == s->loss->src[0]) s->loss_back = g->nodes[i];
-    if (!s->loss_back) {
-        rg_train_state_free(s);
-        return rg_fail(err, RG_ERR_ARG, "train: the step graph has no cross-entropy backward");
-    }
-    // The gradient node of every trainable tensor (matched by its bytes).
-    for (int i = 0; i < g->n_forward; i++) {
-        rg_node *n = g->nodes[i];
-        if (!(n->flags & RG_NODE_PARAM)) continue;
-        for (int k = 0; k < s->n_tensors; k++)
-            if (s->tensors[k].w == n->t.data) s->grads[k] = n->grad;
     }
     int threads = cfg->threads > 0 ? (int)cfg->threads : 0;
     if ((st = rg_threadpool_create(&s->pool, threads, err))) {
         rg_train_state_free(s);
         return st;
     }
-    if (cfg->recompute == RG_RECOMPUTE_LAYER || (cfg->recompute == RG_RECOMPUTE_AUTO && cfg->checkpoint_dtype != RG_TYPE_F32)) {
-        if ((st = add_recompute(s, bounds, err))) {
-            rg_train_state_free(s);
-            return st;
-        }
-    }
     // Plan first, so a run that cannot fit is refused before the big allocations.
     rg_plan plan;
-    if ((st = rg_graph_plan(g, rg_threadpool_size(s->pool), 0, &plan, err))) {
+    bool recompute = cfg->recompute == RG_RECOMPUTE_LAYER ||
+                     (cfg->recompute == RG_RECOMPUTE_AUTO && cfg->checkpoint_dtype != RG_TYPE_F32);
+    if ((st = build_step(s, cfg->fused_ce == RG_FUSED_CE_ON, recompute, &plan, err))) {
         rg_train_state_free(s);
         return st;
     }
+    rg_graph *g = s->g;
     size_t per_elem_state = cfg->optimizer == RG_OPTIM_ADAMW ? 8 : (cfg->momentum != 0.0 ? 4 : 0);
     size_t state = 0, acc = 0;
     for (int k = 0; k < s->n_tensors; k++) {
@@ -255,10 +276,19 @@ rg_status rg_train_state_create(rg_train_state **out, const rg_model *m, const r
     size_t need = fixed + plan.buffer_bytes + plan.scratch_bytes;
     if (limit && need > limit && cfg->recompute == RG_RECOMPUTE_AUTO && !s->recompute) {
         // Keeping every activation does not fit: keep the layer inputs and recompute.
-        if ((st = add_recompute(s, bounds, err)) || (st = rg_graph_plan(g, rg_threadpool_size(s->pool), 0, &plan, err))) {
+        if ((st = add_recompute(s, s->bounds, err)) || (st = rg_graph_plan(g, rg_threadpool_size(s->pool), 0, &plan, err))) {
             rg_train_state_free(s);
             return st;
         }
+        need = fixed + plan.buffer_bytes + plan.scratch_bytes;
+    }
+    if (limit && need > limit && cfg->fused_ce == RG_FUSED_CE_AUTO && !s->fused_ce) {
+        // The logits and their gradient do not fit: the loss from the hidden states, by vocabulary chunks.
+        if ((st = build_step(s, true, s->recompute, &plan, err))) {
+            rg_train_state_free(s);
+            return st;
+        }
+        g = s->g;
         need = fixed + plan.buffer_bytes + plan.scratch_bytes;
     }
     if (limit && need > limit) {
@@ -273,6 +303,7 @@ rg_status rg_train_state_create(rg_train_state **out, const rg_model *m, const r
                        mib(plan.buffer_bytes - plan.grad_bytes), recomputing ? " with layer recompute" : "",
                        mib(plan.scratch_bytes),
                        cfg->recompute == RG_RECOMPUTE_NONE ? "set training.recompute=layer, "
+                       : cfg->fused_ce == RG_FUSED_CE_OFF  ? "set training.fused_ce=on, "
                        : recomputing && cfg->checkpoint_dtype == RG_TYPE_F32 ? "set training.checkpoint_dtype=bf16, "
                                                                              : "");
     }
@@ -349,6 +380,7 @@ rg_train_memory rg_train_state_memory(const rg_train_state *s) {
     r.activations = p->buffer_bytes - p->grad_bytes;
     r.scratch = p->scratch_bytes;
     r.recompute = s->recompute;
+    r.fused_ce = s->fused_ce;
     r.checkpoint_type = s->cfg.checkpoint_dtype;
     r.total = r.weights + r.gradients + r.optimizer + r.activations + r.scratch;
     return r;
@@ -392,7 +424,7 @@ rg_status rg_train_state_micro(rg_train_state *s, const int32_t *ids, const int3
     bind_row(s, ids, labels, pos, seg);
     *loss = 0.0;
     if (count_targets(labels, s->ctx) == 0) return RG_OK;  // nothing to learn from this row: its gradient is zero
-    s->loss->fp[0] = (float)inv_n;
+    s->ce->fp[0] = (float)inv_n;
     s->loss_back->fp[0] = (float)inv_n;  // the gradient is normalised by the whole step's targets too
     rg_status st = rg_exec_run(s->ex, 0, -1, err);
     if (!st) st = check_checkpoints(s, err);
@@ -416,7 +448,7 @@ rg_status rg_train_state_eval_row(rg_train_state *s, const int32_t *ids, const i
     *n_targets = count_targets(labels, s->ctx);
     if (*n_targets == 0) return RG_OK;
     bind_row(s, ids, labels, pos, seg);
-    s->loss->fp[0] = 1.0f;  // the sum over the row's targets
+    s->ce->fp[0] = 1.0f;  // the sum over the row's targets
     rg_status st = rg_exec_run(s->ex, 0, s->g->n_forward, err);
     if (st) return st;
     *loss_sum = (double)*(const float *)s->loss->t.data;

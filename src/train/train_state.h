@@ -6,7 +6,10 @@
 // pos, labels I32 [ctx] and an additive mask F32 [ctx, ctx] (0 within a
 // document, -inf across packed documents; the causal part is the op's), the
 // model's forward, the cross-entropy of §5.8 and the backward. It is planned
-// once and run for every row.
+// once and run for every row. With training.fused_ce the forward stops at the
+// final norm and the loss is LINEAR_CE (training.md §7): the same loss and
+// gradients up to roundoff, without the [n_vocab, ctx] logits and their
+// gradient.
 //
 // Trainable tensors:
 //   - full fine-tuning: every tensor of the model, copied out of the mapping
@@ -43,7 +46,11 @@ typedef struct rg_train_state {
     rg_exec *ex;
     rg_threadpool *pool;         // owned; shared by the graph and the optimizer
     rg_node *ids, *pos, *labels, *mask, *loss;  // [ctx] x3, [ctx, ctx], [1]
+    rg_node *ce;                 // the node whose fp[0] is the loss scale: the CROSS_ENTROPY_LOSS, or the LINEAR_CE
+                                 // whose element 0 `loss` views (training.fused_ce)
     rg_node *loss_back;          // the cross-entropy's backward: carries the same 1/N as the loss
+    bool fused_ce;               // the loss is LINEAR_CE on the final hidden states: no [n_vocab, ctx] logits
+    rg_node **bounds;            // [n_layer + 1] the layer boundaries of the forward (for recompute)
     rg_node **grads;             // [n_tensors] the graph's gradient nodes (NULL: no path from the loss)
     int64_t ctx;
     bool recompute;              // the graph recomputes each layer before its backward (training.recompute)
@@ -71,6 +78,7 @@ void rg_train_state_free(rg_train_state *s);
 typedef struct rg_train_memory {
     size_t weights, gradients, optimizer, activations, scratch, total;
     bool recompute;          // activations are the layer inputs + one layer (training.recompute)
+    bool fused_ce;           // the cross-entropy never holds the logits (training.fused_ce)
     uint32_t checkpoint_type;  // the type those inputs are kept in
 } rg_train_memory;
 rg_train_memory rg_train_state_memory(const rg_train_state *s);
