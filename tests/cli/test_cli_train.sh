@@ -2,6 +2,8 @@
 # test_cli_train.sh BUILD_DIR - `retrograd train` on the tiny model, end to end:
 #   - full fine-tuning (f32, f16 in place with SR, bf16 with master weights) and LoRA on a
 #     quantized base: the loss falls, OUTDIR has its files, the result loads and generates;
+#   - the fused cross-entropy (training.fused_ce=on), alone and with layer recompute: the
+#     memory line says so and the loss falls;
 #   - a run killed for real (SIGKILL) after a checkpoint and resumed with --resume ends with
 #     the same train.jsonl losses and the same bytes as the uninterrupted run;
 #   - bad input: unknown key (with a suggestion), wrong value type, invalid JSON line (file and
@@ -65,6 +67,10 @@ expect "plain text data" 0 "done: 5 steps" -- "$bin" train -m "$tmp/f32.gguf" -d
 lora=(--set training.lr=3e-3 "${common[@]}")
 expect "lora on q4_k_m" 0 "done: 30 steps" -- "$bin" train -m "$tmp/q4.gguf" -d "$tmp/chat.jsonl" -o "$tmp/lora" "${lora[@]}" --set training.steps=30
 falls "$tmp/lora/train.jsonl"; check "lora: the loss falls by 30%" $? "$(first_loss "$tmp/lora/train.jsonl") -> $(last_loss "$tmp/lora/train.jsonl")"
+# The fused cross-entropy (training.fused_ce=on): the memory line says so and the run trains.
+expect "lora on q4_k_m, fused cross-entropy" 0 "activations .* MiB \(fused cross-entropy\)" -- "$bin" train -m "$tmp/q4.gguf" -d "$tmp/chat.jsonl" -o "$tmp/lorafce" "${lora[@]}" --set training.steps=30 --set training.fused_ce=on
+falls "$tmp/lorafce/train.jsonl"; check "lora, fused cross-entropy: the loss falls by 30%" $? "$(first_loss "$tmp/lorafce/train.jsonl") -> $(last_loss "$tmp/lorafce/train.jsonl")"
+expect "full f32, layer recompute + fused cross-entropy" 0 "inputs kept in f32; fused cross-entropy" -- "$bin" train -m "$tmp/f32.gguf" -d "$tmp/chat.jsonl" -o "$tmp/f32fce" "${full[@]}" --set training.steps=10 --set training.recompute=layer --set training.fused_ce=on
 expect "lora: adapter.gguf is an adapter" 0 "adapter.type.*lora" -- "$bin" info "$tmp/lora/adapter.gguf"
 expect "lora: generate --lora" 0 "generation: [1-4] tokens" -- "$bin" generate -m "$tmp/q4.gguf" --lora "$tmp/lora/adapter.gguf" -p "What is 1 plus 2?" -n 4
 expect "lora: merge" 0 "" -- "$bin" merge -m "$tmp/q4.gguf" --lora "$tmp/lora/adapter.gguf" -o "$tmp/merged.gguf"
