@@ -11,7 +11,8 @@
 // F32, F16 and BF16 full fine-tuning (converted from the Q4_1 file with our
 // quantizer, so the values are the same model's) and LoRA (rank 16, all seven
 // projections) on the Q4_1 file itself; F32 full with layer recompute (inputs
-// kept in F32, and in F16). One sequence of 256 tokens per step,
+// kept in F32, and in F16); F32 full and LoRA with the fused cross-entropy
+// (training.fused_ce=on: no [49152, 256] logits). One sequence of 256 tokens per step,
 // batch 1, all cores. Each row: one warm-up step, then the mean of STEPS
 // timed steps (default 3).
 //
@@ -46,6 +47,7 @@ typedef struct bench_row {
     int rows;  // rows of 256 tokens per optimizer step (gradient accumulation); 0 = 1
     rg_recompute recompute;  // training.recompute (0: auto, which keeps every activation when it fits)
     uint32_t ckpt;           // training.checkpoint_dtype (0: f32)
+    rg_fused_ce fused;       // training.fused_ce (0: auto, which keeps the logits when they fit)
 } bench_row;
 
 static double model_flops(const rg_train_state *s, int64_t T) {
@@ -78,6 +80,7 @@ static int run_row(const bench_row *row, int steps, double peak_gflops, int thre
     c.method = row->method;
     c.recompute = row->recompute;
     c.checkpoint_dtype = row->ckpt;
+    c.fused_ce = row->fused;
     c.ctx = m->hp.n_ctx_train < 256 ? m->hp.n_ctx_train : 256;
     c.eval_split = 0;
     c.threads = threads;
@@ -231,10 +234,14 @@ int main(int argc, char **argv) {
                               steps, peak, threads);
                 rc |= run_row(&(bench_row){.name = "smollm2 f32 full ckpt f16", .path = outs[i], .method = RG_TRAIN_FULL,
                                            .rows = 1, .recompute = RG_RECOMPUTE_LAYER, .ckpt = RG_TYPE_F16}, steps, peak, threads);
+                rc |= run_row(&(bench_row){.name = "smollm2 f32 full fused", .path = outs[i], .method = RG_TRAIN_FULL,
+                                           .rows = 1, .fused = RG_FUSED_CE_ON}, steps, peak, threads);
             }
             unlink(outs[i]);
         }
         rc |= run_row(&(bench_row){.name = "smollm2 q4_1 lora r16", .path = smol, .method = RG_TRAIN_LORA, .rows = 1}, steps, peak, threads);
+        rc |= run_row(&(bench_row){.name = "smollm2 q4_1 lora fused", .path = smol, .method = RG_TRAIN_LORA, .rows = 1,
+                                   .fused = RG_FUSED_CE_ON}, steps, peak, threads);
     }
     unlink(tiny);
     rmdir(dir);
