@@ -1747,7 +1747,8 @@ static void test_table(void) {
 // same sums in different orders (chunked vs whole-row lse, recomputed vs
 // stored logits), so they agree to a few roundoff units, not bit for bit:
 // loss within 1e-6 relative, dh and dw within 1e-5 of their largest element
-// (seen: dh 7e-7, dw 5e-8). F32 w trains (dh and dw); a Q8_0 w is frozen (dh only).
+// (seen: dh 7e-7, dw 5e-8); the fused results on 1 and 2 threads are the same
+// bits (the token rows split between threads here). F32 w trains (dh and dw); a Q8_0 w is frozen (dh only).
 static void compare_unfused(uint32_t type, int64_t chunk) {
     const int64_t d = 64, V = 1000, T = 50;
     tcase c;
@@ -1760,8 +1761,9 @@ static void compare_unfused(uint32_t type, int64_t chunk) {
     for (int64_t t = 0; t < T; t++) lab[t] = t % 6 == 5 ? -100 : (int32_t)((t * 389 + 7) % V);
     tin *l = in_i32(&c, "labels", T, lab);
     restore_inputs(&c);
-    double loss[2] = {0}, *gh[2] = {0}, *gw[2] = {0};
-    for (int fused = 0; fused < 2; fused++) {
+    double loss[3] = {0}, *gh[3] = {0}, *gw[3] = {0};
+    for (int run = 0; run < 3; run++) {  // unfused, fused, fused on 1 thread (the same bits as on 2)
+        const int fused = run > 0;
         rg_graph *g = rg_graph_new();
         rg_node *wn = train_w ? rg_param(g, "w", type, 2, w->ne, w->work) : rg_leaf(g, "w", type, 2, w->ne, w->work);
         rg_node *hn = rg_param(g, "h", RG_TYPE_F32, 2, h->ne, h->work);
@@ -1770,18 +1772,18 @@ static void compare_unfused(uint32_t type, int64_t chunk) {
                                : rg_cross_entropy_loss(g, rg_mul_mat(g, wn, hn), ln, -100);
         rg_error err = {0};
         rg_exec *ex = NULL;
-        rg_exec_opts o = {.n_threads = 2};
+        rg_exec_opts o = {.n_threads = run == 2 ? 1 : 2};
         rg_status st = rg_graph_backward(g, lossn, &err);
         if (!st) st = rg_exec_create(&ex, g, &o, &err);
         if (!st) st = rg_exec_run(ex, 0, -1, &err);
         RG_CHECK(st == RG_OK, "%s fused=%d: %s", rg_type_get(type)->name, fused, err.msg);
         if (!st) {
-            loss[fused] = *(const float *)lossn->t.data;
-            gh[fused] = malloc(sizeof(double) * (size_t)(d * T));
-            read_tensor(&hn->grad->t, gh[fused]);
+            loss[run] = *(const float *)lossn->t.data;
+            gh[run] = malloc(sizeof(double) * (size_t)(d * T));
+            read_tensor(&hn->grad->t, gh[run]);
             if (train_w) {
-                gw[fused] = malloc(sizeof(double) * (size_t)(d * V));
-                read_tensor(&wn->grad->t, gw[fused]);
+                gw[run] = malloc(sizeof(double) * (size_t)(d * V));
+                read_tensor(&wn->grad->t, gw[run]);
             }
         }
         rg_exec_free(ex);
@@ -1802,7 +1804,14 @@ static void compare_unfused(uint32_t type, int64_t chunk) {
                  eh, ew);
         RG_CHECK(mh > 0 && (!train_w || mw > 0), "the gradients are zero");
     }
-    for (int k = 0; k < 2; k++) free(gh[k]), free(gw[k]);
+    if (gh[1] && gh[2]) {
+        bool same = loss[1] == loss[2] && !memcmp(gh[1], gh[2], sizeof(double) * (size_t)(d * T)) &&
+                    (!train_w || !memcmp(gw[1], gw[2], sizeof(double) * (size_t)(d * V)));
+        printf("    %s chunk %lld: fused on 1 and 2 threads: %s\n", rg_type_get(type)->name, (long long)chunk,
+               same ? "the same bits" : "DIFFERENT");
+        RG_CHECK(same, "%s: the fused loss or gradients depend on the thread count", rg_type_get(type)->name);
+    }
+    for (int k = 0; k < 3; k++) free(gh[k]), free(gw[k]);
     free_case(&c);
 }
 
