@@ -1,7 +1,7 @@
 // test_dot_rows.c - the multi-row dot kernels (src/cpu/dot_rows*.c) against the
 // type table's scalar reference dot, row by row:
 //   - every type with a kernel, row counts 1..19 (short last groups of 4 and 8),
-//     K = 32 .. 4096, random weights quantized by our quantizer, activations
+//     K = 32 .. 16416, random weights quantized by our quantizer, activations
 //     in the type's vec_dot_type as our quantizer writes them;
 //   - |kernel - reference| <= 2e-6 * sum |w_i x_i| (the sums differ only in
 //     the order of the f32 additions; the bound is relative to the magnitude of
@@ -31,7 +31,8 @@ static void check_type(uint32_t type) {
     if (!fn) return;  // no kernel on this CPU for this type: the table's vec_dot serves
     const rg_quant_ops *q = rg_quant_get(type), *qa = rg_quant_get(q->vec_dot_type);
     const rg_type_traits *tt = rg_type_get(type), *ta = rg_type_get(q->vec_dot_type);
-    static const int64_t Ks[] = {32, 256, 576, 1536, 4096};
+    // 16416 = 513 blocks: longer than the Q8_0 kernel's table of activation scales.
+    static const int64_t Ks[] = {32, 256, 576, 1536, 4096, 16416};
     for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
         const int64_t K = Ks[ki], max_rows = 19;
         const size_t row_bytes = (size_t)(K / tt->block_size) * tt->type_size, stride = row_bytes + 64;

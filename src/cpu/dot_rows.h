@@ -8,10 +8,11 @@
 // writes -128); that lets the Q8_0 kernel use the sign trick exactly.
 //
 // Rows are taken four or eight at a time, sharing the activation loads and
-// the final reduction; a short last group repeats its last row, so every row's
-// arithmetic is the same whichever group it falls in, and the result does not
-// depend on how a caller splits the rows between threads. The sums differ
-// from the table's vec_dot only in the order the f32 terms are added.
+// the final reduction (Q8_0: one at a time, see dot_rows_avx2.c); a short
+// last group repeats its last row, so every row's arithmetic is the same
+// whichever group it falls in, and the result does not depend on how a caller
+// splits the rows between threads. The sums differ from the table's vec_dot
+// only in the order the f32 terms are added.
 #ifndef RG_CPU_DOT_ROWS_H
 #define RG_CPU_DOT_ROWS_H
 
