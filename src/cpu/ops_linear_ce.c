@@ -38,8 +38,9 @@
 //   0 for ignored t
 //   dh  (+)= w_c G^T      rg_gemm_run, accumulating over chunks in order
 //   dw_c  = h G           rg_gemm_run, each chunk its own rows of dw
-// About 6 T V d flops with dw (8 with the forward), 4 without; the unfused
-// MUL_MAT + CROSS_ENTROPY_LOSS path takes 6 and 4, and holds 2 x 4 V T bytes.
+// The backward takes 6 T V d flops with dw, 4 without: with the forward 8 and
+// 6, against 6 and 4 for MUL_MAT + CROSS_ENTROPY_LOSS, which holds the logits
+// and their gradient, 2 x 4 V T bytes.
 #include <math.h>
 #include <string.h>
 

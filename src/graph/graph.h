@@ -62,7 +62,7 @@ typedef enum rg_op {
     RG_OP_SGD,               // (param f32, grad) -> param updated in place; fp: lr, weight decay, clip
     RG_OP_CPY_INTO,          // (a, dst) -> a's values written into dst's bytes (dst: a view of a leaf, any strides,
                              // f32/f16/bf16); the node is that window (a KV-cache write). Runs in creation order.
-    RG_OP_LINEAR_CE,         // (w [d, V] any type, h [d, T] f32, labels I32 [T], a leaf) -> [T + 1] f32: the cross-entropy of
+    RG_OP_LINEAR_CE,         // (w [d, V] any type, h [d, T] f32, labels I32 [T]; w, labels leaves) -> [T + 1] f32: the CE of
                              // logits w^T h without materializing them (training.md §7). [0] the loss as CROSS_ENTROPY_LOSS
                              // (ip[0] ignore index; fp[0] 1/N_valid or 0 = count here), [1 + t] lse_t (0 for ignored t);
                              // ip[1] vocabulary chunk (0: auto, [T, chunk] f32 of about 4 MiB, at most V / 8)
