@@ -28,6 +28,7 @@
 #include "model/quantize.h"
 #include "model/tiny.h"
 #include "rg_test.h"
+#include "train_rows.h"
 #include "train/train_state.h"
 
 enum { T = 64 };
@@ -37,23 +38,10 @@ static char model_path[256];
 // The tiny qwen2 (type F32, or Q8_0 through the quantizer from the F32 file).
 static rg_model *tiny(uint32_t type, bool tied) {
     snprintf(model_path, sizeof model_path, "/tmp/rg_test_fused_ce_%d.gguf", (int)getpid());
-    char f32[300];
-    snprintf(f32, sizeof f32, "%s.f32", model_path);
     rg_tiny_config tc = {.arch = "qwen2", .type = RG_TYPE_F32, .seed = 11, .tied = tied};
     rg_error err = {0};
-    rg_model *m = NULL;
-    rg_status st = rg_tiny_write(&tc, type == RG_TYPE_F32 ? model_path : f32, &err);
-    if (!st && type != RG_TYPE_F32) {
-        rg_quantize_opts o = {.n_threads = 2};
-        rg_quantize_summary sum;
-        st = rg_quantize_file(f32, model_path, rg_type_get(type)->name, &o, &sum, &err);
-        unlink(f32);
-    }
-    if (st || rg_model_load(&m, model_path, &err)) {
-        RG_CHECK(0, "tiny model: %s", err.msg);
-        unlink(model_path);
-        return NULL;
-    }
+    rg_model *m = tt_tiny(model_path, &tc, type, &err);
+    RG_CHECK(m, "tiny model: %s", err.msg);
     return m;
 }
 
@@ -63,48 +51,18 @@ static void done_model(rg_model *m) {
 }
 
 static rg_train_config config(rg_train_method method, rg_fused_ce fused, rg_recompute rc) {
-    rg_train_config c;
-    rg_train_config_defaults(&c);
-    c.method = method;
-    c.ctx = T;
-    c.threads = 2;
-    c.eval_split = 0;
-    c.steps = 4;
-    c.lr = 1e-3;
-    c.weight_decay = 0.01;
-    c.schedule = RG_SCHED_CONSTANT;
-    c.lora_rank = 4;
+    rg_train_config c = tt_config(method, T);
     c.recompute = rc;
     c.fused_ce = fused;
     return c;
 }
 
-// Row r: two packed documents, some positions without a target.
-static void make_row(int r, int32_t *ids, int32_t *labels, int32_t *pos, int32_t *seg) {
-    uint32_t x = 0x85EBCA6Bu * (uint32_t)(r + 3);
-    for (int i = 0; i < T; i++) {
-        x = x * 1664525u + 1013904223u;
-        ids[i] = (int32_t)(x >> 8) % RG_TINY_N_VOCAB;
-        int doc = i < 37 ? 0 : 1;
-        seg[i] = doc;
-        pos[i] = doc ? i - 37 : i;
-    }
-    for (int i = 0; i < T; i++) labels[i] = (i + 1 < T && seg[i + 1] == seg[i] && i % 5 != 2) ? ids[i + 1] : -100;
-}
-
+// Rows: two packed documents, some positions without a target.
+static const tt_rows ROWS = {.T = T, .split = 37, .mod = 5, .rem = 2, .mul = 0x85EBCA6Bu, .add = 3};
 static rg_train_state *state(const rg_model *m, const rg_train_config *c, size_t limit, rg_error *err) {
-    rg_train_state *s = NULL;
-    if (rg_train_state_create(&s, m, c, c->steps, limit, err)) return NULL;
-    return s;
+    return tt_state(m, c, limit, err);
 }
-
-static rg_status micro(rg_train_state *s, int r, double *loss, rg_error *err) {
-    int32_t ids[T], labels[T], pos[T], seg[T];
-    make_row(r, ids, labels, pos, seg);
-    int64_t n = 0;
-    for (int i = 0; i < T; i++) n += labels[i] != -100;
-    return rg_train_state_micro(s, ids, labels, pos, seg, 1.0 / (double)n, loss, err);
-}
+static rg_status micro(rg_train_state *s, int r, double *loss, rg_error *err) { return tt_micro(&ROWS, s, r, loss, err); }
 
 // §4.1: worst over tensors of max|Δ| / max|g|.
 static double grad_gap(const rg_train_state *ref, const rg_train_state *s, const char **where) {
@@ -273,7 +231,7 @@ static void test_eval_row(void) {
     RG_CHECK(a && b, "create: %s", err.msg);
     for (int r = 0; a && b && r < 2; r++) {
         int32_t ids[T], labels[T], pos[T], seg[T];
-        make_row(r, ids, labels, pos, seg);
+        tt_make_row(&ROWS, r, ids, labels, pos, seg);
         double sa, sb;
         int64_t na, nb;
         RG_CHECK(rg_train_state_eval_row(a, ids, labels, pos, seg, &sa, &na, &err) == RG_OK, "eval unfused: %s", err.msg);

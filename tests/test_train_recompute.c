@@ -14,6 +14,7 @@
 #include "model/model.h"
 #include "model/tiny.h"
 #include "rg_test.h"
+#include "train_rows.h"
 #include "train/train_state.h"
 
 enum { T = 64 };
@@ -24,12 +25,8 @@ static rg_model *tiny(uint32_t type) {
     snprintf(model_path, sizeof model_path, "/tmp/rg_test_recompute_%d.gguf", (int)getpid());
     rg_tiny_config tc = {.arch = "qwen2", .type = type, .seed = 7};
     rg_error err = {0};
-    rg_model *m = NULL;
-    if (rg_tiny_write(&tc, model_path, &err) || rg_model_load(&m, model_path, &err)) {
-        RG_CHECK(0, "tiny model: %s", err.msg);
-        unlink(model_path);
-        return NULL;
-    }
+    rg_model *m = tt_tiny(model_path, &tc, RG_TYPE_F32, &err);
+    RG_CHECK(m, "tiny model: %s", err.msg);
     return m;
 }
 
@@ -39,49 +36,19 @@ static void done_model(rg_model *m) {
 }
 
 static rg_train_config config(rg_train_method method, rg_recompute rc, uint32_t ckpt) {
-    rg_train_config c;
-    rg_train_config_defaults(&c);
-    c.method = method;
-    c.ctx = T;
-    c.threads = 2;
-    c.eval_split = 0;
-    c.steps = 4;
-    c.lr = 1e-3;
-    c.weight_decay = 0.01;
-    c.schedule = RG_SCHED_CONSTANT;
-    c.lora_rank = 4;
+    rg_train_config c = tt_config(method, T);
     c.recompute = rc;
     c.checkpoint_dtype = ckpt;
     return c;
 }
 
-// Row r: two packed documents (positions restart, no attention across), some
+// Rows: two packed documents (positions restart, no attention across), some
 // positions without a target.
-static void make_row(int r, int32_t *ids, int32_t *labels, int32_t *pos, int32_t *seg) {
-    uint32_t x = 0x9E3779B9u * (uint32_t)(r + 1);
-    for (int i = 0; i < T; i++) {
-        x = x * 1664525u + 1013904223u;
-        ids[i] = (int32_t)(x >> 8) % RG_TINY_N_VOCAB;
-        int doc = i < 40 ? 0 : 1;
-        seg[i] = doc;
-        pos[i] = doc ? i - 40 : i;
-    }
-    for (int i = 0; i < T; i++) labels[i] = (i + 1 < T && seg[i + 1] == seg[i] && i % 7 != 3) ? ids[i + 1] : -100;
-}
-
+static const tt_rows ROWS = {.T = T, .split = 40, .mod = 7, .rem = 3, .mul = 0x9E3779B9u, .add = 1};
 static rg_train_state *state(const rg_model *m, const rg_train_config *c, size_t limit, rg_error *err) {
-    rg_train_state *s = NULL;
-    if (rg_train_state_create(&s, m, c, c->steps, limit, err)) return NULL;
-    return s;
+    return tt_state(m, c, limit, err);
 }
-
-static rg_status micro(rg_train_state *s, int r, double *loss, rg_error *err) {
-    int32_t ids[T], labels[T], pos[T], seg[T];
-    make_row(r, ids, labels, pos, seg);
-    int64_t n = 0;
-    for (int i = 0; i < T; i++) n += labels[i] != -100;
-    return rg_train_state_micro(s, ids, labels, pos, seg, 1.0 / (double)n, loss, err);
-}
+static rg_status micro(rg_train_state *s, int r, double *loss, rg_error *err) { return tt_micro(&ROWS, s, r, loss, err); }
 
 // Two states over one model; false (both freed, the failure recorded) when either cannot be made.
 static bool two_states(const rg_model *m, const rg_train_config *ca, const rg_train_config *cb, rg_train_state **a,
