@@ -38,6 +38,10 @@ rg_status cpu_soft_max(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 rg_status cpu_soft_max_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 rg_status cpu_cross_entropy_loss(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 rg_status cpu_cross_entropy_loss_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+// One row of V logits: its max and sum_v exp(z[v] - max) in 8 double partial
+// sums (v mod 8, a fixed tree); e, when not NULL, gets the exponentials (it may
+// be z). The cross-entropy ops and LINEAR_CE's chunks use it.
+void rg_ce_row_max_sumexp(const float *z, float *e, int64_t V, bool avx2, float *mx_out, double *sum_out);
 // ops_optim.c
 rg_status cpu_adamw(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 rg_status cpu_sgd(rg_exec_ctx *ctx, rg_node *n, rg_error *err);

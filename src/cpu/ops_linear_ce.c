@@ -271,21 +271,6 @@ static bool avx2_rows(void) { return rg_ce_avx2_built && rg_cpu_has_avx2(); }
 
 // The chunk's max and sum_v exp(z[v] - max) (8 double partial sums, v % 8,
 // then a fixed tree), the same operations as CROSS_ENTROPY_LOSS's rows.
-static void chunk_max_sumexp(const float *z, int64_t n, bool avx2, float *mx_out, double *sum_out) {
-    float mx = -INFINITY;
-    double sums[8] = {0};
-    if (avx2) {
-        mx = rg_ce_max_avx2(z, n);
-        rg_ce_exp_sum_avx2(z, NULL, n, mx, sums);
-    } else {
-        for (int64_t v = 0; v < n; v++)
-            if (z[v] > mx) mx = z[v];
-        for (int64_t v = 0; v < n; v++) sums[v % 8] += (double)rg_exp_neg_abs(z[v] - mx);
-    }
-    *mx_out = mx;
-    *sum_out = ((sums[0] + sums[1]) + (sums[2] + sums[3])) + ((sums[4] + sums[5]) + (sums[6] + sums[7]));
-}
-
 static void chunk_lse_rows(void *p, int ith, int nth) {
     const lce_rows *j = p;
     const bool avx2 = avx2_rows();
@@ -297,7 +282,7 @@ static void chunk_lse_rows(void *p, int ith, int nth) {
         const float *z = j->z + t * j->chunk;  // [nv]
         float mc;
         double sc;
-        chunk_max_sumexp(z, j->nv, avx2, &mc, &sc);
+        rg_ce_row_max_sumexp(z, NULL, j->nv, avx2, &mc, &sc);
         if (label >= j->v0 && label < j->v0 + j->nv) j->zt[t] = z[label - j->v0];
         if (j->first) {
             j->m[t] = mc, j->s[t] = sc;

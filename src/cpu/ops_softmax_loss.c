@@ -211,7 +211,7 @@ void rg_ce_scale_avx2(float *y, int64_t n, double c);
 // Row max and sum_v exp(Z[v] - max) (double) of one row of V logits; when e is
 // not NULL the exponentials are stored there too (e may be z: each z[v] is
 // read before e[v] is written).
-static inline void row_max_sumexp(const float *z, float *e, int64_t V, bool avx2, float *mx_out, double *sum_out) {
+void rg_ce_row_max_sumexp(const float *z, float *e, int64_t V, bool avx2, float *mx_out, double *sum_out) {
     float mx = -INFINITY;
     double sums[8] = {0};
     if (avx2) {
@@ -244,7 +244,7 @@ static void ce_rows(void *p, int ith, int nth) {
         const float *z = row_at(j->z, t);  // [V]
         float mx;
         double sum;
-        row_max_sumexp(z, NULL, V, avx2, &mx, &sum);
+        rg_ce_row_max_sumexp(z, NULL, V, avx2, &mx, &sum);
         j->terms[t] = ((double)mx + log(sum)) - (double)z[j->labels[t]];
     }
 }
@@ -265,7 +265,7 @@ static void ce_back_rows(void *p, int ith, int nth) {
         const float *z = row_at(j->z, t);  // [V]; may share bytes with dz
         float mx;
         double sum;
-        row_max_sumexp(z, dz, V, avx2, &mx, &sum);  // dz[v] = exp(z[v] - mx)
+        rg_ce_row_max_sumexp(z, dz, V, avx2, &mx, &sum);  // dz[v] = exp(z[v] - mx)
         const double c = j->coef / sum;
         const float e_label = dz[label];
         if (avx2) {

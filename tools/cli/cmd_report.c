@@ -18,7 +18,9 @@ static const char *cpu_types(rg_op op) {
     switch (op) {
     case RG_OP_MUL_MAT:
     case RG_OP_OUT_PROD:
-    case RG_OP_GET_ROWS: return "any weight type";
+    case RG_OP_GET_ROWS:
+    case RG_OP_LINEAR_CE:
+    case RG_OP_LINEAR_CE_BACK: return "any weight type";
     case RG_OP_CONT: return "any type";
     case RG_OP_FILL:
     case RG_OP_CPY: return "f32, f16, bf16";
