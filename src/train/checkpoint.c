@@ -100,6 +100,7 @@ rg_status rg_checkpoint_save(const rg_train_state *s, const rg_ckpt_meta *meta, 
     if (!st) st = rg_gguf_set_u64(g, "retrograd.ckpt.seed", meta->seed, err);
     if (!st) st = rg_gguf_set_u64(g, "retrograd.ckpt.data_hash", meta->data_hash, err);
     if (!st) st = rg_gguf_set_i32(g, "retrograd.ckpt.threads", meta->threads, err);
+    if (!st) st = rg_gguf_set_i32(g, "retrograd.ckpt.fused_ce", meta->fused_ce, err);
     if (!st) st = rg_gguf_set_str(g, "retrograd.ckpt.config", meta->config, err);
     for (int k = 0; !st && k < s->n_tensors; k++) {
         const rg_train_tensor *t = &s->tensors[k];
@@ -211,6 +212,8 @@ rg_status rg_checkpoint_load(rg_train_state *s, const char *dir, rg_ckpt_meta *m
     if (!st) st = get_i64(g, "retrograd.ckpt.skipped_in_row", &meta->skipped_in_row, err);
     if (!st) st = get_i64(g, "retrograd.ckpt.tokens_seen", &meta->tokens_seen, err);
     if (!st && (st = get_i64(g, "retrograd.ckpt.threads", &v, err)) == RG_OK) meta->threads = (int32_t)v;
+    meta->fused_ce = -1;
+    if (!st && get_i64(g, "retrograd.ckpt.fused_ce", &v, NULL) == RG_OK) meta->fused_ce = (int32_t)v;
     if (!st) {
         const rg_gguf_kv *kv = rg_gguf_find(g, "retrograd.ckpt.elapsed_s");
         double e = 0;

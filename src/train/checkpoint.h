@@ -33,6 +33,7 @@ typedef struct rg_ckpt_meta {
     uint64_t seed;
     uint64_t data_hash;
     int32_t threads;         // the pool size the run used (bitwise determinism holds per thread count)
+    int32_t fused_ce;        // 1: the step graph used the fused cross-entropy (auto resolves per machine), -1: not recorded
     char config[8192];       // the effective config (rg_train_config_write)
 } rg_ckpt_meta;
 

@@ -294,6 +294,7 @@ rg_status rg_train_run(const rg_train_opts *o, rg_train_summary *sum, rg_error *
     meta.seed = c->seed;
     meta.data_hash = rg_dataset_hash(r.data);
     meta.threads = rg_threadpool_size(s->pool);
+    meta.fused_ce = s->fused_ce;
     config_text(c, meta.config, sizeof meta.config);
     if (o->resume) {
         char dir[4200];
@@ -318,6 +319,12 @@ rg_status rg_train_run(const rg_train_opts *o, rg_train_summary *sum, rg_error *
         if (saved.threads != meta.threads)
             fprintf(r.log, "warning: the checkpoint ran with %d threads, this run has %d: it continues correctly, but not "
                            "bit for bit as the uninterrupted run would have\n", saved.threads, meta.threads);
+        if (saved.fused_ce >= 0 && saved.fused_ce != meta.fused_ce)
+            fprintf(r.log, "warning: the checkpoint's step graph %s the fused cross-entropy and this run's %s "
+                           "(training.fused_ce=auto decides by the memory limit): it continues correctly, but not bit "
+                           "for bit; set training.fused_ce=%s to match\n",
+                    saved.fused_ce ? "used" : "did not use", meta.fused_ce ? "does" : "does not",
+                    saved.fused_ce ? "on" : "off");
         meta.t = saved.t, meta.iter = saved.iter, meta.n_skipped = saved.n_skipped;
         meta.skipped_in_row = saved.skipped_in_row, meta.tokens_seen = saved.tokens_seen, meta.elapsed_s = saved.elapsed_s;
         if ((st = rg_jsonl_truncate(r.jsonl_path, meta.iter, err))) {
