@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "base/cpu.h"
+#include "base/threadpool.h"
 #include "bench_util.h"
 #include "infer/session.h"
 #include "model/quantize.h"
@@ -74,6 +75,52 @@ static int selected(const char *list, const char *label) {
     return 0;
 }
 
+// The memory yardstick, measured in this process: a plain read of 512 MiB
+// (far past the caches) on the same threads, 64-bit words into independent
+// sums, prefetched ahead like the kernels' rows. Generation reads every weight once per token, so bytes per token over
+// this rate is the ceiling no kernel passes (llama.cpp's numbers were taken on
+// another machine of the class, whose memory may be faster).
+typedef struct read_job {
+    const uint64_t *p;
+    int64_t n;
+    uint64_t sum[64];
+} read_job;
+
+static void read_part(void *arg, int ith, int nth) {
+    read_job *j = arg;
+    int64_t i0, i1;
+    rg_split_range(j->n, ith, nth, &i0, &i1);
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    for (int64_t i = i0; i + 4 <= i1; i += 4) {
+        if ((i & 7) == 0) __builtin_prefetch(j->p + i + 256);  // 2 KB ahead, as the decode kernels fetch
+        a += j->p[i], b ^= j->p[i + 1], c += j->p[i + 2], d ^= j->p[i + 3];
+    }
+    j->sum[ith % 64] = a + b + c + d;
+}
+
+static double plain_read_gbs(int threads) {
+    const size_t bytes = (size_t)512 << 20;
+    uint64_t *buf = malloc(bytes);
+    rg_threadpool *pool = NULL;
+    rg_error err;
+    if (!buf || rg_threadpool_create(&pool, threads, &err)) {
+        free(buf);
+        return 0;
+    }
+    for (size_t i = 0; i < bytes / 8; i++) buf[i] = i * 0x9E3779B97F4A7C15ull;
+    read_job j = {.p = buf, .n = (int64_t)(bytes / 8)};
+    double best = 1e30;
+    for (int r = 0; r < 5; r++) {
+        double t0 = bench_now();
+        rg_threadpool_run(pool, read_part, &j);
+        double t = bench_now() - t0;
+        if (t < best) best = t;
+    }
+    rg_threadpool_free(pool);
+    free(buf);
+    return (double)bytes / best * 1e-9;
+}
+
 int main(void) {
     const char *src = getenv("RG_SMOLLM2");
     if (!src || access(src, R_OK)) {
@@ -90,7 +137,11 @@ int main(void) {
     bool show_cpu = getenv("RG_BENCH_CPU") && atoi(getenv("RG_BENCH_CPU"));
     printf("bench_generate: SmolLM2-135M, prompt %d tokens, %d generated (greedy), %d threads, best of %d\n", PP, TG,
            threads, reps);
-    printf("%-16s %12s %12s %14s %14s\n", "type", "prompt tok/s", "gen tok/s", "llama.cpp pp", "llama.cpp tg");
+    double gbs = plain_read_gbs(threads);
+    printf("memory: a plain read of 512 MiB on %d threads runs at %.1f GB/s; a generated token reads every weight once, "
+           "so the ceiling is that over the weight bytes\n", threads, gbs);
+    printf("%-16s %12s %12s %14s %14s %18s\n", "type", "prompt tok/s", "gen tok/s", "llama.cpp pp", "llama.cpp tg",
+           "gen of ceiling");
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         if (!selected(only, types[i].label)) continue;
         char path[4096] = "/tmp/rg_bench_genXXXXXX";
@@ -153,7 +204,13 @@ int main(void) {
         if (types[i].llama_tg > 0) snprintf(lt, sizeof lt, "%.0f (%.2fx)", types[i].llama_tg, TG / best_tg / types[i].llama_tg);
         if (skip_pp) snprintf(lp, sizeof lp, "skipped"), best_pp = 1e30;
         if (skip_tg) snprintf(lt, sizeof lt, "skipped"), best_tg = 1e30;
-        printf("%-16s %12.1f %12.1f %14s %14s", types[i].label, PP / best_pp, TG / best_tg, lp, lt);
+        size_t wbytes = 0;
+        for (uint64_t t = 0; t < m->file->n_tensors; t++) wbytes += m->file->tensors[t].nbytes;
+        char ceil_s[48] = "-";
+        if (gbs > 0 && !skip_tg)
+            snprintf(ceil_s, sizeof ceil_s, "%.0f%% of %.0f", 100.0 * TG / best_tg / (gbs * 1e9 / (double)wbytes),
+                     gbs * 1e9 / (double)wbytes);
+        printf("%-16s %12.1f %12.1f %14s %14s %18s", types[i].label, PP / best_pp, TG / best_tg, lp, lt, ceil_s);
         if (show_cpu) printf("   cpu ms: prompt %.1f, per generated token %.2f", cpu_pp * 1e3, cpu_tg * 1e3 / TG);
         printf("\n");
         fflush(stdout);
