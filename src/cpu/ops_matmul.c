@@ -207,14 +207,20 @@ static int64_t vec_tiles(const mm_vec_job *j) {
     return (j->s.M + VEC_TILE - 1) / VEC_TILE * j->s.c2 * j->s.c3;
 }
 
-// Tiles [t0, t1) of one job.
+// Tiles [t0, t1) of one job. The first tile's slice (i2, i3), weight slice
+// (i2 / r2, i3 / r3) and row are divided out once; after that counters walk
+// them (a 64-bit division per tile cost ~16% of a token's overhead).
 static void vec_run_tiles(const mm_vec_job *j, int64_t t0, int64_t t1) {
     const mm_shape *s = &j->s;
-    int64_t tiles = (s->M + VEC_TILE - 1) / VEC_TILE;
+    if (t0 >= t1) return;
+    const int64_t tiles = (s->M + VEC_TILE - 1) / VEC_TILE;
+    const size_t wnb1 = j->w->nb[1];
+    int64_t slice = t0 / tiles, tile = t0 % tiles;
+    int64_t i2 = slice % s->c2, i3 = slice / s->c2;
+    int64_t w2 = i2 / s->r2, k2 = i2 % s->r2, w3 = i3 / s->r3, k3 = i3 % s->r3;  // k: position in the broadcast run
     for (int64_t t = t0; t < t1; t++) {
-        int64_t slice = t / tiles, m0 = (t % tiles) * VEC_TILE, m1 = m0 + VEC_TILE < s->M ? m0 + VEC_TILE : s->M;
-        int64_t i2 = slice % s->c2, i3 = slice / s->c2;
-        const char *w = (const char *)j->w->data + (i2 / s->r2) * j->w->nb[2] + (i3 / s->r3) * j->w->nb[3];
+        int64_t m0 = tile * VEC_TILE, m1 = m0 + VEC_TILE < s->M ? m0 + VEC_TILE : s->M;
+        const char *w = (const char *)j->w->data + w2 * j->w->nb[2] + w3 * j->w->nb[3];
         char *y = (char *)j->y->data + i2 * j->y->nb[2] + i3 * j->y->nb[3];
         for (int64_t n = 0; n < s->N; n++) {
             const void *xc;
@@ -223,10 +229,17 @@ static void vec_run_tiles(const mm_vec_job *j, int64_t t0, int64_t t1) {
             else
                 xc = j->xq + (size_t)((i3 * s->c2 + i2) * s->N + n) * j->xq_row;
             float *yc = (float *)(y + n * j->y->nb[1]);
-            if (j->rows) j->rows(s->K, m1 - m0, w + m0 * j->w->nb[1], j->w->nb[1], xc, &yc[m0]);
+            if (j->rows) j->rows(s->K, m1 - m0, w + m0 * wnb1, wnb1, xc, &yc[m0]);
             else
-                for (int64_t m = m0; m < m1; m++) j->ops->vec_dot(s->K, &yc[m], w + m * j->w->nb[1], xc);
+                for (int64_t m = m0; m < m1; m++) j->ops->vec_dot(s->K, &yc[m], w + m * wnb1, xc);
         }
+        if (++tile < tiles) continue;
+        tile = 0;  // next slice: i2 first, then i3
+        if (++k2 == s->r2) k2 = 0, w2++;
+        if (++i2 < s->c2) continue;
+        i2 = 0, w2 = 0, k2 = 0;
+        if (++k3 == s->r3) k3 = 0, w3++;
+        i3++;
     }
 }
 
