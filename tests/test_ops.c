@@ -1226,6 +1226,7 @@ static void ref_ce_back(const tcase *c, double *const *x, double *y) {
 // the lse a few ulp of them: 2e-6 of max|out| (seen: 8e-8). The backward rule (dh, dw
 // through LINEAR_CE_BACK) is checked against finite differences of this
 // reference, including the lse outputs' own gradient.
+static const uint32_t T_ATTN[] = {RG_TYPE_F32, RG_TYPE_F16, TEND};
 static const uint32_t T_LCE[] = {RG_TYPE_F32, RG_TYPE_F16, RG_TYPE_BF16, RG_TYPE_Q8_0, RG_TYPE_Q4_0, TEND};
 static const int32_t lce_labels[3][13] = {{3, -100, 0, 36, 17, -100, 5, 31, 32, 16, -100, 2, 20},
                                          {36, 35, 0, 1, 15, 16, 17, 7, 8, 14, 21, 28, 29},
@@ -1398,6 +1399,61 @@ static void ref_sgd(const tcase *c, double *const *x, double *y) {
     for (int64_t i = 0; i < c->out_ne[0]; i++) y[i] = x[0][i] - c->fp[0] * (x[1][i] * c->fp[2] + c->fp[1] * x[0][i]);
 }
 
+// ATTN_DECODE: q [Dh, H, T] against the first n_kv rows of a KV cache of C
+// rows in the type under test (F32 or F16): keys [Dh, C, Hkv] and transposed
+// values [C, Dh, Hkv], read through views with the cache's strides as
+// forward.c makes them (the rows past n_kv are random and must not be read).
+// Variants: GQA 3 heads per kv head over 150 keys (not a multiple of 8 or
+// 16); 3 tokens, causal, no GQA; Dh 24 (a step of 8 after the steps of 16)
+// with 10 heads per kv head (passes of 8 and 2); 2 tokens, 130 keys.
+static int gen_attn_decode(tcase *c, uint32_t type, int v) {
+    static const int64_t shapes[4][6] = {  // Dh, H, Hkv, T, n_kv, C
+        {64, 6, 2, 1, 150, 160}, {16, 4, 4, 3, 77, 80}, {24, 20, 2, 1, 5, 9}, {32, 4, 2, 2, 130, 131}};
+    static const char *const names[4] = {"gqa 3 n_kv=150", "T=3 causal n_kv=77", "Dh=24 gqa 10 n_kv=5",
+                                         "T=2 gqa 2 n_kv=130"};
+    if (v > 3) return 0;
+    const int64_t *sh = shapes[v], Dh = sh[0], H = sh[1], Hkv = sh[2], T = sh[3], C = sh[5];
+    label(c, type, names[v]);
+    c->ip[0] = sh[4], c->ip[1] = C;
+    c->fp[0] = (double)(1.0f / sqrtf((float)Dh));
+    in_rand(c, "q", RG_TYPE_F32, Dh, H, T, 1, 1.5, false);
+    in_rand(c, "cache_k", type, Dh, C, Hkv, 1, 1.5, false);
+    in_rand(c, "cache_v", type, C, Dh, Hkv, 1, 1.0, false);
+    set_ne(c->out_ne, Dh, H, T, 1);
+    return 1;
+}
+static int build_attn_decode(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    const int64_t Dh = c->in[0].ne[0], Hkv = c->in[1].ne[2], n_kv = c->ip[0], C = c->ip[1];
+    const size_t es = rg_type_get(c->in[1].type)->type_size;
+    rg_node *k = rg_view(g, in[1], 3, (int64_t[]){Dh, n_kv, Hkv}, (size_t[]){es, Dh * es, Dh * C * es}, 0);
+    rg_node *vt = rg_view(g, in[2], 3, (int64_t[]){n_kv, Dh, Hkv}, (size_t[]){es, C * es, Dh * C * es}, 0);
+    out[0] = rg_attn_decode(g, in[0], k, vt, (float)c->fp[0]);
+    return 1;
+}
+static void ref_attn_decode(const tcase *c, double *const *x, double *y) {
+    const int64_t *qn = c->in[0].ne, *kn = c->in[1].ne, *vn = c->in[2].ne;
+    const int64_t Dh = qn[0], H = qn[1], T = qn[2], Hkv = kn[2], n_kv = c->ip[0];
+    double *p = malloc(sizeof(double) * (size_t)n_kv);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < H; h++) {
+            const int64_t kvh = h / (H / Hkv), vis = n_kv - T + 1 + t;
+            double mx = -INFINITY, sum = 0;
+            for (int64_t j = 0; j < vis; j++) {
+                double s = 0;
+                for (int64_t d = 0; d < Dh; d++) s += x[0][at4(qn, d, h, t, 0)] * x[1][at4(kn, d, j, kvh, 0)];
+                p[j] = c->fp[0] * s;
+                mx = p[j] > mx ? p[j] : mx;
+            }
+            for (int64_t j = 0; j < vis; j++) sum += p[j] = exp(p[j] - mx);
+            for (int64_t d = 0; d < Dh; d++) {
+                double o = 0;
+                for (int64_t j = 0; j < vis; j++) o += p[j] * x[2][at4(vn, j, d, kvh, 0)];
+                y[at4(c->out_ne, d, h, t, 0)] = o / sum;
+            }
+        }
+    free(p);
+}
+
 // ---------------------------------------------------------------------------
 // The table: one row per op (u = 2^-24, the f32 unit roundoff).
 //   types, case generator, builder, reference, FD reference, error measure, bound
@@ -1449,6 +1505,8 @@ static const op_entry entries[RG_OP_COUNT] = {
     // chunked cross-entropy of w^T h: f32 dot products of d <= 64 terms, then the CE's few roundings
     [RG_OP_LINEAR_CE] = {T_LCE, gen_linear_ce, build_linear_ce, ref_linear_ce, NULL, M_NORM, 2e-6},
     [RG_OP_LINEAR_CE_BACK] = {T_LCE, gen_linear_ce_back, build_linear_ce_back, ref_linear_ce_back, NULL, M_NORM, 2e-6},
+    // attention over a KV cache: f32 dot products of Dh <= 64 and n_kv <= 150 terms (the weights sum to 1), the 2-ulp exp
+    [RG_OP_ATTN_DECODE] = {T_ATTN, gen_attn_decode, build_attn_decode, ref_attn_decode, NULL, M_NORM, 1e-5},
 };
 
 // ---------------------------------------------------------------------------
@@ -1711,7 +1769,8 @@ static void run_op(rg_op op) {
     X(soft_max_back, SOFT_MAX_BACK) X(silu, SILU) X(silu_back, SILU_BACK) X(swiglu, SWIGLU) X(reshape, RESHAPE)    \
     X(view, VIEW) X(permute, PERMUTE) X(transpose, TRANSPOSE) X(view_back, VIEW_BACK) X(cont, CONT) X(cpy, CPY)    \
     X(cross_entropy_loss, CROSS_ENTROPY_LOSS) X(cross_entropy_loss_back, CROSS_ENTROPY_LOSS_BACK)                  \
-    X(adamw, ADAMW) X(sgd, SGD) X(cpy_into, CPY_INTO) X(linear_ce, LINEAR_CE) X(linear_ce_back, LINEAR_CE_BACK)
+    X(adamw, ADAMW) X(sgd, SGD) X(cpy_into, CPY_INTO) X(linear_ce, LINEAR_CE) X(linear_ce_back, LINEAR_CE_BACK) \
+    X(attn_decode, ATTN_DECODE)
 
 #define X_FN(lc, UC) \
     static void test_##lc(void) { run_op(RG_OP_##UC); }

@@ -66,5 +66,8 @@ rg_status cpu_linear_ce(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 size_t cpu_linear_ce_work(const rg_node *n, int n_threads);
 rg_status cpu_linear_ce_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 size_t cpu_linear_ce_back_work(const rg_node *n, int n_threads);
+// ops_attn_decode.c: ATTN_DECODE, attention of new queries against a KV cache (generation)
+rg_status cpu_attn_decode(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+size_t cpu_attn_decode_work(const rg_node *n, int n_threads);
 
 #endif

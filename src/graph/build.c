@@ -601,3 +601,23 @@ rg_node *rg_graph_clone_node(rg_graph *g, const rg_node *n, rg_node *const src[R
     c->view_of = view_of;
     return c;
 }
+
+rg_node *rg_attn_decode(rg_graph *g, rg_node *q, rg_node *k, rg_node *vt, float scale) {
+    REQUIRE(q, k, vt);
+    char s1[160], s2[160], s3[160];
+    if (!need_f32(g, "attn_decode", q, "queries")) return NULL;
+    const uint32_t ct = k->t.type;
+    const size_t es = rg_type_get(ct)->type_size;
+    if ((ct != RG_TYPE_F32 && ct != RG_TYPE_F16) || vt->t.type != ct)
+        return fail(g, RG_ERR_ARG, "attn_decode: keys %s and values %s must both be f32 or f16", shape(k, s1), shape(vt, s2));
+    const int64_t Dh = q->t.ne[0], H = q->t.ne[1], T = q->t.ne[2], n_kv = k->t.ne[1], Hkv = k->t.ne[2];
+    if (k->t.ne[0] != Dh || vt->t.ne[1] != Dh || vt->t.ne[0] != n_kv || vt->t.ne[2] != Hkv || Hkv <= 0 || H % Hkv ||
+        T > n_kv || q->t.ne[3] != 1 || k->t.ne[3] != 1 || vt->t.ne[3] != 1)
+        return fail(g, RG_ERR_ARG, "attn_decode: queries %s [Dh, H, T], keys %s [Dh, n_kv, Hkv] and values %s [n_kv, Dh, Hkv] "
+                    "do not fit", shape(q, s1), shape(k, s2), shape(vt, s3));
+    if (k->t.nb[0] != es || vt->t.nb[0] != es)
+        return fail(g, RG_ERR_ARG, "attn_decode: keys %s and values %s need packed rows", shape(k, s1), shape(vt, s2));
+    rg_node *n = node_new(g, RG_OP_ATTN_DECODE, RG_TYPE_F32, ne_of(q), contiguous(g, q), k, vt, NULL);
+    if (n) n->fp[0] = scale;
+    return n;
+}

@@ -70,6 +70,10 @@ typedef enum rg_op {
                              // through the LINEAR_CE node. With src[3] (a FILL [d, V] made just before, the weight's
                              // gradient) the kernel also writes dw into src[3]'s bytes, as CPY_INTO writes a window:
                              // the logits are recomputed once for both. fp[0], ip[0..1] as LINEAR_CE
+    RG_OP_ATTN_DECODE,       // (q [Dh, H, T] f32, k [Dh, n_kv, Hkv], vt [n_kv, Dh, Hkv]; k, vt f32 or f16 with packed rows,
+                             // views of a KV cache) -> [Dh, H, T] f32: softmax(fp[0] * q.k_j) weighted sum of v_j per
+                             // head, causal (query t sees keys j <= n_kv - T + t), head h reads kv head h / (H / Hkv).
+                             // Inference only (no backward): the KV-cached path of forward.c
     RG_OP_COUNT,
 } rg_op;
 
@@ -172,6 +176,11 @@ rg_node *rg_linear_ce_loss(rg_graph *g, rg_node *lce);
 // the same kernel.
 rg_node *rg_linear_ce_back(rg_graph *g, rg_node *dy, rg_node *lce, bool with_dw);
 rg_node *rg_linear_ce_back_dw(rg_graph *g, rg_node *back);
+// Attention of the new queries q (roped) against cached keys k and transposed
+// values vt (views of a KV cache of the same type, f32 or f16), in one op: the
+// scores, scale, causal mask, softmax and weighted sum of MUL_MAT, SOFT_MAX,
+// MUL_MAT. Returns [Dh, H, T]. No gradient.
+rg_node *rg_attn_decode(rg_graph *g, rg_node *q, rg_node *k, rg_node *vt, float scale);
 
 // Optimizer steps, in place on an F32 parameter (the node aliases its bytes).
 // The host computes the per-step scalars in double (training.md §1.2); see the

@@ -187,6 +187,10 @@ static bool f32_src0(const rg_node *n) { return n->src[0] && n->src[0]->t.type =
 static bool fill_types(const rg_node *n) {
     return n->t.type == RG_TYPE_F32 || n->t.type == RG_TYPE_F16 || n->t.type == RG_TYPE_BF16;
 }
+static bool attn_decode_types(const rg_node *n) {
+    uint32_t t = n->src[1]->t.type;
+    return n->src[0]->t.type == RG_TYPE_F32 && (t == RG_TYPE_F32 || t == RG_TYPE_F16) && n->src[2]->t.type == t;
+}
 static bool half_or_f32(const rg_node *n) {
     uint32_t t = n->src[0]->t.type;
     return t == RG_TYPE_F32 || t == RG_TYPE_F16 || t == RG_TYPE_BF16;
@@ -235,4 +239,5 @@ const rg_op_def rg_op_defs[RG_OP_COUNT] = {
     [RG_OP_CPY_INTO] = OP("cpy_into", 2, 2, cpu_cpy_into, NULL, any_types, NULL, false),
     [RG_OP_LINEAR_CE] = OP("linear_ce", 3, 3, cpu_linear_ce, cpu_linear_ce_work, any_types, bw_linear_ce, false),
     [RG_OP_LINEAR_CE_BACK] = OP("linear_ce_back", 3, 4, cpu_linear_ce_back, cpu_linear_ce_back_work, any_types, NULL, false),
+    [RG_OP_ATTN_DECODE] = OP("attn_decode", 3, 3, cpu_attn_decode, cpu_attn_decode_work, attn_decode_types, NULL, false),
 };

@@ -128,10 +128,16 @@ static rg_node *forward(rg_graph *g, const rg_model *m, const rg_model_nodes *w,
             K = rg_permute(g, k, 0, 2, 1, 3);                        // [Dh, T, Hkv]
             Vt = rg_cont(g, rg_permute(g, v, 1, 2, 0, 3));           // [T, Dh, Hkv]
         }
-        rg_node *kq = rg_mul_mat(g, K, Q);                           // [n_kv, T, H]; head h reads kv head h / (H/Hkv)
-        kq = rg_soft_max(g, kq, mask, true, hp->attn_scale, 0.0f);   // causal: key j <= n_past + query i
-        rg_node *o = rg_mul_mat(g, Vt, kq);                          // [Dh, T, H]
-        o = rg_reshape(g, rg_cont(g, rg_permute(g, o, 0, 2, 1, 3)), 2, (int64_t[]){Dh * H, T});  // [Dh*H, T]
+        rg_node *o;
+        if (cache && T == 1) {
+            // A generated token: scores, softmax and weighted sum in one op (one parallel section).
+            o = rg_reshape(g, rg_attn_decode(g, q, K, Vt, hp->attn_scale), 2, (int64_t[]){Dh * H, T});  // [Dh*H, T]
+        } else {
+            rg_node *kq = rg_mul_mat(g, K, Q);                       // [n_kv, T, H]; head h reads kv head h / (H/Hkv)
+            kq = rg_soft_max(g, kq, mask, true, hp->attn_scale, 0.0f);  // causal: key j <= n_past + query i
+            o = rg_mul_mat(g, Vt, kq);                               // [Dh, T, H]
+            o = rg_reshape(g, rg_cont(g, rg_permute(g, o, 0, 2, 1, 3)), 2, (int64_t[]){Dh * H, T});  // [Dh*H, T]
+        }
         x = rg_add(g, x, linear(g, L, RG_LORA_TARGET_O, L->wo, L->bo, o));  // [d, T]
         rg_node *h2 = norm(g, x, L->ffn_norm, hp->norm_eps);
         rg_node *act = rg_swiglu(g, linear(g, L, RG_LORA_TARGET_GATE, L->ffn_gate, NULL, h2),

@@ -24,6 +24,7 @@ static const char *cpu_types(rg_op op) {
     case RG_OP_CONT: return "any type";
     case RG_OP_FILL:
     case RG_OP_CPY: return "f32, f16, bf16";
+    case RG_OP_ATTN_DECODE: return "f32 (cache f32, f16)";
     default: return "f32";
     }
 }
