@@ -26,6 +26,7 @@
 #include "base/cpu.h"
 #include "base/error.h"
 #include "cpu/cpu_ops.h"
+#include "cpu/rows_avx2.h"
 #include "cpu/exp_poly.h"
 #include "tensor/quant/quant.h"
 
@@ -36,10 +37,6 @@
 extern const int rg_ad_avx2_built;
 void rg_attn_dots_avx2(int64_t K, const char *w, bool f16, const float *x, size_t x_stride, int64_t G, float *out,
                        size_t out_stride);
-// ops_softmax_avx2.c: SOFT_MAX's row kernels (the same bits as its scalar loops).
-extern const int rg_sm_avx2_built;
-void rg_sm_exp_avx2(float *y, int64_t n, float mx, double sums[8]);
-void rg_sm_normalize_avx2(float *y, int64_t n, double inv);
 
 typedef struct ad_job {
     const rg_tensor *q, *k, *vt;
@@ -69,7 +66,7 @@ static void softmax_row(const ad_job *j, float *p, int64_t vis) {
     }
     double sums[8] = {0};
     if (j->avx2) {
-        rg_sm_exp_avx2(p, vis, mx, sums);
+        rg_ce_exp_sum_avx2(p, p, vis, mx, sums);
     } else {
         for (int64_t i = 0; i < vis; i++) {
             p[i] = rg_exp_neg_abs(p[i] - mx);
@@ -79,7 +76,7 @@ static void softmax_row(const ad_job *j, float *p, int64_t vis) {
     const double sum = ((sums[0] + sums[1]) + (sums[2] + sums[3])) + ((sums[4] + sums[5]) + (sums[6] + sums[7]));
     const double inv = 1.0 / sum;  // sum >= 1: the max contributes exp(0)
     if (j->avx2) {
-        rg_sm_normalize_avx2(p, vis, inv);
+        rg_ce_scale_avx2(p, vis, inv);
     } else {
         for (int64_t i = 0; i < vis; i++) p[i] = (float)((double)p[i] * inv);
     }
@@ -127,7 +124,7 @@ rg_status cpu_attn_decode(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
         (k->type != RG_TYPE_F32 && k->type != RG_TYPE_F16))
         return rg_fail(err, RG_ERR_ARG, "attn_decode '%s': the sources do not fit", n->t.name);
     j.G = j.H / j.Hkv;
-    j.avx2 = rg_ad_avx2_built && rg_sm_avx2_built && rg_cpu_has_avx2();
+    j.avx2 = rg_ad_avx2_built && rg_ce_avx2_built && rg_cpu_has_avx2();
     const size_t need = (size_t)rg_threadpool_size(ctx->pool) * AD_GMAX * (size_t)j.n_kv * sizeof(float);
     if (!ctx->scratch || ctx->scratch_size < need)
         return rg_fail(err, RG_ERR_ARG, "attn_decode '%s': scratch of %zu bytes is below the %zu needed", n->t.name,

@@ -5,12 +5,7 @@
 // (exp_poly.h's exp; the sum in 8 double partial sums, element v into sum
 // v % 8), so the two paths give the same bits. Built without AVX2 these do
 // nothing and rg_ce_avx2_built = 0.
-#include <stdint.h>
-
-extern const int rg_ce_avx2_built;
-float rg_ce_max_avx2(const float *z, int64_t n);
-void rg_ce_exp_sum_avx2(const float *z, float *e, int64_t n, float mx, double sums[8]);
-void rg_ce_scale_avx2(float *y, int64_t n, double c);
+#include "cpu/rows_avx2.h"
 
 #if defined(__AVX2__)
 

@@ -47,16 +47,12 @@
 #include "base/cpu.h"
 #include "base/error.h"
 #include "cpu/cpu_ops.h"
+#include "cpu/rows_avx2.h"
 #include "cpu/cpu_rows.h"
 #include "cpu/exp_poly.h"
 #include "cpu/gemm.h"
 #include "tensor/quant/quant.h"
 
-// The CROSS_ENTROPY_LOSS row kernels (ops_ce_avx2.c).
-extern const int rg_ce_avx2_built;
-float rg_ce_max_avx2(const float *z, int64_t n);
-void rg_ce_exp_sum_avx2(const float *z, float *e, int64_t n, float mx, double sums[8]);
-void rg_ce_scale_avx2(float *y, int64_t n, double c);
 
 #define LCE_CHUNK_BYTES (4u << 20)  // the automatic chunk's [T, chunk] f32
 #define LCE_CHUNK_MIN 64

@@ -1,16 +1,10 @@
-// ops_softmax_avx2.c - AVX2 row kernels of SOFT_MAX (ops_softmax_loss.c): the
-// scaled and masked scores with their maximum, the exponentials with their
-// sum, and the normalization. Each performs exactly the IEEE operations of the
-// scalar loops in ops_softmax_loss.c in the same order (the exp is
-// exp_poly.h's; the sum goes into 8 double partial sums, element k into sum
-// k % 8, which is what the scalar loop does too), so the two paths give the
-// same bits. Built without AVX2 these do nothing and rg_sm_avx2_built = 0.
-#include <stdint.h>
-
-extern const int rg_sm_avx2_built;
-float rg_sm_scores_avx2(const float *a, const float *mask, float scale, float *z, int64_t n);
-void rg_sm_exp_avx2(float *y, int64_t n, float mx, double sums[8]);
-void rg_sm_normalize_avx2(float *y, int64_t n, double inv);
+// ops_softmax_avx2.c - the AVX2 scores kernel of SOFT_MAX (ops_softmax_loss.c):
+// the scaled and masked scores with their maximum, exactly the IEEE operations
+// of the scalar loop there in the same order, so both paths give the same
+// bits. The exponentials, their sum and the normalization are the
+// cross-entropy's row kernels (ops_ce_avx2.c, rows_avx2.h). Built without AVX2
+// it does nothing and rg_sm_avx2_built = 0.
+#include "cpu/rows_avx2.h"
 
 #if defined(__AVX2__)
 
@@ -46,38 +40,7 @@ float rg_sm_scores_avx2(const float *a, const float *mask, float scale, float *z
     return best;
 }
 
-// y[k] = exp(y[k] - mx) for k < n, each added to sums[k % 8] in increasing k.
-void rg_sm_exp_avx2(float *y, int64_t n, float mx, double sums[8]) {
-    const __m256 m = _mm256_set1_ps(mx);
-    __m256d lo = _mm256_loadu_pd(sums), hi = _mm256_loadu_pd(sums + 4);
-    int64_t k = 0;
-    for (; k + 8 <= n; k += 8) {
-        __m256 e = rg_exp_neg_abs8(_mm256_sub_ps(_mm256_loadu_ps(y + k), m));
-        _mm256_storeu_ps(y + k, e);
-        lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
-        hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
-    }
-    _mm256_storeu_pd(sums, lo);
-    _mm256_storeu_pd(sums + 4, hi);
-    for (; k < n; k++) {
-        float e = rg_exp_neg_abs(y[k] - mx);
-        y[k] = e;
-        sums[k % 8] += (double)e;
-    }
-}
 
-// y[k] = (float)((double)y[k] * inv) for k < n.
-void rg_sm_normalize_avx2(float *y, int64_t n, double inv) {
-    const __m256d v = _mm256_set1_pd(inv);
-    int64_t k = 0;
-    for (; k + 8 <= n; k += 8) {
-        __m256 e = _mm256_loadu_ps(y + k);
-        __m128 l = _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(e)), v));
-        __m128 h = _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)), v));
-        _mm256_storeu_ps(y + k, _mm256_insertf128_ps(_mm256_castps128_ps256(l), h, 1));
-    }
-    for (; k < n; k++) y[k] = (float)((double)y[k] * inv);
-}
 
 #else
 
@@ -87,7 +50,5 @@ float rg_sm_scores_avx2(const float *a, const float *mask, float scale, float *z
     (void)a, (void)mask, (void)scale, (void)z, (void)n;
     return 0.0f;
 }
-void rg_sm_exp_avx2(float *y, int64_t n, float mx, double sums[8]) { (void)y, (void)n, (void)mx, (void)sums; }
-void rg_sm_normalize_avx2(float *y, int64_t n, double inv) { (void)y, (void)n, (void)inv; }
 
 #endif

@@ -12,6 +12,7 @@
 #include "base/cpu.h"
 #include "base/error.h"
 #include "cpu/cpu_ops.h"
+#include "cpu/rows_avx2.h"
 #include "cpu/cpu_rows.h"
 #include "cpu/exp_poly.h"
 
@@ -37,11 +38,7 @@ typedef struct sm_job {
     float scale, softcap;
 } sm_job;
 
-// The AVX2 row kernels (ops_softmax_avx2.c): the same bits as the loops below.
-extern const int rg_sm_avx2_built;
-float rg_sm_scores_avx2(const float *a, const float *mask, float scale, float *z, int64_t n);
-void rg_sm_exp_avx2(float *y, int64_t n, float mx, double sums[8]);
-void rg_sm_normalize_avx2(float *y, int64_t n, double inv);
+// The AVX2 row kernels (rows_avx2.h): the same bits as the loops below.
 
 static void soft_max_rows(void *p, int ith, int nth) {
     const sm_job *j = p;
@@ -81,7 +78,7 @@ static void soft_max_rows(void *p, int ith, int nth) {
         // removed), summed in double into 8 partial sums, key k into sum k % 8.
         double sums[8] = {0};
         if (avx2) {
-            rg_sm_exp_avx2(y, end, mx, sums);
+            rg_ce_exp_sum_avx2(y, y, end, mx, sums);
         } else {
             for (int64_t k = 0; k < end; k++) {
                 float e = rg_exp_neg_abs(y[k] - mx);
@@ -92,7 +89,7 @@ static void soft_max_rows(void *p, int ith, int nth) {
         const double sum = ((sums[0] + sums[1]) + (sums[2] + sums[3])) + ((sums[4] + sums[5]) + (sums[6] + sums[7]));
         const double inv = 1.0 / sum;  // sum >= 1: the max contributes exp(0)
         if (avx2) {
-            rg_sm_normalize_avx2(y, end, inv);
+            rg_ce_scale_avx2(y, end, inv);
         } else {
             for (int64_t k = 0; k < end; k++) y[k] = (float)((double)y[k] * inv);
         }
@@ -203,10 +200,6 @@ typedef struct ce_job {
     double coef;             // backward: dL * inv_n
 } ce_job;
 
-extern const int rg_ce_avx2_built;
-float rg_ce_max_avx2(const float *z, int64_t n);
-void rg_ce_exp_sum_avx2(const float *z, float *e, int64_t n, float mx, double sums[8]);
-void rg_ce_scale_avx2(float *y, int64_t n, double c);
 
 // Row max and sum_v exp(Z[v] - max) (double) of one row of V logits; when e is
 // not NULL the exponentials are stored there too (e may be z: each z[v] is
