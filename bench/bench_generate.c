@@ -16,6 +16,8 @@
 //   RG_BENCH_THREADS=1        threads (default: all cores)
 //   RG_BENCH_CPU=1            also print the process CPU seconds of each phase (best run), a
 //                             measure of work that a busy machine disturbs less than wall time
+//   RG_BENCH_PROFILE=1        also print where the time goes per op (graph/exec.h's profile),
+//                             prompt and generation apart, summed over the repetitions
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +123,15 @@ static double plain_read_gbs(int threads) {
     return (double)bytes / best * 1e-9;
 }
 
+// Adds what `from` holds to `to` and clears `from`.
+static void profile_move(rg_exec_profile *from, rg_exec_profile *to) {
+    for (int o = 0; o < RG_OP_COUNT; o++) to->op_s[o] += from->op_s[o], to->op_n[o] += from->op_n[o];
+    for (int t = 0; t < RG_TYPE_COUNT; t++)
+        to->mm_s[t] += from->mm_s[t], to->mm_n[t] += from->mm_n[t], to->mm_bytes[t] += from->mm_bytes[t];
+    to->run_s += from->run_s, to->runs += from->runs;
+    memset(from, 0, sizeof *from);
+}
+
 int main(void) {
     const char *src = getenv("RG_SMOLLM2");
     if (!src || access(src, R_OK)) {
@@ -135,6 +146,8 @@ int main(void) {
     int threads = getenv("RG_BENCH_THREADS") ? atoi(getenv("RG_BENCH_THREADS")) : rg_cpu_count();
     if (threads < 1) threads = rg_cpu_count();
     bool show_cpu = getenv("RG_BENCH_CPU") && atoi(getenv("RG_BENCH_CPU"));
+    bool show_prof = getenv("RG_BENCH_PROFILE") && atoi(getenv("RG_BENCH_PROFILE"));
+    static rg_exec_profile prof, prof_pp, prof_tg;
     printf("bench_generate: SmolLM2-135M, prompt %d tokens, %d generated (greedy), %d threads, best of %d\n", PP, TG,
            threads, reps);
     double gbs = plain_read_gbs(threads);
@@ -167,7 +180,9 @@ int main(void) {
         }
         rg_model *m;
         rg_session *s;
-        rg_session_opts so = {.n_ctx = PP + TG, .n_threads = threads, .n_batch = PP};
+        rg_session_opts so = {.n_ctx = PP + TG, .n_threads = threads, .n_batch = PP, .profile = show_prof ? &prof : NULL};
+        memset(&prof_pp, 0, sizeof prof_pp);
+        memset(&prof_tg, 0, sizeof prof_tg);
         if (rg_model_load(&m, file, &err) || rg_session_create(&s, m, &so, &err)) {
             printf("%-16s %s\n", types[i].label, err.msg);
             continue;
@@ -186,6 +201,7 @@ int main(void) {
                 break;
             }
             double t1 = bench_now(), c1 = cpu_now();
+            if (show_prof) profile_move(&prof, &prof_pp);
             for (int k = 0; k < TG && !skip_tg; k++) {
                 int32_t best = greedy(logits, V);
                 if (rg_session_eval(s, &best, 1, logits, 0, &err)) {
@@ -194,6 +210,7 @@ int main(void) {
                 }
             }
             double t2 = bench_now(), c2 = cpu_now();
+            if (show_prof) profile_move(&prof, &prof_tg);
             if (c1 - c0 < cpu_pp) cpu_pp = c1 - c0;
             if (c2 - c1 < cpu_tg) cpu_tg = c2 - c1;
             if (t1 - t0 < best_pp) best_pp = t1 - t0;
@@ -213,6 +230,12 @@ int main(void) {
         printf("%-16s %12.1f %12.1f %14s %14s %18s", types[i].label, PP / best_pp, TG / best_tg, lp, lt, ceil_s);
         if (show_cpu) printf("   cpu ms: prompt %.1f, per generated token %.2f", cpu_pp * 1e3, cpu_tg * 1e3 / TG);
         printf("\n");
+        if (show_prof) {
+            printf("prompt ");
+            rg_exec_profile_print(&prof_pp, stdout);
+            printf("generation ");
+            rg_exec_profile_print(&prof_tg, stdout);
+        }
         fflush(stdout);
         free(logits);
         rg_session_free(s);

@@ -519,6 +519,50 @@ static void test_backward_misuse_is_an_error(void) {
     rg_graph_free(g);
 }
 
+// (12) The profile counts every node once per run, a group of products sharing
+// one section as its members (split by weight bytes), by op and weight type,
+// and its times add up to no more than the runs took.
+static void test_profile_counts_nodes(void) {
+    rg_graph *g = rg_graph_new();
+    rg_error err = {0};
+    float *w1 = random_f32(64 * 32, 1, 1.0f), *w2 = random_f32(64 * 16, 2, 1.0f), *x = random_f32(64, 3, 1.0f);
+    uint16_t w3[64 * 8] = {0};
+    rg_node *xn = rg_leaf(g, "x", RG_TYPE_F32, 2, (int64_t[]){64, 1}, x);
+    rg_node *a = rg_mul_mat(g, rg_leaf(g, "w1", RG_TYPE_F32, 2, (int64_t[]){64, 32}, w1), xn);  // [32, 1]
+    rg_node *b = rg_mul_mat(g, rg_leaf(g, "w2", RG_TYPE_F32, 2, (int64_t[]){64, 16}, w2), xn);  // [16, 1]
+    rg_node *c = rg_mul_mat(g, rg_leaf(g, "w3", RG_TYPE_F16, 2, (int64_t[]){64, 8}, w3), xn);   // [8, 1]
+    rg_node *y = rg_add(g, rg_add(g, rg_sum(g, a), rg_sum(g, b)), rg_sum(g, c));
+    RG_REQUIRE(y && rg_graph_error(g, &err) == RG_OK, "graph: %s", err.msg);
+    rg_exec_profile prof = {0};
+    rg_exec *ex = NULL;
+    rg_exec_opts o = {.n_threads = 2, .profile = &prof};
+    RG_REQUIRE(rg_exec_create(&ex, g, &o, &err) == RG_OK, "%s", err.msg);
+    for (int r = 0; r < 3; r++) RG_REQUIRE(rg_exec_run(ex, 0, -1, &err) == RG_OK, "%s", err.msg);
+    RG_CHECK(prof.runs == 3, "runs %lld, expected 3", (long long)prof.runs);
+    RG_CHECK(prof.op_n[RG_OP_MUL_MAT] == 9, "MUL_MAT counted %lld times, expected 9", (long long)prof.op_n[RG_OP_MUL_MAT]);
+    RG_CHECK(prof.op_n[RG_OP_SUM] == 9 && prof.op_n[RG_OP_ADD] == 6, "SUM %lld, ADD %lld: expected 9 and 6",
+             (long long)prof.op_n[RG_OP_SUM], (long long)prof.op_n[RG_OP_ADD]);
+    RG_CHECK(prof.mm_n[RG_TYPE_F32] == 6 && prof.mm_n[RG_TYPE_F16] == 3, "MUL_MAT by type: F32 %lld, F16 %lld",
+             (long long)prof.mm_n[RG_TYPE_F32], (long long)prof.mm_n[RG_TYPE_F16]);
+    RG_CHECK(prof.mm_bytes[RG_TYPE_F32] == 3.0 * 4 * 64 * 48 && prof.mm_bytes[RG_TYPE_F16] == 3.0 * 2 * 64 * 8,
+             "weight bytes F32 %.0f, F16 %.0f", prof.mm_bytes[RG_TYPE_F32], prof.mm_bytes[RG_TYPE_F16]);
+    double sum = 0, mm = 0;
+    for (int op = 0; op < RG_OP_COUNT; op++) sum += prof.op_s[op];
+    for (int t = 0; t < RG_TYPE_COUNT; t++) mm += prof.mm_s[t];
+    RG_CHECK(sum > 0 && sum <= prof.run_s, "node seconds %.3g against %.3g for the runs", sum, prof.run_s);
+    RG_CHECK(fabs(mm - prof.op_s[RG_OP_MUL_MAT]) <= 1e-12 + 1e-9 * mm, "MUL_MAT by type %.9g, by op %.9g", mm,
+             prof.op_s[RG_OP_MUL_MAT]);
+    char buf[4096] = {0};
+    FILE *f = fmemopen(buf, sizeof buf - 1, "w");
+    RG_REQUIRE(f, "fmemopen");
+    rg_exec_profile_print(&prof, f);
+    fclose(f);
+    RG_CHECK(strstr(buf, "3 runs") && strstr(buf, "mul_mat") && strstr(buf, "MUL_MAT f16"), "printed:\n%s", buf);
+    rg_exec_free(ex);
+    rg_graph_free(g);
+    free(w1), free(w2), free(x);
+}
+
 static const rg_test_case cases[] = {
     RG_TEST(test_gradient_of_reused_input_is_summed),
     RG_TEST(test_frozen_leaves_get_no_gradient),
@@ -531,6 +575,7 @@ static const rg_test_case cases[] = {
     RG_TEST(test_determinism),
     RG_TEST(test_views_read_the_right_elements),
     RG_TEST(test_backward_misuse_is_an_error),
+    RG_TEST(test_profile_counts_nodes),
     {0},
 };
 

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/error.h"
 #include "cpu/cpu_ops.h"
@@ -19,7 +20,65 @@ struct rg_exec {
     rg_cuda_ctx *cuda;
     int nodes_cpu;
     bool own_pool;
+    rg_exec_profile *prof;
 };
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double weight_bytes(const rg_node *n) {
+    const rg_tensor *w = &n->src[0]->t;
+    return (double)rg_tensor_row_size(w) * (double)(rg_tensor_nelements(w) / (w->ne[0] > 0 ? w->ne[0] : 1));
+}
+
+// Adds the seconds `dt` of nodes grp[0..cnt) (one parallel section) to the profile.
+static void profile_add(rg_exec_profile *p, rg_node *const *grp, int cnt, double dt) {
+    if (grp[0]->op != RG_OP_MUL_MAT) {
+        p->op_s[grp[0]->op] += dt;
+        p->op_n[grp[0]->op] += 1;
+        return;
+    }
+    double total = 0;
+    for (int q = 0; q < cnt; q++) total += weight_bytes(grp[q]);
+    for (int q = 0; q < cnt; q++) {
+        const double share = total > 0 ? dt * weight_bytes(grp[q]) / total : dt / cnt;
+        const uint32_t ty = grp[q]->src[0]->t.type;
+        p->op_s[RG_OP_MUL_MAT] += share;
+        p->op_n[RG_OP_MUL_MAT] += 1;
+        if (ty < RG_TYPE_COUNT) {
+            p->mm_s[ty] += share;
+            p->mm_n[ty] += 1;
+            p->mm_bytes[ty] += weight_bytes(grp[q]);
+        }
+    }
+}
+
+void rg_exec_profile_print(const rg_exec_profile *p, FILE *f) {
+    const double runs = p->runs > 0 ? (double)p->runs : 1.0;
+    double nodes_s = 0;
+    for (int o = 0; o < RG_OP_COUNT; o++) nodes_s += p->op_s[o];
+    fprintf(f, "profile: %lld runs, %.3f ms per run, %.3f ms of it in nodes\n", (long long)p->runs, 1e3 * p->run_s / runs,
+            1e3 * nodes_s / runs);
+    bool done[RG_OP_COUNT] = {false};
+    for (;;) {  // ops by decreasing time
+        int best = -1;
+        for (int o = 0; o < RG_OP_COUNT; o++)
+            if (!done[o] && p->op_n[o] && (best < 0 || p->op_s[o] > p->op_s[best])) best = o;
+        if (best < 0) break;
+        done[best] = true;
+        fprintf(f, "  %-18s %6.0f nodes %8.3f ms %5.1f%%\n", rg_op_defs[best].name, p->op_n[best] / runs,
+                1e3 * p->op_s[best] / runs, p->run_s > 0 ? 100 * p->op_s[best] / p->run_s : 0.0);
+    }
+    for (int t = 0; t < RG_TYPE_COUNT; t++) {
+        if (!p->mm_n[t]) continue;
+        const double s = p->mm_s[t] / runs, mb = p->mm_bytes[t] / runs / 1e6;
+        fprintf(f, "  MUL_MAT %-10s %6.0f nodes %8.3f ms %7.2f MB %6.2f GB/s\n", rg_type_get((uint32_t)t)->name,
+                p->mm_n[t] / runs, 1e3 * s, mb, s > 0 ? mb / 1e3 / s : 0.0);
+    }
+}
 
 static rg_node *owner(rg_node *n) { return n->view_of ? n->view_of : n; }
 
@@ -28,6 +87,7 @@ rg_status rg_exec_create(rg_exec **out, rg_graph *g, const rg_exec_opts *opts, r
     rg_exec *ex = calloc(1, sizeof *ex);
     if (!ex) return rg_fail(err, RG_ERR_NOMEM, "exec: out of memory");
     ex->g = g;
+    ex->prof = opts->profile;
     rg_status st = RG_OK;
     if (opts->pool) ex->pool = opts->pool;
     else {
@@ -128,11 +188,13 @@ rg_status rg_exec_run(rg_exec *ex, int from, int to, rg_error *err) {
     rg_graph *g = ex->g;
     if (to < 0 || to > g->n_nodes) to = g->n_nodes;
     rg_exec_ctx ctx = {ex->pool, ex->scratch, ex->plan.scratch_bytes};
+    const double t_run = ex->prof ? now_s() : 0;
     for (int i = from < 0 ? 0 : from; i < to; i++) {
         rg_node *n = g->nodes[i];
         const rg_op_def *def = &rg_op_defs[n->op];
         if (n->op == RG_OP_NONE || def->is_view) continue;
         rg_status st;
+        const double t0 = ex->prof ? now_s() : 0;
         if (n->op == RG_OP_MUL_MAT && !ex->cuda && !(n->flags & RG_NODE_LOSS)) {
             // Several products of the same activations: one parallel section (ops_matmul.c).
             rg_node *grp[GROUP_MAX];
@@ -140,6 +202,7 @@ rg_status rg_exec_run(rg_exec *ex, int from, int to, rg_error *err) {
             if (cnt > 1) {
                 st = cpu_mul_mat_many(&ctx, grp, cnt, err);
                 if (st) return st;
+                if (ex->prof) profile_add(ex->prof, grp, cnt, now_s() - t0);
                 ex->nodes_cpu += cnt;
                 i = last;
                 continue;
@@ -155,6 +218,7 @@ rg_status rg_exec_run(rg_exec *ex, int from, int to, rg_error *err) {
             ex->nodes_cpu++;
         }
         if (st) return st;
+        if (ex->prof) profile_add(ex->prof, &n, 1, now_s() - t0);
         if (n->flags & RG_NODE_LOSS) {
             float loss = *(const float *)n->t.data;
             if (!isfinite(loss)) {
@@ -163,6 +227,10 @@ rg_status rg_exec_run(rg_exec *ex, int from, int to, rg_error *err) {
                 return rg_fail(err, RG_ERR_NONFINITE, "exec: the loss '%s' is %g; %s", n->t.name, (double)loss, where);
             }
         }
+    }
+    if (ex->prof) {
+        ex->prof->run_s += now_s() - t_run;
+        ex->prof->runs += 1;
     }
     return RG_OK;
 }

@@ -7,13 +7,34 @@
 #include "graph/graph.h"
 #include "graph/plan.h"
 
+#include <stdio.h>
+
 typedef enum rg_device { RG_DEVICE_CPU = 0, RG_DEVICE_CUDA = 1 } rg_device;
+
+// Where time goes, summed over runs when an exec is given one: wall seconds and
+// node counts per op, and for MUL_MAT also per weight type (a group of products
+// sharing one parallel section is timed as one and split by weight bytes).
+// Costs two clock reads per node; NULL (the default) costs nothing.
+typedef struct rg_exec_profile {
+    double op_s[RG_OP_COUNT];
+    int64_t op_n[RG_OP_COUNT];
+    double mm_s[RG_TYPE_COUNT];
+    int64_t mm_n[RG_TYPE_COUNT];
+    double mm_bytes[RG_TYPE_COUNT];  // weight bytes read
+    double run_s;                    // whole rg_exec_run calls
+    int64_t runs;
+} rg_exec_profile;
+
+// Prints the profile to f as a table (ops by time, then MUL_MAT by weight type),
+// each run's share in ms: what `retrograd generate --profile` and the benches show.
+void rg_exec_profile_print(const rg_exec_profile *p, FILE *f);
 
 typedef struct rg_exec_opts {
     int n_threads;      // <= 0: all cores
     size_t budget;      // bytes; 0 = no limit
     rg_device device;
     rg_threadpool *pool;  // optional: a pool that outlives the exec (n_threads is then ignored)
+    rg_exec_profile *profile;  // optional: time per op is added there (not owned)
 } rg_exec_opts;
 
 typedef struct rg_exec_stats {

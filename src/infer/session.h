@@ -20,6 +20,7 @@ typedef struct rg_session_opts {
     const struct rg_lora *lora;  // optional LoRA adapter (model/lora.h) applied through the graph; not owned,
                                  // it must outlive the session
     float lora_scale;            // the user's scale of that adapter (llama.cpp's --lora-scaled; 0: off)
+    rg_exec_profile *profile;    // optional: every evaluation adds its time per op there (graph/exec.h); not owned
 } rg_session_opts;
 
 rg_status rg_session_create(rg_session **out, const rg_model *m, const rg_session_opts *opts, rg_error *err);

@@ -144,7 +144,8 @@ static void usage(FILE *f) {
             "  --no-bos              never put a BOS token first\n"
             "  --raw                 use the text as is, without the chat template\n"
             "  --truncate            keep the end of a prompt longer than the context instead of failing\n"
-            "  --verbose-prompt      print the tokens evaluated (each turn) to stderr\n");
+            "  --verbose-prompt      print the tokens evaluated (each turn) to stderr\n"
+            "  --profile             at the end, print to stderr where the time went per op and weight type\n");
 }
 
 typedef struct gen {
@@ -478,7 +479,7 @@ static int chat(gen *g, const rg_chat_template *tmpl) {
 int cmd_generate(int argc, char **argv) {
     const char *C = "generate";
     const char *model_path = NULL, *prompt = NULL, *file = NULL, *lora_spec = NULL;
-    bool chat_mode = false, raw = false, no_bos = false, truncate = false, verbose = false;
+    bool chat_mode = false, raw = false, no_bos = false, truncate = false, verbose = false, profile = false;
     int64_t n_predict = 128, n_ctx = 0, n_threads = 0, repeat_last_n = 64;
     rg_device device = RG_DEVICE_CPU;
     rg_sampler_params sp = rg_sampler_defaults();
@@ -493,6 +494,7 @@ int cmd_generate(int argc, char **argv) {
         if (!strcmp(a, "--no-bos")) { no_bos = true; continue; }
         if (!strcmp(a, "--truncate")) { truncate = true; continue; }
         if (!strcmp(a, "--verbose-prompt")) { verbose = true; continue; }
+        if (!strcmp(a, "--profile")) { profile = true; continue; }
         static const char *const with_value[] = {"-m", "-p", "-f", "-n", "--temp", "--top-k", "--top-p", "--min-p",
                                                  "--repeat-penalty", "--repeat-last-n", "--seed", "-c", "-t",
                                                  "--threads", "--device", "--ctx-size", "--n-predict", "--lora"};
@@ -622,8 +624,9 @@ int cmd_generate(int argc, char **argv) {
                 lpath, n_pairs, (long long)lora->rank, (double)lora->alpha, (double)lora_scale,
                 (double)rg_lora_scale(lora, lora_scale));
     }
+    rg_exec_profile prof = {0};
     rg_session_opts so = {.n_ctx = g.n_ctx, .n_threads = (int)n_threads, .device = device, .lora = lora,
-                          .lora_scale = lora_scale};
+                          .lora_scale = lora_scale, .profile = profile ? &prof : NULL};
     if (rg_session_create(&g.sess, g.model, &so, &err) ||
         rg_sampler_create(&g.smp, &sp, (int32_t)g.n_vocab, &err)) {
         fprintf(stderr, "retrograd %s: %s\n", C, err.msg);
@@ -637,6 +640,10 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     rc = chat_mode ? chat(&g, &tmpl) : one_shot(&g, input, text_len, have_tmpl ? &tmpl : NULL);
+    if (profile) {
+        fprintf(stderr, "retrograd %s: ", C);
+        rg_exec_profile_print(&prof, stderr);
+    }
 done:
     if (have_tmpl) rg_chat_template_free(&tmpl);
     free(g.logits);
