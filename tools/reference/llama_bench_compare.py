@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Ours against llama.cpp's own llama-bench, type by type, back to back, on the
+machine at hand: the comparison behind issue 5's speed bar (SmolLM2-135M,
+2 threads, a 128-token prompt, 32 generated tokens).
+
+    python3 tools/reference/llama_bench_compare.py --llama-bench PATH/llama-bench \\
+        [--bench build/bench_generate] [--rounds 3] [--reps 5] DIR [TYPE ...]
+
+DIR holds smollm2-<type>.gguf files as bench_generate writes them with
+RG_BENCH_CACHE=DIR (f32, f16, bf16, q8_0, q4_0, q4_k_m; the shipped Q4_1 file,
+printed by scripts/smollm2.sh, copied in as smollm2-q4_1.gguf). For every round
+and type, llama-bench (`-t 2 -p 128 -n 32 -r REPS -o json`) and then
+bench_generate (RG_BENCH_TYPES=type, RG_BENCH_REPS=REPS) run on the same file
+one right after the other, so both see the same state of a machine whose
+memory rate drifts by 20-40% within an hour. Both are read as the best of the
+repetitions (llama-bench's per-repetition samples, bench_generate's best), and
+the table gives each round's tokens/s and the median of the per-round ratios.
+
+llama-bench is not part of this project and is not built by it: any build will
+do (it was measured here with the one in the llama-cpp-python sdist,
+vendor/llama.cpp, configured with cmake -DGGML_NATIVE=ON and built with
+`cmake --build build --target llama-bench`). A benchmark helper, not part of
+the product.
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q4_k_m"]
+PP, TG = 128, 32
+
+
+def llama_bench(exe, path, reps):
+    out = subprocess.run([exe, "-m", path, "-t", "2", "-p", str(PP), "-n", str(TG), "-r", str(reps), "-o", "json"],
+                         check=True, capture_output=True, text=True).stdout
+    pp = tg = None
+    for test in json.loads(out):
+        best = max(test["samples_ts"]) if test.get("samples_ts") else test["avg_ts"]
+        if test["n_prompt"] == PP and test["n_gen"] == 0:
+            pp = best
+        elif test["n_gen"] == TG and test["n_prompt"] == 0:
+            tg = best
+    if pp is None or tg is None:
+        sys.exit(f"llama-bench printed no pp{PP}/tg{TG} rows for {path}")
+    return pp, tg
+
+
+def ours(exe, src, cache, typ, reps):
+    env = dict(os.environ, RG_SMOLLM2=src, RG_BENCH_CACHE=cache, RG_BENCH_TYPES=typ, RG_BENCH_REPS=str(reps))
+    out = subprocess.run([exe], check=True, capture_output=True, text=True, env=env).stdout
+    for line in out.splitlines():
+        m = re.match(r"^(\S+)(?: \(shipped\))?\s+([\d.]+)\s+([\d.]+)\s", line)
+        if m and m.group(1) == typ:
+            return float(m.group(2)), float(m.group(3))
+    sys.exit(f"bench_generate printed no row for {typ}:\n{out}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--llama-bench", required=True)
+    ap.add_argument("--bench", default="build/bench_generate")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("dir")
+    ap.add_argument("types", nargs="*")
+    a = ap.parse_args()
+    types = a.types or TYPES
+    src = os.path.join(a.dir, "smollm2-q4_1.gguf")
+    if not os.path.exists(src):
+        sys.exit(f"{src} is missing: copy the shipped Q4_1 file there (scripts/smollm2.sh prints it)")
+    rows = {t: [] for t in types}
+    print(f"{'round':>5} {'type':8} {'llama pp':>9} {'ours pp':>9} {'ratio':>6} {'llama tg':>9} {'ours tg':>9} {'ratio':>6}")
+    for r in range(a.rounds):
+        for t in types:
+            path = os.path.join(a.dir, f"smollm2-{t}.gguf")
+            if not os.path.exists(path):
+                sys.exit(f"{path} is missing: run bench_generate once with RG_BENCH_CACHE={a.dir}")
+            lpp, ltg = llama_bench(a.llama_bench, path, a.reps)
+            opp, otg = ours(a.bench, src, a.dir, t, a.reps)
+            rows[t].append((lpp, opp, ltg, otg))
+            print(f"{r + 1:>5} {t:8} {lpp:9.1f} {opp:9.1f} {opp / lpp:6.2f} {ltg:9.1f} {otg:9.1f} {otg / ltg:6.2f}",
+                  flush=True)
+    print("median of the per-round ratios (ours / llama-bench), and the worst round:")
+    for t in types:
+        pr = [o / l for l, o, _, _ in rows[t]]
+        gr = [o / l for _, _, l, o in rows[t]]
+        print(f"  {t:8} prompt {statistics.median(pr):.2f} (worst {min(pr):.2f})   "
+              f"generation {statistics.median(gr):.2f} (worst {min(gr):.2f})")
+
+
+if __name__ == "__main__":
+    main()
