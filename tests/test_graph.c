@@ -563,6 +563,50 @@ static void test_profile_counts_nodes(void) {
     free(w1), free(w2), free(x);
 }
 
+// (13) Execs sharing an rg_exec_mem, one after another: the memory grows to
+// the largest plan and is kept; a leaf without data starts as zeros even when
+// the previous exec left other bytes there; results equal an exec's own memory.
+static rg_graph *scaled_sum_graph(int64_t n, float *x, rg_node **acc, rg_node **out) {
+    rg_graph *g = rg_graph_new();
+    rg_node *xn = rg_leaf(g, "x", RG_TYPE_F32, 1, (int64_t[]){n}, x);
+    *acc = rg_leaf(g, "acc", RG_TYPE_F32, 1, (int64_t[]){n}, NULL);  // bytes in the buffer, zeroed
+    *out = rg_add(g, rg_scale(g, xn, 3.0f), *acc);
+    (*out)->flags |= RG_NODE_OUTPUT;
+    return g;
+}
+
+static void test_exec_mem_is_reused(void) {
+    rg_exec_mem mem = {0};
+    rg_error err = {0};
+    size_t caps[3];
+    static const int64_t ns[3] = {4096, 65536, 1024};
+    for (int r = 0; r < 3; r++) {
+        const int64_t n = ns[r];
+        float *x = random_f32(n, 20 + (uint64_t)r, 1.0f);
+        rg_node *acc, *out;
+        rg_graph *g = scaled_sum_graph(n, x, &acc, &out);
+        rg_exec *ex = NULL;
+        rg_exec_opts o = {.n_threads = 2, .mem = &mem};
+        RG_REQUIRE(rg_exec_create(&ex, g, &o, &err) == RG_OK, "%s", err.msg);
+        RG_REQUIRE(rg_exec_run(ex, 0, -1, &err) == RG_OK, "%s", err.msg);
+        int bad = 0;
+        for (int64_t i = 0; i < n; i++) bad += f32_of(out)[i] != 3.0f * x[i];
+        RG_CHECK(bad == 0, "n = %lld: %d outputs differ from 3x (the zeroed leaf held old bytes?)", (long long)n, bad);
+        caps[r] = mem.buffer_cap;
+        RG_CHECK(mem.buffer_cap >= rg_exec_plan(ex)->buffer_bytes, "capacity %zu below the plan's %zu", mem.buffer_cap,
+                 rg_exec_plan(ex)->buffer_bytes);
+        memset(mem.buffer, 0x7f, mem.buffer_cap);  // garbage for the next exec to find
+        rg_exec_free(ex);
+        RG_CHECK(mem.buffer != NULL, "the memory was freed with the exec");
+        rg_graph_free(g);
+        free(x);
+    }
+    RG_CHECK(caps[1] > caps[0] && caps[2] == caps[1], "capacities %zu, %zu, %zu: expected growth, then kept", caps[0],
+             caps[1], caps[2]);
+    rg_exec_mem_free(&mem);
+    RG_CHECK(!mem.buffer && !mem.buffer_cap, "rg_exec_mem_free left memory behind");
+}
+
 static const rg_test_case cases[] = {
     RG_TEST(test_gradient_of_reused_input_is_summed),
     RG_TEST(test_frozen_leaves_get_no_gradient),
@@ -576,6 +620,7 @@ static const rg_test_case cases[] = {
     RG_TEST(test_views_read_the_right_elements),
     RG_TEST(test_backward_misuse_is_an_error),
     RG_TEST(test_profile_counts_nodes),
+    RG_TEST(test_exec_mem_is_reused),
     {0},
 };
 

@@ -20,8 +20,26 @@ struct rg_exec {
     rg_cuda_ctx *cuda;
     int nodes_cpu;
     bool own_pool;
+    bool own_mem;  // buffer and scratch are this exec's (not an rg_exec_mem's)
     rg_exec_profile *prof;
 };
+
+// Grows *p (capacity *cap) to hold `need` bytes, 64-byte aligned; false when out of memory.
+static bool mem_reserve(void **p, size_t *cap, size_t need) {
+    if (need <= *cap && *p) return true;
+    free(*p);
+    *cap = 0;
+    *p = aligned_alloc(64, (need + 63) / 64 * 64);
+    if (*p) *cap = (need + 63) / 64 * 64;
+    return *p != NULL;
+}
+
+void rg_exec_mem_free(rg_exec_mem *mem) {
+    if (!mem) return;
+    free(mem->buffer);
+    free(mem->scratch);
+    memset(mem, 0, sizeof *mem);
+}
 
 static double now_s(void) {
     struct timespec ts;
@@ -96,7 +114,17 @@ rg_status rg_exec_create(rg_exec **out, rg_graph *g, const rg_exec_opts *opts, r
     }
     if (!st) st = rg_graph_plan(g, rg_threadpool_size(ex->pool), opts->budget, &ex->plan, err);
     if (!st && opts->device == RG_DEVICE_CUDA) st = rg_cuda_ctx_create(&ex->cuda, 0, err);
-    if (!st) {
+    if (!st && opts->mem) {
+        rg_exec_mem *mem = opts->mem;
+        bool ok = mem_reserve(&mem->buffer, &mem->buffer_cap, ex->plan.buffer_bytes ? ex->plan.buffer_bytes : 64) &&
+                  (!ex->plan.scratch_bytes || mem_reserve(&mem->scratch, &mem->scratch_cap, ex->plan.scratch_bytes));
+        ex->buffer = mem->buffer;
+        ex->scratch = ex->plan.scratch_bytes ? mem->scratch : NULL;
+        if (!ok)
+            st = rg_fail(err, RG_ERR_NOMEM, "exec: cannot allocate the %.2f MiB the plan needs",
+                         (ex->plan.buffer_bytes + ex->plan.scratch_bytes) / 1048576.0);
+    } else if (!st) {
+        ex->own_mem = true;
         ex->buffer = aligned_alloc(64, ex->plan.buffer_bytes ? ex->plan.buffer_bytes : 64);
         ex->scratch = ex->plan.scratch_bytes ? aligned_alloc(64, (ex->plan.scratch_bytes + 63) / 64 * 64) : NULL;
         if (!ex->buffer || (ex->plan.scratch_bytes && !ex->scratch))
@@ -254,7 +282,9 @@ void rg_exec_free(rg_exec *ex) {
     if (!ex) return;
     rg_cuda_ctx_free(ex->cuda);
     if (ex->own_pool) rg_threadpool_free(ex->pool);
-    free(ex->buffer);
-    free(ex->scratch);
+    if (ex->own_mem) {
+        free(ex->buffer);
+        free(ex->scratch);
+    }
     free(ex);
 }

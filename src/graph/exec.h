@@ -29,12 +29,24 @@ typedef struct rg_exec_profile {
 // each run's share in ms: what `retrograd generate --profile` and the benches show.
 void rg_exec_profile_print(const rg_exec_profile *p, FILE *f);
 
+// Memory that execs made one after another can reuse (a session's batches):
+// the buffer and scratch an exec needs are taken from here, grown when too
+// small, and left here when the exec is freed, so a new graph does not pay for
+// fresh pages (their faults and zeroing were ~3% of a SmolLM2 prompt). One exec
+// at a time may use it. Start zeroed; rg_exec_mem_free releases it.
+typedef struct rg_exec_mem {
+    void *buffer, *scratch;
+    size_t buffer_cap, scratch_cap;
+} rg_exec_mem;
+void rg_exec_mem_free(rg_exec_mem *mem);
+
 typedef struct rg_exec_opts {
     int n_threads;      // <= 0: all cores
     size_t budget;      // bytes; 0 = no limit
     rg_device device;
     rg_threadpool *pool;  // optional: a pool that outlives the exec (n_threads is then ignored)
     rg_exec_profile *profile;  // optional: time per op is added there (not owned)
+    rg_exec_mem *mem;          // optional: reuse (and grow) these allocations instead of owning new ones
 } rg_exec_opts;
 
 typedef struct rg_exec_stats {

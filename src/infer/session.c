@@ -76,6 +76,7 @@ struct rg_session {
     int64_t n_past;
     decode_graph dec;   // g == NULL: none
     weight_copy wc;
+    rg_exec_mem mem;    // the batch graphs' buffer and scratch, kept between evaluations
 };
 
 // Whether the kernel gives transparent huge pages to memory advised for them.
@@ -164,6 +165,7 @@ void rg_session_free(rg_session *s) {
     if (!s) return;
     decode_graph_free(&s->dec);
     weight_copy_free(&s->wc);
+    rg_exec_mem_free(&s->mem);
     rg_kv_cache_free(&s->cache);
     rg_threadpool_free(s->pool);
     free(s);
@@ -319,7 +321,7 @@ static rg_status eval_batch(rg_session *s, const int32_t *ids, int64_t n, float 
     rg_node *ids_n, *pos_n, *out;
     rg_status st = build_graph(s, n, s->n_past, all, &g, &ids_n, &pos_n, &out, err);
     if (!st) {
-        rg_exec_opts eo = {.pool = s->pool, .device = s->opts.device, .profile = s->opts.profile};
+        rg_exec_opts eo = {.pool = s->pool, .device = s->opts.device, .profile = s->opts.profile, .mem = &s->mem};
         st = rg_exec_create(&ex, g, &eo, err);
     }
     if (!st) {
