@@ -1,7 +1,8 @@
 // test_dot_rows.c - the multi-row dot kernels (src/cpu/dot_rows*.c) against the
 // type table's scalar reference dot, row by row:
 //   - every type with a kernel, row counts 1..19 (short last groups of 4 and 8),
-//     K = 32 .. 16416, random weights quantized by our quantizer, activations
+//     K = 32 .. 16416 (the K-quants: multiples of 256, and 131328 with rows
+//     1..5), random weights quantized by our quantizer, activations
 //     in the type's vec_dot_type as our quantizer writes them;
 //   - |kernel - reference| <= 2e-6 * sum |w_i x_i| (the sums differ only in
 //     the order of the f32 additions; the bound is relative to the magnitude of
@@ -32,9 +33,11 @@ static void check_type(uint32_t type) {
     const rg_quant_ops *q = rg_quant_get(type), *qa = rg_quant_get(q->vec_dot_type);
     const rg_type_traits *tt = rg_type_get(type), *ta = rg_type_get(q->vec_dot_type);
     // 16416 = 513 blocks: longer than the Q8_0 kernel's table of activation scales.
-    static const int64_t Ks[] = {32, 256, 576, 1536, 4096, 16416};
+    // 131328 = 513 K-quant blocks: past the K-quant kernels' activation tables.
+    static const int64_t Ks[] = {32, 256, 576, 1536, 4096, 16416, 131328};
     for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
-        const int64_t K = Ks[ki], max_rows = 19;
+        const int64_t K = Ks[ki], max_rows = K > 16416 ? 5 : 19;
+        if (K % tt->block_size || (K > 16416 && tt->block_size != 256)) continue;
         const size_t row_bytes = (size_t)(K / tt->block_size) * tt->type_size, stride = row_bytes + 64;
         const size_t act_bytes = (size_t)(K / ta->block_size) * ta->type_size;
         uint8_t *w = calloc((size_t)max_rows, stride), *x = calloc(1, act_bytes);
@@ -79,7 +82,7 @@ static void check_type(uint32_t type) {
 
 static void test_dot_rows_against_reference(void) {
     static const uint32_t types[] = {RG_TYPE_F32, RG_TYPE_F16, RG_TYPE_BF16, RG_TYPE_Q4_0, RG_TYPE_Q4_1,
-                                     RG_TYPE_Q5_0, RG_TYPE_Q8_0};
+                                     RG_TYPE_Q5_0, RG_TYPE_Q8_0, RG_TYPE_Q4_K, RG_TYPE_Q6_K};
     int n_kernels = 0;
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         n_kernels += rg_cpu_dot_rows(types[i]) != NULL;

@@ -14,6 +14,8 @@ rg_dot_rows_fn rg_cpu_dot_rows(uint32_t w_type) {
     case RG_TYPE_Q4_1: return rg_dot_rows_q4_1_avx2;
     case RG_TYPE_Q5_0: return rg_dot_rows_q5_0_avx2;
     case RG_TYPE_Q8_0: return rg_dot_rows_q8_0_avx2;
+    case RG_TYPE_Q4_K: return rg_dot_rows_k_avx2_built ? rg_dot_rows_q4_K_avx2 : NULL;
+    case RG_TYPE_Q6_K: return rg_dot_rows_k_avx2_built ? rg_dot_rows_q6_K_avx2 : NULL;
     default: return NULL;
     }
 }

@@ -35,5 +35,9 @@ void rg_dot_rows_q4_0_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride
 void rg_dot_rows_q4_1_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y);
 void rg_dot_rows_q5_0_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y);
 void rg_dot_rows_q8_0_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y);
+// dot_rows_k_avx2.c: Q4_K and Q6_K against Q8_K (rg_dot_rows_k_avx2_built = 0 without AVX2).
+extern const int rg_dot_rows_k_avx2_built;
+void rg_dot_rows_q4_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y);
+void rg_dot_rows_q6_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y);
 
 #endif

@@ -1,0 +1,171 @@
+// dot_rows_k_avx2.c - dot_rows.h kernels for the K-quants that Q4_K_M files
+// hold (Q4_K, Q6_K) against a Q8_K activation row: token generation.
+//
+// The table's vec_dot (quant_k_avx2.c) redoes per row what depends only on the
+// activation, and unpacks each sub-block's 6-bit scale and min in scalar code:
+// on SmolLM2's Q4_K_M file its rows ran at 4-5.5 GB/s against Q8_0's 8.8 on the
+// same token. Here the activation's per-block terms are made once per call:
+//   dy[b]      its block scale;
+//   Q4_K: pair[b][s] = bsum[2s] + bsum[2s+1], the sum of sub-block s's 32
+//         bytes (Q8_K stores sums of 16), for the mins:
+//         Σ_i (d sc_s q_i - dmin m_s) y_i = d sc_s Σ q_i y_i - dmin m_s Σ y_i;
+//   Q6_K: the 16 bsums, for the offset: Σ sc_j (q_i - 32) y_i over sub-block j
+//         = sc_j Σ q_i y_i - 32 sc_j bsum_j (one madd for all 16 sub-blocks,
+//         where vec_dot spends a maddubs per 32 bytes).
+// A row's eight Q4_K scales and mins are unpacked with four 32-bit word
+// operations (the spec's per-sub-block formula applied to all bytes at once).
+// Rows go one at a time, front to back, software-prefetched ROW_PF bytes ahead
+// (as the Q8_0 kernel in dot_rows_avx2.c). Integer sums are exact; per block
+// the integer total goes into eight f32 lanes with d dy (one FMA), the mins or
+// offsets into a scalar, so the result differs from vec_dot's only in the
+// order of f32 additions (test_dot_rows bounds it).
+#include "cpu/dot_rows.h"
+
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "retrograd.h"
+#include "tensor/quant/quant.h"
+
+const int rg_dot_rows_k_avx2_built = 1;
+
+enum { QK = 256, Q4_K_BYTES = 144, Q6_K_BYTES = 210, Q8_K_BYTES = 292, ROW_PF = 4096, BLOCKS_MAX = 512 };
+
+static inline __m256i load32(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
+static inline uint32_t rd32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline float rd_f32(const uint8_t *p) {
+    float v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline float rd_f16(const uint8_t *p) { return _cvtsh_ss((unsigned short)(p[0] | p[1] << 8)); }
+// (v >> shift) & mask on every byte.
+static inline __m256i bits(__m256i v, int shift, int mask) {
+    return _mm256_and_si256(_mm256_srli_epi16(v, shift), _mm256_set1_epi8((char)mask));
+}
+static inline int hsum_i32_4(__m128i s) {
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+static inline float hsum8(__m256 a) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+// int16 scale s broadcast to every 16-bit lane.
+static inline __m256i bcast16(int s) { return _mm256_set1_epi16((short)s); }
+// Two int16 scales: lo on the low 128-bit lane, hi on the high one.
+static inline __m256i lanes16(int lo, int hi) {
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)lo)), _mm_set1_epi16((short)hi), 1);
+}
+
+// Rows longer than BLOCKS_MAX blocks (131072 elements) take the table's vec_dot.
+static void fallback(uint32_t type, int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y) {
+    const rg_quant_ops *ops = rg_quant_get(type);
+    for (int64_t r = 0; r < nr; r++) ops->vec_dot(K, &y[r], (const uint8_t *)w + (size_t)r * w_stride, x);
+}
+
+void rg_dot_rows_q4_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y) {
+    const int64_t nb = K / QK;
+    if (nb > BLOCKS_MAX) {
+        fallback(RG_TYPE_Q4_K, K, nr, w, w_stride, x, y);
+        return;
+    }
+    float dys[BLOCKS_MAX];
+    __m128i pairs[BLOCKS_MAX];  // 8 int16: sub-block sums of the activation
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *yb = (const uint8_t *)x + b * Q8_K_BYTES;
+        dys[b] = rd_f32(yb);
+        const __m128i lo = _mm_loadu_si128((const __m128i *)(yb + 260)), hi = _mm_loadu_si128((const __m128i *)(yb + 276));
+        pairs[b] = _mm_hadd_epi16(lo, hi);  // |pair| <= 32 * 127: fits
+    }
+    for (int64_t r = 0; r < nr; r++) {
+        const uint8_t *xb = (const uint8_t *)w + (size_t)r * w_stride;
+        __m256 acc = _mm256_setzero_ps();
+        float mins = 0.0f;
+        for (int64_t b = 0; b < nb; b++, xb += Q4_K_BYTES) {
+            _mm_prefetch((const char *)xb + ROW_PF, _MM_HINT_T0);
+            _mm_prefetch((const char *)xb + ROW_PF + 64, _MM_HINT_T0);
+            _mm_prefetch((const char *)xb + ROW_PF + 128, _MM_HINT_T0);
+            const uint8_t *yq = (const uint8_t *)x + b * Q8_K_BYTES + 4;
+            // Scales and mins: bytes 0..3 of sc from u0 (& 63), of m from u1;
+            // bytes 4..7 take the low/high nibbles of u2 and the top two bits
+            // of u0 (sc) or u1 (m) (spec: Q4_K scale packing).
+            const uint32_t u0 = rd32(xb + 4), u1 = rd32(xb + 8), u2 = rd32(xb + 12);
+            const uint32_t sc_lo = u0 & 0x3f3f3f3fu, m_lo = u1 & 0x3f3f3f3fu;
+            const uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);
+            const uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
+            const __m128i m16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)m_hi, (int)m_lo));
+            const int summs = hsum_i32_4(_mm_madd_epi16(m16, pairs[b]));
+            uint8_t sc[8];
+            memcpy(sc, &sc_lo, 4);
+            memcpy(sc + 4, &sc_hi, 4);
+            __m256i isum = _mm256_setzero_si256();
+            for (int c = 0; c < 4; c++) {
+                const __m256i raw = load32(xb + 16 + 32 * c);
+                const __m256i p0 = _mm256_maddubs_epi16(bits(raw, 0, 15), load32(yq + 64 * c));
+                const __m256i p1 = _mm256_maddubs_epi16(bits(raw, 4, 15), load32(yq + 64 * c + 32));
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p0, bcast16(sc[2 * c])));
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p1, bcast16(sc[2 * c + 1])));
+            }
+            const float dy = dys[b];
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(rd_f16(xb) * dy), _mm256_cvtepi32_ps(isum), acc);
+            mins += rd_f16(xb + 2) * dy * (float)summs;
+        }
+        y[r] = hsum8(acc) - mins;
+    }
+}
+
+void rg_dot_rows_q6_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y) {
+    const int64_t nb = K / QK;
+    if (nb > BLOCKS_MAX) {
+        fallback(RG_TYPE_Q6_K, K, nr, w, w_stride, x, y);
+        return;
+    }
+    float dys[BLOCKS_MAX];
+    for (int64_t b = 0; b < nb; b++) dys[b] = rd_f32((const uint8_t *)x + b * Q8_K_BYTES);
+    for (int64_t r = 0; r < nr; r++) {
+        const uint8_t *xb = (const uint8_t *)w + (size_t)r * w_stride;
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; b++, xb += Q6_K_BYTES) {
+            for (int o = 0; o < Q6_K_BYTES; o += 64) _mm_prefetch((const char *)xb + ROW_PF + o, _MM_HINT_T0);
+            const uint8_t *yb = (const uint8_t *)x + b * Q8_K_BYTES, *yq = yb + 4;
+            // Offsets: 32 Σ_j sc_j bsum_j over the 16 sub-blocks of 16.
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(xb + 192)));
+            const __m256i offs = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)(yb + 260)));
+            __m256i isum = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_setzero_si256(), offs), 5);
+            for (int h = 0; h < 2; h++) {
+                const __m256i qh = load32(xb + 128 + 32 * h);
+                for (int k = 0; k < 4; k++) {
+                    const int sb = 8 * h + 2 * k;
+                    const __m256i lo = bits(load32(xb + 64 * h + 32 * (k & 1)), 4 * (k >> 1), 15);
+                    const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(bits(qh, 2 * k, 3), 4));  // 0..63
+                    const __m256i p = _mm256_maddubs_epi16(q, load32(yq + 128 * h + 32 * k));
+                    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, lanes16((int8_t)xb[192 + sb], (int8_t)xb[193 + sb])));
+                }
+            }
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(rd_f16(xb + 208) * dys[b]), _mm256_cvtepi32_ps(isum), acc);
+        }
+        y[r] = hsum8(acc);
+    }
+}
+
+#else  // built without AVX2: never called (rg_cpu_dot_rows returns NULL)
+
+const int rg_dot_rows_k_avx2_built = 0;
+
+void rg_dot_rows_q4_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y) {
+    (void)K, (void)nr, (void)w, (void)w_stride, (void)x, (void)y;
+}
+void rg_dot_rows_q6_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y) {
+    (void)K, (void)nr, (void)w, (void)w_stride, (void)x, (void)y;
+}
+
+#endif
