@@ -1403,15 +1403,18 @@ static void ref_sgd(const tcase *c, double *const *x, double *y) {
 // rows in the type under test (F32 or F16): keys [Dh, C, Hkv] and transposed
 // values [C, Dh, Hkv], read through views with the cache's strides as
 // forward.c makes them (the rows past n_kv are random and must not be read).
-// Variants: GQA 3 heads per kv head over 150 keys (not a multiple of 8 or
-// 16); 3 tokens, causal, no GQA; Dh 24 (a step of 8 after the steps of 16)
-// with 10 heads per kv head (passes of 8 and 2); 2 tokens, 130 keys.
+// Variants: GQA 3 heads per kv head over 150 keys (two chunks of the split,
+// the second 22 long: not a multiple of 8); 3 tokens, causal, no GQA; Dh 20
+// (not a multiple of 8) with 10 heads per kv head (passes of 3, 3, 3, 1);
+// 2 tokens, 130 keys; 1100 keys over 9 chunks for 8 heads (the merge of the
+// chunks then runs as its own parallel section).
 static int gen_attn_decode(tcase *c, uint32_t type, int v) {
-    static const int64_t shapes[4][6] = {  // Dh, H, Hkv, T, n_kv, C
-        {64, 6, 2, 1, 150, 160}, {16, 4, 4, 3, 77, 80}, {24, 20, 2, 1, 5, 9}, {32, 4, 2, 2, 130, 131}};
-    static const char *const names[4] = {"gqa 3 n_kv=150", "T=3 causal n_kv=77", "Dh=24 gqa 10 n_kv=5",
-                                         "T=2 gqa 2 n_kv=130"};
-    if (v > 3) return 0;
+    static const int64_t shapes[5][6] = {  // Dh, H, Hkv, T, n_kv, C
+        {64, 6, 2, 1, 150, 160}, {16, 4, 4, 3, 77, 80}, {20, 20, 2, 1, 5, 9}, {32, 4, 2, 2, 130, 131},
+        {16, 8, 2, 1, 1100, 1104}};
+    static const char *const names[5] = {"gqa 3 n_kv=150", "T=3 causal n_kv=77", "Dh=20 gqa 10 n_kv=5",
+                                         "T=2 gqa 2 n_kv=130", "gqa 4 n_kv=1100"};
+    if (v > 4) return 0;
     const int64_t *sh = shapes[v], Dh = sh[0], H = sh[1], Hkv = sh[2], T = sh[3], C = sh[5];
     label(c, type, names[v]);
     c->ip[0] = sh[4], c->ip[1] = C;

@@ -130,7 +130,7 @@ static rg_node *forward(rg_graph *g, const rg_model *m, const rg_model_nodes *w,
         }
         rg_node *o;
         if (cache && T == 1) {
-            // A generated token: scores, softmax and weighted sum in one op (one parallel section).
+            // A generated token: scores, softmax and weighted sum in one op (ops_attn_decode.c).
             o = rg_reshape(g, rg_attn_decode(g, q, K, Vt, hp->attn_scale), 2, (int64_t[]){Dh * H, T});  // [Dh*H, T]
         } else {
             rg_node *kq = rg_mul_mat(g, K, Q);                       // [n_kv, T, H]; head h reads kv head h / (H/Hkv)
