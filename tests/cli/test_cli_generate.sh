@@ -33,6 +33,9 @@ expect "generate -n -1 stops at a full context" 0 "context of 64 tokens is full"
 expect "generate shows the prompt tokens"    0 "<\|im_start\|>'.*'user'|<\|im_start\|>' .*'u'"  -- "${g[@]}" -p "Hi" -n 2 --verbose-prompt
 expect "generate warns on invalid UTF-8"     0 "warning: the prompt is not valid UTF-8 \(first invalid byte at offset 3\)" -- "${g[@]}" -f "$tmp/bad-utf8.txt" -n 2
 expect "generate --truncate keeps the end"   0 "cut to its last [0-9]+ to fit -c 32"  -- "${g[@]}" -p "$long" --raw -c 32 -n 4 --truncate
+expect "generate --profile shows the ops"    0 "profile: [0-9]+ runs, [0-9.]+ ms per run" -- "${g[@]}" -p "Hi" -n 4 --profile
+expect "generate --profile splits MUL_MAT"   0 "MUL_MAT f32 +[0-9]+ nodes"            -- "${g[@]}" -p "Hi" -n 4 --profile
+expect "generate --profile names the cache attention" 0 "attn_decode +[0-9]+ nodes" -- "${g[@]}" -p "Hi" -n 4 --profile
 
 # the same seed gives the same text; another seed, another text
 a=$("${g[@]}" -p "Once upon a time" -n 24 --seed 7 2>/dev/null)
