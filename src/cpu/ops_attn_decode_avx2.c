@@ -73,15 +73,21 @@ INLINE void block(const int G, const int R, const bool f16, const char *rows, si
             for (int r = 0; r < R; r++) a[g][r] = _mm256_fmadd_ps(v[r], xg, a[g][r]);
         }
     }
+    // The nr sums of a head are stored together (one vector store, masked when
+    // nr < 4): a scalar loop per row here took as long as the products.
+    const __m128i keep = _mm_cmpgt_epi32(_mm_set1_epi32(nr), _mm_setr_epi32(0, 1, 2, 3));
     for (int g = 0; g < G; g++) {
-        float t[4];
-        _mm_storeu_ps(t, reduce4(a[g][0], a[g][1 % R], a[g][2 % R], a[g][3 % R]));
-        const float *xg = x + (size_t)g * x_stride;
-        for (int r = 0; r < nr; r++) {
-            float tail = 0.0f;  // the last n % 8 terms, in order
-            for (int64_t i = n8; i < n; i++) tail += load1(rp[r] + i * es, f16) * xg[i];
-            out[(size_t)g * out_stride + r] = n8 < n ? t[r] + tail : t[r];
+        __m128 sum = reduce4(a[g][0], a[g][1 % R], a[g][2 % R], a[g][3 % R]);
+        if (n8 < n) {  // the last n % 8 terms of each row, in order, added to its sum
+            const float *xg = x + (size_t)g * x_stride;
+            float tail[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (int r = 0; r < nr; r++)
+                for (int64_t i = n8; i < n; i++) tail[r] += load1(rp[r] + i * es, f16) * xg[i];
+            sum = _mm_add_ps(sum, _mm_loadu_ps(tail));
         }
+        float *o = out + (size_t)g * out_stride;
+        if (nr == 4) _mm_storeu_ps(o, sum);
+        else _mm_maskstore_ps(o, keep, sum);
     }
 }
 
