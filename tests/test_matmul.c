@@ -274,7 +274,7 @@ static void typed_get(const void *ctx, int64_t p, rg_gemm_problem *prob) {
 static void make_weights(uint32_t type, int64_t n_per_row, int64_t n_rows, uint64_t seed, void **q, float **deq);
 
 static void test_gemm_quantized_b(void) {
-    static const uint32_t types[] = {RG_TYPE_Q8_0, RG_TYPE_Q4_K, RG_TYPE_IQ4_XS, RG_TYPE_F16};
+    static const uint32_t types[] = {RG_TYPE_Q8_0, RG_TYPE_Q4_K, RG_TYPE_IQ4_XS, RG_TYPE_F16, RG_TYPE_BF16};
     rg_threadpool *pool3 = pool_of(3);
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
         for (int along_k = 0; along_k < 2; along_k++) {

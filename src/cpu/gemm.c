@@ -180,10 +180,13 @@ typedef struct ours_sizes {
     int64_t floats;            // per thread: Ap + Bp + tmp + staged C
 } ours_sizes;
 
+typedef void (*pack_bt_half_fn)(int64_t kc, const uint16_t *src, int64_t ld, int n, float *dst);
+
 typedef struct ours_ctx {
     ukernel_fn ukernel;
     pack_bt_fn pack_bt;
     pack_bt_fn pack_at;     // A rows -> [kc][6]
+    pack_bt_half_fn pack_bt_half;  // F16/BF16 weight rows packed straight from the source, or NULL
     rg_dequant_fn dequant;
     int64_t bs;
     size_t type_size;
@@ -236,6 +239,7 @@ static int64_t bpanel_off(int64_t jr, int64_t kc) { return (jr / NR) * (kc * NR 
 typedef struct b_packer {
     const rg_gemm_b *b;
     rg_dequant_fn dequant;   // typed B
+    pack_bt_half_fn pack_bt_half;  // F16/BF16 B with rows along k: widened while transposing, no tmp
     int64_t bs;              // elements per block of the type (1 for F32)
     size_t type_size;        // bytes per block
     int64_t K, N;
@@ -286,6 +290,15 @@ static void pack_b(const b_packer *bp, int64_t pc, int64_t kc, int64_t jc, int64
         return;
     }
     const char *rows = (const char *)b->data;
+    if (b->rows_along_k && bp->pack_bt_half) {
+        // 16-bit weights: each panel straight from its 16 rows, widened as it is
+        // transposed (one pass; through tmp it was two, and F16 prompts ran slower
+        // than F32 ones).
+        for (int64_t jr = 0; jr < nc; jr += NR)
+            bp->pack_bt_half(kc, (const uint16_t *)(rows + (size_t)(jc + jr) * b->row_stride) + pc,
+                             (int64_t)(b->row_stride / 2), (int)min64(NR, nc - jr), dst + bpanel_off(jr, kc));
+        return;
+    }
     if (b->rows_along_k) {
         // B(k, j) = row j [k]: dequantize the whole blocks covering [pc, pc+kc) of
         // 16 rows, then transpose them into a panel.
@@ -416,7 +429,9 @@ static void ours_block(const ours_ctx *oc, const rg_gemm_batch *bt, const rg_gem
     float *bpk = ap + lines(sz->mc * sz->kc);        // [nc/16][kc][16], panels bpanel_off apart
     float *tmp = bpk + lines(sz->region);            // dequantized rows
     float *stage = tmp + lines(sz->tmp_len);         // [i1 - i0][stage_ld] staged C block
-    b_packer bpack = {&p->b, oc->dequant, oc->bs, oc->type_size, bt->K, bt->N, oc->pack_bt, tmp, sz->tmp_ld};
+    const bool half_rows = oc->pack_bt_half && p->b.rows_along_k && p->b.row_stride % 2 == 0;
+    b_packer bpack = {&p->b, oc->dequant, half_rows ? oc->pack_bt_half : NULL, oc->bs, oc->type_size, bt->K, bt->N,
+                      oc->pack_bt, tmp, sz->tmp_ld};
     // B with contiguous rows is packed row by row, where long rows stream
     // better than short ones, so it keeps the NC blocks below.
     bool b_rows = p->b.type == RG_TYPE_F32 ? p->b.cs == 1 : !p->b.rows_along_k;
@@ -775,10 +790,14 @@ rg_status rg_gemm_run(rg_threadpool *pool, rg_sgemm_impl impl, const rg_gemm_bat
                            (long long)row_len, (long long)bs);
     }
     bool avx2 = r != RG_SGEMM_OURS_PORTABLE && use_avx2();
+    pack_bt_half_fn half = !avx2                          ? NULL
+                           : bt->b_type == RG_TYPE_F16  ? rg_gemm_pack_bt_f16_avx2
+                           : bt->b_type == RG_TYPE_BF16 ? rg_gemm_pack_bt_bf16_avx2
+                                                        : NULL;
     j.oc = (ours_ctx){avx2 ? rg_gemm_ukernel_avx2 : ukernel_portable,
                       avx2 ? rg_gemm_pack_bt_avx2 : pack_bt_portable,
                       avx2 ? rg_gemm_pack_at_avx2 : pack_at_portable,
-                      dequant, bs, type_size, ours_plan(bt)};
+                      half, dequant, bs, type_size, ours_plan(bt)};
     j.obc = (ob_ctx){dequant, bs, type_size, ob_plan(bt)};
     int nth = rg_threadpool_size(pool);
     j.per_thread = per_thread_bytes(r, j.auto_pick, bt);

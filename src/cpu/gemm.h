@@ -121,5 +121,8 @@ void rg_gemm_ukernel_avx2(int64_t kc, const float *a, const float *b, float *c, 
 void rg_gemm_pack_bt_avx2(int64_t kc, const float *src, int64_t ld, int n, float *dst);
 // dst[k * 6 + r] = src[r * ld + k] for r < n (n <= 6), 0 for n <= r < 6; k < kc.
 void rg_gemm_pack_at_avx2(int64_t kc, const float *src, int64_t ld, int n, float *dst);
+// rg_gemm_pack_bt_avx2 from F16 or BF16 rows (ld in elements), widened exactly to f32 on the way.
+void rg_gemm_pack_bt_f16_avx2(int64_t kc, const uint16_t *src, int64_t ld, int n, float *dst);
+void rg_gemm_pack_bt_bf16_avx2(int64_t kc, const uint16_t *src, int64_t ld, int n, float *dst);
 
 #endif

@@ -14,6 +14,7 @@
 #if defined(__AVX2__) && defined(__FMA__) && defined(__x86_64__)
 
 #include <immintrin.h>
+#include <string.h>
 
 const int rg_gemm_avx2_built = 1;
 
@@ -156,6 +157,39 @@ void rg_gemm_pack_bt_avx2(int64_t kc, const float *src, int64_t ld, int n, float
         for (int j = 0; j < 16; j++) dst[k * 16 + j] = src[j * ld + k];
 }
 
+// rg_gemm_pack_bt_avx2 reading 16-bit rows: LOAD8 widens 8 of them to f32.
+static inline __m256 ld8_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+static inline __m256 ld8_bf16(const uint16_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+static inline float ld1_f16(const uint16_t *p) { return _cvtsh_ss(*p); }
+static inline float ld1_bf16(const uint16_t *p) {
+    const uint32_t u = (uint32_t)*p << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+#define PACK_BT_HALF(name, LOAD8, LOAD1)                                                                   \
+    void name(int64_t kc, const uint16_t *src, int64_t ld, int n, float *dst) {                            \
+        if (n < 16) {                                                                                      \
+            for (int64_t k = 0; k < kc; k++)                                                               \
+                for (int j = 0; j < 16; j++) dst[k * 16 + j] = j < n ? LOAD1(src + j * ld + k) : 0.0f;     \
+            return;                                                                                        \
+        }                                                                                                  \
+        int64_t k = 0;                                                                                     \
+        for (; k + 8 <= kc; k += 8)                                                                        \
+            for (int half = 0; half < 2; half++) {                                                         \
+                __m256 r[8];                                                                               \
+                for (int j = 0; j < 8; j++) r[j] = LOAD8(src + (int64_t)(half * 8 + j) * ld + k);          \
+                transpose8(r);                                                                             \
+                for (int t = 0; t < 8; t++) _mm256_storeu_ps(dst + (k + t) * 16 + half * 8, r[t]);         \
+            }                                                                                              \
+        for (; k < kc; k++)                                                                                \
+            for (int j = 0; j < 16; j++) dst[k * 16 + j] = LOAD1(src + j * ld + k);                        \
+    }
+PACK_BT_HALF(rg_gemm_pack_bt_f16_avx2, ld8_f16, ld1_f16)
+PACK_BT_HALF(rg_gemm_pack_bt_bf16_avx2, ld8_bf16, ld1_bf16)
+
 void rg_gemm_pack_at_avx2(int64_t kc, const float *src, int64_t ld, int n, float *dst) {
     int64_t k = 0;
     // 8 steps of k at a time: rows 0..n-1 (and zero rows up to 8) transposed in
@@ -187,6 +221,14 @@ void rg_gemm_pack_bt_avx2(int64_t kc, const float *src, int64_t ld, int n, float
 }
 
 void rg_gemm_pack_at_avx2(int64_t kc, const float *src, int64_t ld, int n, float *dst) {
+    (void)kc, (void)src, (void)ld, (void)n, (void)dst;
+}
+
+void rg_gemm_pack_bt_f16_avx2(int64_t kc, const uint16_t *src, int64_t ld, int n, float *dst) {
+    (void)kc, (void)src, (void)ld, (void)n, (void)dst;
+}
+
+void rg_gemm_pack_bt_bf16_avx2(int64_t kc, const uint16_t *src, int64_t ld, int n, float *dst) {
     (void)kc, (void)src, (void)ld, (void)n, (void)dst;
 }
 
