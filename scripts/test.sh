@@ -47,6 +47,7 @@ if build_or_fail release build -DRG_WERROR=ON; then
   run_suite "gguf python reference" python3 tests/python/test_gguf_reference.py build
   run_suite "types against gguf-py" python3 tests/python/test_quant_reference.py build
   run_suite "lora adapter against gguf-py" python3 tests/python/test_adapter_reference.py build
+  run_suite "speed comparison tool" python3 tests/python/test_speed_tools.py build
 fi
 
 if build_or_fail sanitize build-asan -DCMAKE_BUILD_TYPE=Debug -DRG_SANITIZE=ON -DRG_CUDA=OFF -DCMAKE_C_FLAGS=-O1; then
