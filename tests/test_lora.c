@@ -18,6 +18,7 @@
 #include "infer/session.h"
 #include "model/forward.h"
 #include "model/lora.h"
+#include "model/lora_stack.h"
 #include "model/quantize.h"
 #include "model/tiny.h"
 #include "rg_test.h"
@@ -693,6 +694,67 @@ static void test_gradient_vs_finite_differences(void) { gradient_vs_fd("F32"); }
 // A quantized frozen W: the backward needs only its dX (T = 12 runs the SGEMM path, smooth in A and B).
 static void test_gradient_vs_finite_differences_q4_k_m(void) { gradient_vs_fd("Q4_K_M"); }
 
+
+// The delta s B(A x) of one projection, as a dense [n_in, n_out] matrix (out-major), in double.
+static void pair_delta(const rg_lora_pair *p, int64_t rank, double s, double *d) {
+    for (int64_t o = 0; o < p->n_out; o++)
+        for (int64_t i = 0; i < p->n_in; i++) {
+            double acc = 0;
+            for (int64_t k = 0; k < rank; k++) acc += (double)p->b[o * rank + k] * p->a[k * p->n_in + i];
+            d[o * p->n_in + i] += s * acc;
+        }
+}
+
+// Two adapters of different ranks and targets, stacked: every projection's delta is the sum of theirs
+// (s1 B1 A1 + s2 B2 A2), a projection only one adapter has gets only its delta, and a shape mismatch is refused.
+static void test_stack(void) {
+    char path[64];
+    rg_model *m = load_tiny("F32", path);
+    RG_REQUIRE(m, "model");
+    rg_error err = {0};
+    rg_lora *l[2] = {0}, *st = NULL;
+    uint32_t mask1 = (1u << RG_LORA_TARGET_Q) | (1u << RG_LORA_TARGET_DOWN), mask2 = (1u << RG_LORA_TARGET_Q) | (1u << RG_LORA_TARGET_UP);
+    RG_REQUIRE(rg_lora_init(&l[0], m, 4, 8.0f, mask1, 1, &err) == RG_OK, "%s", err.msg);
+    RG_REQUIRE(rg_lora_init(&l[1], m, 2, 3.0f, mask2, 2, &err) == RG_OK, "%s", err.msg);
+    random_b(l[0], 3, 0.05f);
+    random_b(l[1], 4, 0.05f);
+    const float scales[2] = {0.5f, 1.5f};
+    RG_REQUIRE(rg_lora_stack(&st, l, scales, 2, &err) == RG_OK, "%s", err.msg);
+    RG_CHECK(st->rank == 6 && rg_lora_scale(st, 1.0f) == 1.0f && st->targets == (mask1 | mask2), "rank %lld targets 0x%x",
+             (long long)st->rank, st->targets);
+    double worst = 0;
+    for (int64_t i = 0; i < st->n_layer * RG_LORA_N_TARGETS; i++) {
+        const rg_lora_pair *p = &st->pairs[i];
+        bool want = l[0]->pairs[i].a || l[1]->pairs[i].a;
+        RG_CHECK(!p->a == !want, "pair %lld present %d, wanted %d", (long long)i, p->a != NULL, want);
+        if (!p->a) continue;
+        size_t n = (size_t)(p->n_in * p->n_out);
+        double *want_d = calloc(n, sizeof(double)), *got = calloc(n, sizeof(double));
+        RG_REQUIRE(want_d && got, "oom");
+        for (int j = 0; j < 2; j++)
+            if (l[j]->pairs[i].a) pair_delta(&l[j]->pairs[i], l[j]->rank, rg_lora_scale(l[j], scales[j]), want_d);
+        pair_delta(p, st->rank, 1.0, got);
+        double mx = 0;
+        for (size_t k = 0; k < n; k++) mx = fmax(mx, fabs(want_d[k]));
+        for (size_t k = 0; k < n; k++) worst = fmax(worst, fabs(got[k] - want_d[k]) / (mx > 0 ? mx : 1));
+        free(want_d);
+        free(got);
+    }
+    printf("    stacked delta vs the sum of the two: worst %.2e of max|delta| (pass <= 1e-6)\n", worst);
+    RG_CHECK(worst <= 1e-6, "stacked delta off by %.3g", worst);
+    // A pair whose shape disagrees names the tensor and both adapters.
+    l[1]->pairs[RG_LORA_TARGET_Q].n_in += 1;
+    rg_lora *bad = NULL;
+    RG_CHECK(rg_lora_stack(&bad, l, scales, 2, &err) != RG_OK && strstr(err.msg, "blk.0.attn_q.weight") &&
+                 strstr(err.msg, "adapter 2"), "%s", err.msg);
+    l[1]->pairs[RG_LORA_TARGET_Q].n_in -= 1;
+    rg_lora_free(st);
+    rg_lora_free(l[0]);
+    rg_lora_free(l[1]);
+    rg_model_free(m);
+    unlink(path);
+}
+
 static const rg_test_case cases[] = {
     RG_TEST(test_init),
     RG_TEST(test_zero_b_f32),
@@ -707,6 +769,7 @@ static const rg_test_case cases[] = {
     RG_TEST(test_merge_q4_k_m),
     RG_TEST(test_save_load_roundtrip),
     RG_TEST(test_load_errors),
+    RG_TEST(test_stack),
     RG_TEST(test_gradient_vs_finite_differences),
     RG_TEST(test_gradient_vs_finite_differences_q4_k_m),
     {0},

@@ -48,7 +48,28 @@ expect "merge a missing adapter"            1 "retrograd merge: .*nope.gguf"    
 expect "merge a model as adapter"           1 "general.type is \"model\", expected \"adapter\"" -- "$bin" merge -m "$m" --lora "$m" -o "$tmp/x.gguf"
 [ ! -e "$tmp/x.gguf" ]; check "failed merges write nothing" $?
 expect "generate --lora missing file"       1 "retrograd generate: .*nope.gguf"          -- "$bin" "${g[@]}" -m "$m" --lora "$tmp/nope.gguf"
-expect "generate --lora twice"              2 "one --lora at a time"                     -- "$bin" "${g[@]}" -m "$m" --lora "$a" --lora "$a"
+twice=$("$bin" "${g[@]}" -m "$m" --lora "$a:0.5" --lora "$a:0.5" 2>/dev/null)
+[ "$twice" = "$lora" ]; check "generate --lora A:0.5 --lora A:0.5 equals --lora A (greedy)" $?
+expect "generate --lora twice reports the stack" 0 "2 adapters applied together \(stacked rank 8\)" -- "$bin" "${g[@]}" -m "$m" --lora "$a" --lora "$a:0.5" -n 2
+expect "generate --lora bad spec"           2 "--lora '' is not ADAPTER.gguf\[:SCALE\]"    -- "$bin" "${g[@]}" -m "$m" --lora ""
+
+# perplexity --lora (llama.cpp's perplexity takes it too): base + adapter equals the model merged in F32
+# within 1e-5 relative; two half-scale copies of the adapter equal the adapter; A:0 equals the base.
+ppl() { "$bin" perplexity -f "$root/README.md" -c 64 --chunks 4 -t 1 "$@" 2>/dev/null | sed -n 's/^Final estimate: PPL = \([0-9.]*\) .*/\1/p'; }
+root=$(cd "$(dirname "$0")/../.." && pwd)
+"$bin" merge -m "$m" --lora "$a:4" -o "$tmp/merged4.gguf" --quiet >/dev/null
+p_base=$(ppl -m "$m"); p_lora=$(ppl -m "$m" --lora "$a:4"); p_merged=$(ppl -m "$tmp/merged4.gguf")
+p_twice=$(ppl -m "$m" --lora "$a:2" --lora "$a:2"); p_zero=$(ppl -m "$m" --lora "$a:0")
+echo "    perplexity: base $p_base, base + adapter x4 $p_lora, merged F32 $p_merged, two x2 $p_twice, x0 $p_zero"
+rel_within() { python3 -c "import sys; a, b, t = map(float, sys.argv[1:]); sys.exit(0 if abs(a - b) <= t * abs(b) else 1)" "$@"; }
+[ -n "$p_lora" ] && rel_within "$p_lora" "$p_merged" 1e-5; check "perplexity --lora equals the merged F32 model (1e-5 relative)" $?
+[ -n "$p_lora" ] && ! rel_within "$p_lora" "$p_base" 1e-3; check "perplexity --lora differs from the base" $?
+[ -n "$p_twice" ] && rel_within "$p_twice" "$p_lora" 1e-5; check "perplexity --lora A:2 --lora A:2 equals --lora A:4" $?
+[ -n "$p_zero" ] && rel_within "$p_zero" "$p_base" 1e-6; check "perplexity --lora A:0 equals the base" $?
+expect "perplexity --lora reports the adapter" 0 "LoRA .*adapter.gguf: 14 tensor pairs" -- "$bin" perplexity -m "$m" -f "$root/README.md" -c 64 --chunks 1 --lora "$a"
+expect "perplexity --help lists --lora"     0 "--lora A.gguf\[:SCALE\]"                  -- "$bin" perplexity --help
+expect "perplexity --lora missing file"     1 "retrograd perplexity: .*nope.gguf"        -- "$bin" perplexity -m "$m" -f "$root/README.md" -c 64 --lora "$tmp/nope.gguf"
+expect "perplexity --lora a model"          1 "general.type is \"model\", expected \"adapter\"" -- "$bin" perplexity -m "$m" -f "$root/README.md" -c 64 --lora "$m"
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -29,6 +29,18 @@ bool cli_parse_f32(const char *cmd, const char *opt, const char *s, float *out);
 bool cli_parse_device(const char *cmd, const char *s, rg_device *out);
 int64_t cli_default_ctx(const rg_model *m);              // 4096, or the model's context if smaller
 
+// The repeatable --lora A.gguf[:SCALE] of generate and perplexity (lora_args.c).
+#define CLI_MAX_LORAS 16
+typedef struct cli_loras {
+    const char *spec[CLI_MAX_LORAS];
+    int n;
+} cli_loras;
+struct rg_lora;
+bool cli_loras_add(const char *cmd, cli_loras *ls, const char *spec);  // false (message printed) past the limit
+// Loads every adapter against m (one line each on stderr); *out is the one adapter with its own *scale, or the
+// stacked adapters with *scale 1; NULL when there are none. Returns 0, 1 (a file's error) or 2 (a bad spec).
+int cli_loras_load(const char *cmd, const cli_loras *ls, const rg_model *m, struct rg_lora **out, float *scale);
+
 // JSON output helpers (json_out.c).
 void json_str(FILE *f, const char *s, size_t n);  // quoted, escaped; invalid UTF-8 becomes U+FFFD
 void json_f64(FILE *f, double v);                 // numbers; NaN and Inf as strings

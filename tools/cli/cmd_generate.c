@@ -4,7 +4,7 @@
 //   retrograd generate -m MODEL.gguf (-p TEXT | -f FILE | --chat) [-n N] [--temp T] [--top-k K]
 //       [--top-p P] [--min-p M] [--repeat-penalty R] [--repeat-last-n N] [--seed S] [-c CTX]
 //       [-t THREADS] [--device cpu|cuda] [--no-bos] [--raw] [--truncate] [--verbose-prompt]
-//       [--lora A.gguf[:SCALE]]
+//       [--lora A.gguf[:SCALE]]...
 //
 // The prompt is a user message rendered with the model's chat template and its generation
 // prompt (--raw: the text as is; a model without a chat template is used raw, with a
@@ -15,7 +15,8 @@
 // one line of timings goes to stderr.
 //
 // --lora applies a LoRA adapter (llama.cpp's adapter.gguf) through the graph on any base type,
-// y = W x + SCALE * alpha/rank * B(A x); the session keeps it for every evaluation.
+// y = W x + SCALE * alpha/rank * B(A x); the session keeps it for every evaluation. Repeated, the
+// adapters' terms are summed, as llama.cpp's repeated --lora does (stacked: model/lora_stack.h).
 //
 // --chat reads user lines from stdin ("> " on stderr), answers each, and keeps the
 // conversation in the KV cache: each turn evaluates only the text the template adds after
@@ -140,7 +141,8 @@ static void usage(FILE *f) {
             "  -c CTX                context length in tokens (default 4096, or the model's if smaller)\n"
             "  -t THREADS            CPU threads (default: all cores)\n"
             "  --device cpu|cuda     where to run (default cpu)\n"
-            "  --lora A.gguf[:SCALE] apply a LoRA adapter (llama.cpp's format) with SCALE x alpha/rank (default 1)\n"
+            "  --lora A.gguf[:SCALE] apply a LoRA adapter (llama.cpp's format) with SCALE x alpha/rank (default 1);\n"
+            "                        repeat it to apply several (their terms are summed)\n"
             "  --no-bos              never put a BOS token first\n"
             "  --raw                 use the text as is, without the chat template\n"
             "  --truncate            keep the end of a prompt longer than the context instead of failing\n"
@@ -478,7 +480,8 @@ static int chat(gen *g, const rg_chat_template *tmpl) {
 
 int cmd_generate(int argc, char **argv) {
     const char *C = "generate";
-    const char *model_path = NULL, *prompt = NULL, *file = NULL, *lora_spec = NULL;
+    const char *model_path = NULL, *prompt = NULL, *file = NULL;
+    cli_loras loras = {0};
     bool chat_mode = false, raw = false, no_bos = false, truncate = false, verbose = false, profile = false;
     int64_t n_predict = 128, n_ctx = 0, n_threads = 0, repeat_last_n = 64;
     rg_device device = RG_DEVICE_CPU;
@@ -534,13 +537,7 @@ int cmd_generate(int argc, char **argv) {
         } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) ok = cli_parse_i64(C, a, v, 1, INT32_MAX, &n_ctx);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = cli_parse_i64(C, a, v, 1, 512, &n_threads);
         else if (!strcmp(a, "--device")) ok = cli_parse_device(C, v, &device);
-        else if (!strcmp(a, "--lora")) {
-            if (lora_spec) {
-                fprintf(stderr, "retrograd %s: one --lora at a time\n", C);
-                ok = false;
-            }
-            lora_spec = v;
-        }
+        else if (!strcmp(a, "--lora")) ok = cli_loras_add(C, &loras, v);
         if (!ok) return 2;
     }
     if (!model_path) {
@@ -607,23 +604,9 @@ int cmd_generate(int argc, char **argv) {
             fprintf(stderr, "retrograd %s: warning: %s; the prompt is used as is (as with --raw)\n", C, err.msg);
         }
     }
-    if (lora_spec) {
-        char lpath[4096];
-        if (!rg_lora_parse_spec(lora_spec, lpath, sizeof lpath, &lora_scale)) {
-            fprintf(stderr, "retrograd %s: --lora '%s' is not ADAPTER.gguf[:SCALE]\n", C, lora_spec);
-            rc = 2;
-            goto done;
-        }
-        if (rg_lora_load(&lora, lpath, g.model, &err)) {
-            fprintf(stderr, "retrograd %s: %s\n", C, err.msg);
-            goto done;
-        }
-        int n_pairs = 0;
-        for (int64_t i = 0; i < lora->n_layer * RG_LORA_N_TARGETS; i++) n_pairs += lora->pairs[i].a != NULL;
-        fprintf(stderr, "retrograd %s: LoRA %s: %d tensor pairs, rank %lld, alpha %g, scale %g x alpha/rank = %g\n", C,
-                lpath, n_pairs, (long long)lora->rank, (double)lora->alpha, (double)lora_scale,
-                (double)rg_lora_scale(lora, lora_scale));
-    }
+    rc = cli_loras_load(C, &loras, g.model, &lora, &lora_scale);
+    if (rc) goto done;
+    rc = 1;
     rg_exec_profile prof = {0};
     rg_session_opts so = {.n_ctx = g.n_ctx, .n_threads = (int)n_threads, .device = device, .lora = lora,
                           .lora_scale = lora_scale, .profile = profile ? &prof : NULL};

@@ -1,5 +1,5 @@
 // cmd_perplexity.c - `retrograd perplexity -m MODEL.gguf -f TEXT.txt [-c CTX] [-t THREADS]
-// [--chunks N] [--device cpu|cuda]`: the perplexity of a model on a text, computed as
+// [--chunks N] [--device cpu|cuda] [--lora A.gguf[:SCALE]]...`: the perplexity of a model on a text, computed as
 // llama.cpp's perplexity tool computes it, so that the numbers compare.
 //
 //   - The whole file is tokenized once, as plain text: no BOS/EOS added, special-token text
@@ -16,6 +16,8 @@
 //   - Final estimate: PPL = exp(mean nll) +/- PPL * sqrt((mean(nll^2) - mean(nll)^2) / (N - 1))
 //     with N scored tokens: the standard error of the mean nll, propagated through exp to
 //     first order (llama.cpp's formula; 0 when N < 2).
+//   - --lora applies adapters through the graph as generate does (repeatable, llama.cpp's
+//     --lora): the perplexity of base + adapter, which equals that of the model merged in F32.
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -28,18 +30,23 @@
 #include "base/error.h"
 #include "cli.h"
 #include "infer/session.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "text/tokenizer.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: retrograd perplexity -m MODEL.gguf -f TEXT.txt [-c CTX] [-t THREADS] [--chunks N] [--device cpu|cuda]\n"
+               "                                [--lora A.gguf[:SCALE]]...\n"
                "  -m MODEL.gguf     the model\n"
                "  -f TEXT.txt       the text to score\n"
                "  -c CTX            tokens per chunk (default 512, or the model's context if smaller); the second\n"
                "                    half of each chunk is scored\n"
                "  -t THREADS        CPU threads (default: all cores)\n"
                "  --chunks N        use at most N chunks (default: all)\n"
-               "  --device cpu|cuda where to run (default cpu)\n");
+               "  --device cpu|cuda where to run (default cpu)\n"
+               "  --lora A.gguf[:SCALE]\n"
+               "                    apply a LoRA adapter (llama.cpp's format) with SCALE x alpha/rank (default 1);\n"
+               "                    repeat it to apply several (their terms are summed)\n");
 }
 
 // -log softmax(l)[target], in double.
@@ -57,13 +64,14 @@ int cmd_perplexity(int argc, char **argv) {
     const char *model_path = NULL, *file = NULL;
     int64_t n_ctx = 0, n_threads = 0, max_chunks = -1;
     rg_device device = RG_DEVICE_CPU;
+    cli_loras loras = {0};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
         }
-        static const char *const with_value[] = {"-m", "-f", "-c", "--ctx-size", "-t", "--threads", "--chunks", "--device"};
+        static const char *const with_value[] = {"-m", "-f", "-c", "--ctx-size", "-t", "--threads", "--chunks", "--device", "--lora"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(a, with_value[k]);
         if (!known) {
@@ -83,6 +91,7 @@ int cmd_perplexity(int argc, char **argv) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = cli_parse_i64(C, a, v, 1, 512, &n_threads);
         else if (!strcmp(a, "--chunks")) ok = cli_parse_i64(C, a, v, -1, INT32_MAX, &max_chunks);
         else if (!strcmp(a, "--device")) ok = cli_parse_device(C, v, &device);
+        else if (!strcmp(a, "--lora")) ok = cli_loras_add(C, &loras, v);
         if (!ok) return 2;
     }
     if (!model_path || !file) {
@@ -101,6 +110,8 @@ int cmd_perplexity(int argc, char **argv) {
     rg_model *m = NULL;
     rg_tokenizer *tok = NULL;
     rg_session *s = NULL;
+    rg_lora *lora = NULL;
+    float lora_scale = 1.0f;
     int32_t *ids = NULL, *chunk = NULL;
     float *logits = NULL;
     int rc = 1;
@@ -108,6 +119,9 @@ int cmd_perplexity(int argc, char **argv) {
         fprintf(stderr, "retrograd %s: %s\n", C, err.msg);
         goto done;
     }
+    rc = cli_loras_load(C, &loras, m, &lora, &lora_scale);
+    if (rc) goto done;
+    rc = 1;
     if (n_ctx == 0) n_ctx = m->hp.n_ctx_train > 0 && m->hp.n_ctx_train < 512 ? m->hp.n_ctx_train : 512;
     size_t bad = rg_utf8_first_invalid(text, len);
     if (bad < len)
@@ -139,7 +153,8 @@ int cmd_perplexity(int argc, char **argv) {
     int64_t piece = (128ll << 20) / (V * (int64_t)sizeof(float));
     if (piece > 256) piece = 256;
     if (piece < 1) piece = 1;
-    rg_session_opts so = {.n_ctx = n_ctx, .n_threads = (int)n_threads, .device = device};
+    rg_session_opts so = {.n_ctx = n_ctx, .n_threads = (int)n_threads, .device = device, .lora = lora,
+                          .lora_scale = lora_scale};
     chunk = malloc((size_t)n_ctx * sizeof *chunk);
     logits = malloc((size_t)(piece * V) * sizeof *logits);
     if (!chunk || !logits) {
@@ -195,6 +210,7 @@ done:
     free(chunk);
     free(ids);
     rg_session_free(s);
+    rg_lora_free(lora);
     rg_tokenizer_free(tok);
     rg_model_free(m);
     free(text);
