@@ -118,10 +118,20 @@ rg_status rg_quantize_file(const char *in_path, const char *out_path, const char
             goto done;
         }
         if ((uint32_t)type == t->type) continue;
-        if (rg_type_get(t->type)->quantized && !opts->allow_requantize) {
-            s = rg_fail(err, RG_ERR_ARG,
-                        "%s: tensor '%s' is already %s; re-quantizing loses precision twice (pass --allow-requantize)",
-                        in_path, t->name, rg_type_get(t->type)->name);
+        // Dequantizing to F32 is exact: no flag. Any other type rounds the dequantized values again.
+        if (rg_type_get(t->type)->quantized && type != RG_TYPE_F32 && !opts->allow_requantize) {
+            const char *from = rg_type_get(t->type)->name, *to = rg_type_get((uint32_t)type)->name;
+            if (type == RG_TYPE_F16 || type == RG_TYPE_BF16)
+                s = rg_fail(err, RG_ERR_ARG,
+                            "%s: tensor '%s' is already %s: %s rounds its dequantized values again (not every %s value "
+                            "is a %s value); F32 keeps them exactly (pass --allow-requantize to accept the loss)",
+                            in_path, t->name, from, to, from, to);
+            else
+                s = rg_fail(err, RG_ERR_ARG,
+                            "%s: tensor '%s' is already %s: re-quantizing to %s adds %s's rounding error to %s's "
+                            "(quantize the original F32/F16/BF16 model instead, or pass --allow-requantize); F32 keeps "
+                            "the values exactly",
+                            in_path, t->name, from, to, to, from);
             goto done;
         }
         if (!rg_quant_get(t->type)->dequant) {

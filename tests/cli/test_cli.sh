@@ -53,7 +53,24 @@ expect "quantized file reads back"      0 "file type +15 \(MOSTLY_Q4_K_M\)" -- "
 expect "quantize unknown type lists valid ones" 1 "unknown type or mixture 'Q9_K'; valid: F32 F16 BF16 Q4_0" -- "$bin" quantize "$tmp/tiny-f32.gguf" "$tmp/x.gguf" Q9_K
 expect "quantize missing input"         1 "nope.gguf: cannot open"      -- "$bin" quantize "$tmp/nope.gguf" "$tmp/x.gguf" Q8_0
 expect "quantize bad thread count"      1 "thread count in 1..512"      -- "$bin" quantize "$tmp/tiny-f32.gguf" "$tmp/x.gguf" Q8_0 --threads 0
-expect "requantize needs a flag"        1 "already q[46]_K.*--allow-requantize" -- "$bin" quantize "$tmp/q4km.gguf" "$tmp/x.gguf" Q8_0
+expect "requantize needs a flag"        1 "already q[46]_K: re-quantizing to q8_0 adds q8_0's rounding error .*--allow-requantize" -- "$bin" quantize "$tmp/q4km.gguf" "$tmp/x.gguf" Q8_0
+expect "quantized to f16 needs a flag"  1 "already q[46]_K: f16 rounds its dequantized values again .*F32 keeps them exactly" -- "$bin" quantize "$tmp/q4km.gguf" "$tmp/x.gguf" F16
+[ ! -e "$tmp/x.gguf" ]; check "a refused quantize writes nothing" $?
+expect "quantized to f32 needs no flag" 0 "f32 +27 tensors"             -- "$bin" quantize "$tmp/q4km.gguf" "$tmp/deq.gguf" F32 --quiet
+# Dequantizing is exact: every tensor of the F32 file holds what the gguf package dequantizes the quantized one to.
+python3 - "$tmp/q4km.gguf" "$tmp/deq.gguf" <<'PY'
+import sys
+import numpy as np
+from gguf import GGUFReader
+from gguf.quants import dequantize
+q, d = (GGUFReader(p).tensors for p in sys.argv[1:])
+bad = [a.name for a, b in zip(q, d)
+       if a.name != b.name or b.tensor_type.name != "F32"
+       or not np.array_equal(dequantize(a.data, a.tensor_type).reshape(-1), np.asarray(b.data).reshape(-1))]
+print("    dequantized to F32: %d tensors, %d differ from gguf-py's dequantization" % (len(d), len(bad)), bad[:3])
+sys.exit(1 if bad or len(q) != len(d) else 0)
+PY
+check "quantized to f32 keeps every value" $?
 expect "requantize with the flag"       0 "q8_0"                        -- "$bin" quantize "$tmp/q4km.gguf" "$tmp/rq.gguf" Q8_0 --allow-requantize --quiet
 expect "quantize shows progress"        0 "blk.1.ffn_down.weight +f32 +-> q6_K" -- "$bin" quantize "$tmp/tiny-f32.gguf" "$tmp/q4km2.gguf" Q4_K_M
 for t in q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k_m q4_k_s q4_k_m q5_k_m q6_k q3_k q4_k q5_k iq4_nl iq4_xs tq1_0 tq2_0 mxfp4 nvfp4 q1_0 q2_0 f16 bf16; do

@@ -13,7 +13,9 @@ static void usage(FILE *f) {
     for (const rg_quant_target *t = rg_quant_targets; t->name; t++)
         fprintf(f, " %s%s", t->name, t->mixture ? "*" : "");
     fprintf(f, "\n  (* mixtures: some attention and feed-forward tensors get a higher-precision type, as llama-quantize does)\n"
-               "  Norms, biases, 1-D tensors and conv kernels are copied unchanged. The output is written atomically.\n");
+               "  Norms, biases, 1-D tensors and conv kernels are copied unchanged. The output is written atomically.\n"
+               "  A quantized input converts to F32 as it is (dequantizing is exact); to F16, BF16 or another\n"
+               "  quantized type it is rounded a second time, which --allow-requantize accepts.\n");
 }
 
 int cmd_quantize(int argc, char **argv) {
