@@ -1,6 +1,8 @@
 // bench_generate.c - prompt and generation tokens/s for SmolLM2-135M in F32,
-// F16, BF16, Q8_0, Q4_0, Q4_1 and Q4_K_M, on all cores, beside llama.cpp's
-// numbers on this machine class (2 threads, 128-token prompt / 32 generated).
+// F16, BF16, Q8_0, Q4_0, Q4_1 and Q4_K_M, on all cores (llama-bench's protocol:
+// 128-token prompt, 32 generated), each generation beside the ceiling that this
+// machine's memory read rate, measured in the same run, sets. llama.cpp is measured
+// beside it, back to back, by tools/reference/llama_bench_compare.py.
 //
 //   RG_SMOLLM2=path/to/SmolLM2-135M-Instruct.Q4_1.gguf ./build/bench_generate
 //
@@ -34,10 +36,8 @@
 static const struct {
     const char *target;  // retrograd quantize name, NULL: the file as shipped
     const char *label;
-    double llama_pp, llama_tg;  // llama.cpp tokens/s, 2 threads (the bar)
 } types[] = {
-    {"F32", "f32", 465, 47},   {"F16", "f16", 549, 71},     {"BF16", "bf16", 0, 0}, {"Q8_0", "q8_0", 463, 133},
-    {"Q4_0", "q4_0", 572, 183}, {NULL, "q4_1 (shipped)", 0, 0}, {"Q4_K_M", "q4_k_m", 409, 135},
+    {"F32", "f32"}, {"F16", "f16"}, {"BF16", "bf16"}, {"Q8_0", "q8_0"}, {"Q4_0", "q4_0"}, {NULL, "q4_1 (shipped)"}, {"Q4_K_M", "q4_k_m"},
 };
 
 static double cpu_now(void) {
@@ -81,8 +81,7 @@ static int selected(const char *list, const char *label) {
 // The memory yardstick, measured in this process: a plain read of 512 MiB
 // (far past the caches) on the same threads, 64-bit words into independent
 // sums, prefetched ahead like the kernels' rows. Generation reads every weight once per token, so bytes per token over
-// this rate is the ceiling no kernel passes (llama.cpp's numbers were taken on
-// another machine of the class, whose memory may be faster).
+// this rate is the ceiling no kernel passes.
 typedef struct read_job {
     const uint64_t *p;
     int64_t n;
@@ -162,8 +161,7 @@ int main(void) {
            "so the ceiling is that over the weight bytes\n", threads, gbs);
     printf("gen tok/s is llama-bench's tg%d (from an empty cache); after prompt: the same %d tokens after the %d-token "
            "prompt (attending to %d-%d)\n", TG, TG, PP, PP + 1, PP + TG);
-    printf("%-16s %12s %12s %14s %14s %18s %14s\n", "type", "prompt tok/s", "gen tok/s", "llama.cpp pp", "llama.cpp tg",
-           "gen of ceiling", "after prompt");
+    printf("%-16s %12s %12s %18s %14s\n", "type", "prompt tok/s", "gen tok/s", "gen of ceiling", "after prompt");
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         if (!selected(only, types[i].label)) continue;
         char path[4096] = "/tmp/rg_bench_genXXXXXX";
@@ -240,19 +238,14 @@ int main(void) {
                 break;
             }
         }
-        char lp[32] = "-", lt[32] = "-";
-        if (types[i].llama_pp > 0) snprintf(lp, sizeof lp, "%.0f (%.2fx)", types[i].llama_pp, PP / best_pp / types[i].llama_pp);
-        if (types[i].llama_tg > 0) snprintf(lt, sizeof lt, "%.0f (%.2fx)", types[i].llama_tg, TG / best_tg / types[i].llama_tg);
-        if (skip_pp) snprintf(lp, sizeof lp, "skipped");
-        if (skip_tg) snprintf(lt, sizeof lt, "skipped");
         size_t wbytes = 0;
         for (uint64_t t = 0; t < m->file->n_tensors; t++) wbytes += m->file->tensors[t].nbytes;
         char ceil_s[48] = "-";
         if (gbs > 0 && !skip_tg)
             snprintf(ceil_s, sizeof ceil_s, "%.0f%% of %.0f", 100.0 * TG / best_tg / (gbs * 1e9 / (double)wbytes),
                      gbs * 1e9 / (double)wbytes);
-        printf("%-16s %12.1f %12.1f %14s %14s %18s %14.1f", types[i].label, skip_pp ? 0.0 : PP / best_pp,
-               skip_tg ? 0.0 : TG / best_tg, lp, lt, ceil_s, skip_pp || skip_tg ? 0.0 : TG / best_tga);
+        printf("%-16s %12.1f %12.1f %18s %14.1f", types[i].label, skip_pp ? 0.0 : PP / best_pp,
+               skip_tg ? 0.0 : TG / best_tg, ceil_s, skip_pp || skip_tg ? 0.0 : TG / best_tga);
         if (show_cpu) printf("   cpu ms: prompt %.1f, per generated token %.2f", cpu_pp * 1e3, cpu_tg * 1e3 / TG);
         printf("\n");
         if (show_prof) {
@@ -269,6 +262,6 @@ int main(void) {
         rg_model_free(m);
         if (types[i].target && !keep) unlink(path);
     }
-    printf("(ratios in parentheses: ours / llama.cpp)\n");
+    printf("(skipped columns print 0; llama.cpp beside it: tools/reference/llama_bench_compare.py)\n");
     return 0;
 }

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""tools/reference/llama_bench_compare.py, the comparison behind issue 5's speed
-bar, run against stand-ins for llama-bench and bench_generate (the real ones
-need llama.cpp and SmolLM2 and take minutes), so that its pairing of rows,
-ratios, medians and errors are checked in CI.
+"""The peer-comparison scripts of tools/reference/ run against stand-ins for the
+peers and for our benches (the real ones need llama.cpp, PyTorch and SmolLM2
+and take minutes), so that their pairing of rows, ratios, medians and errors
+are checked in CI: llama_bench_compare.py (llama-bench and bench_generate),
+llama_finetune_compare.py (llama-finetune and bench_train) and
+torch_train_compare.py (a PyTorch worker and bench_train).
 
-Usage: python3 tests/python/test_speed_tools.py [BUILD_DIR]   (BUILD_DIR unused)
+Usage: python3 tests/python/test_speed_tools.py [BUILD_DIR]   (BUILD_DIR: where retrograd is, for a tiny GGUF)
 
 1. Per round and type it runs llama-bench on DIR/smollm2-<type>.gguf with
    `-t 2 -p 128 -n 32 -r REPS -o json` and bench_generate with RG_BENCH_TYPES
@@ -14,6 +16,17 @@ Usage: python3 tests/python/test_speed_tools.py [BUILD_DIR]   (BUILD_DIR unused)
    and worst of them, as computed here from the stand-ins' numbers.
 2. A missing model file or a bench that prints no row for the type is an error
    naming it, with a non-zero exit.
+
+3. llama_finetune_compare.py: llama-finetune's per-window progress lines
+   (written with carriage returns, as its progress bar is) are timed as they
+   arrive, the first window dropped, validation lines ignored; bench_train's
+   step line read; the ratio is ours / llama.cpp within the stand-ins' timing;
+   the token_embd caveat is printed; a text too short and a failing
+   llama-finetune are errors.
+4. torch_train_compare.py: the PyTorch worker gets the GGUF's shape (layers,
+   widths, heads, tied head) and the method; rows pair the worker's median with
+   bench_train's for full, LoRA on the F32 file and LoRA on --lora-file; a
+   failing worker is an error.
 
 Prints `PASS name` / `FAIL name: details` and `N passed, N failed`; exit 1 on failure.
 """
@@ -28,6 +41,8 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOOL = os.path.join(ROOT, "tools", "reference", "llama_bench_compare.py")
+FINETUNE_TOOL = os.path.join(ROOT, "tools", "reference", "llama_finetune_compare.py")
+TORCH_TOOL = os.path.join(ROOT, "tools", "reference", "torch_train_compare.py")
 
 # Stand-in numbers: llama-bench samples per (type, round) and ours.
 LLAMA = {"f32": [(300, 30), (320, 31)], "q4_1": [(200, 80), (210, 90)], "bf16": [(100, 10)]}
@@ -91,6 +106,154 @@ def run(tmp, *types, rounds=2):
     return subprocess.run(cmd, capture_output=True, text=True)
 
 
+# llama-finetune stand-in: a set-up window of 0.5 s, then windows of WINDOW_S seconds each
+# (256 tokens: 256 / WINDOW_S tok/s), with a validation line between them that must not count.
+WINDOW_S = 0.1
+FAKE_FINETUNE = r"""#!/usr/bin/env python3
+import os, sys, time
+a = sys.argv[1:]
+want = ["-c", "256", "-b", "256", "-ub", "256", "-t", "2", "--epochs", "1", "-val-split", "0", "-o"]
+if a[0] != "-m" or a[2] != "-f" or a[4:-1] != want:
+    sys.exit("fake llama-finetune: unexpected arguments %r" % a)
+if os.environ.get("FAKE_FINETUNE_FAIL"):
+    sys.stderr.write("llama_model_load: error loading model\n")
+    sys.exit(1)
+n = 8
+for d in range(1, n + 1):
+    time.sleep(0.5 if d == 1 else WINDOW_S)
+    sys.stderr.write("train: [\u2588\u2588  ] data=%07d/%07d loss=%.5f\u00b10.01 acc=1.00\u00b10.1%% t=00:00:0%d ETA=00:00:01 \r"
+                     % (d, n, 10.0 - d, min(d, 9)))
+    sys.stderr.flush()
+    if d == 4:
+        sys.stderr.write("val:   [\u2588   ] data=0000001/0000001 loss=9.0\u00b10 acc=0\u00b10%% t=00:00:00 \r")
+sys.stderr.write("\n")
+open(a[-1], "w").write("model")
+"""
+
+# bench_train stand-in: STEP_S seconds per 256-token step (256 / STEP_S tok/s).
+STEP_S = 0.05
+FAKE_TRAIN = r"""#!/usr/bin/env python3
+import os, sys
+steps = int(sys.argv[1])
+env = os.environ
+assert env["RG_BENCH_TRAIN_CTX"] == "256" and env["RG_BENCH_THREADS"] == "2", env
+method, model = env["RG_BENCH_TRAIN_METHOD"], env["RG_BENCH_TRAIN_MODEL"]
+s = STEP_TABLE[method] * (2 if model.endswith("q4.gguf") else 1)
+print("bench_train: 2 threads")
+print("file %s  1.0 tok/s" % method)
+print("step seconds (256 tokens each):" + "".join(" %.4f" % s for _ in range(steps)))
+"""
+
+FAKE_RETROGRAD = r"""#!/usr/bin/env python3
+import os, sys
+assert sys.argv[1] == "tokenize" and "--count" in sys.argv, sys.argv
+print(os.environ.get("FAKE_TOKENS", "100000"))
+"""
+
+# PyTorch worker stand-in: checks the job, answers tok/s lists per method.
+FAKE_TORCH = r"""#!/usr/bin/env python3
+import json, sys
+assert sys.argv[1] == "--worker"
+job = json.loads(sys.argv[2])
+c = job["cfg"]
+shape = (c["arch"], c["num_hidden_layers"], c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"],
+         c["vocab_size"], c["tie_word_embeddings"], job["ctx"], job["threads"], job["steps"])
+if shape != WANT_SHAPE:
+    sys.exit("fake torch: job %r, wanted %r" % (shape, WANT_SHAPE))
+if job["method"] == FAIL_METHOD:
+    sys.exit("Traceback: RuntimeError: out of memory")
+print("some log line")
+print(json.dumps({"tok_s": TORCH_TABLE[job["method"]], "torch": "9.9-fake"}))
+"""
+
+
+def check_finetune_tool(tmp):
+    d = os.path.join(tmp, "ft")
+    os.makedirs(d)
+    script(os.path.join(d, "llama-finetune"), FAKE_FINETUNE.replace("WINDOW_S", repr(WINDOW_S)))
+    script(os.path.join(d, "bench_train"), FAKE_TRAIN.replace("STEP_TABLE", repr({"full": STEP_S})))
+    script(os.path.join(d, "retrograd"), FAKE_RETROGRAD)
+    model, text = os.path.join(d, "model.gguf"), os.path.join(d, "text.txt")
+    open(model, "wb").close()
+    open(text, "w").write("word " * 5000)
+
+    def run_ft(env=None, rounds=2, windows=6):
+        cmd = [sys.executable, FINETUNE_TOOL, "--llama-finetune", os.path.join(d, "llama-finetune"),
+               "--bench", os.path.join(d, "bench_train"), "--retrograd", os.path.join(d, "retrograd"),
+               "--rounds", str(rounds), "--windows", str(windows), model, text]
+        return subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, **(env or {})))
+
+    r = run_ft()
+    check("finetune comparison runs", r.returncode == 0, r.stderr[-400:])
+    rows = re.findall(r"^\s+(\d)\s+([\d.]+)\s+[\d.]+-[\d.]+\s+([\d.]+)\s+[\d.]+-[\d.]+\s+([\d.]+)\s+\((\d+) llama windows",
+                      r.stdout, re.M)
+    check("finetune: one row per round", len(rows) == 2, r.stdout)
+    want_llama, want_ours = 256 / WINDOW_S, 256 / STEP_S
+    ok = bool(rows)
+    for _, lt, ot, ratio, nwin in rows:
+        # windows 2..8 at WINDOW_S each (the first, with its 0.5 s set-up, has no line before it; jitter allowed)
+        ok = ok and 0.7 * want_llama <= float(lt) <= 1.15 * want_llama and float(ot) == want_ours
+        ok = ok and abs(float(ratio) - float(ot) / float(lt)) < 0.006 and nwin == "8"
+    check("finetune: llama's windows timed between the lines' arrivals; ours from the step line", ok,
+          f"{rows} (llama ~{want_llama:.0f}, ours {want_ours:.0f})\n{r.stdout}")
+    med = re.search(r"median of the per-round ratios \(ours / llama-finetune\): ([\d.]+) \(worst ([\d.]+)\)", r.stdout)
+    ratios = sorted(float(x[3]) for x in rows)
+    check("finetune: median and worst of the rounds", bool(med) and rows and
+          abs(float(med.group(1)) - statistics.median(ratios)) < 0.006 and abs(float(med.group(2)) - ratios[0]) < 0.006,
+          r.stdout)
+    check("finetune: the token_embd caveat is printed", "does not train token_embd" in r.stdout, r.stdout)
+    r = run_ft(env={"FAKE_TOKENS": "500"}, rounds=1)
+    check("finetune: a text too short is named", r.returncode != 0 and "500 tokens, 6 windows of 256 need" in r.stderr,
+          r.stderr[-400:])
+    r = run_ft(env={"FAKE_FINETUNE_FAIL": "1"}, rounds=1)
+    check("finetune: a failing llama-finetune is an error with its log",
+          r.returncode != 0 and "llama-finetune exited 1" in r.stderr and "error loading model" in r.stderr, r.stderr[-400:])
+
+
+def check_torch_tool(tmp, build):
+    d = os.path.join(tmp, "torch")
+    os.makedirs(d)
+    model = os.path.join(d, "tiny.gguf")
+    q4 = os.path.join(d, "tiny-q4.gguf")
+    mk = subprocess.run([os.path.join(build, "retrograd"), "make-tiny", "--arch", "qwen2", "--type", "f32", "-o", model],
+                        capture_output=True, text=True)
+    if mk.returncode != 0:
+        check("torch: make-tiny for the stand-in's model", False, mk.stderr[-300:])
+        return
+    open(q4, "wb").close()
+    torch_table = {"full": [100.0, 90.0, 110.0], "lora": [200.0, 180.0, 220.0]}
+    # the tiny qwen2 of make-tiny: 2 layers, 256 wide, 4 heads, 2 kv heads, 512 tokens, untied head
+    want_shape = ("qwen2", 2, 256, 4, 2, 512, False, 256, 2, 3)
+
+    def run_torch(fail=None):
+        fake = FAKE_TORCH.replace("WANT_SHAPE", repr(want_shape)).replace("TORCH_TABLE", repr(torch_table))
+        script(os.path.join(d, "torch-worker"), fake.replace("FAIL_METHOD", repr(fail)))
+        script(os.path.join(d, "bench_train"), FAKE_TRAIN.replace("STEP_TABLE", repr({"full": 1.28, "lora": 0.64})))
+        cmd = [sys.executable, TORCH_TOOL, "--bench", os.path.join(d, "bench_train"), "--torch-worker",
+               os.path.join(d, "torch-worker"), "--rounds", "2", "--steps", "3", "--lora-file", q4, model]
+        return subprocess.run(cmd, capture_output=True, text=True)
+
+    r = run_torch()
+    check("torch comparison runs", r.returncode == 0, r.stderr[-600:])
+    rows = re.findall(r"^\s+(\d)\s+(.+?)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", r.stdout, re.M)
+    # ours: 256 / 1.28 = 200 (full), 256 / 0.64 = 400 (LoRA, F32), 200 (LoRA on the "q4" file: twice the time)
+    want = {"full f32": (100.0, 200.0), "lora f32": (200.0, 400.0), "lora tiny-q4.gguf": (200.0, 200.0)}
+    got = {}
+    for _, label, t, o, ratio in rows:
+        got.setdefault(label, []).append((float(t), float(o), float(ratio)))
+    ok = set(got) == set(want) and all(len(v) == 2 for v in got.values())
+    for label, v in got.items():
+        for t, o, ratio in v:
+            ok = ok and label in want and (t, o) == want[label] and abs(ratio - o / t) < 0.006
+    check("torch: rows pair the worker's median with ours (full, LoRA F32, LoRA on --lora-file)", ok, r.stdout)
+    check("torch: the medians are printed with the torch version",
+          "ours / PyTorch 9.9-fake" in r.stdout and re.search(r"^\s+lora tiny-q4.gguf\s+1.00 \(worst 1.00\)$", r.stdout, re.M)
+          is not None and re.search(r"^\s+full f32\s+2.00 \(worst 2.00\)$", r.stdout, re.M) is not None, r.stdout)
+    r = run_torch(fail="lora")
+    check("torch: a failing worker is an error with its message",
+          r.returncode != 0 and "the PyTorch run (lora) failed" in r.stderr and "out of memory" in r.stderr, r.stderr[-400:])
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         script(os.path.join(tmp, "llama-bench"), FAKE_LLAMA.replace("LLAMA_TABLE", repr(LLAMA)))
@@ -128,6 +291,8 @@ def main():
         r = run(tmp, "f32", rounds=1)
         check("the shipped Q4_1 copy is required", r.returncode != 0 and "smollm2-q4_1.gguf is missing" in r.stderr,
               r.stderr[-400:])
+        check_finetune_tool(tmp)
+        check_torch_tool(tmp, sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build"))
     print(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
 
