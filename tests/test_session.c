@@ -10,6 +10,8 @@
 #include "infer/session.h"
 #include "model/forward.h"
 #include "model/tiny.h"
+#include "cpu/gemm_q4_0.h"
+#include "model/quantize.h"
 #include "rg_test.h"
 
 enum { T = 24 };
@@ -17,10 +19,15 @@ enum { T = 24 };
 static rg_model *tiny(uint32_t type, bool tied, char *path) {
     strcpy(path, "/tmp/rg_test_sessionXXXXXX");
     close(mkstemp(path));
-    rg_tiny_config cfg = {.arch = "qwen2", .type = type, .seed = 5, .tied = tied};
+    const bool quantized = rg_type_get(type)->quantized;  // written in F32, then quantized
+    rg_tiny_config cfg = {.arch = "qwen2", .type = quantized ? RG_TYPE_F32 : type, .seed = 5, .tied = tied};
     rg_error err = {0};
     rg_model *m = NULL;
-    if (rg_tiny_write(&cfg, path, &err) || rg_model_load(&m, path, &err)) {
+    rg_quantize_opts qo = {.n_threads = 1, .pure = true};  // every matrix in the type (no Q6_K head)
+    rg_quantize_summary qs;
+    if (rg_tiny_write(&cfg, path, &err) ||
+        (quantized && rg_quantize_file(path, path, rg_type_get(type)->name, &qo, &qs, &err)) ||
+        rg_model_load(&m, path, &err)) {
         printf("    %s\n", err.msg);
         return NULL;
     }
@@ -109,6 +116,35 @@ static void test_f32(void) { check_type(RG_TYPE_F32, false); }
 static void test_f16_tied(void) { check_type(RG_TYPE_F16, true); }
 static void test_bf16(void) { check_type(RG_TYPE_BF16, false); }
 
+// Q4_0 weights: a prompt in one batch (N >= 8: the integer GEMM on Q8_0 activations where the CPU has
+// AVX-512 VNNI, else the SGEMM) against the same tokens one at a time (dot products on Q8_0 activations).
+// With the integer GEMM both quantize the activations the same way: within float rounding.
+static void test_q4_0_prompt_matches_decode(void) {
+    char path[64];
+    rg_model *m = tiny(RG_TYPE_Q4_0, false, path);
+    RG_REQUIRE(m, "model");
+    const int64_t V = m->hp.n_vocab;
+    int32_t ids[T];
+    for (int i = 0; i < T; i++) ids[i] = (i * 37 + 11) % (int32_t)V;
+    float *batch = malloc(sizeof(float) * V * T), *step = malloc(sizeof(float) * V * T);
+    rg_error err = {0};
+    rg_session *s;
+    rg_session_opts so = {.n_ctx = 64, .n_threads = 2, .n_batch = T};
+    RG_REQUIRE(rg_session_create(&s, m, &so, &err) == RG_OK, "%s", err.msg);
+    RG_REQUIRE(rg_session_eval(s, ids, T, batch, 1, &err) == RG_OK, "%s", err.msg);
+    rg_session_truncate(s, 0);
+    for (int i = 0; i < T; i++) RG_REQUIRE(rg_session_eval(s, &ids[i], 1, step + (size_t)i * V, 0, &err) == RG_OK, "%s", err.msg);
+    double e = max_rel(batch, step, V * T);
+    bool int8 = rg_gemm_q4_0_available();
+    printf("    q4_0: prompt of %d in one batch (%s) against token by token: %.2e (bound %s)\n", T,
+           int8 ? "integer GEMM" : "SGEMM", e, int8 ? "1e-4" : "2e-2");
+    RG_CHECK(e < (int8 ? 1e-4 : 2e-2), "batched logits differ from the token-by-token ones by %.3g", e);
+    rg_session_free(s);
+    rg_model_free(m);
+    unlink(path);
+    free(batch), free(step);
+}
+
 static void test_loader_errors(void) {
     rg_model *m;
     rg_error err = {0};
@@ -130,6 +166,7 @@ static const rg_test_case cases[] = {
     RG_TEST(test_f32),
     RG_TEST(test_f16_tied),
     RG_TEST(test_bf16),
+    RG_TEST(test_q4_0_prompt_matches_decode),
     {0},
 };
 

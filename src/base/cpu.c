@@ -2,6 +2,7 @@
 #include "base/cpu.h"
 
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -27,6 +28,29 @@ int rg_cpu_has_avx2(void) {
     if (v < 0) {
         v = detect();
         atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return v;
+}
+
+static atomic_int cached_vnni = -1;
+
+static int detect_vnni(void) {
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+    const char *off = getenv("RG_NO_AVX512");
+    if (off && *off && *off != '0') return 0;
+    __builtin_cpu_init();  // libgcc's detection also checks that the OS saves the AVX-512 state
+    return rg_cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+#else
+    return 0;
+#endif
+}
+
+int rg_cpu_has_avx512_vnni(void) {
+    int v = atomic_load_explicit(&cached_vnni, memory_order_relaxed);
+    if (v < 0) {
+        v = detect_vnni();
+        atomic_store_explicit(&cached_vnni, v, memory_order_relaxed);
     }
     return v;
 }

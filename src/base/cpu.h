@@ -4,6 +4,9 @@
 
 // 1 when AVX2, FMA and F16C are all usable (CPU and OS), so *_avx2.c kernels may run.
 int rg_cpu_has_avx2(void);
+// 1 when AVX512 F/BW/VL and VNNI are usable (CPU and OS), so *_avx512.c kernels may run
+// (RG_NO_AVX512=1 in the environment says 0, to compare against the other paths).
+int rg_cpu_has_avx512_vnni(void);
 // Number of online cores (at least 1).
 int rg_cpu_count(void);
 

@@ -21,6 +21,7 @@ struct rg_exec {
     int nodes_cpu;
     bool own_pool;
     bool own_mem;  // buffer and scratch are this exec's (not an rg_exec_mem's)
+    bool int8_activations;
     rg_exec_profile *prof;
 };
 
@@ -106,6 +107,7 @@ rg_status rg_exec_create(rg_exec **out, rg_graph *g, const rg_exec_opts *opts, r
     if (!ex) return rg_fail(err, RG_ERR_NOMEM, "exec: out of memory");
     ex->g = g;
     ex->prof = opts->profile;
+    ex->int8_activations = opts->int8_activations;
     rg_status st = RG_OK;
     if (opts->pool) ex->pool = opts->pool;
     else {
@@ -169,7 +171,7 @@ static bool all_finite(const rg_node *n) {
 // start, checking each node's output right after its kernel.
 static void first_non_finite(rg_exec *ex, int upto, char *buf, size_t cap) {
     rg_graph *g = ex->g;
-    rg_exec_ctx ctx = {ex->pool, ex->scratch, ex->plan.scratch_bytes};
+    rg_exec_ctx ctx = {ex->pool, ex->scratch, ex->plan.scratch_bytes, ex->int8_activations};
     rg_error ignored;
     for (int i = 0; i <= upto; i++) {
         rg_node *n = g->nodes[i];
@@ -215,7 +217,7 @@ static int mul_mat_group(rg_graph *g, int i, int to, rg_node **grp, int *last) {
 rg_status rg_exec_run(rg_exec *ex, int from, int to, rg_error *err) {
     rg_graph *g = ex->g;
     if (to < 0 || to > g->n_nodes) to = g->n_nodes;
-    rg_exec_ctx ctx = {ex->pool, ex->scratch, ex->plan.scratch_bytes};
+    rg_exec_ctx ctx = {ex->pool, ex->scratch, ex->plan.scratch_bytes, ex->int8_activations};
     const double t_run = ex->prof ? now_s() : 0;
     for (int i = from < 0 ? 0 : from; i < to; i++) {
         rg_node *n = g->nodes[i];

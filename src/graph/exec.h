@@ -47,6 +47,10 @@ typedef struct rg_exec_opts {
     rg_threadpool *pool;  // optional: a pool that outlives the exec (n_threads is then ignored)
     rg_exec_profile *profile;  // optional: time per op is added there (not owned)
     rg_exec_mem *mem;          // optional: reuse (and grow) these allocations instead of owning new ones
+    // Inference only (a session's graphs, never training): MUL_MAT may quantize its activations to
+    // Q8_0 for an integer GEMM where the weight type has one (Q4_0 on AVX-512 VNNI, cpu/gemm_q4_0.h), as
+    // llama.cpp does and as generation's dot products already do. Gradients never see it.
+    bool int8_activations;
 } rg_exec_opts;
 
 typedef struct rg_exec_stats {

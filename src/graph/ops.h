@@ -14,6 +14,7 @@ typedef struct rg_exec_ctx {
     rg_threadpool *pool;
     void *scratch;
     size_t scratch_size;
+    bool int8_activations;  // rg_exec_opts.int8_activations (inference only)
 } rg_exec_ctx;
 
 // A CPU kernel: reads n->src[i]->t (bytes bound; strides honoured as the op's
