@@ -10,7 +10,7 @@
 #include "infer/session.h"
 #include "model/forward.h"
 #include "model/tiny.h"
-#include "cpu/gemm_q4_0.h"
+#include "cpu/gemm_int8.h"
 #include "model/quantize.h"
 #include "rg_test.h"
 
@@ -135,7 +135,7 @@ static void test_q4_0_prompt_matches_decode(void) {
     rg_session_truncate(s, 0);
     for (int i = 0; i < T; i++) RG_REQUIRE(rg_session_eval(s, &ids[i], 1, step + (size_t)i * V, 0, &err) == RG_OK, "%s", err.msg);
     double e = max_rel(batch, step, V * T);
-    bool int8 = rg_gemm_q4_0_available();
+    bool int8 = rg_gemm_int8_supports(RG_TYPE_Q4_0, 64);
     printf("    q4_0: prompt of %d in one batch (%s) against token by token: %.2e (bound %s)\n", T,
            int8 ? "integer GEMM" : "SGEMM", e, int8 ? "1e-4" : "2e-2");
     RG_CHECK(e < (int8 ? 1e-4 : 2e-2), "batched logits differ from the token-by-token ones by %.3g", e);

@@ -48,7 +48,7 @@ typedef struct rg_exec_opts {
     rg_exec_profile *profile;  // optional: time per op is added there (not owned)
     rg_exec_mem *mem;          // optional: reuse (and grow) these allocations instead of owning new ones
     // Inference only (a session's graphs, never training): MUL_MAT may quantize its activations to
-    // Q8_0 for an integer GEMM where the weight type has one (Q4_0 on AVX-512 VNNI, cpu/gemm_q4_0.h), as
+    // Q8_0 for an integer GEMM where the weight type has one (Q4_0 and Q4_K on AVX-512 VNNI, cpu/gemm_int8.h), as
     // llama.cpp does and as generation's dot products already do. Gradients never see it.
     bool int8_activations;
 } rg_exec_opts;

@@ -260,7 +260,7 @@ static rg_status decode_graph_make(rg_session *s, int64_t lo, int64_t hi, rg_err
     rg_graph_free(g2);
     if (!st) {
         rg_exec_opts eo = {.pool = s->pool, .device = s->opts.device, .profile = s->opts.profile,
-                           .int8_activations = true};
+                           .int8_activations = !s->opts.exact_activations};
         st = rg_exec_create(&d->ex, d->g, &eo, err);
     }
     if (st) {
@@ -326,7 +326,7 @@ static rg_status eval_batch(rg_session *s, const int32_t *ids, int64_t n, float 
     rg_status st = build_graph(s, n, s->n_past, all, &g, &ids_n, &pos_n, &out, err);
     if (!st) {
         rg_exec_opts eo = {.pool = s->pool, .device = s->opts.device, .profile = s->opts.profile, .mem = &s->mem,
-                           .int8_activations = true};
+                           .int8_activations = !s->opts.exact_activations};
         st = rg_exec_create(&ex, g, &eo, err);
     }
     if (!st) {
