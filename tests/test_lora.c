@@ -322,6 +322,8 @@ static void test_runtime_vs_merged_q4_k_m(void) { runtime_vs_merged("Q4_K_M"); }
 // Merge into each storage type: types, shapes, keys and untouched tensors kept;
 // merged values equal (W + s B·A) re-encoded: exact for F16/BF16 up to one step
 // of the type (the double sum's order), within the quantizer's error otherwise.
+// Float bases keep their types by default; a quantized base is merged with
+// type = its own target (Q8_0 is also the default for a quantized base).
 static void merge_types(const char *target, double rel_rmse_bound) {
     char path[64], apath[64], mpath[64];
     rg_model *m = load_tiny(target, path);
@@ -335,7 +337,9 @@ static void merge_types(const char *target, double rel_rmse_bound) {
     tmp_path(mpath, "merged");
     RG_REQUIRE(rg_lora_save(l, m, apath, &err) == RG_OK, "%s", err.msg);
     const float user = 1.25f;
-    RG_REQUIRE(rg_lora_merge(path, apath, user, mpath, &err) == RG_OK, "%s", err.msg);
+    const bool quantized = strcmp(target, "F32") && strcmp(target, "F16") && strcmp(target, "BF16");
+    rg_lora_merge_opts mo = {.n_threads = 2, .type = quantized ? target : NULL};
+    RG_REQUIRE(rg_lora_merge_ex(path, apath, user, mpath, &mo, NULL, &err) == RG_OK, "%s", err.msg);
     const double s = (double)user * 4.0 / 2.0;
     rg_gguf *a = m->file, *b = NULL;
     RG_REQUIRE(rg_gguf_open(&b, mpath, &err) == RG_OK, "%s", err.msg);
@@ -408,6 +412,62 @@ static void test_merge_f16(void) { merge_types("F16", 1e-3); }
 static void test_merge_bf16(void) { merge_types("BF16", 4e-3); }
 static void test_merge_q8_0(void) { merge_types("Q8_0", 1e-2); }
 static void test_merge_q4_k_m(void) { merge_types("Q4_K_M", 8e-2); }
+
+// What survives of B·A (summary.kept): a change far below half a Q4_1 step, merged back into the Q4_1 base
+// whose values sit on that grid, rounds away (kept near 0, every tensor counted as lost); the default for a
+// quantized base (Q8_0 for every quantizable tensor) keeps it; an F32 merge keeps it exactly.
+static void test_merge_kept(void) {
+    static const struct {
+        const char *type;      // NULL: the default
+        const char *written;   // summary.type
+        uint32_t w_type;       // the type of blk.0.attn_k.weight in the output
+        double kept_lo, kept_hi;
+        bool all_lost;
+    } cases[] = {
+        {"Q4_1", "Q4_1", RG_TYPE_Q4_1, -0.1, 0.3, true},
+        {NULL, "Q8_0", RG_TYPE_Q8_0, 0.97, 1.03, false},
+        {"F32", "F32", RG_TYPE_F32, 1.0 - 1e-6, 1.0 + 1e-6, false},
+    };
+    char path[64], apath[64], mpath[64];
+    rg_model *m = load_tiny("Q4_1", path);
+    RG_REQUIRE(m, "model");
+    rg_error err = {0};
+    rg_lora *l = NULL;
+    RG_REQUIRE(rg_lora_init(&l, m, 4, 4.0f, RG_LORA_TARGETS_ALL, 31, &err) == RG_OK, "%s", err.msg);
+    random_b(l, 32, 2e-4f);  // |s B·A| ~ 1e-4, against a Q4_1 step of ~7e-3 here
+    tmp_path(apath, "adapter");
+    tmp_path(mpath, "merged");
+    RG_REQUIRE(rg_lora_save(l, m, apath, &err) == RG_OK, "%s", err.msg);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        rg_lora_merge_opts mo = {.n_threads = 2, .type = cases[c].type};
+        rg_lora_merge_summary sum;
+        RG_REQUIRE(rg_lora_merge_ex(path, apath, 1.0f, mpath, &mo, &sum, &err) == RG_OK, "%s", err.msg);
+        rg_gguf *g = NULL;
+        RG_REQUIRE(rg_gguf_open(&g, mpath, &err) == RG_OK, "%s", err.msg);
+        const rg_gguf_tensor *w = rg_gguf_find_tensor(g, "blk.0.attn_k.weight");
+        printf("    %-7s -> %-5s kept %6.1f%%, |M-W|/|D| %.3f, %llu of %llu tensors below half\n",
+               cases[c].type ? cases[c].type : "default", sum.type, 100 * sum.kept, sum.rel_norm,
+               (unsigned long long)sum.n_lost, (unsigned long long)sum.n_merged);
+        RG_CHECK(!strcmp(sum.type, cases[c].written), "%s: written as '%s', want %s", cases[c].type, sum.type,
+                 cases[c].written);
+        RG_CHECK(w && w->type == cases[c].w_type, "%s: blk.0.attn_k.weight is %s", cases[c].written,
+                 w ? rg_type_get(w->type)->name : "missing");
+        RG_CHECK(sum.kept >= cases[c].kept_lo && sum.kept <= cases[c].kept_hi, "%s: kept %.4f, want [%g, %g]",
+                 cases[c].written, sum.kept, cases[c].kept_lo, cases[c].kept_hi);
+        RG_CHECK(sum.n_merged == 14 && (sum.n_lost == sum.n_merged) == cases[c].all_lost &&
+                     (cases[c].all_lost || sum.n_lost == 0),
+                 "%s: %llu of %llu lost", cases[c].written, (unsigned long long)sum.n_lost,
+                 (unsigned long long)sum.n_merged);
+        rg_gguf_free(g);
+    }
+    rg_lora_merge_opts bad = {.type = "Q9_9"};
+    RG_CHECK(rg_lora_merge_ex(path, apath, 1.0f, mpath, &bad, NULL, &err) == RG_ERR_ARG &&
+                 strstr(err.msg, "unknown type or mixture 'Q9_9' (valid: F32"),
+             "unknown type: %s", err.msg);
+    rg_lora_free(l);
+    rg_model_free(m);
+    unlink(path), unlink(apath), unlink(mpath);
+}
 
 static bool same_file(const char *a, const char *b) {
     FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
@@ -767,6 +827,7 @@ static const rg_test_case cases[] = {
     RG_TEST(test_merge_bf16),
     RG_TEST(test_merge_q8_0),
     RG_TEST(test_merge_q4_k_m),
+    RG_TEST(test_merge_kept),
     RG_TEST(test_save_load_roundtrip),
     RG_TEST(test_load_errors),
     RG_TEST(test_stack),

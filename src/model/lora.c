@@ -1,4 +1,4 @@
-// lora.c - see lora.h: LoRA adapters (init, load, save, attach, merge).
+// lora.c - see lora.h: LoRA adapters (init, load, save, attach); merging is lora_merge.c.
 #include "model/lora.h"
 
 #include <errno.h>
@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "base/threadpool.h"
 #include "tensor/quant/quant.h"
 #include "train/philox.h"
 
@@ -351,141 +350,6 @@ rg_status rg_lora_attach(rg_graph *g, const rg_lora *l, rg_model_nodes *w, float
         N->lora_scale = scale;
     }
     return rg_graph_error(g, err);
-}
-
-// ---------------------------------------------------------------------------
-// Merging
-
-typedef struct merge_job {
-    const rg_lora_pair *p;
-    int64_t rank;
-    double scale;
-    uint32_t type;       // W's type
-    const void *src;     // W's bytes
-    char *dst;           // merged bytes in W's type
-    float *scratch;      // [nth][n_in]
-} merge_job;
-
-// Rows o = r0..r1 of W [n_in, n_out]: dequantize, add s * sum_k A[i,k] B[k,o]
-// (in double), re-encode.
-static void merge_rows(void *arg, int ith, int nth) {
-    const merge_job *j = arg;
-    const rg_lora_pair *p = j->p;
-    const int64_t n_in = p->n_in, r = j->rank;
-    int64_t r0, r1;
-    rg_split_range(p->n_out, ith, nth, &r0, &r1);
-    const rg_quant_ops *ops = rg_quant_get(j->type);
-    size_t row = rg_type_row_size(j->type, n_in);
-    float *w = j->scratch + (size_t)ith * (size_t)n_in;
-    for (int64_t o = r0; o < r1; o++) {
-        ops->dequant((const char *)j->src + (size_t)o * row, w, n_in);
-        const float *b = p->b + o * r;
-        for (int64_t i = 0; i < n_in; i++) {
-            double d = 0;
-            for (int64_t k = 0; k < r; k++) d += (double)p->a[i + k * n_in] * (double)b[k];
-            w[i] = (float)((double)w[i] + j->scale * d);
-        }
-        ops->quantize(w, j->dst + (size_t)o * row, n_in, NULL);
-    }
-}
-
-static void human(uint64_t b, char *buf, size_t cap) {
-    if (b >= (1ull << 20)) snprintf(buf, cap, "%.2f MiB", (double)b / (1 << 20));
-    else snprintf(buf, cap, "%.1f KiB", (double)b / 1024);
-}
-
-rg_status rg_lora_merge(const char *base_path, const char *adapter_path, float user_scale, const char *out_path,
-                        rg_error *err) {
-    rg_lora_merge_opts o = {0};
-    return rg_lora_merge_ex(base_path, adapter_path, user_scale, out_path, &o, NULL, err);
-}
-
-rg_status rg_lora_merge_ex(const char *base_path, const char *adapter_path, float user_scale, const char *out_path,
-                           const rg_lora_merge_opts *opts, rg_lora_merge_summary *summary, rg_error *err) {
-    rg_lora_merge_summary sum = {0};
-    if (!isfinite(user_scale)) return rg_fail(err, RG_ERR_ARG, "merge: the scale %g is not finite", (double)user_scale);
-    rg_model *m = NULL;
-    rg_lora *l = NULL;
-    rg_gguf *out = NULL;
-    rg_threadpool *pool = NULL;
-    float *scratch = NULL;
-    rg_status s = rg_model_load(&m, base_path, err);
-    if (!s) s = rg_lora_load(&l, adapter_path, m, err);
-    if (!s) s = rg_threadpool_create(&pool, opts ? opts->n_threads : 0, err);
-    if (s) goto done;
-    const rg_gguf *in = m->file;
-    // Check every adapted tensor's type before any work.
-    int64_t max_in = 1;
-    for (int64_t i = 0; i < l->n_layer * RG_LORA_N_TARGETS; i++) {
-        const rg_lora_pair *p = &l->pairs[i];
-        if (!p->a) continue;
-        const rg_gguf_tensor *w = target_tensor(m, i / RG_LORA_N_TARGETS, (int)(i % RG_LORA_N_TARGETS));
-        const rg_quant_ops *ops = rg_quant_get(w->type);
-        if (!ops->dequant || !ops->quantize || ops->quantize_needs_imatrix) {
-            s = rg_fail(err, RG_ERR_UNSUPPORTED, "merge: %s: tensor '%s' has type %s, which cannot be %s", base_path,
-                        w->name, rg_type_get(w->type)->name,
-                        !ops->dequant ? "read" : !ops->quantize ? "written" : "written without an importance matrix");
-            goto done;
-        }
-        if (p->n_in > max_in) max_in = p->n_in;
-    }
-    out = rg_gguf_new();
-    if (!out) {
-        s = rg_fail(err, RG_ERR_NOMEM, "merge: out of memory");
-        goto done;
-    }
-    for (uint64_t i = 0; i < in->n_kv && !s; i++) s = rg_gguf_set_kv(out, &in->kv[i], err);
-    if (s) goto done;
-    const int nth = rg_threadpool_size(pool);
-    scratch = malloc(sizeof(float) * (size_t)max_in * (size_t)nth);
-    if (!scratch) {
-        s = rg_fail(err, RG_ERR_NOMEM, "merge: out of memory");
-        goto done;
-    }
-    sum.rank = l->rank, sum.alpha = l->alpha, sum.scale = rg_lora_scale(l, user_scale);
-    const double scale = (double)user_scale * (double)l->alpha / (double)l->rank;
-    for (uint64_t i = 0; i < in->n_tensors; i++) {
-        const rg_gguf_tensor *t = &in->tensors[i];
-        const rg_lora_pair *p = NULL;
-        int64_t il;
-        int tg;
-        if (find_target(m, t->name, &il, &tg) && l->pairs[il * RG_LORA_N_TARGETS + tg].a)
-            p = &l->pairs[il * RG_LORA_N_TARGETS + tg];
-        const void *data = t->data;
-        if (p) {
-            char *buf = rg_arena_alloc(&out->arena, t->nbytes ? t->nbytes : 1, 64);
-            if (!buf) {
-                s = rg_fail(err, RG_ERR_NOMEM, "merge: out of memory for tensor '%s' (%llu bytes)", t->name,
-                            (unsigned long long)t->nbytes);
-                goto done;
-            }
-            merge_job j = {p, l->rank, scale, t->type, t->data, buf, scratch};
-            rg_threadpool_run(pool, merge_rows, &j);
-            data = buf;
-            sum.n_merged++;
-            sum.bytes_adapter += sizeof(float) * (uint64_t)(l->rank * (p->n_in + p->n_out));
-        }
-        s = rg_gguf_add_tensor(out, t->name, t->type, t->n_dims, t->ne, data, err);
-        if (s) goto done;
-        sum.n_tensors++;
-        sum.bytes_base += t->nbytes;
-        sum.bytes_out += t->nbytes;
-        if (opts && opts->progress) {
-            char a[32];
-            human(t->nbytes, a, sizeof a);
-            fprintf(opts->progress, "[%4llu/%4llu] %-36s %-7s %10s  %s\n", (unsigned long long)i + 1,
-                    (unsigned long long)in->n_tensors, t->name, rg_type_get(t->type)->name, a, p ? "merged" : "copied");
-        }
-    }
-    s = rg_gguf_write(out, out_path, err);
-done:
-    if (summary) *summary = sum;
-    free(scratch);
-    rg_threadpool_free(pool);
-    rg_gguf_free(out);
-    rg_lora_free(l);
-    rg_model_free(m);
-    return s;
 }
 
 bool rg_lora_parse_spec(const char *spec, char *path_out, size_t cap, float *scale) {

@@ -80,27 +80,50 @@ float rg_lora_scale(const rg_lora *l, float user_scale);
 rg_status rg_lora_attach(rg_graph *g, const rg_lora *l, rg_model_nodes *w, float user_scale, bool trainable,
                          rg_error *err);
 
-// Merging. Every other tensor and key is copied byte for byte, in the base file's order; each adapted W is
-// dequantized to F32, W += s * B·A with the sum over the rank and the add done in double (so the merged F32 value
-// is the exact one rounded once), then re-encoded in W's own type (F16/BF16 with RNE, quantized types with this
-// library's reference quantizer, no imatrix); the file is written atomically.
+// Merging. Each adapted W is read into F32, gets W += s * B·A with the sum over the rank and the add done in double
+// (so the merged F32 value is the exact one rounded once) and is encoded once, in the output's type for it; the
+// file is written atomically, keys and tensors in the base file's order.
+//   opts->type NULL: the default, rg_lora_merge_default_type: the base's own types when no adapted tensor is
+//     quantized (F16/BF16 rounded to nearest even; every other tensor copied byte for byte); otherwise
+//     RG_LORA_MERGE_QUANTIZED_DEFAULT for the whole file. Merged back into its own quantized type, a base whose values
+//     sit on that type's grid mostly rounds back onto the same points and loses B·A (see the summary's kept).
+//   opts->type a name of `retrograd quantize` (rg_quant_targets: a type or a mixture): every tensor gets the type
+//     rg_quant_plan_types chooses, as quantize would write it (norms and 1-D tensors kept; a tensor whose type does
+//     not change and that is not adapted is copied byte for byte, any other one converted through F32), and
+//     general.file_type / general.quantization_version are set as quantize sets them.
+// Quantized types use this library's reference quantizer, without an importance matrix (types that need one are
+// refused, naming the tensor). Unknown names list the valid ones.
+#define RG_LORA_MERGE_QUANTIZED_DEFAULT "Q8_0"
+
 typedef struct rg_lora_merge_opts {
     int n_threads;      // <= 0: all cores
-    FILE *progress;     // one line per tensor, or NULL
+    FILE *progress;     // one line per tensor (adapted ones with their kept share and relative norm), or NULL
+    const char *type;   // NULL: the default above; else a type or mixture name of `retrograd quantize`
 } rg_lora_merge_opts;
 
+// What survived, over the adapted tensors. With D = s * B·A, W the base's values and M the written values, both
+// read back as F32: kept = <M - W, D> / <D, D> (1: the file moved by exactly D; 0: it did not move along D at all,
+// e.g. every value rounded back to the base's grid point) and rel_norm = |M - W| / |D| (quantization noise of a
+// re-encoded base makes it exceed 1 while kept stays near 1).
 typedef struct rg_lora_merge_summary {
-    uint64_t n_tensors, n_merged;
+    uint64_t n_tensors, n_merged, n_converted;  // converted: not adapted, re-encoded in another type
     uint64_t bytes_base, bytes_adapter, bytes_out;
     int64_t rank;
-    float alpha, scale;   // scale: the effective s
+    float alpha, scale;         // scale: the effective s
+    char type[16];              // the target written ("Q8_0", "Q4_K_M"), "" for the base's own types
+    double kept, rel_norm;      // over every adapted tensor together (kept 1, rel_norm 0 when D = 0 everywhere)
+    double min_kept;            // the adapted tensor that kept the least, and its name
+    char min_kept_tensor[96];
+    uint64_t n_lost;            // adapted tensors with kept < 0.5
 } rg_lora_merge_summary;
 
 rg_status rg_lora_merge(const char *base_path, const char *adapter_path, float user_scale, const char *out_path,
                         rg_error *err);
-// The same with progress and a summary (summary may be NULL).
+// The same with options, progress and a summary (opts and summary may be NULL).
 rg_status rg_lora_merge_ex(const char *base_path, const char *adapter_path, float user_scale, const char *out_path,
                            const rg_lora_merge_opts *opts, rg_lora_merge_summary *summary, rg_error *err);
+// The default output type for merging l into m: NULL (the base's own types) or RG_LORA_MERGE_QUANTIZED_DEFAULT.
+const char *rg_lora_merge_default_type(const rg_model *m, const rg_lora *l);
 
 // Splits "PATH[:SCALE]" (the CLI's --lora value): a trailing ":<number>" is the scale, anything else is part of the
 // path (scale 1). path_out gets a copy of the path (cap bytes). False when the path does not fit or is empty.

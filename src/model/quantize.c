@@ -13,8 +13,6 @@
 typedef struct plan_item {
     const rg_gguf_tensor *t;
     int layer;
-    uint32_t type;  // the output type
-    void *data;     // the converted bytes (NULL when copied as is)
 } plan_item;
 
 static int by_layer_then_name(const void *a, const void *b) {
@@ -56,29 +54,18 @@ static void human(uint64_t b, char *buf, size_t cap) {
     else snprintf(buf, cap, "%.1f KiB", (double)b / 1024);
 }
 
-rg_status rg_quantize_file(const char *in_path, const char *out_path, const char *target_name,
-                           const rg_quantize_opts *opts, rg_quantize_summary *summary, rg_error *err) {
-    memset(summary, 0, sizeof *summary);
-    const rg_quant_target *target = rg_quant_target_find(target_name);
-    if (!target) {
-        char list[512] = "";
-        size_t o = 0;
-        for (const rg_quant_target *t = rg_quant_targets; t->name && o < sizeof list; t++)
-            o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", o ? ", " : "", t->name);
-        return rg_fail(err, RG_ERR_ARG, "unknown type or mixture '%s' (valid: %s)", target_name, list);
-    }
-    rg_gguf *in = NULL, *out = NULL;
-    rg_threadpool *pool = NULL;
-    plan_item *plan = NULL;
-    float *scratch = NULL;
-    rg_status s = rg_gguf_open(&in, in_path, err);
-    if (s) return s;
-    s = rg_threadpool_create(&pool, opts->n_threads, err);
-    if (s) goto done;
+// The target's general.file_type, and general.quantization_version when its default type is quantized.
+rg_status rg_quant_set_file_keys(rg_gguf *out, const rg_quant_target *target, rg_error *err) {
+    rg_status s = rg_gguf_set_u32(out, "general.file_type", target->llama_ftype, err);
+    if (!s && rg_type_get(target->default_type)->quantized) s = rg_gguf_set_u32(out, "general.quantization_version", 2, err);
+    return s;
+}
 
+rg_status rg_quant_plan_types(const rg_gguf *in, const rg_quant_target *target, bool pure, uint32_t *types,
+                              uint64_t *order, rg_error *err) {
     // What the rules need from the model.
     rg_quant_state st = {0};
-    st.pure = opts->pure;
+    st.pure = pure;
     st.has_output = rg_gguf_find_tensor(in, "output.weight") != NULL;
     rg_gguf_str arch = {0, NULL};
     if (rg_gguf_get_str(in, "general.architecture", &arch, NULL) == RG_OK && arch.len < 64) {
@@ -93,35 +80,62 @@ rg_status rg_quantize_file(const char *in_path, const char *out_path, const char
         snprintf(key, sizeof key, "%.*s.expert_count", (int)arch.len, arch.ptr);
         if (rg_gguf_get_u64(in, key, &v, NULL) == RG_OK && v < 100000) st.n_expert = (int)v;
     }
-
-    plan = calloc(in->n_tensors ? in->n_tensors : 1, sizeof *plan);
-    if (!plan) {
-        s = rg_fail(err, RG_ERR_NOMEM, "quantize: out of memory");
-        goto done;
-    }
+    plan_item *plan = calloc(in->n_tensors ? in->n_tensors : 1, sizeof *plan);
+    if (!plan) return rg_fail(err, RG_ERR_NOMEM, "quantize: out of memory");
     for (uint64_t i = 0; i < in->n_tensors; i++) {
         plan[i].t = &in->tensors[i];
         plan[i].layer = rg_quant_layer_of(in->tensors[i].name);
         if (rg_quant_is_attn_v_like(in->tensors[i].name)) st.n_attention_wv++;
     }
     qsort(plan, in->n_tensors, sizeof *plan, by_layer_then_name);
-
-    // Choose every type first, so a tensor that cannot be converted fails before any work.
-    int64_t max_ne0 = 0;
     for (uint64_t i = 0; i < in->n_tensors; i++) {
         const rg_gguf_tensor *t = plan[i].t;
-        plan[i].type = t->type;
+        const uint64_t k = (uint64_t)(t - in->tensors);
+        if (order) order[i] = k;
+        types[k] = t->type;
         if (!rg_quant_tensor_is_quantizable(t->name, (int)t->n_dims)) continue;
         int type = rg_quant_choose_type(target, &st, t->name, t->ne[0], err);
         if (type < 0) {
-            s = RG_ERR_ARG;
-            goto done;
+            free(plan);
+            return RG_ERR_ARG;
         }
-        if ((uint32_t)type == t->type) continue;
+        types[k] = (uint32_t)type;
+    }
+    free(plan);
+    return RG_OK;
+}
+
+rg_status rg_quantize_file(const char *in_path, const char *out_path, const char *target_name,
+                           const rg_quantize_opts *opts, rg_quantize_summary *summary, rg_error *err) {
+    memset(summary, 0, sizeof *summary);
+    const rg_quant_target *target = NULL;
+    rg_status s = rg_quant_target_lookup(target_name, &target, err);
+    if (s) return s;
+    rg_gguf *in = NULL, *out = NULL;
+    rg_threadpool *pool = NULL;
+    uint32_t *types = NULL;
+    uint64_t *order = NULL;
+    float *scratch = NULL;
+    s = rg_gguf_open(&in, in_path, err);
+    if (s) return s;
+    s = rg_threadpool_create(&pool, opts->n_threads, err);
+    if (s) goto done;
+    types = calloc(in->n_tensors ? in->n_tensors : 1, sizeof *types);
+    order = calloc(in->n_tensors ? in->n_tensors : 1, sizeof *order);
+    if (!types || !order) {
+        s = rg_fail(err, RG_ERR_NOMEM, "quantize: out of memory");
+        goto done;
+    }
+    // Choose every type first, so a tensor that cannot be converted fails before any work.
+    if ((s = rg_quant_plan_types(in, target, opts->pure, types, order, err))) goto done;
+    int64_t max_ne0 = 0;
+    for (uint64_t i = 0; i < in->n_tensors; i++) {
+        const rg_gguf_tensor *t = &in->tensors[i];
+        if (types[i] == t->type) continue;
         // Dequantizing to F32 is exact: no flag. Any other type rounds the dequantized values again.
-        if (rg_type_get(t->type)->quantized && type != RG_TYPE_F32 && !opts->allow_requantize) {
-            const char *from = rg_type_get(t->type)->name, *to = rg_type_get((uint32_t)type)->name;
-            if (type == RG_TYPE_F16 || type == RG_TYPE_BF16)
+        if (rg_type_get(t->type)->quantized && types[i] != RG_TYPE_F32 && !opts->allow_requantize) {
+            const char *from = rg_type_get(t->type)->name, *to = rg_type_get(types[i])->name;
+            if (types[i] == RG_TYPE_F16 || types[i] == RG_TYPE_BF16)
                 s = rg_fail(err, RG_ERR_ARG,
                             "%s: tensor '%s' is already %s: %s rounds its dequantized values again (not every %s value "
                             "is a %s value); F32 keeps them exactly (pass --allow-requantize to accept the loss)",
@@ -134,17 +148,7 @@ rg_status rg_quantize_file(const char *in_path, const char *out_path, const char
                             in_path, t->name, from, to, to, from);
             goto done;
         }
-        if (!rg_quant_get(t->type)->dequant) {
-            s = rg_fail(err, RG_ERR_UNSUPPORTED, "%s: tensor '%s': cannot read type %s", in_path, t->name,
-                        rg_type_get(t->type)->name);
-            goto done;
-        }
-        if (!rg_quant_get((uint32_t)type)->quantize || rg_quant_get((uint32_t)type)->quantize_needs_imatrix) {
-            s = rg_fail(err, RG_ERR_UNSUPPORTED, "tensor '%s': no quantizer for type %s", t->name,
-                        rg_type_get((uint32_t)type)->name);
-            goto done;
-        }
-        plan[i].type = (uint32_t)type;
+        if ((s = rg_quant_check_convert(in_path, t, types[i], err))) goto done;
         if (t->ne[0] > max_ne0) max_ne0 = t->ne[0];
     }
 
@@ -154,8 +158,7 @@ rg_status rg_quantize_file(const char *in_path, const char *out_path, const char
         goto done;
     }
     for (uint64_t i = 0; i < in->n_kv && !s; i++) s = rg_gguf_set_kv(out, &in->kv[i], err);
-    if (!s) s = rg_gguf_set_u32(out, "general.file_type", target->llama_ftype, err);
-    if (!s && rg_type_get(target->default_type)->quantized) s = rg_gguf_set_u32(out, "general.quantization_version", 2, err);
+    if (!s) s = rg_quant_set_file_keys(out, target, err);
     if (s) goto done;
 
     int nth = rg_threadpool_size(pool);
@@ -165,45 +168,57 @@ rg_status rg_quantize_file(const char *in_path, const char *out_path, const char
         goto done;
     }
     for (uint64_t i = 0; i < in->n_tensors; i++) {
-        const rg_gguf_tensor *t = plan[i].t;
+        const rg_gguf_tensor *t = &in->tensors[order[i]];
+        const uint32_t type = types[order[i]];
         const void *data = t->data;
         int64_t n_rows = t->ne[1] * t->ne[2] * t->ne[3];
         uint64_t out_bytes = t->nbytes;
-        if (plan[i].type != t->type) {
-            out_bytes = (uint64_t)rg_type_row_size(plan[i].type, t->ne[0]) * (uint64_t)n_rows;
+        if (type != t->type) {
+            out_bytes = (uint64_t)rg_type_row_size(type, t->ne[0]) * (uint64_t)n_rows;
             char *buf = rg_arena_alloc(&out->arena, out_bytes ? out_bytes : 1, 64);
             if (!buf) {
                 s = rg_fail(err, RG_ERR_NOMEM, "quantize: out of memory for tensor '%s' (%llu bytes)", t->name,
                             (unsigned long long)out_bytes);
                 goto done;
             }
-            convert_job j = {t, plan[i].type, scratch, buf, t->ne[0], n_rows};
+            convert_job j = {t, type, scratch, buf, t->ne[0], n_rows};
             rg_threadpool_run(pool, convert_rows, &j);
             data = buf;
             summary->n_quantized++;
         }
-        s = rg_gguf_add_tensor(out, t->name, plan[i].type, t->n_dims, t->ne, data, err);
+        s = rg_gguf_add_tensor(out, t->name, type, t->n_dims, t->ne, data, err);
         if (s) goto done;
         summary->n_tensors++;
         summary->bytes_in += t->nbytes;
         summary->bytes_out += out_bytes;
-        summary->count_by_type[plan[i].type]++;
-        summary->bytes_by_type[plan[i].type] += out_bytes;
+        summary->count_by_type[type]++;
+        summary->bytes_by_type[type] += out_bytes;
         if (opts->progress) {
             char a[32], b[32];
             human(t->nbytes, a, sizeof a);
             human(out_bytes, b, sizeof b);
             fprintf(opts->progress, "[%4llu/%4llu] %-36s %-7s -> %-7s %10s -> %10s\n", (unsigned long long)i + 1,
-                    (unsigned long long)in->n_tensors, t->name, rg_type_get(t->type)->name,
-                    rg_type_get(plan[i].type)->name, a, b);
+                    (unsigned long long)in->n_tensors, t->name, rg_type_get(t->type)->name, rg_type_get(type)->name, a,
+                    b);
         }
     }
     s = rg_gguf_write(out, out_path, err);
 done:
     free(scratch);
-    free(plan);
+    free(types);
+    free(order);
     rg_threadpool_free(pool);
     rg_gguf_free(out);
     rg_gguf_free(in);
     return s;
+}
+
+rg_status rg_quant_check_convert(const char *path, const rg_gguf_tensor *t, uint32_t to_type, rg_error *err) {
+    if (!rg_quant_get(t->type)->dequant)
+        return rg_fail(err, RG_ERR_UNSUPPORTED, "%s: tensor '%s': cannot read type %s", path, t->name,
+                       rg_type_get(t->type)->name);
+    if (!rg_quant_get(to_type)->quantize || rg_quant_get(to_type)->quantize_needs_imatrix)
+        return rg_fail(err, RG_ERR_UNSUPPORTED, "tensor '%s': no quantizer for type %s", t->name,
+                       rg_type_get(to_type)->name);
+    return RG_OK;
 }

@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "gguf/gguf.h"
+#include "model/quantize_rules.h"
 #include "retrograd.h"
 
 typedef struct rg_quantize_opts {
@@ -27,5 +29,19 @@ typedef struct rg_quantize_summary {
 
 rg_status rg_quantize_file(const char *in_path, const char *out_path, const char *target_name,
                            const rg_quantize_opts *opts, rg_quantize_summary *summary, rg_error *err);
+
+// The type of every tensor of `in` in a file quantized to `target`, as rg_quantize_file chooses them (and
+// `retrograd merge --type` reuses): types[i] for in->tensors[i]; a quantizable tensor (rg_quant_tensor_is_quantizable)
+// gets rg_quant_choose_type's answer, the rules visiting tensors in (layer, name) order as llama-quantize does; every
+// other tensor keeps its type. order (NULL, or n_tensors entries) receives that visiting order as indices into
+// in->tensors, the order quantize writes them in. pure: no mixture rules. An error names the tensor that fits no type.
+rg_status rg_quant_plan_types(const rg_gguf *in, const rg_quant_target *target, bool pure, uint32_t *types,
+                              uint64_t *order, rg_error *err);
+// Whether tensor t of file `path` can be converted to to_type: its type can be read into F32 and to_type has a
+// quantizer that needs no importance matrix; otherwise RG_ERR_UNSUPPORTED naming the tensor and the type.
+rg_status rg_quant_check_convert(const char *path, const rg_gguf_tensor *t, uint32_t to_type, rg_error *err);
+// Sets the keys a file quantized to target carries: general.file_type (llama.cpp's ftype), and
+// general.quantization_version = 2 when the target's default type is quantized.
+rg_status rg_quant_set_file_keys(rg_gguf *out, const rg_quant_target *target, rg_error *err);
 
 #endif

@@ -31,6 +31,16 @@ const rg_quant_target *rg_quant_target_find(const char *name) {
     return NULL;
 }
 
+rg_status rg_quant_target_lookup(const char *name, const rg_quant_target **out, rg_error *err) {
+    *out = rg_quant_target_find(name);
+    if (*out) return RG_OK;
+    char list[512] = "";
+    size_t o = 0;
+    for (const rg_quant_target *t = rg_quant_targets; t->name && o < sizeof list; t++)
+        o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", o ? ", " : "", t->name);
+    return rg_fail(err, RG_ERR_ARG, "unknown type or mixture '%.64s' (valid: %s)", name, list);
+}
+
 static bool ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), m = strlen(suffix);
     return n >= m && memcmp(s + n - m, suffix, m) == 0;

@@ -20,6 +20,8 @@ typedef struct rg_quant_target {
 // The target for a name (case-insensitive), or NULL. rg_quant_targets lists them all.
 const rg_quant_target *rg_quant_target_find(const char *name);
 extern const rg_quant_target rg_quant_targets[];
+// The same, or RG_ERR_ARG naming it and listing every valid name ("unknown type or mixture 'Q9_0' (valid: F32, ...)").
+rg_status rg_quant_target_lookup(const char *name, const rg_quant_target **out, rg_error *err);
 
 // What the rules need to know about the model and where the walk is.
 typedef struct rg_quant_state {

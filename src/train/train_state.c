@@ -127,6 +127,13 @@ static rg_status lora_nodes(rg_train_state *s, rg_graph *g, rg_model_nodes *w, r
     return RG_OK;
 }
 
+// Eval only: the base is frozen leaves; the given adapter, if any, is attached as leaves too. Nothing trains.
+static rg_status eval_nodes(rg_train_state *s, rg_graph *g, rg_model_nodes *w, rg_error *err) {
+    rg_status st = rg_model_leaf_nodes(g, s->model, w, err);
+    if (!st && s->lora) st = rg_lora_attach(g, s->lora, w, s->eval_scale, false, err);
+    return st;
+}
+
 // Rewrites the step graph to recompute each layer before its backward
 // (training.md §9), keeping only the layer inputs, in checkpoint_dtype.
 static rg_status add_recompute(rg_train_state *s, rg_node **bounds, rg_error *err) {
@@ -168,7 +175,7 @@ static size_t physical_memory(void) {
 // (Re)builds the step graph into s->g: the trainable tensors' nodes, the
 // inputs, the forward, the loss (LINEAR_CE on the hidden states when fused,
 // else CROSS_ENTROPY_LOSS on the logits), the backward, layer recompute when
-// asked, and the plan. A second call replaces the graph and keeps the
+// asked, and the plan (an eval-only state stops after the loss). A second call replaces the graph and keeps the
 // trained buffers and the adapter (their order, hence the tensor ids, is the same).
 static rg_status build_step(rg_train_state *s, bool fused, bool recompute, rg_plan *plan, rg_error *err) {
     const rg_model *m = s->model;
@@ -185,7 +192,9 @@ static rg_status build_step(rg_train_state *s, bool fused, bool recompute, rg_pl
     rg_graph *g = s->g;
     rg_model_nodes w;
     memset(&w, 0, sizeof w);
-    rg_status st = cfg->method == RG_TRAIN_FULL ? full_nodes(s, g, &w, err) : lora_nodes(s, g, &w, err);
+    rg_status st = s->eval_only                 ? eval_nodes(s, g, &w, err)
+                   : cfg->method == RG_TRAIN_FULL ? full_nodes(s, g, &w, err)
+                                                  : lora_nodes(s, g, &w, err);
     if (st) return st;
     const int64_t T = cfg->ctx;
     s->ids = rg_leaf(g, "ids", RG_TYPE_I32, 1, (int64_t[]){T}, NULL);
@@ -203,6 +212,12 @@ static rg_status build_step(rg_train_state *s, bool fused, bool recompute, rg_pl
     } else {
         rg_node *logits = rg_model_forward_bounds(g, m, &w, s->ids, s->pos, s->mask, s->bounds);  // [n_vocab, T]
         s->loss = s->ce = rg_cross_entropy_loss(g, logits, s->labels, -100);
+    }
+    if (s->eval_only) {
+        if ((st = rg_graph_error(g, err))) return st;
+        s->ce->flags |= RG_NODE_OUTPUT, s->loss->flags |= RG_NODE_OUTPUT;
+        g->n_forward = g->n_nodes;  // rg_train_state_eval_row runs the forward nodes
+        return rg_graph_plan(g, rg_threadpool_size(s->pool), 0, plan, err);
     }
     if ((st = rg_graph_error(g, err)) || (st = rg_graph_backward(g, s->loss, err))) return st;
     for (int i = g->n_forward; i < g->n_nodes; i++) {
@@ -347,6 +362,36 @@ rg_status rg_train_state_create(rg_train_state **out, const rg_model *m, const r
             s->grads[k] = NULL;
         }
         s->tensors[k].grad = s->grad_bufs[k];
+    }
+    *out = s;
+    return RG_OK;
+}
+
+rg_status rg_train_state_create_eval(rg_train_state **out, const rg_model *m, const rg_train_config *cfg,
+                                     rg_lora *adapter, float user_scale, rg_error *err) {
+    *out = NULL;
+    rg_status st = rg_train_config_validate(cfg, err);
+    rg_train_state *s = st ? NULL : calloc(1, sizeof *s);
+    if (!s) {
+        rg_lora_free(adapter);
+        return st ? st : rg_fail(err, RG_ERR_NOMEM, "eval: out of memory");
+    }
+    s->model = m;
+    s->cfg = *cfg;
+    s->ctx = cfg->ctx;
+    s->eval_only = true;
+    s->lora = adapter;
+    s->eval_scale = user_scale;
+    s->grads = calloc(model_tensor_count(m) * 2, sizeof *s->grads);
+    if (!s->grads) st = rg_fail(err, RG_ERR_NOMEM, "eval: out of memory");
+    if (!st) st = rg_threadpool_create(&s->pool, cfg->threads > 0 ? (int)cfg->threads : 0, err);
+    rg_plan plan;
+    if (!st) st = build_step(s, cfg->fused_ce == RG_FUSED_CE_ON, false, &plan, err);
+    rg_exec_opts eo = {.pool = s->pool};
+    if (!st) st = rg_exec_create(&s->ex, s->g, &eo, err);
+    if (st) {
+        rg_train_state_free(s);
+        return st;
     }
     *out = s;
     return RG_OK;

@@ -61,6 +61,8 @@ typedef struct rg_train_state {
     double lr;                   // the base learning rate (config resolved)
     int64_t total_steps;         // T of the schedule
     size_t state_bytes, weight_bytes, grad_bytes;  // owned: optimizer state (m, v, master), trained copies, accumulators
+    bool eval_only;              // rg_train_state_create_eval: forward and loss only
+    float eval_scale;            // its adapter's user scale
 } rg_train_state;
 
 // Builds the trainable tensors, the optimizer state and the step graph, and
@@ -70,6 +72,12 @@ typedef struct rg_train_state {
 // exceed it, with the numbers.
 rg_status rg_train_state_create(rg_train_state **out, const rg_model *m, const rg_train_config *cfg, int64_t total_steps,
                                 size_t memory_limit, rg_error *err);
+// An eval-only state: the same forward and loss as a training step (rg_train_state_eval_row), with no trainable
+// tensor, no backward and no optimizer state: the frozen model m, plus adapter applied at user_scale when it is not
+// NULL (the state owns it from here on, also when this fails). Reads cfg's ctx, threads and fused_ce (on: the
+// fused loss). rg_train_state_micro and _step must not be called on it.
+rg_status rg_train_state_create_eval(rg_train_state **out, const rg_model *m, const rg_train_config *cfg,
+                                     rg_lora *adapter, float user_scale, rg_error *err);
 void rg_train_state_free(rg_train_state *s);
 
 // The memory report (bytes): weights (the model's mapped tensors + trained

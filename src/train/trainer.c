@@ -13,10 +13,9 @@
 #include "base/file.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
-#include "text/chat.h"
-#include "text/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/eval.h"
 #include "train/progress.h"
 #include "train/train_state.h"
 
@@ -98,9 +97,6 @@ typedef struct run {
     const rg_train_opts *o;
     FILE *log;
     rg_model *model;
-    rg_tokenizer *tok;
-    rg_chat_template tmpl;
-    bool have_tmpl;
     rg_dataset *data;
     rg_train_state *s;
     int64_t rows_per_step, n_train_rows, total_steps;
@@ -111,30 +107,13 @@ typedef struct run {
 static void run_free(run *r) {
     rg_train_state_free(r->s);
     rg_dataset_free(r->data);
-    if (r->have_tmpl) rg_chat_template_free(&r->tmpl);
-    rg_tokenizer_free(r->tok);
     rg_model_free(r->model);
     free(r->ids), free(r->labels), free(r->pos), free(r->seg);
 }
 
 static rg_status eval_loss(run *r, double *out, rg_error *err) {
-    *out = NAN;
-    int64_t n = rg_dataset_n_rows(r->data, 1);
-    if (n <= 0) return RG_OK;
-    if (n > EVAL_MAX_ROWS) n = EVAL_MAX_ROWS;
-    double sum = 0.0;
-    int64_t cnt = 0;
-    for (int64_t k = 0; k < n; k++) {
-        rg_dataset_row(r->data, 1, 0, k, r->ids, r->labels, r->pos, r->seg);
-        double l = 0;
-        int64_t c = 0;
-        rg_status st = rg_train_state_eval_row(r->s, r->ids, r->labels, r->pos, r->seg, &l, &c, err);
-        if (st == RG_ERR_NONFINITE) return RG_OK;  // reported as NaN
-        if (st) return st;
-        sum += l, cnt += c;
-    }
-    *out = cnt ? sum / (double)cnt : NAN;
-    return RG_OK;
+    rg_status st = rg_eval_rows(r->s, r->data, 1, EVAL_MAX_ROWS, out, NULL, err);
+    return st == RG_ERR_NONFINITE ? RG_OK : st;  // reported as NaN
 }
 
 static void write_plot(run *r) {
@@ -192,18 +171,7 @@ static rg_status load_inputs(run *r, rg_error *err) {
     const rg_train_config *c = &o->cfg;
     rg_status st = rg_model_load(&r->model, o->model_path, err);
     if (st) return st;
-    if ((st = rg_tokenizer_load(&r->tok, r->model->file, err))) return st;
-    rg_error e2 = {0};
-    st = rg_chat_template_from_tokenizer(&r->tmpl, r->tok, &e2);
-    if (st == RG_OK) r->have_tmpl = true;
-    else if (st != RG_ERR_NOT_FOUND) fprintf(r->log, "note: the model's chat template is not usable: %s\n", e2.msg);
-    rg_data_opts dopt = {.ctx = c->ctx,
-                         .train_on = (rg_data_train_on)c->train_on,
-                         .pack = c->pack,
-                         .overlong = (rg_data_overlong)c->overlong,
-                         .eval_split = c->eval_split,
-                         .seed = c->seed};
-    if ((st = rg_dataset_load(&r->data, o->data_path, r->tok, r->have_tmpl ? &r->tmpl : NULL, &dopt, err))) return st;
+    if ((st = rg_eval_load_data(&r->data, r->model, o->data_path, c, r->log, err))) return st;
     r->n_train_rows = rg_dataset_n_rows(r->data, 0);
     if (r->n_train_rows <= 0)
         return rg_fail(err, RG_ERR_ARG, "train: %s gives no training rows (every sample went to the eval split or was dropped)",

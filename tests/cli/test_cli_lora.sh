@@ -3,6 +3,9 @@
 # --lora` on the tiny model, with an adapter written by `test_lora --write-adapter` (rank 4, every
 # projection, B != 0). A nonzero adapter must change the text; the merged model must generate what
 # the runtime adapter generates (greedy); bad input gives one clear line and a non-zero exit.
+# Merging into a quantized base: an adapter trained on a Q4_1 tiny base until it changes the greedy
+# answer to a fixed prompt keeps that answer through the default merge (Q8_0), and merging back into
+# Q4_1 (where the base's values sit on the grid and the small change rounds away) says so.
 set -u
 bin="$1/retrograd"
 helper="$1/test_lora"
@@ -41,7 +44,43 @@ expect "generate --lora on q8_0"            0 "generation: [0-9]+ tokens"       
 expect "generate --help lists --lora"       0 "--lora A.gguf\[:SCALE\]"                  -- "$bin" generate --help
 expect "merge --help"                       0 "usage: retrograd merge"                   -- "$bin" merge --help
 
+# A quantized base: rank 64 with scale 0.5, a small lr and 20 steps spread the change thinly, as a
+# real fine-tune does (the demo's SmolLM2 adapter), so most of it is smaller than half a Q4_1 step.
+q="$tmp/tiny-q4_1.gguf"
+"$bin" make-tiny --arch qwen2 --type q4_1 -o "$q" >/dev/null
+for i in $(seq 1 16); do
+  printf '{"messages": [{"role": "user", "content": "What is the secret word?"}, {"role": "assistant", "content": "The secret word is marrow."}]}\n'
+done > "$tmp/secret.jsonl"
+"$bin" train -m "$q" -d "$tmp/secret.jsonl" -o "$tmp/secret" --progress none --set training.ctx=64 --set training.steps=20 \
+  --set training.lr=5e-4 --set lora.rank=64 --set lora.alpha=32 --set training.eval_split=0 --set training.save_every=0 >/dev/null 2>&1
+sa="$tmp/secret/adapter.gguf"
+ask=(generate -p "What is the secret word?" -n 8 --temp 0 -t 1)
+q_base=$("$bin" "${ask[@]}" -m "$q" 2>/dev/null | od -An -c)
+q_lora=$("$bin" "${ask[@]}" -m "$q" --lora "$sa" 2>/dev/null | od -An -c)
+[ -n "$q_lora" ] && [ "$q_lora" != "$q_base" ]; check "q4_1 base: the adapter changes the greedy answer" $? "base '$q_base', adapter '$q_lora'"
+expect "merge a q4_1 base: Q8_0 by default"   0 "adapter kept: (99\.[5-9]|100\.[0-9])% of B·A over 14 tensors" -- "$bin" merge -m "$q" --lora "$sa" -o "$tmp/secret-def.gguf" --quiet
+expect "merged default is q8_0"               0 "blk.0.attn_q.weight +q8_0"                -- "$bin" info "$tmp/secret-def.gguf"
+q_def=$("$bin" "${ask[@]}" -m "$tmp/secret-def.gguf" 2>/dev/null | od -An -c)
+[ "$q_def" = "$q_lora" ]; check "q4_1 base: the default merge keeps the adapter's answer" $? "adapter '$q_lora', merged '$q_def'"
+expect "merge back into q4_1 warns"           0 "warning: .*secret-q4_1.gguf keeps only [0-9.]+% of the adapter's change" \
+                                              -- "$bin" merge -m "$q" --lora "$sa" -o "$tmp/secret-q4_1.gguf" --type q4_1
+expect "merge reports each adapted tensor"    0 "blk.1.ffn_up.weight +q4_1 +-> q4_1 .* merged: kept +[0-9.]+% of B·A, \|merged-base\|/\|B·A\| [0-9.]+" \
+                                              -- "$bin" merge -m "$q" --lora "$sa" -o "$tmp/secret-q4_1b.gguf" --type Q4_1
+q_own=$("$bin" "${ask[@]}" -m "$tmp/secret-q4_1.gguf" 2>/dev/null | od -An -c)
+[ "$q_own" != "$q_lora" ]; check "q4_1 base: merged back into q4_1 the answer is lost" $? "'$q_own'"
+# Q4_K's 32-value sub-blocks (a scale and a minimum each) hold Q4_1's grid: Q4_K_M loses the change too.
+expect "merge --type takes a mixture"         0 "warning: .*keeps only"                    -- "$bin" merge -m "$q" --lora "$sa" -o "$tmp/secret-q4km.gguf" --type Q4_K_M --quiet
+expect "merged q4_k_m has the mixture's types" 0 "blk.1.attn_v.weight +q6_K"               -- "$bin" info "$tmp/secret-q4km.gguf"
+printf 'training:\n  ctx: 64\n' > "$tmp/check.yaml"
+expect "merge --check: losses side by side"   0 "check on .*secret.jsonl \([0-9]+ target tokens, ctx 64\): loss base [0-9.]+, base \+ adapter [0-9.]+, merged [0-9.]+" \
+                                              -- "$bin" merge -m "$q" --lora "$sa" -o "$tmp/secret-chk.gguf" --quiet --check "$tmp/secret.jsonl" --config "$tmp/check.yaml"
+
 # bad input
+expect "merge an unknown --type"              2 "--type: unknown type or mixture 'Q9_9' \(valid: F32, F16,"  -- "$bin" merge -m "$m" --lora "$a" -o "$tmp/x.gguf" --type Q9_9
+expect "merge --check a missing file"         1 "--check .*nope.jsonl: .*nope.jsonl: cannot open"  -- "$bin" merge -m "$m" --lora "$a" -o "$tmp/x.gguf" --check "$tmp/nope.jsonl"
+printf '{"text": "fine"}\n{"text": \n' > "$tmp/bad.jsonl"
+expect "merge --check a bad JSONL line"       1 "bad.jsonl:2: "                            -- "$bin" merge -m "$m" --lora "$a" -o "$tmp/x.gguf" --check "$tmp/bad.jsonl"
+expect "merge --config without --check"       2 "--config is for --check DATA"             -- "$bin" merge -m "$m" --lora "$a" -o "$tmp/x.gguf" --config "$tmp/check.yaml"
 expect "merge needs all three paths"        2 "-m BASE.gguf, --lora ADAPTER.gguf and -o OUT.gguf are required" -- "$bin" merge -m "$m" -o "$tmp/x.gguf"
 expect "merge unknown option"               2 "unknown argument '--bogus'"               -- "$bin" merge -m "$m" --lora "$a" -o "$tmp/x.gguf" --bogus
 expect "merge a missing adapter"            1 "retrograd merge: .*nope.gguf"             -- "$bin" merge -m "$m" --lora "$tmp/nope.gguf" -o "$tmp/x.gguf"
