@@ -286,9 +286,11 @@ static void runtime_vs_merged(const char *target) {
     RG_REQUIRE(full_logits(m, l, user, ids, run, &err) == RG_OK, "%s", err.msg);
     RG_REQUIRE(full_logits(mm, NULL, 0, ids, merged, &err) == RG_OK, "%s", err.msg);
     // The session keeps the adapter over several evaluations (batches of 5 for F32;
-    // one batch for quantized bases, whose small-N dot products quantize activations).
+    // one batch with F32 activations for quantized bases, whose small-N dot products and
+    // default prompts quantize activations, as the full pass here does not).
     rg_session *s = NULL;
-    rg_session_opts so = {.n_ctx = 32, .n_threads = 2, .n_batch = quantized ? T : 5, .lora = l, .lora_scale = user};
+    rg_session_opts so = {.n_ctx = 32, .n_threads = 2, .n_batch = quantized ? T : 5, .lora = l, .lora_scale = user,
+                          .exact_activations = true};
     RG_REQUIRE(rg_session_create(&s, m, &so, &err) == RG_OK, "%s", err.msg);
     RG_REQUIRE(rg_session_eval(s, ids, T, sess, 1, &err) == RG_OK, "%s", err.msg);
     double effect = max_rel(run, base, V * T), e_merge = max_rel(run, merged, V * T), e_sess = max_rel(sess, run, V * T);
