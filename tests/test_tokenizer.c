@@ -497,16 +497,18 @@ static void test_bos_eos_rules(void) {
     RG_CHECK(li->add_bos && !li->add_eos && li->bos == 128000 && li->ignore_merges, "llama-bpe defaults");
     RG_CHECK(ids_equal(l.tok, "Hello", true, true, IDS(128000, 9906)), "BOS added");
     RG_CHECK(ids_equal(l.tok, "Hello", false, true, IDS(9906)), "no BOS without add_special");
-    // Text that starts with the BOS text keeps one BOS (§5.4 step 7).
-    RG_CHECK(ids_equal(l.tok, "<|begin_of_text|>Hello", true, true, IDS(128000, 9906)), "single BOS");
-    RG_CHECK(ids_equal(l.tok, "<|begin_of_text|><|begin_of_text|>", true, true, IDS(128000, 128000)), "explicit double");
+    // Text that starts with the BOS text gets a second BOS, as in llama.cpp (callers that render
+    // a BOS into the text tokenize without add_special, §5.4 step 7).
+    RG_CHECK(ids_equal(l.tok, "<|begin_of_text|>Hello", true, true, IDS(128000, 128000, 9906)), "BOS text after BOS");
+    RG_CHECK(ids_equal(l.tok, "<|begin_of_text|>Hello", false, true, IDS(128000, 9906)), "BOS text alone");
+    RG_CHECK(ids_equal(l.tok, "<|begin_of_text|><|begin_of_text|>", false, true, IDS(128000, 128000)), "explicit double");
     // Qwen2: no BOS (add_bos_token absent, pre qwen2).
     RG_CHECK(!rg_tokenizer_get_info(q.tok)->add_bos, "qwen2 add_bos");
     RG_CHECK(ids_equal(q.tok, "Hello", true, true, IDS(9707)), "qwen2 no BOS");
     // SPM: BOS from add_bos_token, space prefix.
     RG_CHECK(ids_equal(s.tok, "Hello world", true, false, IDS(1, 15043, 3186)), "spm BOS");
     RG_CHECK(ids_equal(s.tok, "", true, false, IDS(1)), "spm empty text gives BOS alone");
-    RG_CHECK(ids_equal(s.tok, "<s>Hello", true, true, IDS(1, 15043)), "spm single BOS");
+    RG_CHECK(ids_equal(s.tok, "<s>Hello", true, true, IDS(1, 1, 15043)), "spm BOS text after BOS");
     size_t n = 0;
     int32_t *ids = tok_ids(q.tok, "", 0, true, true, &n);
     RG_CHECK(n == 0 && ids != NULL, "empty text: no tokens (%zu)", n);

@@ -515,8 +515,9 @@ static bool tokenize_into(const rg_tokenizer *tok, const char *text, size_t len,
     if (len >= UINT32_MAX) return false;  // offsets are 32-bit
     rg_tok_scratch s = {0};
     const rg_tokenizer_info *in = &tok->info;
-    bool bos_added = add_special && in->add_bos && in->bos >= 0;
-    if (bos_added) rg_idvec_push(out, in->bos);
+    // BOS first when add_special, also before text that starts with the BOS text (llama.cpp
+    // gives two as well; callers that render a BOS into the text add none themselves).
+    if (add_special && in->add_bos && in->bos >= 0) rg_idvec_push(out, in->bos);
     const uint8_t *u = (const uint8_t *)text;
     size_t frag = 0;  // start of the text fragment not yet encoded
     bool ok = true;
@@ -533,11 +534,6 @@ static bool tokenize_into(const rg_tokenizer *tok, const char *text, size_t len,
         frag = i;
     }
     if (ok && frag < len) ok = encode_fragment(tok, text + frag, len - frag, &s, out);
-    // §5.4 step 7: text that starts with the BOS token (a rendered chat) keeps a single BOS.
-    if (ok && bos_added && out->n >= 2 && out->v[1] == in->bos) {
-        memmove(out->v + 1, out->v + 2, (out->n - 2) * sizeof *out->v);
-        out->n--;
-    }
     if (ok && add_special && in->add_eos && in->eos >= 0) ok = rg_idvec_push(out, in->eos);
     rg_tok_scratch_free(&s);
     return ok && out->ok;

@@ -15,9 +15,9 @@
 //
 // Differences from llama.cpp, all deliberate: invalid UTF-8 is kept byte for byte (llama.cpp
 // substitutes U+FFFD), so decode(encode(x)) == x for every byte string with a byte-level
-// vocabulary; decoding never applies clean_up_tokenization_spaces; a BOS is not added in
-// front of text whose first token already is BOS (§5.4 step 7); per-token lstrip/rstrip
-// attributes of a few model families are not applied.
+// vocabulary; decoding never applies clean_up_tokenization_spaces; per-token lstrip/rstrip
+// attributes of a few model families are not applied. As in llama.cpp, add_special puts BOS
+// first even before text that starts with the BOS text (two BOS).
 //
 // A loaded tokenizer is immutable and owns all its memory (it does not point into the GGUF
 // file, which may be closed after loading); every function taking a const tokenizer may run
@@ -88,8 +88,8 @@ void rg_tokenizer_free(rg_tokenizer *tok);
 const rg_tokenizer_info *rg_tokenizer_get_info(const rg_tokenizer *tok);
 
 // Tokenizes text[0..len) (any bytes; invalid UTF-8 is kept byte for byte). add_special adds
-// BOS/EOS as the model asks (info.add_bos / add_eos); parse_special recognizes CONTROL and
-// UNKNOWN token text. Writes the first min(count, cap) ids (ids may be NULL when cap is 0) and
+// BOS/EOS as the model asks (info.add_bos / add_eos), also before text that starts with the
+// BOS text; parse_special recognizes CONTROL and UNKNOWN token text. Writes the first min(count, cap) ids (ids may be NULL when cap is 0) and
 // returns the full count, or -1 when memory runs out or len is 4 GiB or more.
 int64_t rg_tokenize(const rg_tokenizer *tok, const char *text, size_t len, bool add_special, bool parse_special,
                     int32_t *ids, int64_t cap);
