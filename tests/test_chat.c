@@ -286,10 +286,14 @@ static void test_chat_llama3(void) {
                           "<|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|>"
                           "<|start_header_id|>assistant<|end_header_id|>\n\n", &r), "llama3");
     RG_CHECK(span_is(&r, 3, 3, "user", "What is 2+2?") && r.spans[0].begin == 17, "llama3 spans (content trimmed)");
-    // Tokenized with the model's add-BOS rule: the template's BOS is the only one.
+    // The template writes the BOS, so the text is tokenized without add_special (as generate and
+    // the training data do): one BOS. add_special would put a second one first, as llama.cpp does.
     size_t n;
-    int32_t *ids = tok_ids(l.tok, r.text, r.len, true, true, &n);
+    int32_t *ids = tok_ids(l.tok, r.text, r.len, false, true, &n);
     RG_CHECK(n > 3 && ids[0] == 128000 && ids[1] == 128006 && ids[n - 1] == 271, "one BOS, then a header (%d %d)", ids[0], ids[1]);
+    free(ids);
+    ids = tok_ids(l.tok, r.text, r.len, true, true, &n);
+    RG_CHECK(n > 3 && ids[0] == 128000 && ids[1] == 128000 && ids[2] == 128006, "add_special: two BOS (%d %d)", ids[0], ids[1]);
     free(ids);
     rg_chat_rendered_free(&r);
     rg_chat_template_free(&t);

@@ -109,36 +109,43 @@ static bool ids_equal(const rg_tokenizer *tok, const char *s, bool add_special, 
 // The reference test vectors (tests/data/tokenizer/README.md): X.gguf.inp holds the inputs
 // separated by "\n__ggml_vocab_test__\n" (the file ends with a separator), X.gguf.out one
 // line of expected ids per input, tokenized without BOS/EOS and without special parsing.
+// X.gguf.special.inp / .out are the special-token vectors made with llama.cpp's
+// llama-tokenize: the same input format; the .out has a '#' header line, then per input four
+// columns separated by '|', one per (add_special, parse_special) in special_columns' order.
+
+#define MAX_CASES 96
 
 typedef struct cases {
     char *inp, *out;
-    char *text[64];
-    size_t len[64];
-    char *expect[64];
+    char *text[MAX_CASES];
+    size_t len[MAX_CASES];
+    char *expect[MAX_CASES];
     int n;
 } cases;
 
-static bool load_cases(const char *name, cases *c) {
+// Reads DATA/ggml-vocab-NAME.gguf{suffix}.inp and .out.
+static bool load_cases(const char *name, const char *suffix, cases *c) {
     char path[1024];
     memset(c, 0, sizeof *c);
-    snprintf(path, sizeof path, DATA "ggml-vocab-%s.gguf.inp", name);
+    snprintf(path, sizeof path, DATA "ggml-vocab-%s.gguf%s.inp", name, suffix);
     c->inp = read_file(path, NULL);
-    snprintf(path, sizeof path, DATA "ggml-vocab-%s.gguf.out", name);
+    snprintf(path, sizeof path, DATA "ggml-vocab-%s.gguf%s.out", name, suffix);
     c->out = read_file(path, NULL);
     if (!c->inp || !c->out) return false;
     static const char sep[] = "\n__ggml_vocab_test__\n";
     char *p = c->inp;
-    for (char *q; (q = strstr(p, sep)) && c->n < 64; p = q + strlen(sep)) {
+    for (char *q; (q = strstr(p, sep)); p = q + strlen(sep)) {
+        if (c->n == MAX_CASES) return false;
         *q = '\0';
         c->text[c->n] = p;
         c->len[c->n] = (size_t)(q - p);
         c->n++;
     }
     int k = 0;
-    for (char *line = c->out; *line && k < c->n; k++) {
+    for (char *line = c->out; *line && k < c->n;) {
         char *nl = strchr(line, '\n');
         if (nl) *nl = '\0';
-        c->expect[k] = line;
+        if (line[0] != '#') c->expect[k++] = line;
         line = nl ? nl + 1 : line + strlen(line);
     }
     return k == c->n;
@@ -151,33 +158,66 @@ static void free_cases(cases *c) {
 
 static const char *const vocab_names[] = {"qwen2", "llama-bpe", "gpt-2", "llama-spm", "phi-3"};
 
-static void test_reference_vectors(void) {
+// One tokenization of case i against want: ids separated by spaces (spaces around ignored).
+static bool case_matches(const char *vname, const rg_tokenizer *tok, const cases *c, int i, bool add_special,
+                         bool parse_special, char *want) {
+    while (*want == ' ') want++;
+    size_t w = strlen(want);
+    while (w > 0 && want[w - 1] == ' ') want[--w] = '\0';
+    size_t n;
+    int32_t *ids = tok_ids(tok, c->text[i], c->len[i], add_special, parse_special, &n);
+    char got[8192];
+    format_ids(ids, n, got, sizeof got);
+    free(ids);
+    bool ok = strcmp(got, want) == 0;
+    RG_CHECK(ok, "%s case %d '%.60s' (add_special %d, parse_special %d): got '%.200s' want '%.200s'", vname, i,
+             c->text[i], add_special, parse_special, got, want);
+    return ok;
+}
+
+static bool reference_case(const char *vname, const rg_tokenizer *tok, cases *c, int i) {
+    return case_matches(vname, tok, c, i, false, false, c->expect[i]);
+}
+
+static const struct {
+    bool add_special, parse_special;
+} special_columns[4] = {{true, true}, {true, false}, {false, true}, {false, false}};
+
+static bool special_case(const char *vname, const rg_tokenizer *tok, cases *c, int i) {
+    bool ok = true;
+    int k = 0;
+    for (char *col = c->expect[i]; col; k++) {
+        char *bar = strchr(col, '|');
+        if (bar) *bar = '\0';
+        if (k < 4) ok &= case_matches(vname, tok, c, i, special_columns[k].add_special, special_columns[k].parse_special, col);
+        col = bar ? bar + 1 : NULL;
+    }
+    RG_CHECK(k == 4, "%s case %d: %d columns, 4 expected", vname, i, k);
+    return ok && k == 4;
+}
+
+// Checks every case of DATA/ggml-vocab-NAME.gguf{suffix}.inp/.out for the five vocabularies,
+// each file holding min_cases..max_cases cases.
+static void check_vectors(const char *suffix, bool (*check)(const char *, const rg_tokenizer *, cases *, int),
+                          int min_cases, int max_cases) {
     for (size_t v = 0; v < sizeof vocab_names / sizeof vocab_names[0]; v++) {
         vocab voc;
         cases c;
         RG_REQUIRE(open_vocab(vocab_names[v], &voc), "cannot open %s", vocab_names[v]);
-        RG_REQUIRE(load_cases(vocab_names[v], &c), "cannot read the cases of %s", vocab_names[v]);
+        RG_REQUIRE(load_cases(vocab_names[v], suffix, &c), "cannot read the cases%s of %s", suffix, vocab_names[v]);
         int passed = 0;
-        for (int i = 0; i < c.n; i++) {
-            size_t n;
-            int32_t *ids = tok_ids(voc.tok, c.text[i], c.len[i], false, false, &n);
-            char got[8192];
-            got[0] = '\0';
-            size_t o = 0;
-            for (size_t k = 0; k < n && o + 16 < sizeof got; k++) o += (size_t)snprintf(got + o, sizeof got - o, " %" PRId32, ids[k]);
-            free(ids);
-            if (strcmp(got, c.expect[i]) == 0) {
-                passed++;
-            } else {
-                RG_CHECK(0, "%s case %d '%.40s': got '%.200s' want '%.200s'", vocab_names[v], i, c.text[i], got, c.expect[i]);
-            }
-        }
+        for (int i = 0; i < c.n; i++) passed += check(vocab_names[v], voc.tok, &c, i);
         printf("    %-10s %d/%d\n", vocab_names[v], passed, c.n);
-        RG_CHECK(c.n == 46, "%s: %d cases", vocab_names[v], c.n);
+        RG_CHECK(c.n >= min_cases && c.n <= max_cases, "%s: %d cases", vocab_names[v], c.n);
         free_cases(&c);
         close_vocab(&voc);
     }
 }
+
+static void test_reference_vectors(void) { check_vectors("", reference_case, 46, 46); }
+
+// Four tokenizations per case, one per column.
+static void test_special_vectors(void) { check_vectors(".special", special_case, 25, MAX_CASES); }
 
 // ---------------------------------------------------------------------------
 // Pre-tokenizers (§5.3): the pieces each family's regex cuts, written joined by '|'.
@@ -308,7 +348,7 @@ static void test_round_trip_byte_level(void) {
         vocab voc;
         cases c;
         RG_REQUIRE(open_vocab(names[v], &voc), "open %s", names[v]);
-        RG_REQUIRE(load_cases(names[v], &c), "cases %s", names[v]);
+        RG_REQUIRE(load_cases(names[v], "", &c), "cases %s", names[v]);
         int total = 0, good = 0;
         for (int parse = 0; parse < 2; parse++) {
             for (int add = 0; add < 2; add++) {
@@ -345,11 +385,12 @@ static void test_round_trip_spm(void) {
         vocab voc;
         cases c;
         RG_REQUIRE(open_vocab(names[v], &voc), "open %s", names[v]);
-        RG_REQUIRE(load_cases(names[v], &c), "cases %s", names[v]);
+        RG_REQUIRE(load_cases(names[v], "", &c), "cases %s", names[v]);
         int total = 0, good = 0;
         for (int add = 0; add < 2; add++)
             for (int i = 0; i < c.n; i++, total++) good += check_round_trip(names[v], voc.tok, c.text[i], c.len[i], add, false);
-        total++, good += check_round_trip(names[v], voc.tok, "<s>Hi</s> there<unk>", 20, true, true);
+        // No whitespace after a special token: phi-3 drops it (rstrip), and nothing brings it back.
+        total++, good += check_round_trip(names[v], voc.tok, "<s>Hi</s>there<unk>", 19, true, true);
         printf("    %-10s %d/%d round trips\n", names[v], good, total);
         RG_CHECK(good == total, "%s: %d of %d round trips failed", names[v], total - good, total);
         free_cases(&c);
@@ -480,13 +521,13 @@ static void test_special_tokens(void) {
 
     vocab p;
     RG_REQUIRE(open_vocab("phi-3", &p), "open phi-3");
-    // phi-3 stores </s> as USER_DEFINED: always split; after a special SPM adds the space prefix again.
-    RG_CHECK(ids_equal(p.tok, "a</s>b", false, false, IDS(263, 2, 289)), "phi-3 </s>");
-    // Control tokens split out with parse_special. (llama.cpp also strips the whitespace after
-    // Phi-3's control tokens, a per-model rstrip rule that is not applied here.)
-    ids = tok_ids(p.tok, "<|user|>\nHi<|end|>", 18, false, true, &n);
-    RG_CHECK(n >= 3 && ids[0] == 32010 && ids[n - 1] == 32007, "phi-3 specials");
-    free(ids);
+    // phi-3 stores </s> as USER_DEFINED, but its text ends generation, which makes it a control
+    // token: split only with parse_special, and then the whitespace after it is dropped (phi-3's
+    // rstrip) and SPM adds the space prefix again.
+    RG_CHECK(ids_equal(p.tok, "a</s>b", false, false, IDS(263, 829, 29879, 29958, 29890)), "phi-3 </s> as text");
+    RG_CHECK(ids_equal(p.tok, "a</s> \n b", false, true, IDS(263, 2, 289)), "phi-3 </s> split, rstrip");
+    RG_CHECK(!(p.tok->attr[2] & RG_TOKATTR_LSTRIP) && (p.tok->attr[2] & RG_TOKATTR_CONTROL), "phi-3 </s> attributes");
+    RG_CHECK(ids_equal(p.tok, "<|user|>\nHi<|end|>", false, true, IDS(32010, 6324, 32007)), "phi-3 rstrip after <|user|>");
     close_vocab(&p);
 }
 
@@ -497,16 +538,18 @@ static void test_bos_eos_rules(void) {
     RG_CHECK(li->add_bos && !li->add_eos && li->bos == 128000 && li->ignore_merges, "llama-bpe defaults");
     RG_CHECK(ids_equal(l.tok, "Hello", true, true, IDS(128000, 9906)), "BOS added");
     RG_CHECK(ids_equal(l.tok, "Hello", false, true, IDS(9906)), "no BOS without add_special");
-    // Text that starts with the BOS text keeps one BOS (§5.4 step 7).
-    RG_CHECK(ids_equal(l.tok, "<|begin_of_text|>Hello", true, true, IDS(128000, 9906)), "single BOS");
-    RG_CHECK(ids_equal(l.tok, "<|begin_of_text|><|begin_of_text|>", true, true, IDS(128000, 128000)), "explicit double");
+    // Text that starts with the BOS text gets a second BOS, as in llama.cpp (callers that render
+    // a BOS into the text tokenize without add_special, §5.4 step 7).
+    RG_CHECK(ids_equal(l.tok, "<|begin_of_text|>Hello", true, true, IDS(128000, 128000, 9906)), "BOS text after BOS");
+    RG_CHECK(ids_equal(l.tok, "<|begin_of_text|>Hello", false, true, IDS(128000, 9906)), "BOS text alone");
+    RG_CHECK(ids_equal(l.tok, "<|begin_of_text|><|begin_of_text|>", false, true, IDS(128000, 128000)), "explicit double");
     // Qwen2: no BOS (add_bos_token absent, pre qwen2).
     RG_CHECK(!rg_tokenizer_get_info(q.tok)->add_bos, "qwen2 add_bos");
     RG_CHECK(ids_equal(q.tok, "Hello", true, true, IDS(9707)), "qwen2 no BOS");
     // SPM: BOS from add_bos_token, space prefix.
     RG_CHECK(ids_equal(s.tok, "Hello world", true, false, IDS(1, 15043, 3186)), "spm BOS");
     RG_CHECK(ids_equal(s.tok, "", true, false, IDS(1)), "spm empty text gives BOS alone");
-    RG_CHECK(ids_equal(s.tok, "<s>Hello", true, true, IDS(1, 15043)), "spm single BOS");
+    RG_CHECK(ids_equal(s.tok, "<s>Hello", true, true, IDS(1, 1, 15043)), "spm BOS text after BOS");
     size_t n = 0;
     int32_t *ids = tok_ids(q.tok, "", 0, true, true, &n);
     RG_CHECK(n == 0 && ids != NULL, "empty text: no tokens (%zu)", n);
@@ -559,30 +602,45 @@ static const int32_t synth_extra_types[] = {1, 1, 1, 1, RG_TOKTYPE_CONTROL, RG_T
                                             RG_TOKTYPE_CONTROL};
 static const char *const synth_merges[] = {"h e", "l l", "he ll", "hell o"};
 #define SYNTH_N (256 + 8)
+#define SYNTH_MAX_EXTRA 16
 
-static rg_gguf *synth_vocab(void) {
+// The 256 byte tokens (id = byte), then extra[0..n_extra) with their types, which must begin
+// with the results of synth_merges ("he", "ll", "hell", "hello"); general.name when name.
+static rg_gguf *synth_vocab_of(const char *const *extra, const int32_t *extra_types, int n_extra, const char *name) {
     rg_gguf *g = rg_gguf_new();
     static char bytes[256][4];
-    const char *tokens[SYNTH_N];
-    int32_t types[SYNTH_N];
+    const char *tokens[256 + SYNTH_MAX_EXTRA];
+    int32_t types[256 + SYNTH_MAX_EXTRA];
     for (int b = 0; b < 256; b++) {
         rg_bytes_to_bpe_text(&(uint8_t){(uint8_t)b}, 1, bytes[b], sizeof bytes[b]);
         tokens[b] = bytes[b];
         types[b] = RG_TOKTYPE_NORMAL;
     }
-    for (int i = 0; i < 8; i++) {
-        tokens[256 + i] = synth_extra[i];
-        types[256 + i] = synth_extra_types[i];
+    for (int i = 0; i < n_extra && i < SYNTH_MAX_EXTRA; i++) {
+        tokens[256 + i] = extra[i];
+        types[256 + i] = extra_types[i];
     }
+    uint64_t n = 256 + (uint64_t)n_extra;
     rg_error err = {0};
     rg_status st = rg_gguf_set_str(g, "tokenizer.ggml.model", "gpt2", &err);
     if (!st) st = rg_gguf_set_str(g, "tokenizer.ggml.pre", "qwen2", &err);
-    if (!st) st = rg_gguf_set_str_array(g, "tokenizer.ggml.tokens", tokens, SYNTH_N, &err);
-    if (!st) st = rg_gguf_set_array(g, "tokenizer.ggml.token_type", RG_GGUF_I32, types, SYNTH_N, &err);
+    if (!st) st = rg_gguf_set_str_array(g, "tokenizer.ggml.tokens", tokens, n, &err);
+    if (!st) st = rg_gguf_set_array(g, "tokenizer.ggml.token_type", RG_GGUF_I32, types, n, &err);
     if (!st) st = rg_gguf_set_str_array(g, "tokenizer.ggml.merges", synth_merges, 4, &err);
-    if (!st) st = rg_gguf_set_u32(g, "tokenizer.ggml.eos_token_id", 256 + 7, &err);
-    if (!st) st = rg_gguf_set_bool(g, "tokenizer.ggml.add_eos_token", true, &err);
+    if (!st && name) st = rg_gguf_set_str(g, "general.name", name, &err);
     if (st) {
+        printf("    building the vocabulary failed: %s\n", err.msg);
+        rg_gguf_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+static rg_gguf *synth_vocab(void) {
+    rg_gguf *g = synth_vocab_of(synth_extra, synth_extra_types, 8, NULL);
+    rg_error err = {0};
+    if (g && (rg_gguf_set_u32(g, "tokenizer.ggml.eos_token_id", 256 + 7, &err) ||
+              rg_gguf_set_bool(g, "tokenizer.ggml.add_eos_token", true, &err))) {
         printf("    building the vocabulary failed: %s\n", err.msg);
         rg_gguf_free(g);
         return NULL;
@@ -601,7 +659,7 @@ static void test_synthetic_vocab(void) {
     RG_CHECK(ids_equal(tok, "hello", false, false, IDS(hello)), "merges");
     RG_CHECK(ids_equal(tok, "hello", true, false, IDS(hello, eos)), "EOS appended");
     RG_CHECK(ids_equal(tok, "hel", false, false, IDS(256, 'l')), "partial merges");
-    // Special texts: the longest at a position wins, the leftmost position first.
+    // Special texts: the longer text first, then the leftmost.
     RG_CHECK(ids_equal(tok, "<|a|>bc", false, true, IDS(ab, 'c')), "longest");
     RG_CHECK(ids_equal(tok, "<|a|>c", false, true, IDS(a, 'c')), "shorter");
     RG_CHECK(ids_equal(tok, "<<|a|>", false, true, IDS('<', a)), "leftmost");
@@ -611,6 +669,79 @@ static void test_synthetic_vocab(void) {
     RG_CHECK(n == 5 && ids[0] == '<', "control text without parse_special is plain text (%zu)", n);
     free(ids);
     RG_CHECK(rg_token_is_eog(tok, eos) && !rg_token_is_eog(tok, a), "eog");
+    rg_tokenizer_free(tok);
+}
+
+// llama.cpp's special-token rules on made-up vocabularies: longest text first anywhere in the
+// text (not leftmost first), one text under two ids, control-looking texts, the model-name
+// strip rules (modern-bert: lstrip of [MASK]; phi-3: rstrip of every special but three).
+static const char *const rules_extra[] = {"he", "ll", "hell", "hello", "<u>", "u>vwx", "[MASK]", "<d>", "<d>",
+                                          "<|im_end|>", "<|fim_pad|>", "<s>", "<|x|>"};
+static const int32_t rules_types[] = {1, 1, 1, 1, RG_TOKTYPE_USER_DEFINED, RG_TOKTYPE_CONTROL, RG_TOKTYPE_USER_DEFINED,
+                                      RG_TOKTYPE_CONTROL, RG_TOKTYPE_USER_DEFINED, RG_TOKTYPE_USER_DEFINED,
+                                      RG_TOKTYPE_NORMAL, RG_TOKTYPE_CONTROL, RG_TOKTYPE_USER_DEFINED};
+enum { R_U = 260, R_UVWX, R_MASK, R_D_CONTROL, R_D_USER, R_IM_END, R_FIM_PAD, R_S, R_X };
+#define R_N ((int)(sizeof rules_extra / sizeof rules_extra[0]))
+
+typedef struct rule_case {
+    const char *text;
+    bool parse_special;
+    int32_t want[8];  // ends at the first 0 (no case expects the byte 0)
+    const char *why;
+} rule_case;
+
+static const rule_case modern_bert_cases[] = {
+    {"<u>vwxyz", true, {'<', R_UVWX, 'y', 'z'}, "the longer text wins though it starts later"},
+    {"<u>vwxyz", false, {R_U, 'v', 'w', 'x', 'y', 'z'}, "control text not matched: the user-defined one is"},
+    {"a  [MASK] b", false, {'a', R_MASK, ' ', 'b'}, "[MASK] drops the whitespace before it, not after"},
+    {"  [MASK]", false, {R_MASK}, "lstrip at the start of the text"},
+    {"<d>", true, {R_D_CONTROL}, "one text, two ids: the lower id"},
+    {"<d>", false, {R_D_USER}, "one text, two ids: the user-defined one without parse_special"},
+    {"<|im_end|>", true, {R_IM_END}, "an end-of-generation text is a control token"},
+    {"<|fim_pad|>", true, {R_FIM_PAD}, "a FIM text is a control token when the file names no FIM id"},
+    {"<s> x", true, {R_S, ' ', 'x'}, "no strip rule outside phi-3 and the BERT masks"},
+};
+
+static const rule_case phi3_cases[] = {
+    {"<|x|> \n x", false, {R_X, 'x'}, "phi-3: the whitespace after a special token is dropped"},
+    {"<u>\t<u>", false, {R_U, R_U}, "phi-3: between two specials"},
+    {"a <u>", false, {'a', ' ', R_U}, "phi-3: not the whitespace before"},
+    {"<s> x", true, {R_S, ' ', 'x'}, "phi-3: <s> keeps the whitespace after it"},
+    {"[MASK] x", false, {R_MASK, 'x'}, "phi-3: no lstrip of [MASK], but rstrip"},
+};
+
+static void check_rule_cases(const char *vname, const rule_case *cases, size_t n) {
+    rg_gguf *g = synth_vocab_of(rules_extra, rules_types, R_N, vname);
+    RG_REQUIRE(g, "synth");
+    rg_tokenizer *tok = NULL;
+    rg_error err = {0};
+    RG_REQUIRE(rg_tokenizer_load(&tok, g, &err) == RG_OK, "%s", err.msg);
+    rg_gguf_free(g);
+    for (size_t i = 0; i < n; i++) {
+        size_t n_want = 0;
+        while (n_want < 8 && cases[i].want[n_want]) n_want++;
+        RG_CHECK(ids_equal(tok, cases[i].text, false, cases[i].parse_special, cases[i].want, n_want), "%s: %s", vname,
+                 cases[i].why);
+    }
+    RG_CHECK(rg_token_is_eog(tok, R_IM_END) && rg_token_type(tok, R_IM_END) == RG_TOKTYPE_USER_DEFINED,
+             "the stored type stays USER_DEFINED");
+    rg_tokenizer_free(tok);
+}
+
+static void test_special_split_rules(void) {
+    check_rule_cases("modern-bert-test", modern_bert_cases, sizeof modern_bert_cases / sizeof modern_bert_cases[0]);
+    check_rule_cases("Tiny-Phi-3-test", phi3_cases, sizeof phi3_cases / sizeof phi3_cases[0]);
+    // A FIM text stays ordinary when the file names the FIM token of its role.
+    rg_gguf *g = synth_vocab_of(rules_extra, rules_types, R_N, NULL);
+    rg_error err = {0};
+    RG_REQUIRE(g && rg_gguf_set_u32(g, "tokenizer.ggml.fim_pad_token_id", R_S, &err) == RG_OK, "synth");
+    rg_tokenizer *tok = NULL;
+    RG_REQUIRE(rg_tokenizer_load(&tok, g, &err) == RG_OK, "%s", err.msg);
+    rg_gguf_free(g);
+    size_t n;
+    int32_t *ids = tok_ids(tok, "<|fim_pad|>", 11, false, true, &n);
+    RG_CHECK(n == 11 && ids[0] == '<', "<|fim_pad|> with fim_pad_token_id set is ordinary text (%zu ids)", n);
+    free(ids);
     rg_tokenizer_free(tok);
 }
 
@@ -813,6 +944,7 @@ static void test_speed_1mb_english(void) {
 
 static const rg_test_case test_cases[] = {
     RG_TEST(test_reference_vectors),
+    RG_TEST(test_special_vectors),
     RG_TEST(test_pretokenizers),
     RG_TEST(test_spm_pieces_equal_whole),
     RG_TEST(test_round_trip_byte_level),
@@ -823,6 +955,7 @@ static const rg_test_case test_cases[] = {
     RG_TEST(test_bos_eos_rules),
     RG_TEST(test_eog_and_accessors),
     RG_TEST(test_synthetic_vocab),
+    RG_TEST(test_special_split_rules),
     RG_TEST(test_malformed_metadata),
     RG_TEST(test_cli_tokenize),
     RG_TEST(test_speed_1mb_english),

@@ -1,6 +1,6 @@
-// tokenizer.c - loading a tokenizer from GGUF, the special-token split, BOS/EOS, decoding
-// (spec/architectures.md §5). The encoders live in tokenizer_bpe.c and tokenizer_spm.c, the
-// pre-tokenizers in pretokenize.c.
+// tokenizer.c - loading a tokenizer from GGUF, BOS/EOS, decoding (spec/architectures.md §5).
+// The special tokens' attributes and split live in tokenizer_special.c, the encoders in
+// tokenizer_bpe.c and tokenizer_spm.c, the pre-tokenizers in pretokenize.c.
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -225,41 +225,6 @@ static rg_status build_merges(rg_tokenizer *tok, const rg_gguf *g, rg_error *err
     return st;
 }
 
-// The byte trie of special-token texts (§5.4 step 1).
-static rg_status build_trie(rg_tokenizer *tok, rg_error *err) {
-    size_t nodes = 1;
-    for (int32_t id = 0; id < tok->info.n_tokens; id++)
-        if (tok->attr[id] & RG_TOKATTR_SPECIAL) nodes += tok->text_len[id];
-    if (nodes > INT32_MAX) return rg_fail(err, RG_ERR_FORMAT, "tokenizer: special-token texts too long");
-    tok->trie = malloc(nodes * sizeof *tok->trie);
-    if (!tok->trie) return rg_fail(err, RG_ERR_NOMEM, "tokenizer: out of memory");
-    tok->trie[0] = (rg_trie_node){-1, -1, -1, 0};
-    tok->n_trie = 1;
-    for (int32_t id = 0; id < tok->info.n_tokens; id++) {
-        if (!(tok->attr[id] & RG_TOKATTR_SPECIAL)) continue;
-        const uint8_t *s = (const uint8_t *)tok->texts + tok->text_off[id];
-        int32_t node = 0;
-        for (uint32_t k = 0; k < tok->text_len[id]; k++) {
-            int32_t c = tok->trie[node].first_child;
-            while (c >= 0 && tok->trie[c].byte != s[k]) c = tok->trie[c].next_sibling;
-            if (c < 0) {
-                c = tok->n_trie++;
-                tok->trie[c] = (rg_trie_node){-1, tok->trie[node].first_child, -1, s[k]};
-                tok->trie[node].first_child = c;
-            }
-            node = c;
-        }
-        tok->trie[node].token = id;  // a repeated text keeps its last id, as the text map does
-        tok->trie_first[s[0]] = 1;
-    }
-    return RG_OK;
-}
-
-static const char *const eog_texts[] = {
-    "<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>", "<|end_of_text|>",
-    "<|return|>", "<|call|>", "<EOT>", "_<EOT>", "<end_of_utterance>",
-};
-
 static rg_status load_tokens(rg_tokenizer *tok, const rg_gguf *g, rg_error *err) {
     const rg_gguf_kv *kv = rg_gguf_find(g, "tokenizer.ggml.tokens");
     if (!kv) return rg_fail(err, RG_ERR_NOT_FOUND, "%s: no tokenizer: tokenizer.ggml.tokens is missing", g->path);
@@ -322,14 +287,6 @@ static rg_status load_tokens(rg_tokenizer *tok, const rg_gguf *g, rg_error *err)
                 return rg_fail(err, RG_ERR_FORMAT, "%s: tokenizer.ggml.scores is not numeric", g->path);
             tok->scores[i] = (float)v;
         }
-    }
-    for (int32_t i = 0; i < n; i++) {
-        int t = tok->type[i];
-        if ((t == RG_TOKTYPE_CONTROL || t == RG_TOKTYPE_USER_DEFINED || t == RG_TOKTYPE_UNKNOWN) && tok->text_len[i] > 0)
-            tok->attr[i] |= RG_TOKATTR_SPECIAL;
-        for (size_t k = 0; k < sizeof eog_texts / sizeof eog_texts[0]; k++)
-            if (tok->text_len[i] == strlen(eog_texts[k]) && memcmp(tok->texts + tok->text_off[i], eog_texts[k], tok->text_len[i]) == 0)
-                tok->attr[i] |= RG_TOKATTR_EOG;
     }
     return RG_OK;
 }
@@ -432,7 +389,7 @@ static rg_status load_all(rg_tokenizer *tok, const rg_gguf *g, rg_error *err) {
             tok->byte_token[b] = id;
         }
     }
-    if ((st = build_trie(tok, err))) return st;
+    if ((st = rg_tok_special_init(tok, g, err))) return st;
 
     const rg_gguf_kv *tmpl = rg_gguf_find(g, "tokenizer.chat_template");
     if (tmpl && tmpl->type == RG_GGUF_STRING) {
@@ -485,61 +442,38 @@ bool rg_token_is_eog(const rg_tokenizer *tok, int32_t id) { return valid_id(tok,
 // ---------------------------------------------------------------------------
 // Encoding
 
-// Every text fragment starts the text or follows a special token, which is where an SPM
-// vocabulary with add_space_prefix puts its "▁" (llama.cpp's rule).
-static bool encode_fragment(const rg_tokenizer *tok, const char *text, size_t len, rg_tok_scratch *s, rg_idvec *out) {
-    if (tok->info.kind == RG_VOCAB_SPM) return rg_spm_encode_fragment(tok, text, len, tok->info.add_space_prefix, s, out);
-    return rg_bpe_encode_fragment(tok, text, len, s, out);
+typedef struct encode_ctx {
+    const rg_tokenizer *tok;
+    const char *text;
+    rg_tok_scratch s;
+    rg_idvec *out;
+} encode_ctx;
+
+// One piece of the special split: a special token's id, or ordinary text. Every text piece
+// starts the text or follows a special token, which is where an SPM vocabulary with
+// add_space_prefix puts its "▁" (llama.cpp's rule).
+static bool encode_piece(void *vctx, size_t begin, size_t end, int32_t id) {
+    encode_ctx *c = vctx;
+    const rg_tokenizer *tok = c->tok;
+    if (id >= 0) return rg_idvec_push(c->out, id);
+    const char *text = c->text + begin;
+    if (tok->info.kind == RG_VOCAB_SPM)
+        return rg_spm_encode_fragment(tok, text, end - begin, tok->info.add_space_prefix, &c->s, c->out);
+    return rg_bpe_encode_fragment(tok, text, end - begin, &c->s, c->out);
 }
 
-// The longest special token whose text starts at text[i] and that may be matched, or -1.
-static int32_t match_special(const rg_tokenizer *tok, const uint8_t *text, size_t len, size_t i, bool parse_special,
-                             size_t *match_len) {
-    int32_t best = -1, node = 0;
-    for (size_t k = i; k < len; k++) {
-        int32_t c = tok->trie[node].first_child;
-        while (c >= 0 && tok->trie[c].byte != text[k]) c = tok->trie[c].next_sibling;
-        if (c < 0) break;
-        node = c;
-        int32_t id = tok->trie[node].token;
-        if (id >= 0 && (parse_special || tok->type[id] == RG_TOKTYPE_USER_DEFINED)) {
-            best = id;
-            *match_len = k + 1 - i;
-        }
-    }
-    return best;
-}
-
+// BOS and EOS as the model asks when add_special, nothing else: text that starts with the BOS
+// text gets a second BOS, as in llama.cpp (the callers that render text with a BOS in it add
+// none themselves).
 static bool tokenize_into(const rg_tokenizer *tok, const char *text, size_t len, bool add_special, bool parse_special,
                           rg_idvec *out) {
     if (len >= UINT32_MAX) return false;  // offsets are 32-bit
-    rg_tok_scratch s = {0};
     const rg_tokenizer_info *in = &tok->info;
-    bool bos_added = add_special && in->add_bos && in->bos >= 0;
-    if (bos_added) rg_idvec_push(out, in->bos);
-    const uint8_t *u = (const uint8_t *)text;
-    size_t frag = 0;  // start of the text fragment not yet encoded
-    bool ok = true;
-    for (size_t i = 0; i < len && ok;) {
-        size_t mlen = 0;
-        int32_t id = tok->trie_first[u[i]] ? match_special(tok, u, len, i, parse_special, &mlen) : -1;
-        if (id < 0) {
-            i++;
-            continue;
-        }
-        if (frag < i) ok = encode_fragment(tok, text + frag, i - frag, &s, out);
-        ok = ok && rg_idvec_push(out, id);
-        i += mlen;
-        frag = i;
-    }
-    if (ok && frag < len) ok = encode_fragment(tok, text + frag, len - frag, &s, out);
-    // §5.4 step 7: text that starts with the BOS token (a rendered chat) keeps a single BOS.
-    if (ok && bos_added && out->n >= 2 && out->v[1] == in->bos) {
-        memmove(out->v + 1, out->v + 2, (out->n - 2) * sizeof *out->v);
-        out->n--;
-    }
+    if (add_special && in->add_bos && in->bos >= 0) rg_idvec_push(out, in->bos);
+    encode_ctx c = {.tok = tok, .text = text, .out = out};
+    bool ok = rg_tok_split_special(tok, text, len, parse_special, encode_piece, &c);
     if (ok && add_special && in->add_eos && in->eos >= 0) ok = rg_idvec_push(out, in->eos);
-    rg_tok_scratch_free(&s);
+    rg_tok_scratch_free(&c.s);
     return ok && out->ok;
 }
 
@@ -590,11 +524,11 @@ static void piece_into(const rg_tokenizer *tok, int32_t id, bool render_special,
     if (!valid_id(tok, id)) return;
     const char *t = tok->texts + tok->text_off[id];
     size_t n = tok->text_len[id];
-    switch (tok->type[id]) {
-    case RG_TOKTYPE_CONTROL:
-    case RG_TOKTYPE_UNKNOWN:
+    if (tok->attr[id] & RG_TOKATTR_CONTROL) {  // CONTROL, UNKNOWN or a control-looking text
         if (render_special) put(out, cap, pos, t, n);
         return;
+    }
+    switch (tok->type[id]) {
     case RG_TOKTYPE_USER_DEFINED: put(out, cap, pos, t, n); return;
     case RG_TOKTYPE_UNUSED: return;
     default: break;

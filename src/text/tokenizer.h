@@ -8,16 +8,31 @@
 //   - tokenizer.ggml.model = "llama": SentencePiece-style BPE by token scores with "▁" for
 //     spaces, an optional space prefix, and <0xXX> byte fallback (Llama 2, Phi-3).
 //
-// Special-token text (§5.4 step 1): USER_DEFINED tokens are always recognized in text; CONTROL
-// and UNKNOWN tokens only when parse_special is set. Where several special texts could match,
-// the leftmost wins and, at one position, the longest (Hugging Face's added-vocabulary rule;
-// llama.cpp's "longest text first" gives the same cuts unless two special texts overlap).
+// Special-token text (§5.4 step 1) is cut out of the input as llama.cpp cuts it
+// (tokenizer_special.c; checked against llama-tokenize by the X.gguf.special vectors):
+//   - Which tokens: those of type USER_DEFINED always; CONTROL and UNKNOWN ones only with
+//     parse_special. A token whose text is one of llama.cpp's end-of-generation texts
+//     (rg_token_is_eog's list), or a fill-in-the-middle text whose role the file names no id
+//     for, counts as CONTROL whatever its stored type (Phi-3's USER_DEFINED "</s>").
+//   - Where several could match: longer texts first, anywhere in the text, then lower ids;
+//     each token's occurrences left to right in the text not yet cut. (llama.cpp orders equal
+//     lengths by an unstable sort; the order only matters for two tokens with one text or two
+//     equal-length texts that overlap, which no shipped vocabulary has.)
+//   - Whitespace (C isspace) next to a cut token is dropped when the model's name asks: Phi-3
+//     (general.name holds "phi-3"/"phi3") drops it after every special token except <unk>,
+//     <s> and <|endoftext|>; the BERT-style masks ("modern-bert" [MASK], jina <mask>) before.
+//   - SentencePiece: every piece of ordinary text gets the "▁" prefix (add_space_prefix),
+//     the first and each one after a cut token.
+//   - add_special puts BOS first (and EOS last) as the model asks and nothing else: text that
+//     starts with the BOS text gets two BOS, as llama.cpp gives (it warns).
 //
 // Differences from llama.cpp, all deliberate: invalid UTF-8 is kept byte for byte (llama.cpp
 // substitutes U+FFFD), so decode(encode(x)) == x for every byte string with a byte-level
-// vocabulary; decoding never applies clean_up_tokenization_spaces; a BOS is not added in
-// front of text whose first token already is BOS (§5.4 step 7); per-token lstrip/rstrip
-// attributes of a few model families are not applied.
+// vocabulary; decoding never applies clean_up_tokenization_spaces; an empty token text is
+// never matched (llama.cpp renames it "[EMPTY_<id>]"); where a vocabulary holds two FIM
+// texts of one role, both count as CONTROL (llama.cpp takes the one its hash map gives first).
+// llama.cpp's type overrides for vocabularies we refuse to load (gpt-oss's harmony markers,
+// Gemma 4's "</s>") are left out.
 //
 // A loaded tokenizer is immutable and owns all its memory (it does not point into the GGUF
 // file, which may be closed after loading); every function taking a const tokenizer may run
@@ -88,9 +103,10 @@ void rg_tokenizer_free(rg_tokenizer *tok);
 const rg_tokenizer_info *rg_tokenizer_get_info(const rg_tokenizer *tok);
 
 // Tokenizes text[0..len) (any bytes; invalid UTF-8 is kept byte for byte). add_special adds
-// BOS/EOS as the model asks (info.add_bos / add_eos); parse_special recognizes CONTROL and
-// UNKNOWN token text. Writes the first min(count, cap) ids (ids may be NULL when cap is 0) and
-// returns the full count, or -1 when memory runs out or len is 4 GiB or more.
+// BOS/EOS as the model asks (info.add_bos / add_eos), also before text that starts with the
+// BOS text; parse_special recognizes CONTROL and UNKNOWN token text (the rules above).
+// Writes the first min(count, cap) ids (ids may be NULL when cap is 0) and returns the full
+// count, or -1 when memory runs out or len is 4 GiB or more.
 int64_t rg_tokenize(const rg_tokenizer *tok, const char *text, size_t len, bool add_special, bool parse_special,
                     int32_t *ids, int64_t cap);
 // The same into a malloc'd array the caller frees.
@@ -100,18 +116,21 @@ rg_status rg_tokenize_alloc(const rg_tokenizer *tok, const char *text, size_t le
 // Token accessors. Out-of-range ids give NULL / -1 / false.
 int32_t rg_tokenizer_n_tokens(const rg_tokenizer *tok);
 const char *rg_token_text(const rg_tokenizer *tok, int32_t id, size_t *len);  // as stored in GGUF (NUL-terminated)
-int rg_token_type(const rg_tokenizer *tok, int32_t id);                        // RG_TOKTYPE_*
+int rg_token_type(const rg_tokenizer *tok, int32_t id);                        // RG_TOKTYPE_* as stored
 float rg_token_score(const rg_tokenizer *tok, int32_t id);                     // SPM scores; 0 otherwise
 int32_t rg_token_find(const rg_tokenizer *tok, const char *text, size_t len);  // exact stored text, or -1
-// End of generation: eos, eot, eom, and any token whose text is one of <|im_end|>,
-// <|endoftext|>, <|eot_id|>, <|eom_id|>, <|end|>, <end_of_turn>, <|end_of_text|>, <|return|>,
-// <|call|>, <EOT>, _<EOT>, <end_of_utterance> (llama.cpp's list, §5.2).
+// End of generation: eos, eot, eom, and any token whose text is one of <|eot_id|>,
+// <|im_end|>, <|end|>, <|return|>, <|call|>, <|flush|>, <|calls|>, <end_of_turn>,
+// <|endoftext|>, </s>, <|eom_id|>, <EOT>, _<EOT>, [EOT], [EOS], <|end_of_text|>,
+// <end_of_utterance>, <eos>, <turn|>, <|tool_response>, <｜end▁of▁sentence｜>, [e~[ (llama.cpp's
+// list, §5.2).
 bool rg_token_is_eog(const rg_tokenizer *tok, int32_t id);
 
 // The bytes one token stands for: byte-level tokens through the inverse byte table, SPM
 // tokens with "▁" as space and <0xXX> as its byte, USER_DEFINED text verbatim, CONTROL and
-// UNKNOWN text only when render_special, nothing for UNUSED and out-of-range ids. snprintf
-// convention: returns the full length, writes min(len, cap-1) bytes and a NUL when cap > 0.
+// UNKNOWN text (and the control-looking texts above) only when render_special, nothing for
+// UNUSED and out-of-range ids. snprintf convention: returns the full length, writes
+// min(len, cap-1) bytes and a NUL when cap > 0.
 size_t rg_token_to_piece(const rg_tokenizer *tok, int32_t id, bool render_special, char *out, size_t cap);
 
 // Decodes a sequence: the concatenated pieces, except that with an SPM space prefix the one

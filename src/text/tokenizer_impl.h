@@ -1,22 +1,29 @@
 // tokenizer_impl.h - what the tokenizer's source files share; not for other modules.
 //
-// tokenizer.c loads, splits special tokens and decodes; pretokenize.c cuts text into
-// pre-tokens (§5.3); tokenizer_bpe.c and tokenizer_spm.c turn one piece of text into ids.
+// tokenizer.c loads, encodes and decodes; tokenizer_special.c derives the special tokens'
+// attributes and cuts their text out of the input; pretokenize.c cuts text into pre-tokens
+// (§5.3); tokenizer_bpe.c and tokenizer_spm.c turn one piece of text into ids.
 #ifndef RG_TEXT_TOKENIZER_IMPL_H
 #define RG_TEXT_TOKENIZER_IMPL_H
 
 #include "text/tokenizer.h"
 
-// Per-token attribute bits (rg_tokenizer.attr).
+// Per-token attribute bits (rg_tokenizer.attr), llama.cpp's LLAMA_TOKEN_ATTR_* as its loader
+// derives them from the token types, the token texts and the model name (tokenizer_special.c).
 enum {
     RG_TOKATTR_EOG = 0x01,      // ends generation
-    RG_TOKATTR_SPECIAL = 0x02,  // CONTROL, USER_DEFINED or UNKNOWN: found in text by the special split
+    RG_TOKATTR_SPECIAL = 0x02,  // found in text by the special split (CONTROL, USER_DEFINED or UNKNOWN)
+    RG_TOKATTR_CONTROL = 0x04,  // split and shown only with parse_special / render_special
+                                // (CONTROL or UNKNOWN type, or a control-looking text)
+    RG_TOKATTR_LSTRIP = 0x08,   // the split drops the whitespace right before its text
+    RG_TOKATTR_RSTRIP = 0x10,   // the split drops the whitespace right after its text
 };
 
 // One node of the byte trie of special-token texts. Children are a linked list (few per node).
 typedef struct rg_trie_node {
     int32_t first_child, next_sibling;
-    int32_t token;  // the token whose text ends here, or -1
+    int32_t token;        // the first (lowest) special token whose text ends here, or -1
+    int32_t token_plain;  // the same among tokens split without parse_special (not CONTROL), or -1
     uint8_t byte;
 } rg_trie_node;
 
@@ -125,6 +132,19 @@ bool rg_tok_scratch_syms(rg_tok_scratch *s, size_t n);
 bool rg_tok_scratch_buf(rg_tok_scratch *s, size_t n);
 
 #define RG_CP_INVALID 0x80000000u
+
+// Sets the special tokens' attribute bits (EOG, SPECIAL, CONTROL, LSTRIP, RSTRIP) from the
+// types, the texts and g's general.name, then builds the trie of their texts. Needs the types,
+// the text map and the special ids loaded.
+rg_status rg_tok_special_init(rg_tokenizer *tok, const rg_gguf *g, rg_error *err);
+
+// Cuts text[0..len) at the special-token texts it contains (llama.cpp's rules, tokenizer.h)
+// and calls piece(ctx, begin, end, id) in order: id >= 0 for a special token whose text was
+// text[begin..end), id -1 for ordinary text in between. Whitespace dropped by a token's
+// lstrip/rstrip is in no piece. False when memory runs out or a callback returned false.
+typedef bool (*rg_split_fn)(void *ctx, size_t begin, size_t end, int32_t id);
+bool rg_tok_split_special(const rg_tokenizer *tok, const char *text, size_t len, bool parse_special, rg_split_fn piece,
+                          void *ctx);
 
 // Cuts text[0..len) into pre-tokens for the given family (§5.3) and calls piece(ctx, begin,
 // end) with byte offsets, in order; the pieces tile the text exactly. Returns false when

@@ -119,6 +119,10 @@ static rg_status push_token(loader *L, int32_t id, bool target) {
 }
 
 // Appends the tokens of text[0..len) (special tokens parsed, nothing added), all marked `target`.
+// Parsing is on for every kind of sample, rendered chats (whose markers are special-token
+// text, spec §6.2) and plain text alike, as Hugging Face tokenizers split added tokens in
+// any text; llama.cpp's finetune example tokenizes plain text without it. BOS is added by
+// bos_front, once per sample, never after a BOS the text already starts with.
 static rg_status push_text(loader *L, const char *text, size_t len, bool target, int64_t line) {
     rg_dataset *d = L->d;
     int64_t want = (int64_t)len + 8;

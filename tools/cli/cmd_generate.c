@@ -8,11 +8,14 @@
 //
 // The prompt is a user message rendered with the model's chat template and its generation
 // prompt (--raw: the text as is; a model without a chat template is used raw, with a
-// warning). Special-token text in the prompt is recognized. BOS is put first when the
-// model asks for it (--no-bos: never). Decoded text streams to stdout token by token (a
-// UTF-8 character split over tokens is printed when complete); generation stops after -n
-// tokens (-1: no limit), at an end-of-generation token, or when the context is full; then
-// one line of timings goes to stderr.
+// warning). Special-token text in the prompt is recognized, by llama.cpp's rules
+// (text/tokenizer.h), as llama-cli recognizes it. BOS is put first when the model asks for
+// it, unless the tokens already start with BOS: a template that writes bos_token (llama.cpp's
+// chat gives one BOS there too) or a raw prompt that begins with the BOS text (llama-cli
+// would give two). No EOS is added; --no-bos: never a BOS. Decoded text streams to stdout
+// token by token (a UTF-8 character split over tokens is printed when complete); generation
+// stops after -n tokens (-1: no limit), at an end-of-generation token, or when the context
+// is full; then one line of timings goes to stderr.
 //
 // --lora applies a LoRA adapter (llama.cpp's adapter.gguf) through the graph on any base type,
 // y = W x + SCALE * alpha/rank * B(A x); the session keeps it for every evaluation. Repeated, the

@@ -2,8 +2,9 @@
 // [--chunks N] [--device cpu|cuda] [--lora A.gguf[:SCALE]]...`: the perplexity of a model on a text, computed as
 // llama.cpp's perplexity tool computes it, so that the numbers compare.
 //
-//   - The whole file is tokenized once, as plain text: no BOS/EOS added, special-token text
-//     not recognized.
+//   - The whole file is tokenized once, as llama.cpp's perplexity does: BOS first (and EOS
+//     last) when the model adds them, special-token text not recognized (user-defined tokens
+//     still are, text/tokenizer.h).
 //   - The tokens are cut into chunks of CTX (default 512, llama.cpp's usual, or the model's
 //     context when smaller); the remainder is dropped; --chunks
 //     caps how many are used.
@@ -131,7 +132,7 @@ int cmd_perplexity(int argc, char **argv) {
         fprintf(stderr, "retrograd %s: warning: -c %" PRId64 " is beyond the %" PRId64 " tokens the model was trained on\n",
                 C, n_ctx, m->hp.n_ctx_train);
     size_t n_tok = 0;
-    if (rg_tokenize_alloc(tok, text, len, false, false, &ids, &n_tok, &err)) {
+    if (rg_tokenize_alloc(tok, text, len, true, false, &ids, &n_tok, &err)) {
         fprintf(stderr, "retrograd %s: %s\n", C, err.msg);
         goto done;
     }
