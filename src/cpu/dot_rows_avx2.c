@@ -1,8 +1,8 @@
 // dot_rows_avx2.c - the AVX2/F16C/FMA kernels behind dot_rows.h: eight (Q4_0,
-// Q5_0), four (Q4_1, F16, BF16) or one (Q8_0, F32) weight rows against one
+// Q5_0), four (Q4_1) or one (Q8_0, F32, F16, BF16) weight rows against one
 // activation row per pass. Eight rows spread the shared work thinner (Q4_0
-// ~10-15% faster in cache than four); Q4_1's second accumulator per row and
-// the float types' two would not fit the 16 registers with eight.
+// ~10-15% faster in cache than four); Q4_1's second accumulator per row
+// would not fit the 16 registers with eight.
 //
 // Q8_0 goes one row at a time, front to back, because it is bound by memory,
 // not arithmetic: a single sequential stream, software-prefetched ROW_PF bytes
@@ -222,8 +222,7 @@ void rg_dot_rows_q8_0_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride
 }
 
 // ---------------------------------------------------------------------------
-// F32, F16, BF16 weights against F32 activations: two accumulators per row
-// (even and odd steps of 8), the activation vector loaded once for the group.
+// F32, F16, BF16 weights against F32 activations.
 
 static inline __m256 ld_f16(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 static inline __m256 ld_bf16(const uint8_t *p) {
@@ -237,72 +236,47 @@ static inline float sc_bf16(const uint8_t *p) {
     return v;
 }
 
-#define FLOAT_ROWS(name, ES, LOAD, SCALAR)                                                                   \
+// One row at a time, front to back, four accumulators over steps of 32 and no software
+// prefetch: a single sequential stream the hardware prefetcher follows on its own.
+// F32: on SmolLM2's layer shapes (7 products a layer and the 113 MB output, each its own
+// parallel section, 2 threads) this read 18.0-21.3 GB/s where a four-row kernel read
+// 15.4-18.4 and the same one-row loop with a software prefetch 15.0-17.4 (interleaved,
+// three runs). F16 and BF16 (the same loop, each 8 values widened as loaded): SmolLM2
+// generation 70.7-75.9 / 69.8-78.1 tok/s against 54.2-57.6 / 53.9-58.5 for the four-row
+// kernel with prefetch (three interleaved runs; the memory's ceiling 93-104 tok/s); with
+// memory at 15-22 GB/s the two had measured alike, so the four-row kernel's prefetch only
+// pays where memory is slow.
+#define FLOAT_ONE_ROW(name, ES, LOAD, SCALAR)                                                                \
     void name(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y) {            \
         const float *xf = x;                                                                                \
-        const int64_t k16 = K / 16 * 16, k8 = K / 8 * 8;                                                    \
-        for (int64_t r = 0; r < nr; r += 4) {                                                               \
-            const uint8_t *p[4];                                                                            \
-            group_rows(w, w_stride, r, nr, p);                                                              \
-            const uint8_t *next = p[0] + 4 * w_stride;                                                      \
-            __m256 a[4], b[4];                                                                              \
-            for (int i = 0; i < 4; i++) a[i] = b[i] = _mm256_setzero_ps();                                  \
+        const int64_t k32 = K / 32 * 32, k8 = K / 8 * 8;                                                    \
+        for (int64_t r = 0; r < nr; r++) {                                                                  \
+            const uint8_t *p = (const uint8_t *)w + (size_t)r * w_stride;                                   \
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                     \
             int64_t k = 0;                                                                                  \
-            for (; k < k16; k += 16) {                                                                      \
-                const __m256 x0 = _mm256_loadu_ps(xf + k), x1 = _mm256_loadu_ps(xf + k + 8);                \
-                prefetch_ahead(next, k / 16, 64 * ES);                                                      \
-                for (int i = 0; i < 4; i++) {                                                               \
-                    a[i] = _mm256_fmadd_ps(LOAD(p[i] + k * ES), x0, a[i]);                                  \
-                    b[i] = _mm256_fmadd_ps(LOAD(p[i] + (k + 8) * ES), x1, b[i]);                            \
-                }                                                                                           \
+            for (; k < k32; k += 32) {                                                                      \
+                a0 = _mm256_fmadd_ps(LOAD(p + k * ES), _mm256_loadu_ps(xf + k), a0);                        \
+                a1 = _mm256_fmadd_ps(LOAD(p + (k + 8) * ES), _mm256_loadu_ps(xf + k + 8), a1);              \
+                a2 = _mm256_fmadd_ps(LOAD(p + (k + 16) * ES), _mm256_loadu_ps(xf + k + 16), a2);            \
+                a3 = _mm256_fmadd_ps(LOAD(p + (k + 24) * ES), _mm256_loadu_ps(xf + k + 24), a3);            \
             }                                                                                               \
-            if (k < k8) {                                                                                   \
-                const __m256 x0 = _mm256_loadu_ps(xf + k);                                                  \
-                for (int i = 0; i < 4; i++) a[i] = _mm256_fmadd_ps(LOAD(p[i] + k * ES), x0, a[i]);          \
-                k += 8;                                                                                     \
-            }                                                                                               \
-            __m128 s = reduce4(_mm256_add_ps(a[0], b[0]), _mm256_add_ps(a[1], b[1]), _mm256_add_ps(a[2], b[2]), \
-                               _mm256_add_ps(a[3], b[3]));                                                  \
-            if (k < K) {                                                                                    \
-                float t[4];                                                                                 \
-                for (int i = 0; i < 4; i++) {                                                               \
-                    t[i] = 0.0f;                                                                            \
-                    for (int64_t kk = k; kk < K; kk++) t[i] += SCALAR(p[i] + kk * ES) * xf[kk];             \
-                }                                                                                           \
-                s = _mm_add_ps(s, _mm_loadu_ps(t));                                                         \
-            }                                                                                               \
-            store_group(y, r, nr, s);                                                                       \
+            for (; k < k8; k += 8) a0 = _mm256_fmadd_ps(LOAD(p + k * ES), _mm256_loadu_ps(xf + k), a0);     \
+            float s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));                   \
+            for (; k < K; k++) s += SCALAR(p + k * ES) * xf[k];                                             \
+            y[r] = s;                                                                                       \
         }                                                                                                   \
     }
 
-// F32: one row at a time, front to back, four accumulators over steps of 32
-// and no software prefetch: a single sequential stream the hardware
-// prefetcher follows on its own. On SmolLM2's layer shapes (7 products a layer
-// and the 113 MB output, each its own parallel section, 2 threads) this read
-// 18.0-21.3 GB/s where the four-row kernel read 15.4-18.4 and the same one-row
-// loop with a software prefetch 15.0-17.4 (interleaved, three runs). F16 and
-// BF16, with half the bytes per FMA, showed no such difference.
-void rg_dot_rows_f32_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y) {
-    const float *xf = x;
-    const int64_t k32 = K / 32 * 32, k8 = K / 8 * 8;
-    for (int64_t r = 0; r < nr; r++) {
-        const float *p = (const float *)((const uint8_t *)w + (size_t)r * w_stride);
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        int64_t k = 0;
-        for (; k < k32; k += 32) {
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(p + k), _mm256_loadu_ps(xf + k), a0);
-            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(p + k + 8), _mm256_loadu_ps(xf + k + 8), a1);
-            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(p + k + 16), _mm256_loadu_ps(xf + k + 16), a2);
-            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(p + k + 24), _mm256_loadu_ps(xf + k + 24), a3);
-        }
-        for (; k < k8; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(p + k), _mm256_loadu_ps(xf + k), a0);
-        float s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-        for (; k < K; k++) s += p[k] * xf[k];
-        y[r] = s;
-    }
+static inline __m256 ld_f32(const uint8_t *p) { return _mm256_loadu_ps((const float *)p); }
+static inline float sc_f32(const uint8_t *p) {
+    float v;
+    memcpy(&v, p, sizeof v);
+    return v;
 }
-FLOAT_ROWS(rg_dot_rows_f16_avx2, 2, ld_f16, sc_f16)
-FLOAT_ROWS(rg_dot_rows_bf16_avx2, 2, ld_bf16, sc_bf16)
+
+FLOAT_ONE_ROW(rg_dot_rows_f32_avx2, 4, ld_f32, sc_f32)
+FLOAT_ONE_ROW(rg_dot_rows_f16_avx2, 2, ld_f16, sc_f16)
+FLOAT_ONE_ROW(rg_dot_rows_bf16_avx2, 2, ld_bf16, sc_bf16)
 
 #else  // built without AVX2: never called (rg_cpu_dot_rows returns NULL)
 
