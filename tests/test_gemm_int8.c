@@ -3,7 +3,8 @@
 // bit for bit, the threaded driver the same on 1 and 2 threads, both against the exact sum of
 // the dequantized operands in double, and MUL_MAT with int8 activations allowed against the
 // F32 SGEMM and (Q4_0) against generation's dot products, which quantize the activations the
-// same way.
+// same way. Also the BF16 GEMM (cpu/gemm_bf16.h): kernel and packing against the portable
+// reference bit for bit, threads, and MUL_MAT against the SGEMM.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,9 @@
 #include "base/rng.h"
 #include "base/threadpool.h"
 #include "cpu/cpu_ops.h"
+#include "cpu/gemm_bf16.h"
 #include "cpu/gemm_int8.h"
+#include "tensor/half.h"
 #include "graph/graph.h"
 #include "rg_test.h"
 #include "tensor/quant/quant.h"
@@ -185,7 +188,9 @@ static void check_mul_mat_paths(uint32_t type, int64_t K) {
         for (int64_t m = 0; m < M; m++) worst_v = fmax(worst_v, fabs(yi[n * M + m] - yv[m]) / norm);
     }
     // Q4_K's dot products quantize the activations to Q8_K (256 values per scale): not the same codes
-    const bool same_codes = type != RG_TYPE_Q4_K, used = rg_gemm_int8_supports(type, K);
+    // Q4_K's dot products quantize the activations to Q8_K, BF16's keep them F32: not the same rounding
+    const bool same_codes = type != RG_TYPE_Q4_K && type != RG_TYPE_BF16;
+    const bool used = type == RG_TYPE_BF16 ? rg_gemm_bf16_supports(K) : rg_gemm_int8_supports(type, K);
     const double vec_tol = same_codes ? 1e-5 : 2e-2;
     printf("    %s: int8 path %s; against the F32 SGEMM %.2e, against the dot products %.2e of max|y| (pass <= 2e-2, "
            "<= %.0e)\n", rg_type_get(type)->name, used ? "used" : "not available (both are the SGEMM)", worst_f, worst_v,
@@ -199,10 +204,69 @@ static void check_mul_mat_paths(uint32_t type, int64_t K) {
     rg_threadpool_free(pool);
 }
 
+// BF16 weights: the kernel and the vectorized packing against the reference, bit for bit; the driver on 1
+// and 2 threads; the result against the double sum of the rounded operands.
+static void test_bf16_kernel_matches_reference(void) {
+    if (!rg_gemm_bf16_supports(16)) RG_SKIP("no AVX512_BF16 on this CPU: the BF16 path is not used here");
+    static const shape bs[] = {{RG_TYPE_BF16, 16, 1, 1},  {RG_TYPE_BF16, 32, 7, 3},    {RG_TYPE_BF16, 576, 13, 9},
+                               {RG_TYPE_BF16, 1536, 24, 17}, {RG_TYPE_BF16, 96, 40, 8}};
+    rg_threadpool *p1 = NULL, *p2 = NULL;
+    rg_error err = {0};
+    RG_REQUIRE(!rg_threadpool_create(&p1, 1, &err) && !rg_threadpool_create(&p2, 2, &err), "%s", err.msg);
+    double worst = 0;
+    for (size_t c = 0; c < sizeof bs / sizeof bs[0]; c++) {
+        const shape s = bs[c];
+        float *wf = randn(s.K * s.M, 71 + c, 0.05f), *x = randn(s.K * s.N, 81 + c, 1.0f);
+        x[0] = 1e-39f;  // a denormal activation: flushed by the instruction, and by the reference
+        uint16_t *wb = malloc(sizeof(uint16_t) * (size_t)(s.K * s.M)), *xb = malloc(sizeof(uint16_t) * (size_t)(s.K * s.N));
+        rg_fp32_to_bf16_row(wf, wb, s.K * s.M);
+        rg_bf16_round_cols(x, s.K, s.K, 0, s.N, xb);
+        uint32_t *pa = malloc((size_t)s.K / 2 * 8 * 4), *pb = malloc((size_t)s.K / 2 * 8 * 4);
+        float *ya = malloc(sizeof(float) * (size_t)(s.M * s.N)), *yr = malloc(sizeof(float) * (size_t)(s.M * s.N)),
+              *y2 = malloc(sizeof(float) * (size_t)(s.M * s.N));
+        int64_t diff = 0;
+        for (int64_t m0 = 0; m0 < s.M; m0 += 8) {
+            int rows = s.M - m0 < 8 ? (int)(s.M - m0) : 8;
+            rg_bf16_panel_pack(pa, wb, (size_t)s.K * 2, s.K, m0, s.M);
+            rg_bf16_panel_pack_avx512(pb, wb, (size_t)s.K * 2, s.K, m0, s.M);
+            RG_CHECK(!memcmp(pa, pb, (size_t)s.K / 2 * 8 * 4), "K %lld: the vectorized packing differs at panel %lld",
+                     (long long)s.K, (long long)(m0 / 8));
+            rg_bf16_panel_mul_avx512(pb, s.K, xb, s.N, rows, ya + m0, s.M);
+            rg_bf16_panel_mul_ref(pa, s.K, xb, s.N, rows, yr + m0, s.M);
+        }
+        for (int64_t i = 0; i < s.M * s.N; i++) diff += memcmp(&ya[i], &yr[i], sizeof(float)) != 0;
+        RG_CHECK(diff == 0, "bf16 K %lld M %lld N %lld: %lld of %lld outputs differ from the reference", (long long)s.K,
+                 (long long)s.M, (long long)s.N, (long long)diff, (long long)(s.M * s.N));
+        size_t ws = rg_gemm_bf16_work(s.K, s.N, 2);
+        void *work = aligned_alloc(64, (ws + 63) / 64 * 64);
+        rg_gemm_bf16(p1, s.K, s.M, s.N, wb, (size_t)s.K * 2, x, s.K, ya, s.M, work);
+        rg_gemm_bf16(p2, s.K, s.M, s.N, wb, (size_t)s.K * 2, x, s.K, y2, s.M, work);
+        RG_CHECK(!memcmp(ya, y2, sizeof(float) * (size_t)(s.M * s.N)) && !memcmp(ya, yr, sizeof(float) * (size_t)(s.M * s.N)),
+                 "bf16 K %lld: the driver on 1 and 2 threads differs from the panels", (long long)s.K);
+        for (int64_t n = 0; n < s.N; n++)
+            for (int64_t m = 0; m < s.M; m++) {
+                double e = 0, a = 0;
+                for (int64_t k = 0; k < s.K; k++) {
+                    float xv = rg_bf16_to_fp32(xb[n * s.K + k]);
+                    if (fabsf(xv) < 1.17549435e-38f) xv = 0;
+                    double t = (double)rg_bf16_to_fp32(wb[m * s.K + k]) * xv;
+                    e += t, a += fabs(t);
+                }
+                worst = fmax(worst, fabs(ya[n * s.M + m] - e) / (a > 0 ? a : 1));
+            }
+        free(wf), free(x), free(wb), free(xb), free(pa), free(pb), free(ya), free(yr), free(y2), free(work);
+    }
+    printf("    bf16: against the double sum of the rounded operands: worst %.2e of sum |w x| (pass <= 1e-5)\n", worst);
+    RG_CHECK(worst <= 1e-5, "worst %.3g", worst);
+    rg_threadpool_free(p1);
+    rg_threadpool_free(p2);
+}
+
 static void test_mul_mat_paths_q4_0(void) { check_mul_mat_paths(RG_TYPE_Q4_0, 576); }
 static void test_mul_mat_paths_q4_K(void) { check_mul_mat_paths(RG_TYPE_Q4_K, 768); }
 static void test_mul_mat_paths_q5_0(void) { check_mul_mat_paths(RG_TYPE_Q5_0, 576); }
 static void test_mul_mat_paths_q8_0(void) { check_mul_mat_paths(RG_TYPE_Q8_0, 576); }
+static void test_mul_mat_paths_bf16(void) { check_mul_mat_paths(RG_TYPE_BF16, 576); }
 
 static const rg_test_case cases[] = {
     RG_TEST(test_panel_kernel_matches_reference),
@@ -211,6 +275,8 @@ static const rg_test_case cases[] = {
     RG_TEST(test_mul_mat_paths_q4_K),
     RG_TEST(test_mul_mat_paths_q5_0),
     RG_TEST(test_mul_mat_paths_q8_0),
+    RG_TEST(test_bf16_kernel_matches_reference),
+    RG_TEST(test_mul_mat_paths_bf16),
     {0},
 };
 

@@ -55,6 +55,23 @@ int rg_cpu_has_avx512_vnni(void) {
     return v;
 }
 
+static atomic_int cached_bf16 = -1;
+
+int rg_cpu_has_avx512_bf16(void) {
+    int v = atomic_load_explicit(&cached_bf16, memory_order_relaxed);
+    if (v < 0) {
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+        unsigned a, b, c, d;
+        // CPUID leaf 7 sub-leaf 1, EAX bit 5 (clang 14's __builtin_cpu_supports lacks "avx512bf16")
+        v = rg_cpu_has_avx512_vnni() && __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1);
+#else
+        v = 0;
+#endif
+        atomic_store_explicit(&cached_bf16, v, memory_order_relaxed);
+    }
+    return v;
+}
+
 int rg_cpu_count(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;

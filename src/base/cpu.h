@@ -7,6 +7,8 @@ int rg_cpu_has_avx2(void);
 // 1 when AVX512 F/BW/VL and VNNI are usable (CPU and OS), so *_avx512.c kernels may run
 // (RG_NO_AVX512=1 in the environment says 0, to compare against the other paths).
 int rg_cpu_has_avx512_vnni(void);
+// 1 when, on top of that, AVX512_BF16 is usable (VDPBF16PS); RG_NO_AVX512=1 says 0 too.
+int rg_cpu_has_avx512_bf16(void);
 // Number of online cores (at least 1).
 int rg_cpu_count(void);
 

@@ -14,6 +14,8 @@
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
 #include <immintrin.h>
 
+#include "cpu/transpose8_avx2.h"
+
 static inline __m256i bcast4(const int8_t *q) {
     int32_t v;
     memcpy(&v, q, 4);
@@ -143,26 +145,6 @@ static inline __m256i block_codes(uint32_t type, const uint8_t *blk) {
     return _mm256_or_si256(nib, _mm256_and_si256(_mm256_movm_epi8((__mmask32)qh), _mm256_set1_epi8(0x10)));
 }
 
-// Rows r of 8 dwords in, group g = dword g of every row out.
-static inline void transpose8(__m256i v[8]) {
-    __m256i t[8], u[8];
-    for (int i = 0; i < 4; i++) {
-        t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
-        t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
-    }
-    for (int h = 0; h < 2; h++) {  // rows 0-3, then 4-7
-        __m256i *tt = t + 4 * h, *uu = u + 4 * h;
-        uu[0] = _mm256_unpacklo_epi64(tt[0], tt[2]);
-        uu[1] = _mm256_unpackhi_epi64(tt[0], tt[2]);
-        uu[2] = _mm256_unpacklo_epi64(tt[1], tt[3]);
-        uu[3] = _mm256_unpackhi_epi64(tt[1], tt[3]);
-    }
-    for (int g = 0; g < 4; g++) {
-        v[g] = _mm256_permute2x128_si256(u[g], u[4 + g], 0x20);
-        v[4 + g] = _mm256_permute2x128_si256(u[g], u[4 + g], 0x31);
-    }
-}
-
 void rg_int8_panel_pack_avx512(rg_int8_panel *p, const void *w, size_t w_stride, int64_t m0, int64_t M) {
     if (p->type != RG_TYPE_Q5_0 && p->type != RG_TYPE_Q8_0) {
         rg_int8_panel_pack(p, w, w_stride, m0, M);  // 4-byte copies already
@@ -184,7 +166,7 @@ void rg_int8_panel_pack_avx512(rg_int8_panel *p, const void *w, size_t w_stride,
             memcpy(&h, blk, 2);
             p->scale[b * RG_INT8_PANEL + r] = _cvtsh_ss(h);
         }
-        transpose8(v);
+        rg_transpose8_epi32(v);
         for (int g = 0; g < 8; g++) _mm256_storeu_si256((__m256i *)(p->codes + b * 256 + 32 * g), v[g]);
         _mm256_storeu_ps(p->min + b * RG_INT8_PANEL, _mm256_setzero_ps());
     }

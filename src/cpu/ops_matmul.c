@@ -13,8 +13,10 @@
 //   larger N (prompt processing, training): the SGEMM, with the weights
 //     dequantized to F32 panel by panel as they are packed and the activations
 //     in F32, so gradients never see 8-bit activations. Except, in inference
-//     (rg_exec_ctx.int8_activations) with Q4_0 or Q4_K weights on AVX-512 VNNI:
-//     the integer GEMM of gemm_int8.h on Q8_0 activations, as llama.cpp does.
+//     (rg_exec_ctx.int8_activations) with Q4_0, Q5_0, Q8_0 or Q4_K weights on
+//     AVX-512 VNNI: the integer GEMM of gemm_int8.h on Q8_0 activations; with BF16
+//     weights on AVX512_BF16: gemm_bf16.h on activations rounded to BF16. Both
+//     as llama.cpp does.
 //
 // OUT_PROD (a [M, K, b2, b3] any type, b [N, K, c2, c3] f32, often a transposed
 // view) -> [M, N, c2, c3]: out[i, j] = sum_k a[i, k] * b[j, k], broadcasting as
@@ -33,6 +35,7 @@
 #include "cpu/cpu_ops.h"
 #include "cpu/dot_rows.h"
 #include "cpu/gemm.h"
+#include "cpu/gemm_bf16.h"
 #include "cpu/gemm_int8.h"
 #include "tensor/quant/quant.h"
 
@@ -300,7 +303,8 @@ static size_t vec_work(const rg_tensor *w, const rg_tensor *x, int64_t K, int64_
 // Whether MUL_MAT may take the integer GEMM (when the exec allows 8-bit activations): a weight type
 // it has, one slice, F32 activations with contiguous columns, and not the dot-product path.
 static bool mul_mat_uses_int8(const rg_tensor *w, const rg_tensor *x, int64_t K, int64_t N) {
-    return rg_gemm_int8_supports(w->type, K) && !mul_mat_uses_vec(w, K, N) &&
+    const bool typed = w->type == RG_TYPE_BF16 ? rg_gemm_bf16_supports(K) : rg_gemm_int8_supports(w->type, K);
+    return typed && !mul_mat_uses_vec(w, K, N) &&
            rows_packed(w) && w->ne[2] == 1 && w->ne[3] == 1 && x->ne[2] == 1 && x->ne[3] == 1 &&
            x->nb[0] == sizeof(float) && x->nb[1] % sizeof(float) == 0;
 }
@@ -315,7 +319,7 @@ size_t cpu_mul_mat_work(const rg_node *n, int n_threads) {
     size_t work = rg_gemm_work_size(RG_SGEMM_AUTO, &bt, n_threads);
     // planned whether or not the exec allows the integer path (the plan does not know)
     if (mul_mat_uses_int8(w, x, K, N)) {
-        size_t q = rg_gemm_int8_work(K, N, n_threads);
+        size_t q = w->type == RG_TYPE_BF16 ? rg_gemm_bf16_work(K, N, n_threads) : rg_gemm_int8_work(K, N, n_threads);
         if (q > work) work = q;
     }
     return work;
@@ -381,11 +385,16 @@ rg_status cpu_mul_mat(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
         rg_threadpool_run(ctx->pool, vec_dots, &j);
         return RG_OK;
     }
-    if (ctx->int8_activations && mul_mat_uses_int8(w, x, K, N) &&
-        ctx->scratch_size >= rg_gemm_int8_work(K, N, pool_threads(ctx))) {
-        rg_gemm_int8(ctx->pool, w->type, K, M, N, w->data, w->nb[1], x->data, (int64_t)(x->nb[1] / sizeof(float)),
-                     y->data, (int64_t)(y->nb[1] / sizeof(float)), ctx->scratch);
-        return RG_OK;
+    if (ctx->int8_activations && mul_mat_uses_int8(w, x, K, N)) {
+        const int64_t ldx = (int64_t)(x->nb[1] / sizeof(float)), ldy = (int64_t)(y->nb[1] / sizeof(float));
+        if (w->type == RG_TYPE_BF16 && ctx->scratch_size >= rg_gemm_bf16_work(K, N, pool_threads(ctx))) {
+            rg_gemm_bf16(ctx->pool, K, M, N, w->data, w->nb[1], x->data, ldx, y->data, ldy, ctx->scratch);
+            return RG_OK;
+        }
+        if (w->type != RG_TYPE_BF16 && ctx->scratch_size >= rg_gemm_int8_work(K, N, pool_threads(ctx))) {
+            rg_gemm_int8(ctx->pool, w->type, K, M, N, w->data, w->nb[1], x->data, ldx, y->data, ldy, ctx->scratch);
+            return RG_OK;
+        }
     }
     mm_gemm_ctx c = {w, x, y, s, {0}, {0}, {0}};
     if ((w->type == RG_TYPE_F32 && !f32_strides(w, c.ws)) || !f32_strides(x, c.xs) || !f32_strides(y, c.ys))
