@@ -254,6 +254,27 @@ static rg_status check_syntax(yaml_load *L) {
 
 #define YAML_MAX_BYTES (16u << 20)
 
+rg_status rg_train_config_load_yaml_text(rg_train_config *c, const char *path, const char *text, size_t len,
+                                        rg_error *err) {
+    if (len > YAML_MAX_BYTES)
+        return rg_fail(err, RG_ERR_FORMAT, "%s: %zu bytes is too large for a config (at most %u)", path, len,
+                       YAML_MAX_BYTES);
+    yaml_load L = {.path = path, .cfg = *c, .err = err};
+    rg_status st = RG_OK;
+    for (int pass = 0; pass < 2 && st == RG_OK; pass++) {
+        if (!yaml_parser_initialize(&L.parser)) {
+            st = rg_fail(err, RG_ERR_NOMEM, "%s: cannot start the YAML parser", path);
+            break;
+        }
+        yaml_parser_set_input_string(&L.parser, (const unsigned char *)text, len);
+        st = pass == 0 ? check_syntax(&L) : load_stream(&L);
+        yaml_parser_delete(&L.parser);
+    }
+    free(L.seen);
+    if (st == RG_OK) *c = L.cfg;
+    return st;
+}
+
 rg_status rg_train_config_load_yaml(rg_train_config *c, const char *path, rg_error *err) {
     struct stat sb;
     if (stat(path, &sb) != 0) return rg_fail(err, RG_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -263,7 +284,7 @@ rg_status rg_train_config_load_yaml(rg_train_config *c, const char *path, rg_err
                        (long long)sb.st_size, YAML_MAX_BYTES);
     FILE *f = fopen(path, "rb");
     if (!f) return rg_fail(err, RG_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    unsigned char *text = malloc((size_t)sb.st_size + 1);
+    char *text = malloc((size_t)sb.st_size + 1);
     if (!text) {
         fclose(f);
         return rg_fail(err, RG_ERR_NOMEM, "%s: out of memory", path);
@@ -271,34 +292,23 @@ rg_status rg_train_config_load_yaml(rg_train_config *c, const char *path, rg_err
     size_t size = fread(text, 1, (size_t)sb.st_size, f);
     bool read_failed = ferror(f);
     fclose(f);
-    if (read_failed) {
-        free(text);
-        return rg_fail(err, RG_ERR_IO, "%s: read failed", path);
-    }
-
-    yaml_load L = {.path = path, .cfg = *c, .err = err};
-    rg_status st = RG_OK;
-    for (int pass = 0; pass < 2 && st == RG_OK; pass++) {
-        if (!yaml_parser_initialize(&L.parser)) {
-            st = rg_fail(err, RG_ERR_NOMEM, "%s: cannot start the YAML parser", path);
-            break;
-        }
-        yaml_parser_set_input_string(&L.parser, text, size);
-        st = pass == 0 ? check_syntax(&L) : load_stream(&L);
-        yaml_parser_delete(&L.parser);
-    }
+    rg_status st = read_failed ? rg_fail(err, RG_ERR_IO, "%s: read failed", path)
+                               : rg_train_config_load_yaml_text(c, path, text, size, err);
     free(text);
-    free(L.seen);
-    if (st == RG_OK) *c = L.cfg;
     return st;
 }
 
 #else  // !RG_HAVE_YAML
 
-rg_status rg_train_config_load_yaml(rg_train_config *c, const char *path, rg_error *err) {
-    (void)c;
+rg_status rg_train_config_load_yaml_text(rg_train_config *c, const char *path, const char *text, size_t len,
+                                        rg_error *err) {
+    (void)c, (void)text, (void)len;
     return rg_fail(err, RG_ERR_UNSUPPORTED, "%s: this build has no YAML support (libyaml-dev was not found at build "
                    "time); use --set key=value", path ? path : "");
+}
+
+rg_status rg_train_config_load_yaml(rg_train_config *c, const char *path, rg_error *err) {
+    return rg_train_config_load_yaml_text(c, path, NULL, 0, err);
 }
 
 #endif
