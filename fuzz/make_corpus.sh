@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# fuzz/make_corpus.sh BUILD_DIR OUTDIR - seed corpus for fuzz/fuzz_gguf.c.
+# fuzz/make_corpus.sh TARGET BUILD_DIR OUTDIR - seed corpus for fuzz/fuzz_TARGET.c.
 #
-# Writes into OUTDIR:
+# gguf: writes into OUTDIR
 #   - make-tiny fixtures from BUILD_DIR/retrograd (~300 KB each; libFuzzer reads the
 #     first -max_len bytes of them, which still hold the whole header and metadata);
 #   - small hand-made GGUF files (python3, standard library only): the 256-byte
@@ -10,15 +10,106 @@
 #     version 2, an empty file of no keys and no tensors;
 #   - a file from gguf.GGUFWriter when the gguf package is installed;
 #   - truncated and corrupted variants that the reader must refuse cleanly.
+# jsonl, config, tokenizer, chat: the committed seeds of fuzz/seeds/TARGET/ (and, for the
+# tokenizer, the test strings of tests/data/tokenizer/*.inp; for chat, the templates of
+# fuzz/templates/), each behind the control byte(s) its target reads first, several
+# choices of them per seed (the targets' headers describe their input layout).
 set -euo pipefail
 
-if [ $# -ne 2 ]; then
-    echo "usage: $0 BUILD_DIR OUTDIR" >&2
+if [ $# -ne 3 ]; then
+    echo "usage: $0 TARGET BUILD_DIR OUTDIR" >&2
     exit 2
 fi
-build=$1
-out=$2
+target=$1
+build=$2
+out=$3
+root=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out"
+
+case $target in
+gguf) ;;
+jsonl | config | tokenizer | chat)
+    python3 - "$target" "$root" "$out" <<'PY'
+import glob
+import os
+import sys
+
+target, root, out = sys.argv[1:]
+seeds = sorted(glob.glob(os.path.join(root, "fuzz", "seeds", target, "*")))
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def write(name, data):
+    with open(os.path.join(out, name), "wb") as f:
+        f.write(data)
+
+
+if target == "jsonl":
+    # Control byte: bit 0 picks the exact mode (big ctx, one sample per row) or the row
+    # mode (two more bytes: ctx, then seed and eval fraction); see fuzz/fuzz_jsonl.c.
+    for path in seeds:
+        base = os.path.basename(path)
+        body = read(path)
+        plain = 0x08 if base.endswith(".txt") else 0
+        for ctl in (0x00, 0x02, 0x12, 0x14):
+            write(f"{base}-exact-{ctl:02x}", bytes([ctl | plain]) + body)
+        for ctl, ctx, opt in ((0x11, 7, 0x01), (0x33, 32, 0x16), (0x91, 3, 0x2A), (0x43, 0xF2, 0x03)):
+            write(f"{base}-rows-{ctl:02x}", bytes([ctl | plain, ctx, opt]) + body)
+elif target == "config":
+    # Control byte: bit 0 = 0 YAML text, 1 --set lines.
+    for path in seeds:
+        base = os.path.basename(path)
+        write(base, bytes([1 if base.endswith(".set") else 0]) + read(path))
+elif target == "tokenizer":
+    # Control byte: vocabulary, encode/decode, special flags (fuzz/fuzz_tokenizer.c).
+    texts = [read(p) for p in seeds]
+    for inp in sorted(glob.glob(os.path.join(root, "tests", "data", "tokenizer", "*.inp"))):
+        texts += read(inp).split(b"\n__ggml_vocab_test__\n")
+    texts = sorted(set(t for t in texts if t))
+    for i, text in enumerate(texts):
+        for v in range(5):
+            ctl = v | (0x30 if i % 2 else 0x10 if i % 3 else 0x40)
+            write(f"encode-{i:03d}-{v}", bytes([ctl]) + text)
+    ids = bytes(range(0, 96))
+    for v in range(5):
+        write(f"decode-{v}", bytes([v | 0x08]) + ids)
+        write(f"decode-special-{v}", bytes([v | 0x58]) + ids)
+        write(f"decode-raw-{v}", bytes([v | 0x88]) + bytes([0xFF, 0xFF, 0xFF, 0x7F, 0, 0, 0, 0x80, 3, 0, 0, 0]))
+else:  # chat
+    # Control byte: bit 0 = 0 recognize the rest as a template; 1 render with template
+    # (ctl >> 1) % N and the messages that follow (fuzz/fuzz_chat.c).
+    templates = sorted(glob.glob(os.path.join(root, "fuzz", "templates", "*.jinja")))
+    for path in templates:
+        base = os.path.basename(path)
+        write(f"recognize-{base}", b"\x00" + read(path))
+        write(f"recognize-bos-{base}", b"\x02" + read(path))
+    # A seed file is messages "ROLE: content" separated by lines "---"; a role becomes its
+    # role byte (or 0xF0, the role and 0x1F for a role of its own).
+    roles = [b"system", b"user", b"assistant", b"tool", b"ipython", b""]
+    for path in seeds:
+        base = os.path.basename(path)
+        fields = []
+        for msg in read(path).split(b"\n---\n"):
+            role, _, content = msg.partition(b": ")
+            code = bytes([roles.index(role)]) if role in roles else b"\xf0" + role + b"\x1f"
+            fields.append(code + content)
+        body = b"\x1e".join(fields)
+        for t in range(len(templates) + 1):
+            write(f"render-{t}-{base}", bytes([1 | t << 1 | (0x20 if t % 2 else 0)]) + body)
+        write(f"render-dated-{base}", bytes([1 | 6 << 1 | 0x40]) + b"05 Mar 2031\x1e" + body)
+PY
+    echo "make_corpus.sh: $(ls "$out" | wc -l) seeds in $out"
+    exit 0
+    ;;
+*)
+    echo "make_corpus.sh: unknown target '$target' (gguf, jsonl, config, tokenizer, chat)" >&2
+    exit 2
+    ;;
+esac
 
 if [ -x "$build/retrograd" ]; then
     "$build/retrograd" make-tiny --arch qwen2 --type f16 --seed 1 -o "$out/tiny-qwen2-f16.gguf" >/dev/null
