@@ -761,6 +761,11 @@ static const struct {
     {"syntax: open quote", "training:\n  lr: 1\ndata.overlong: \"drop\n", RG_ERR_FORMAT,
      {"YAML syntax error", "quoted scalar", NULL}},
     {"syntax after a bad value", "lora.rank: many\nlora: [\n", RG_ERR_FORMAT, {"@:", "YAML syntax error", NULL}},
+    // No final newline: libyaml puts its mark one line past the text; the message names the last line.
+    {"syntax at the end, no final newline", "training:\n  lr: 1e-4\nlora", RG_ERR_FORMAT,
+     {"@:3: YAML syntax error", "(at the end of the file, while scanning a simple key)", NULL}},
+    {"unclosed list at the end", "data.pack: true\nlora.targets: [q,", RG_ERR_FORMAT,
+     {"@:2: YAML syntax error", "at the end of the file", NULL}},
     {"list for a scalar key", "training:\n  steps: 3\n  lr: [1, 2]\n", RG_ERR_ARG,
      {"training.lr: a list is not allowed here", "(@:3)", NULL}},
     {"block list for a scalar key", "training.steps:\n  - 1\n", RG_ERR_ARG,
