@@ -4,7 +4,7 @@
 //
 // Input: one control byte, then
 //   bit 0 = 0  the rest is a YAML file, loaded over the defaults;
-//   bit 0 = 1  the rest is --set strings, one per line, applied in order.
+//   bit 0 = 1  the rest is --set strings, one per line, applied in order (the first 16).
 //
 // What config.h promises and this checks:
 //   - a failed set or load leaves the config unchanged; its error names the source ("--set",
@@ -168,8 +168,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                  "a second load failed: %s", err.msg);
         check_same(&again, &c, "loaded twice");
     } else {
-        size_t len;
-        for (const char *line; (line = fz_field(&in, '\n', &len));) {
+        // At most 16 lines: an unknown key costs an edit distance to every key, which coverage
+        // instrumentation makes slow enough to halve the inputs tried per second.
+        size_t len, n_lines = 0;
+        for (const char *line; n_lines++ < 16 && (line = fz_field(&in, '\n', &len));) {
             char *kv = strndup(line, len);
             FZ_CHECK(kv, "out of memory");
             check_set_line(&c, kv);
