@@ -310,9 +310,20 @@ static void check_failure(rg_status st, const rg_error *err, const char *path, c
     size_t plen = strlen(path);
     FZ_CHECK(strncmp(err->msg, path, plen) == 0, "the error does not start with the file name: %s", err->msg);
     long long line;
-    if (err->msg[plen] == ':' && sscanf(err->msg + plen + 1, "%lld:", &line) == 1)
-        FZ_CHECK(line >= 1 && line <= count_lines(data, size), "the error names line %lld of %lld: %s", line,
-                 (long long)count_lines(data, size), err->msg);
+    if (err->msg[plen] != ':' || sscanf(err->msg + plen + 1, "%lld:", &line) != 1) return;
+    FZ_CHECK(line >= 1 && line <= count_lines(data, size), "the error names line %lld of %lld: %s", line,
+             (long long)count_lines(data, size), err->msg);
+    // JSON errors point into the line: its only line, a column (in characters) within it or just past it.
+    const char *json = strstr(err->msg, ": not valid JSON: line ");
+    size_t json_line, column;
+    if (!json || sscanf(json, ": not valid JSON: line %zu, column %zu:", &json_line, &column) != 2) return;
+    const uint8_t *p = data, *end = data + size;
+    for (long long l = 1; l < line; l++) p = memchr(p, '\n', (size_t)(end - p)) + 1;
+    const uint8_t *nl = memchr(p, '\n', (size_t)(end - p));
+    size_t chars = 0;
+    for (const uint8_t *q = p; q < (nl ? nl : end); q++) chars += (*q & 0xC0) != 0x80;
+    FZ_CHECK(json_line == 1 && column >= 1 && column <= chars + 1, "JSON error at line %zu, column %zu of a line of %zu "
+             "characters: %s", json_line, column, chars, err->msg);
 }
 
 typedef struct row {
