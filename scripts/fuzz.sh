@@ -7,7 +7,7 @@
 #   scripts/fuzz.sh tokenizer 3600   # one target for an hour
 #   scripts/fuzz.sh chat 0           # no fuzzing: build, then run the seeds and regressions once
 #   scripts/fuzz.sh 600              # the GGUF reader for 10 minutes (the form before targets)
-#   RG_FUZZ_RUNS=10000000 nice -n 10 scripts/fuzz.sh jsonl   # stop after 10 million inputs
+#   RG_FUZZ_RUNS=10000000 nice -n 10 scripts/fuzz.sh jsonl 1800   # 10 million inputs, 30 min at most
 #
 # Targets (fuzz/fuzz_TARGET.c; each file's header says what it checks and how it reads its input):
 #   gguf       the GGUF reader (src/gguf/gguf_read.c)
@@ -27,7 +27,7 @@
 # target prints its executions, exec/s and coverage; the last line counts the targets: "5
 # passed, 0 failed" (for scripts/test.sh).
 # Environment: RG_FUZZ_CC (default clang), JOBS (build parallelism, default 2), RG_FUZZ_RUNS
-# (stop each target after this many inputs instead of after SECONDS).
+# (stop each target after this many inputs, or after SECONDS, whichever comes first).
 set -euo pipefail
 
 all_targets=(gguf jsonl config tokenizer chat)
@@ -109,15 +109,12 @@ fuzz_one() {
     touch "$stamp"
     sleep 1  # artifacts written from now on are strictly newer than the stamp
     local limit
-    if [ -n "$runs" ]; then
-        echo "fuzz.sh: $t: fuzzing for $runs inputs (corpus $corpus, artifacts $artifacts)"
-        limit=(-runs="$runs")
-    elif [ "$secs" -eq 0 ]; then
+    if [ "$secs" -eq 0 ]; then
         echo "fuzz.sh: $t: running the seeds once (no fuzzing)"
         limit=(-runs=0)
     else
-        echo "fuzz.sh: $t: fuzzing for $secs s (corpus $corpus, artifacts $artifacts)"
-        limit=(-max_total_time="$secs")
+        echo "fuzz.sh: $t: fuzzing for $secs s${runs:+ or $runs inputs} (corpus $corpus, artifacts $artifacts)"
+        limit=(-max_total_time="$secs" ${runs:+-runs="$runs"})
     fi
     # libFuzzer's progress lines go to the log; its last lines (stats, or the report) are shown.
     local rc=0
