@@ -263,7 +263,62 @@ bad["ne0-not-block-multiple"] = gguf([arch], [("q", 8, [31, 1], pattern(34, 9))]
 for name, data in bad.items():
     write(f"bad-{name}.gguf", data)
 
-# 5. gguf-py's own writer, when it is installed.
+# 5. Vocabulary-only files the tokenizer loader accepts: a byte-level BPE one (every byte's
+#    stand-in character, a few merges, ChatML specials and template) and a SentencePiece one
+#    (byte tokens, scores, a Llama 3.1 style template).
+def byte_chars():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+chars = byte_chars()
+bpe_tokens = [chars[b] for b in range(256)] + ["\u0120t", "he", "\u0120the", "in", "ing"]
+bpe_merges = ["\u0120 t", "h e", "\u0120t he", "i n", "in g"]
+specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+n_bpe = len(bpe_tokens)
+chatml = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+          "{{ '<|im_start|>system\nYou are a helpful assistant<|im_end|>\n' }}{% endif %}"
+          "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}")
+bpe = [
+    arch,
+    kv("tokenizer.ggml.model", STRING, "gpt2"),
+    kv("tokenizer.ggml.pre", STRING, "qwen2"),
+    kv("tokenizer.ggml.tokens", ARRAY, bpe_tokens + specials, STRING),
+    kv("tokenizer.ggml.token_type", ARRAY, [1] * n_bpe + [3] * len(specials), I32),
+    kv("tokenizer.ggml.merges", ARRAY, bpe_merges, STRING),
+    kv("tokenizer.ggml.eos_token_id", U32, n_bpe),
+    kv("tokenizer.ggml.bos_token_id", U32, n_bpe),
+    kv("tokenizer.ggml.add_bos_token", BOOL, 0),
+    kv("tokenizer.chat_template", STRING, chatml),
+]
+write("vocab-bpe-chatml.gguf", gguf(bpe, []))
+spm_tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + ["\u2581", "\u2581a", "a", "b", "ab", "\u2581ab"]
+spm_types = [2, 3, 3] + [6] * 256 + [1] * 6
+llama31 = ("{{- bos_token }}{%- set date_string = \"26 Jul 2024\" %}"
+           "{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}{{- \"Cutting Knowledge Date: December 2023\\n\" }}"
+           "{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'"
+           "+ message['content'] | trim + '<|eot_id|>' }}{%- endfor %}")
+spm = [
+    arch,
+    kv("tokenizer.ggml.model", STRING, "llama"),
+    kv("tokenizer.ggml.tokens", ARRAY, spm_tokens, STRING),
+    kv("tokenizer.ggml.scores", ARRAY, [0.0] * 259 + [-1.0, -2.0, -3.0, -3.0, -1.5, -0.5], F32),
+    kv("tokenizer.ggml.token_type", ARRAY, spm_types, I32),
+    kv("tokenizer.ggml.bos_token_id", U32, 1),
+    kv("tokenizer.ggml.eos_token_id", U32, 2),
+    kv("tokenizer.ggml.unknown_token_id", U32, 0),
+    kv("tokenizer.chat_template", STRING, llama31),
+]
+write("vocab-spm-llama31.gguf", gguf(spm, []))
+
+# 6. gguf-py's own writer, when it is installed.
 try:
     import numpy as np
     from gguf import GGUFWriter
