@@ -95,6 +95,13 @@ static char *check_decode(const rg_tokenizer *tok, const int32_t *ids, size_t n,
         FZ_CHECK(len + 4 <= max_out, "token %d: piece of %zu bytes, but max_out is %zu", ids[i], len, max_out);
         size_t got = rg_token_to_piece(tok, ids[i], render, piece, max_out + 1);
         FZ_CHECK(got == len && piece[len] == '\0', "token %d: piece measured %zu, wrote %zu", ids[i], len, got);
+        if (short_bufs && len > 0) {
+            char cut[8];
+            size_t cap = 1 + i % (len < sizeof cut ? len : sizeof cut);  // short: 1 .. len bytes
+            FZ_CHECK(rg_token_to_piece(tok, ids[i], render, cut, cap) == len && cut[cap - 1] == '\0' &&
+                         memcmp(cut, piece, cap - 1) == 0,
+                     "token %d: piece into %zu bytes", ids[i], cap);
+        }
         bool special = is_special(tok, ids[i]);
         size_t skip = strip && !special && len > 0 && piece[0] == ' ';
         FZ_CHECK(joined_len + len - skip <= whole_len, "the pieces are longer than rg_detokenize's %zu bytes", whole_len);
