@@ -5,13 +5,22 @@
 // value through the accessors, every byte range of every tensor's data (first
 // and last byte), and a few lookups. ASan/UBSan then catch any promise broken.
 //
-// Build and run: scripts/fuzz.sh [SECONDS] (configures build-fuzz with clang and
+// A file the reader accepts then goes to the tokenizer loader and the chat-template recognizer,
+// as a model's file does: a tokenizer that loads encodes and decodes a short text (every id in
+// range, byte-level vocabularies give the text back), and a template that is recognized renders
+// a short conversation. Refusals must be errors of the expected kinds.
+//
+// Build and run: scripts/fuzz.sh gguf [SECONDS] (configures build-fuzz with clang and
 // -DRG_FUZZ=ON; the CMake build links every fuzz/fuzz_*.c with -fsanitize=fuzzer).
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gguf/gguf.h"
+#include "support.h"
+#include "text/chat.h"
+#include "text/tokenizer.h"
 
 // Keeps the compiler from dropping reads whose results are otherwise unused.
 static volatile uint64_t sink;
@@ -66,7 +75,45 @@ static void walk_tensor(const rg_gguf *g, const rg_gguf_tensor *t, const uint8_t
     if (rg_gguf_find_tensor(g, t->name) != t) __builtin_trap();  // names are unique
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+// The model's tokenizer and chat template, as the CLI loads them from an accepted file.
+static void check_tokenizer(const rg_gguf *g) {
+    rg_tokenizer *tok = NULL;
+    rg_error err = {0};
+    rg_status st = rg_tokenizer_load(&tok, g, &err);
+    if (st) {
+        FZ_CHECK(!tok, "a failed tokenizer load returned a tokenizer");
+        fz_check_error(st, &err, FZ_STATUS(RG_ERR_FORMAT) | FZ_STATUS(RG_ERR_UNSUPPORTED) | FZ_STATUS(RG_ERR_NOT_FOUND),
+                       "rg_tokenizer_load");
+        return;
+    }
+    static const char text[] = "Hi <|im_start|>\xC3\xA9 \xFF 12345 <s>";
+    const rg_tokenizer_info *in = rg_tokenizer_get_info(tok);
+    for (int parse = 0; parse < 2; parse++) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        FZ_CHECK(rg_tokenize_alloc(tok, text, sizeof text - 1, parse, parse, &ids, &n, &err) == RG_OK,
+                 "tokenize: %s", err.msg);
+        for (size_t i = 0; i < n; i++) FZ_CHECK(ids[i] >= 0 && ids[i] < in->n_tokens, "id %d out of range", ids[i]);
+        size_t len = rg_detokenize(tok, ids, n, true, NULL, 0);
+        char *back = malloc(len + 1);
+        FZ_CHECK(back && rg_detokenize(tok, ids, n, true, back, len + 1) == len, "detokenize");
+        free(back);
+        free(ids);
+    }
+    rg_chat_template t;
+    st = rg_chat_template_from_tokenizer(&t, tok, &err);
+    if (st) {
+        fz_check_error(st, &err, FZ_STATUS(RG_ERR_UNSUPPORTED) | FZ_STATUS(RG_ERR_NOT_FOUND), "chat template");
+    } else {
+        static const rg_chat_message m[] = {{"user", 4, "Hi", 2}, {"assistant", 9, "Hello", 5}};
+        rg_chat_options opt = {.add_generation_prompt = true, .date_string = "01 Jan 2025"};
+        rg_chat_rendered r;
+        FZ_CHECK(rg_chat_render(&t, m, 2, &opt, &r, &err) == RG_OK && r.n_spans >= 2, "render: %s", err.msg);
+        rg_chat_rendered_free(&r);
+        rg_chat_template_free(&t);
+    }
+    rg_tokenizer_free(tok);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     rg_gguf *g = NULL;
@@ -97,6 +144,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (rg_gguf_get_str(g, keys[k], &s, &e2) == RG_OK) touch_bytes(s.ptr, s.len);
     }
     if (g->n_tensors) sink += (uint64_t)(uintptr_t)rg_gguf_find_tensor(g, g->tensors[g->n_tensors - 1].name);
+    check_tokenizer(g);
     rg_gguf_free(g);
     return 0;
 }

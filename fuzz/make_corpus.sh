@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# fuzz/make_corpus.sh BUILD_DIR OUTDIR - seed corpus for fuzz/fuzz_gguf.c.
+# fuzz/make_corpus.sh TARGET BUILD_DIR OUTDIR - seed corpus for fuzz/fuzz_TARGET.c.
 #
-# Writes into OUTDIR:
+# gguf: writes into OUTDIR
 #   - make-tiny fixtures from BUILD_DIR/retrograd (~300 KB each; libFuzzer reads the
 #     first -max_len bytes of them, which still hold the whole header and metadata);
 #   - small hand-made GGUF files (python3, standard library only): the 256-byte
@@ -10,15 +10,106 @@
 #     version 2, an empty file of no keys and no tensors;
 #   - a file from gguf.GGUFWriter when the gguf package is installed;
 #   - truncated and corrupted variants that the reader must refuse cleanly.
+# jsonl, config, tokenizer, chat: the committed seeds of fuzz/seeds/TARGET/ (and, for the
+# tokenizer, the test strings of tests/data/tokenizer/*.inp; for chat, the templates of
+# fuzz/templates/), each behind the control byte(s) its target reads first, several
+# choices of them per seed (the targets' headers describe their input layout).
 set -euo pipefail
 
-if [ $# -ne 2 ]; then
-    echo "usage: $0 BUILD_DIR OUTDIR" >&2
+if [ $# -ne 3 ]; then
+    echo "usage: $0 TARGET BUILD_DIR OUTDIR" >&2
     exit 2
 fi
-build=$1
-out=$2
+target=$1
+build=$2
+out=$3
+root=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out"
+
+case $target in
+gguf) ;;
+jsonl | config | tokenizer | chat)
+    python3 - "$target" "$root" "$out" <<'PY'
+import glob
+import os
+import sys
+
+target, root, out = sys.argv[1:]
+seeds = sorted(glob.glob(os.path.join(root, "fuzz", "seeds", target, "*")))
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def write(name, data):
+    with open(os.path.join(out, name), "wb") as f:
+        f.write(data)
+
+
+if target == "jsonl":
+    # Control byte: bit 0 picks the exact mode (big ctx, one sample per row) or the row
+    # mode (two more bytes: ctx, then seed and eval fraction); see fuzz/fuzz_jsonl.c.
+    for path in seeds:
+        base = os.path.basename(path)
+        body = read(path)
+        plain = 0x08 if base.endswith(".txt") else 0
+        for ctl in (0x00, 0x02, 0x12, 0x14):
+            write(f"{base}-exact-{ctl:02x}", bytes([ctl | plain]) + body)
+        for ctl, ctx, opt in ((0x11, 7, 0x01), (0x33, 32, 0x16), (0x91, 3, 0x2A), (0x43, 0xF2, 0x03)):
+            write(f"{base}-rows-{ctl:02x}", bytes([ctl | plain, ctx, opt]) + body)
+elif target == "config":
+    # Control byte: bit 0 = 0 YAML text, 1 --set lines.
+    for path in seeds:
+        base = os.path.basename(path)
+        write(base, bytes([1 if base.endswith(".set") else 0]) + read(path))
+elif target == "tokenizer":
+    # Control byte: vocabulary, encode/decode, special flags (fuzz/fuzz_tokenizer.c).
+    texts = [read(p) for p in seeds]
+    for inp in sorted(glob.glob(os.path.join(root, "tests", "data", "tokenizer", "*.inp"))):
+        texts += read(inp).split(b"\n__ggml_vocab_test__\n")
+    texts = sorted(set(t for t in texts if t))
+    for i, text in enumerate(texts):
+        for v in range(5):
+            ctl = v | (0x30 if i % 2 else 0x10 if i % 3 else 0x40)
+            write(f"encode-{i:03d}-{v}", bytes([ctl]) + text)
+    ids = bytes(range(0, 96))
+    for v in range(5):
+        write(f"decode-{v}", bytes([v | 0x08]) + ids)
+        write(f"decode-special-{v}", bytes([v | 0x58]) + ids)
+        write(f"decode-raw-{v}", bytes([v | 0x88]) + bytes([0xFF, 0xFF, 0xFF, 0x7F, 0, 0, 0, 0x80, 3, 0, 0, 0]))
+else:  # chat
+    # Control byte: bit 0 = 0 recognize the rest as a template; 1 render with template
+    # (ctl >> 1) % N and the messages that follow (fuzz/fuzz_chat.c).
+    templates = sorted(glob.glob(os.path.join(root, "fuzz", "templates", "*.jinja")))
+    for path in templates:
+        base = os.path.basename(path)
+        write(f"recognize-{base}", b"\x00" + read(path))
+        write(f"recognize-bos-{base}", b"\x02" + read(path))
+    # A seed file is messages "ROLE: content" separated by lines "---"; a role becomes its
+    # role byte (or 0xF0, the role and 0x1F for a role of its own).
+    roles = [b"system", b"user", b"assistant", b"tool", b"ipython", b""]
+    for path in seeds:
+        base = os.path.basename(path)
+        fields = []
+        for msg in read(path).split(b"\n---\n"):
+            role, _, content = msg.partition(b": ")
+            code = bytes([roles.index(role)]) if role in roles else b"\xf0" + role + b"\x1f"
+            fields.append(code + content)
+        body = b"\x1e".join(fields)
+        for t in range(len(templates) + 1):
+            write(f"render-{t}-{base}", bytes([1 | t << 1 | (0x20 if t % 2 else 0)]) + body)
+        write(f"render-dated-{base}", bytes([1 | 6 << 1 | 0x40]) + b"05 Mar 2031\x1e" + body)
+PY
+    echo "make_corpus.sh: $(ls "$out" | wc -l) seeds in $out"
+    exit 0
+    ;;
+*)
+    echo "make_corpus.sh: unknown target '$target' (gguf, jsonl, config, tokenizer, chat)" >&2
+    exit 2
+    ;;
+esac
 
 if [ -x "$build/retrograd" ]; then
     "$build/retrograd" make-tiny --arch qwen2 --type f16 --seed 1 -o "$out/tiny-qwen2-f16.gguf" >/dev/null
@@ -172,7 +263,62 @@ bad["ne0-not-block-multiple"] = gguf([arch], [("q", 8, [31, 1], pattern(34, 9))]
 for name, data in bad.items():
     write(f"bad-{name}.gguf", data)
 
-# 5. gguf-py's own writer, when it is installed.
+# 5. Vocabulary-only files the tokenizer loader accepts: a byte-level BPE one (every byte's
+#    stand-in character, a few merges, ChatML specials and template) and a SentencePiece one
+#    (byte tokens, scores, a Llama 3.1 style template).
+def byte_chars():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+chars = byte_chars()
+bpe_tokens = [chars[b] for b in range(256)] + ["\u0120t", "he", "\u0120the", "in", "ing"]
+bpe_merges = ["\u0120 t", "h e", "\u0120t he", "i n", "in g"]
+specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+n_bpe = len(bpe_tokens)
+chatml = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+          "{{ '<|im_start|>system\nYou are a helpful assistant<|im_end|>\n' }}{% endif %}"
+          "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}")
+bpe = [
+    arch,
+    kv("tokenizer.ggml.model", STRING, "gpt2"),
+    kv("tokenizer.ggml.pre", STRING, "qwen2"),
+    kv("tokenizer.ggml.tokens", ARRAY, bpe_tokens + specials, STRING),
+    kv("tokenizer.ggml.token_type", ARRAY, [1] * n_bpe + [3] * len(specials), I32),
+    kv("tokenizer.ggml.merges", ARRAY, bpe_merges, STRING),
+    kv("tokenizer.ggml.eos_token_id", U32, n_bpe),
+    kv("tokenizer.ggml.bos_token_id", U32, n_bpe),
+    kv("tokenizer.ggml.add_bos_token", BOOL, 0),
+    kv("tokenizer.chat_template", STRING, chatml),
+]
+write("vocab-bpe-chatml.gguf", gguf(bpe, []))
+spm_tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + ["\u2581", "\u2581a", "a", "b", "ab", "\u2581ab"]
+spm_types = [2, 3, 3] + [6] * 256 + [1] * 6
+llama31 = ("{{- bos_token }}{%- set date_string = \"26 Jul 2024\" %}"
+           "{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}{{- \"Cutting Knowledge Date: December 2023\\n\" }}"
+           "{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'"
+           "+ message['content'] | trim + '<|eot_id|>' }}{%- endfor %}")
+spm = [
+    arch,
+    kv("tokenizer.ggml.model", STRING, "llama"),
+    kv("tokenizer.ggml.tokens", ARRAY, spm_tokens, STRING),
+    kv("tokenizer.ggml.scores", ARRAY, [0.0] * 259 + [-1.0, -2.0, -3.0, -3.0, -1.5, -0.5], F32),
+    kv("tokenizer.ggml.token_type", ARRAY, spm_types, I32),
+    kv("tokenizer.ggml.bos_token_id", U32, 1),
+    kv("tokenizer.ggml.eos_token_id", U32, 2),
+    kv("tokenizer.ggml.unknown_token_id", U32, 0),
+    kv("tokenizer.chat_template", STRING, llama31),
+]
+write("vocab-spm-llama31.gguf", gguf(spm, []))
+
+# 6. gguf-py's own writer, when it is installed.
 try:
     import numpy as np
     from gguf import GGUFWriter

@@ -5,7 +5,8 @@
 #   2. the same binaries under AddressSanitizer + UndefinedBehaviorSanitizer
 #   3. the command line on good and bad input
 #   4. the independent reader: the `gguf` Python package against our files
-#   5. the GGUF reader under libFuzzer for RG_FUZZ_SECONDS (default 60; 0 skips)
+#   5. every libFuzzer target (scripts/fuzz.sh all: GGUF reader, JSONL data, config,
+#      tokenizer, chat templates) for RG_FUZZ_SECONDS each (default 30; 0 skips)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || { echo "setup failed"; echo "0 passed, 1 failed"; exit 1; }
@@ -60,9 +61,9 @@ if build_or_fail sanitize build-asan -DCMAKE_BUILD_TYPE=Debug -DRG_SANITIZE=ON -
   run_suite "asan cli lora" bash tests/cli/test_cli_lora.sh build-asan
 fi
 
-secs="${RG_FUZZ_SECONDS:-60}"
+secs="${RG_FUZZ_SECONDS:-30}"
 if [ "$secs" != 0 ]; then
-  run_suite "fuzz gguf reader (${secs}s)" bash scripts/fuzz.sh "$secs"
+  run_suite "fuzz, every target (${secs}s each)" bash scripts/fuzz.sh all "$secs"
 fi
 
 rm -f "$log"

@@ -333,6 +333,17 @@ static void test_chat_unknown_template(void) {
     RG_CHECK(rg_chat_template_parse(&t, think, strlen(think), NULL, &err) == RG_ERR_UNSUPPORTED && strstr(err.msg, "think"),
              "thinking template: %s", err.msg);
     RG_CHECK(rg_chat_template_parse(&t, "", 0, NULL, &err) == RG_ERR_UNSUPPORTED, "empty template");
+    // A Llama 3.1 template that ends right after "date_string = " (fuzz/regressions/chat/): the
+    // byte after it is not the template's, so the quote is not looked for there (ASan builds
+    // catch the read); the default date is used.
+    static const char cut[] = "<|start_header_id|><|end_header_id|>Cutting Knowledge Date date_string = \"01 Jan 2000\"";
+    char *exact = malloc(sizeof cut - 14);
+    memcpy(exact, cut, sizeof cut - 14);  // through "date_string = ", no terminator
+    RG_CHECK(rg_chat_template_parse(&t, exact, sizeof cut - 14, NULL, &err) == RG_OK && t.family == RG_CHAT_LLAMA31 &&
+                 strcmp(t.default_date, "26 Jul 2024") == 0,
+             "template cut after 'date_string = ': %s", err.msg);
+    rg_chat_template_free(&t);
+    free(exact);
     vocab g;
     RG_REQUIRE(open_vocab("gpt-2", &g), "open");
     RG_CHECK(rg_chat_template_from_tokenizer(&t, g.tok, &err) == RG_ERR_NOT_FOUND, "no template: %s", err.msg);

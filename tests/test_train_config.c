@@ -684,6 +684,34 @@ static void test_yaml_forms(void) {
     }
 }
 
+// The same texts from memory: the file's name only in messages.
+static void test_yaml_text(void) {
+    NEED_YAML();
+    rg_train_config d, from_file, from_text;
+    rg_train_config_defaults(&d);
+    for (size_t i = 0; i < sizeof same_config / sizeof same_config[0]; i++) {
+        char path[512];
+        tmp_file(path, sizeof path, "text.yaml", same_config[i]);
+        rg_error err = {0};
+        from_file = from_text = d;
+        RG_CHECK(rg_train_config_load_yaml(&from_file, path, &err) == RG_OK, "form %zu from a file: %s", i, err.msg);
+        RG_CHECK(rg_train_config_load_yaml_text(&from_text, "mem.yaml", same_config[i], strlen(same_config[i]), &err) ==
+                     RG_OK,
+                 "form %zu from memory: %s", i, err.msg);
+        char names[512];
+        RG_CHECK(rg_train_config_diff(&from_file, &from_text, names, sizeof names) == 0, "form %zu: %s differ", i, names);
+    }
+    // Not NUL-terminated: only len bytes are read; errors name the given name.
+    static const char text[] = "training.steps: 12junk";
+    rg_train_config c = d;
+    rg_error err = {0};
+    RG_CHECK(rg_train_config_load_yaml_text(&c, "mem.yaml", text, 18, &err) == RG_OK && c.steps == 12, "%s", err.msg);
+    c = d;
+    RG_CHECK(rg_train_config_load_yaml_text(&c, "mem.yaml", text, sizeof text - 1, &err) == RG_ERR_ARG &&
+                 strstr(err.msg, "(mem.yaml:1)") && rg_train_config_diff(&c, &d, NULL, 0) == 0,
+             "bad value from memory: %s", err.msg);
+}
+
 static void test_yaml_lists_and_empty(void) {
     NEED_YAML();
     static const struct {
@@ -733,6 +761,11 @@ static const struct {
     {"syntax: open quote", "training:\n  lr: 1\ndata.overlong: \"drop\n", RG_ERR_FORMAT,
      {"YAML syntax error", "quoted scalar", NULL}},
     {"syntax after a bad value", "lora.rank: many\nlora: [\n", RG_ERR_FORMAT, {"@:", "YAML syntax error", NULL}},
+    // No final newline: libyaml puts its mark one line past the text; the message names the last line.
+    {"syntax at the end, no final newline", "training:\n  lr: 1e-4\nlora", RG_ERR_FORMAT,
+     {"@:3: YAML syntax error", "(at the end of the file, while scanning a simple key)", NULL}},
+    {"unclosed list at the end", "data.pack: true\nlora.targets: [q,", RG_ERR_FORMAT,
+     {"@:2: YAML syntax error", "at the end of the file", NULL}},
     {"list for a scalar key", "training:\n  steps: 3\n  lr: [1, 2]\n", RG_ERR_ARG,
      {"training.lr: a list is not allowed here", "(@:3)", NULL}},
     {"block list for a scalar key", "training.steps:\n  - 1\n", RG_ERR_ARG,
@@ -857,6 +890,7 @@ static const rg_test_case cases[] = {
     RG_TEST(test_write_reload_by_set),
     RG_TEST(test_write_reload_yaml),
     RG_TEST(test_yaml_forms),
+    RG_TEST(test_yaml_text),
     RG_TEST(test_yaml_lists_and_empty),
     RG_TEST(test_yaml_errors),
     RG_TEST(test_yaml_then_set),

@@ -534,6 +534,40 @@ static void test_mixed_format(void) {
     rg_dataset_free(d);
 }
 
+// Bytes in memory load as the file of that name does (the name picks the format).
+static void test_load_memory(void) {
+    if (!fixture()) RG_SKIP("no fixture");
+    static const char *const names[] = {"chat.jsonl", "plain.txt", "prompt_completion.jsonl", "text.jsonl"};
+    rg_data_opts o = opts_of(64, RG_DATA_TRAIN_ON_ASSISTANT, true);
+    o.overlong = RG_DATA_OVERLONG_TRUNCATE;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char path[512];
+        snprintf(path, sizeof path, DATA "%s", names[i]);
+        size_t len = 0;
+        char *bytes = read_file(path, &len);
+        RG_REQUIRE(bytes, "read %s", path);
+        rg_dataset *a = load(path, &o), *b = NULL;
+        rg_error err = {0};
+        RG_CHECK(rg_dataset_load_memory(&b, path, bytes, len, tok, &tmpl, &o, &err) == RG_OK, "%s from memory: %s",
+                 names[i], err.msg);
+        RG_CHECK(a && b && rg_dataset_hash(a) == rg_dataset_hash(b) &&
+                     strcmp(rg_dataset_stats(a).format, rg_dataset_stats(b).format) == 0 &&
+                     rg_dataset_stats(a).n_train_rows == rg_dataset_stats(b).n_train_rows,
+                 "%s: the file and its bytes load differently", names[i]);
+        rg_dataset_free(a);
+        rg_dataset_free(b);
+        free(bytes);
+    }
+    rg_dataset *d = NULL;
+    rg_error err = {0};
+    RG_CHECK(rg_dataset_load_memory(&d, "mem.jsonl", "{\"text\": 1}", 11, tok, &tmpl, &o, &err) == RG_ERR_FORMAT &&
+                 !d && strstr(err.msg, "mem.jsonl:1: 'text' is a number"),
+             "bad line from memory: %s", err.msg);
+    RG_CHECK(rg_dataset_load_memory(&d, "mem.jsonl", NULL, 0, tok, &tmpl, &o, &err) == RG_ERR_FORMAT &&
+                 strstr(err.msg, "the file is empty"),
+             "no bytes: %s", err.msg);
+}
+
 // ---------------------------------------------------------------------------
 // Packing
 
@@ -905,6 +939,7 @@ static const rg_test_case cases[] = {
     RG_TEST(test_messages_masks),
     RG_TEST(test_prompt_completion),
     RG_TEST(test_mixed_format),
+    RG_TEST(test_load_memory),
     RG_TEST(test_packing),
     RG_TEST(test_overlong),
     RG_TEST(test_eval_split),

@@ -155,8 +155,10 @@ rg_status rg_chat_template_parse(rg_chat_template *out, const char *t, size_t le
             out->family = RG_CHAT_LLAMA31;
             out->knowledge_line = literal_starting(t, len, "Cutting Knowledge Date");
             if (!out->knowledge_line) out->knowledge_line = dup_str("Cutting Knowledge Date: December 2023\n");
+            // The quote after "date_string = " is read only when the template goes on after it.
             const char *d = find(t, len, "date_string = ");
-            if (d && (d[14] == '"' || d[14] == '\'')) out->default_date = literal_at(t, len, d + 14);
+            if (d && d + 14 < t + len && (d[14] == '"' || d[14] == '\''))
+                out->default_date = literal_at(t, len, d + 14);
             if (!out->default_date) out->default_date = dup_str("26 Jul 2024");
             out->date_from_clock = has(t, len, "strftime_now");
             if (!out->knowledge_line || !out->default_date) st = RG_ERR_NOMEM;

@@ -91,6 +91,9 @@ rg_status rg_train_config_set_kv(rg_train_config *c, const char *kv, rg_error *e
 // duplicate keys (both lines), anchors/aliases/tags (refused). Without libyaml
 // at build time: RG_ERR_UNSUPPORTED.
 rg_status rg_train_config_load_yaml(rg_train_config *c, const char *path, rg_error *err);
+// The same from YAML text in memory (len bytes, not NUL-terminated); path names it in messages.
+rg_status rg_train_config_load_yaml_text(rg_train_config *c, const char *path, const char *text, size_t len,
+                                        rg_error *err);
 // Checks every key's range again (the struct may have been filled by code) and
 // the cross-key rules: warmup_steps <= steps when steps > 0, epochs > 0 when
 // steps == 0, at least one LoRA target.

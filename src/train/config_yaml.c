@@ -30,13 +30,30 @@ typedef struct yaml_load {
     yaml_parser_t parser;
     seen_key *seen;
     size_t n_seen, cap_seen;
+    size_t n_lines;  // the text's lines, as libyaml counts them
     rg_error *err;
 } yaml_load;
 
 #define YAML_MAX_DEPTH 16
 #define YAML_MAX_KEYS 4096
 
-static size_t line_of(const yaml_event_t *ev) { return ev->start_mark.line + 1; }
+// libyaml's line breaks: \r\n, \r, \n, U+0085, U+2028, U+2029. A text has one line more than breaks.
+static size_t count_lines(const char *t, size_t n) {
+    size_t lines = 1;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)t[i];
+        if (c == '\r' && i + 1 < n && t[i + 1] == '\n') i++;
+        lines += c == '\n' || c == '\r' || (c == 0xC2 && i + 1 < n && (unsigned char)t[i + 1] == 0x85) ||
+                 (c == 0xE2 && i + 2 < n && (unsigned char)t[i + 1] == 0x80 && ((unsigned char)t[i + 2] & 0xFE) == 0xA8);
+    }
+    return lines;
+}
+
+// The 1-based line of a mark. At the end of a text without a final line break libyaml moves its
+// mark to a line of its own, one past the text: that is the text's last line.
+static size_t mark_line(const yaml_load *L, yaml_mark_t m) { return m.line + 1 < L->n_lines ? m.line + 1 : L->n_lines; }
+
+static size_t line_of(const yaml_load *L, const yaml_event_t *ev) { return mark_line(L, ev->start_mark); }
 
 // The next event, refusing aliases, anchors and tags.
 static rg_status next_event(yaml_load *L, yaml_event_t *ev) {
@@ -46,16 +63,18 @@ static rg_status next_event(yaml_load *L, yaml_event_t *ev) {
         if (p->error == YAML_READER_ERROR)
             return rg_fail(L->err, RG_ERR_FORMAT, "%s: cannot read YAML: %s at byte %zu", L->path,
                            p->problem ? p->problem : "error", p->problem_offset);
-        return rg_fail(L->err, RG_ERR_FORMAT, "%s:%zu: YAML syntax error: %s (column %zu%s%s)", L->path,
-                       p->problem_mark.line + 1, p->problem ? p->problem : "error", p->problem_mark.column + 1,
-                       p->context ? ", " : "", p->context ? p->context : "");
+        char where[48] = "at the end of the file";  // past the last line: see mark_line
+        if (p->problem_mark.line + 1 <= L->n_lines) snprintf(where, sizeof where, "column %zu", p->problem_mark.column + 1);
+        return rg_fail(L->err, RG_ERR_FORMAT, "%s:%zu: YAML syntax error: %s (%s%s%s)", L->path,
+                       mark_line(L, p->problem_mark), p->problem ? p->problem : "error", where, p->context ? ", " : "",
+                       p->context ? p->context : "");
     }
     const char *anchor = NULL, *tag = NULL;
     switch (ev->type) {
     case YAML_ALIAS_EVENT: {
         anchor = (const char *)ev->data.alias.anchor;
         rg_status st = rg_fail(L->err, RG_ERR_UNSUPPORTED, "%s:%zu: YAML aliases (*%.60s) are not supported; "
-                               "write the value", L->path, line_of(ev), anchor ? anchor : "");
+                               "write the value", L->path, line_of(L, ev), anchor ? anchor : "");
         yaml_event_delete(ev);
         return st;
     }
@@ -73,10 +92,10 @@ static rg_status next_event(yaml_load *L, yaml_event_t *ev) {
     rg_status st = RG_OK;
     if (anchor)
         st = rg_fail(L->err, RG_ERR_UNSUPPORTED, "%s:%zu: YAML anchors (&%.60s) are not supported", L->path,
-                     line_of(ev), anchor);
+                     line_of(L, ev), anchor);
     else if (tag)
         st = rg_fail(L->err, RG_ERR_UNSUPPORTED, "%s:%zu: YAML tags (%.60s) are not supported; values are read by "
-                     "the key's type", L->path, line_of(ev), tag);
+                     "the key's type", L->path, line_of(L, ev), tag);
     if (st != RG_OK) yaml_event_delete(ev);
     return st;
 }
@@ -120,12 +139,12 @@ static rg_status load_sequence(yaml_load *L, const char *key, const char *where)
             break;
         }
         if (ev.type != YAML_SCALAR_EVENT) {
-            size_t l = line_of(&ev);
+            size_t l = line_of(L, &ev);
             yaml_event_delete(&ev);
             return rg_fail(L->err, RG_ERR_ARG, "%s: list items must be plain words (%s:%zu)", key, L->path, l);
         }
         char item_where[320];
-        snprintf(item_where, sizeof item_where, "%.300s:%zu", L->path, line_of(&ev));
+        snprintf(item_where, sizeof item_where, "%.300s:%zu", L->path, line_of(L, &ev));
         const char *text = (const char *)ev.data.scalar.value;
         st = rg_config_check_list_item(key, text, item_where, L->err);
         if (st == RG_OK) {
@@ -154,7 +173,7 @@ static rg_status load_mapping(yaml_load *L, const char *prefix, int depth) {
             yaml_event_delete(&kev);
             return RG_OK;
         }
-        size_t line = line_of(&kev);
+        size_t line = line_of(L, &kev);
         if (kev.type != YAML_SCALAR_EVENT) {
             yaml_event_delete(&kev);
             return rg_fail(L->err, RG_ERR_FORMAT, "%s:%zu: keys must be plain text (under '%s')", L->path, line,
@@ -213,7 +232,7 @@ static rg_status load_stream(yaml_load *L) {
         rg_status st = next_event(L, &ev);
         if (st != RG_OK) return st;
         yaml_event_type_t type = ev.type;
-        size_t line = line_of(&ev);
+        size_t line = line_of(L, &ev);
         bool empty_scalar = type == YAML_SCALAR_EVENT && ev.data.scalar.length == 0 &&
                             ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
         yaml_event_delete(&ev);
@@ -254,6 +273,27 @@ static rg_status check_syntax(yaml_load *L) {
 
 #define YAML_MAX_BYTES (16u << 20)
 
+rg_status rg_train_config_load_yaml_text(rg_train_config *c, const char *path, const char *text, size_t len,
+                                        rg_error *err) {
+    if (len > YAML_MAX_BYTES)
+        return rg_fail(err, RG_ERR_FORMAT, "%s: %zu bytes is too large for a config (at most %u)", path, len,
+                       YAML_MAX_BYTES);
+    yaml_load L = {.path = path, .cfg = *c, .n_lines = count_lines(text, len), .err = err};
+    rg_status st = RG_OK;
+    for (int pass = 0; pass < 2 && st == RG_OK; pass++) {
+        if (!yaml_parser_initialize(&L.parser)) {
+            st = rg_fail(err, RG_ERR_NOMEM, "%s: cannot start the YAML parser", path);
+            break;
+        }
+        yaml_parser_set_input_string(&L.parser, (const unsigned char *)text, len);
+        st = pass == 0 ? check_syntax(&L) : load_stream(&L);
+        yaml_parser_delete(&L.parser);
+    }
+    free(L.seen);
+    if (st == RG_OK) *c = L.cfg;
+    return st;
+}
+
 rg_status rg_train_config_load_yaml(rg_train_config *c, const char *path, rg_error *err) {
     struct stat sb;
     if (stat(path, &sb) != 0) return rg_fail(err, RG_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -263,7 +303,7 @@ rg_status rg_train_config_load_yaml(rg_train_config *c, const char *path, rg_err
                        (long long)sb.st_size, YAML_MAX_BYTES);
     FILE *f = fopen(path, "rb");
     if (!f) return rg_fail(err, RG_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    unsigned char *text = malloc((size_t)sb.st_size + 1);
+    char *text = malloc((size_t)sb.st_size + 1);
     if (!text) {
         fclose(f);
         return rg_fail(err, RG_ERR_NOMEM, "%s: out of memory", path);
@@ -271,34 +311,23 @@ rg_status rg_train_config_load_yaml(rg_train_config *c, const char *path, rg_err
     size_t size = fread(text, 1, (size_t)sb.st_size, f);
     bool read_failed = ferror(f);
     fclose(f);
-    if (read_failed) {
-        free(text);
-        return rg_fail(err, RG_ERR_IO, "%s: read failed", path);
-    }
-
-    yaml_load L = {.path = path, .cfg = *c, .err = err};
-    rg_status st = RG_OK;
-    for (int pass = 0; pass < 2 && st == RG_OK; pass++) {
-        if (!yaml_parser_initialize(&L.parser)) {
-            st = rg_fail(err, RG_ERR_NOMEM, "%s: cannot start the YAML parser", path);
-            break;
-        }
-        yaml_parser_set_input_string(&L.parser, text, size);
-        st = pass == 0 ? check_syntax(&L) : load_stream(&L);
-        yaml_parser_delete(&L.parser);
-    }
+    rg_status st = read_failed ? rg_fail(err, RG_ERR_IO, "%s: read failed", path)
+                               : rg_train_config_load_yaml_text(c, path, text, size, err);
     free(text);
-    free(L.seen);
-    if (st == RG_OK) *c = L.cfg;
     return st;
 }
 
 #else  // !RG_HAVE_YAML
 
-rg_status rg_train_config_load_yaml(rg_train_config *c, const char *path, rg_error *err) {
-    (void)c;
+rg_status rg_train_config_load_yaml_text(rg_train_config *c, const char *path, const char *text, size_t len,
+                                        rg_error *err) {
+    (void)c, (void)text, (void)len;
     return rg_fail(err, RG_ERR_UNSUPPORTED, "%s: this build has no YAML support (libyaml-dev was not found at build "
                    "time); use --set key=value", path ? path : "");
+}
+
+rg_status rg_train_config_load_yaml(rg_train_config *c, const char *path, rg_error *err) {
+    return rg_train_config_load_yaml_text(c, path, NULL, 0, err);
 }
 
 #endif

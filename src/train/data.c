@@ -559,32 +559,30 @@ static void fill_stats(rg_dataset *d) {
     s->n_pad_tokens = (s->n_train_rows + s->n_eval_rows) * d->opts.ctx - s->n_tokens;
 }
 
-rg_status rg_dataset_load(rg_dataset **out, const char *path, const rg_tokenizer *tok, const rg_chat_template *tmpl,
-                          const rg_data_opts *opts, rg_error *err) {
+rg_status rg_dataset_load_memory(rg_dataset **out, const char *path, const void *data, size_t len,
+                                 const rg_tokenizer *tok, const rg_chat_template *tmpl, const rg_data_opts *opts,
+                                 rg_error *err) {
     *out = NULL;
-    if (!path || !tok || !opts) return rg_fail(err, RG_ERR_ARG, "data: path, tokenizer and options are required");
+    if (!path || (!data && len) || !tok || !opts)
+        return rg_fail(err, RG_ERR_ARG, "data: name, bytes, tokenizer and options are required");
     rg_status st = check_opts(opts, path, err);
     if (st) return st;
-    rg_file_map map = {0};
-    if ((st = rg_file_map_open(&map, path, err))) return st;
     rg_dataset *d = calloc(1, sizeof *d);
-    if (!d) {
-        rg_file_map_close(&map);
-        return rg_fail(err, RG_ERR_NOMEM, "%s: out of memory", path);
-    }
+    if (!d) return rg_fail(err, RG_ERR_NOMEM, "%s: out of memory", path);
     d->opts = *opts;
     d->perm_epoch = -1;
     pthread_mutex_init(&d->mu, NULL);
     const rg_tokenizer_info *info = rg_tokenizer_get_info(tok);
     d->pad_id = info->eos >= 0 ? info->eos : 0;
 
-    const char *text = (const char *)map.data;
-    size_t len = map.size, base = 0;
+    const uint8_t *bytes = data;
+    const char *text = data;
+    size_t base = 0;
     if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) base = 3;  // byte order mark
     size_t bad = base + rg_utf8_first_invalid(text + base, len - base);
     if (bad < len) {
         st = rg_fail(err, RG_ERR_FORMAT, "%s:%lld: invalid UTF-8 at byte offset %zu (byte 0x%02X)", path,
-                     (long long)line_of(map.data, bad), bad, map.data[bad]);
+                     (long long)line_of(bytes, bad), bad, bytes[bad]);
     } else {
         loader L = {.d = d, .path = path, .tok = tok, .info = info, .tmpl = tmpl, .err = err};
         st = ends_with_jsonl(path) ? load_jsonl(&L, text + base, len - base) : load_plain(&L, text + base, len - base);
@@ -604,7 +602,7 @@ rg_status rg_dataset_load(rg_dataset **out, const char *path, const rg_tokenizer
     }
     if (!st) {
         uint64_t h = 0xCBF29CE484222325ull;
-        h = fnv1a(h, map.data, map.size);
+        h = fnv1a(h, bytes, len);
         int64_t o[5] = {opts->ctx, opts->train_on, opts->pack, opts->overlong, 0};
         memcpy(&o[4], &opts->eval_split, sizeof(double));
         h = fnv1a(h, o, sizeof o);
@@ -614,7 +612,6 @@ rg_status rg_dataset_load(rg_dataset **out, const char *path, const rg_tokenizer
         d->hash = h;
         st = split_and_pack(d, err);
     }
-    rg_file_map_close(&map);
     if (st) {
         rg_dataset_free(d);
         return st;
@@ -622,6 +619,19 @@ rg_status rg_dataset_load(rg_dataset **out, const char *path, const rg_tokenizer
     fill_stats(d);
     *out = d;
     return RG_OK;
+}
+
+rg_status rg_dataset_load(rg_dataset **out, const char *path, const rg_tokenizer *tok, const rg_chat_template *tmpl,
+                          const rg_data_opts *opts, rg_error *err) {
+    *out = NULL;
+    if (!path || !tok || !opts) return rg_fail(err, RG_ERR_ARG, "data: path, tokenizer and options are required");
+    rg_status st = check_opts(opts, path, err);
+    if (st) return st;
+    rg_file_map map = {0};
+    if ((st = rg_file_map_open(&map, path, err))) return st;
+    st = rg_dataset_load_memory(out, path, map.data, map.size, tok, tmpl, opts, err);
+    rg_file_map_close(&map);
+    return st;
 }
 
 void rg_dataset_free(rg_dataset *d) {

@@ -95,6 +95,11 @@ typedef struct rg_data_stats {
 // not a string, an empty file or no samples. Bad options are RG_ERR_ARG, bad data RG_ERR_FORMAT.
 rg_status rg_dataset_load(rg_dataset **out, const char *path, const rg_tokenizer *tok, const rg_chat_template *tmpl,
                           const rg_data_opts *opts, rg_error *err);
+// The same from len bytes in memory (not NUL-terminated; not kept after the call): path names
+// them in messages and picks the format by its ending, as a file's path does.
+rg_status rg_dataset_load_memory(rg_dataset **out, const char *path, const void *data, size_t len,
+                                 const rg_tokenizer *tok, const rg_chat_template *tmpl, const rg_data_opts *opts,
+                                 rg_error *err);
 void rg_dataset_free(rg_dataset *d);
 rg_data_stats rg_dataset_stats(const rg_dataset *d);
 // FNV-1a (64-bit) over the file bytes, the options and the resulting tokens and targets, so a
