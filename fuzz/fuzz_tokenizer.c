@@ -16,12 +16,14 @@
 // What tokenizer.h promises and this checks:
 //   - rg_tokenize returns the full count, writes the first min(count, cap) ids, agrees with
 //     rg_tokenize_alloc, and every id is in range;
-//   - add_special is the plain encoding with BOS in front (once: not when the text's first
-//     token is BOS) and EOS behind, as info.add_bos / add_eos say;
+//   - add_special is the plain encoding with BOS in front (even when the text starts with the
+//     BOS text, as llama.cpp does) and EOS behind, as info.add_bos / add_eos say;
 //   - without parse_special no CONTROL or UNKNOWN token comes out of text;
 //   - byte-level vocabularies: rg_detokenize(rg_tokenize(x)) == x for every byte string x,
-//     with render_special as parse_special was; SentencePiece: the same with each U+2581 of x
-//     read as a space (the space prefix added by encoding is dropped by decoding);
+//     with render_special as parse_special was, less the whitespace a special token's
+//     lstrip/rstrip drops (phi-3: after most specials; rg_tok_split_special says what is kept);
+//     SentencePiece: the same with each U+2581 of x read as a space (the space prefix added by
+//     encoding is dropped by decoding);
 //   - rg_detokenize is the concatenation of rg_token_to_piece, less the one leading space
 //     after the start and after each special token with an SPM space prefix; both follow the
 //     snprintf convention;
@@ -33,6 +35,7 @@
 #include <string.h>
 
 #include "support.h"
+#include "text/tokenizer_impl.h"
 
 #define N_VOCABS 5
 static const char *const vocab_names[N_VOCABS] = {"qwen2", "llama-bpe", "gpt-2", "llama-spm", "phi-3"};
@@ -193,6 +196,21 @@ static char *spm_expected(const char *text, size_t len, size_t *out_len) {
     return e;
 }
 
+// The bytes of text that the special-token cut keeps (what lstrip/rstrip drop is in no piece).
+typedef struct kept_text {
+    const char *text;
+    char *out;
+    size_t n;
+} kept_text;
+
+static bool keep_piece(void *ctx, size_t begin, size_t end, int32_t id) {
+    (void)id;
+    kept_text *k = ctx;
+    memcpy(k->out + k->n, k->text + begin, end - begin);
+    k->n += end - begin;
+    return true;
+}
+
 static void check_encode(const rg_tokenizer *tok, const char *text, size_t len, bool add, bool parse, bool short_bufs) {
     const rg_tokenizer_info *in = rg_tokenizer_get_info(tok);
     size_t n_plain;
@@ -203,25 +221,29 @@ static void check_encode(const rg_tokenizer *tok, const char *text, size_t len, 
                  "token %d at %zu (type %d) came out of text without parse_special", plain[i], i, type);
     }
 
-    // Decoding gives the text back.
-    size_t back_len, want_len = len;
+    // Decoding gives the text back, less what a special token's lstrip/rstrip dropped.
+    kept_text k = {text, malloc(len + 1), 0};
+    FZ_CHECK(k.out, "out of memory");
+    FZ_CHECK(rg_tok_split_special(tok, text, len, parse, keep_piece, &k), "rg_tok_split_special failed");
+    size_t back_len, want_len = k.n;
     char *back = check_decode(tok, plain, n_plain, parse, short_bufs, &back_len);
-    char *want = in->kind == RG_VOCAB_SPM ? spm_expected(text, len, &want_len) : NULL;
-    FZ_CHECK(back_len == want_len && memcmp(back, want ? want : text, want_len) == 0,
-             "round trip of %zu bytes gave %zu bytes: '%.*s'", len, back_len, (int)(back_len < 200 ? back_len : 200),
-             back);
+    char *want = in->kind == RG_VOCAB_SPM ? spm_expected(k.out, k.n, &want_len) : NULL;
+    FZ_CHECK(back_len == want_len && memcmp(back, want ? want : k.out, want_len) == 0,
+             "round trip of %zu bytes (%zu kept) gave %zu bytes: '%.*s'", len, k.n, back_len,
+             (int)(back_len < 200 ? back_len : 200), back);
     free(want);
     free(back);
+    free(k.out);
 
     int32_t *with = plain;  // the ids of (add, parse)
     size_t n_with = n_plain;
     if (add) {
         with = tokenize(tok, text, len, true, parse, &n_with);
+        // llama.cpp's framing: BOS first even when the text already starts with the BOS text (two BOS then)
         bool bos = in->add_bos && in->bos >= 0, eos = in->add_eos && in->eos >= 0;
-        size_t skip = bos && n_plain > 0 && plain[0] == in->bos;
-        size_t want_n = n_plain - skip + bos + eos;
+        size_t want_n = n_plain + bos + eos;
         bool same = n_with == want_n && (!bos || with[0] == in->bos) && (!eos || with[n_with - 1] == in->eos) &&
-                    memcmp(with + bos, plain + skip, (n_plain - skip) * sizeof *with) == 0;
+                    memcmp(with + bos, plain, n_plain * sizeof *with) == 0;
         FZ_CHECK(same, "add_special gave %zu ids, want %zu: BOS %d, EOS %d around the plain ids", n_with, want_n, bos,
                  eos);
     }
