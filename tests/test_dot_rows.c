@@ -10,6 +10,7 @@
 //   - a row's result does not depend on which group it falls in (rows 0..n
 //     computed with nr = n and with nr = 1 each: identical bits);
 //   - a weight stride larger than a row is honoured.
+#include "base/cpu.h"
 #include "cpu/dot_rows.h"
 #include "tensor/half.h"
 #include "tensor/quant/quant.h"
@@ -27,9 +28,8 @@ static float frand(void) {
     return (float)((lcg >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
 }
 
-static void check_type(uint32_t type) {
-    rg_dot_rows_fn fn = rg_cpu_dot_rows(type);
-    if (!fn) return;  // no kernel on this CPU for this type: the table's vec_dot serves
+// fn2, when not NULL, must give fn's bits on every input (the AVX-512 kernels against the AVX2 ones).
+static void check_kernel(uint32_t type, rg_dot_rows_fn fn, rg_dot_rows_fn fn2) {
     const rg_quant_ops *q = rg_quant_get(type), *qa = rg_quant_get(q->vec_dot_type);
     const rg_type_traits *tt = rg_type_get(type), *ta = rg_type_get(q->vec_dot_type);
     // 16416 = 513 blocks: longer than the Q8_0 kernel's table of activation scales.
@@ -62,6 +62,12 @@ static void check_type(uint32_t type) {
         else memcpy(xd, x, sizeof(float) * (size_t)K);
         for (int64_t nr = 1; nr <= max_rows; nr++) {
             fn(K, nr, w, stride, x, y);
+            if (fn2) {
+                float y2[32];
+                fn2(K, nr, w, stride, x, y2);
+                RG_CHECK(memcmp(y, y2, sizeof(float) * (size_t)nr) == 0, "%s K=%lld nr=%lld: the two kernels' bits differ",
+                         tt->name, (long long)K, (long long)nr);
+            }
             for (int64_t r = 0; r < nr; r++) {
                 float ref = 0;
                 (q->vec_dot_ref ? q->vec_dot_ref : q->vec_dot)(K, &ref, w + (size_t)r * stride, x);
@@ -80,6 +86,11 @@ static void check_type(uint32_t type) {
     }
 }
 
+static void check_type(uint32_t type) {
+    rg_dot_rows_fn fn = rg_cpu_dot_rows(type);
+    if (fn) check_kernel(type, fn, NULL);  // else no kernel on this CPU for this type: the table's vec_dot serves
+}
+
 static void test_dot_rows_against_reference(void) {
     static const uint32_t types[] = {RG_TYPE_F32, RG_TYPE_F16, RG_TYPE_BF16, RG_TYPE_Q4_0, RG_TYPE_Q4_1,
                                      RG_TYPE_Q5_0, RG_TYPE_Q8_0, RG_TYPE_Q4_K, RG_TYPE_Q6_K};
@@ -92,8 +103,20 @@ static void test_dot_rows_against_reference(void) {
     printf("    %d types with a multi-row kernel checked\n", n_kernels);
 }
 
+// On an AVX-512 VNNI CPU the dispatcher picks dot_rows_avx512.c's Q4_0 and Q5_0 kernels; the
+// AVX2 ones must still hold (other CPUs run them), and the two must agree bit for bit.
+static void test_dot_rows_avx512_matches_avx2(void) {
+    if (!rg_dot_rows_avx512_built || !rg_cpu_has_avx512_vnni())
+        RG_SKIP("no AVX-512 VNNI kernels here (not built, not on this CPU, or RG_NO_AVX512 set)");
+    RG_CHECK(rg_cpu_dot_rows(RG_TYPE_Q4_0) == rg_dot_rows_q4_0_avx512, "Q4_0 does not dispatch to the AVX-512 kernel");
+    RG_CHECK(rg_cpu_dot_rows(RG_TYPE_Q5_0) == rg_dot_rows_q5_0_avx512, "Q5_0 does not dispatch to the AVX-512 kernel");
+    check_kernel(RG_TYPE_Q4_0, rg_dot_rows_q4_0_avx2, rg_dot_rows_q4_0_avx512);
+    check_kernel(RG_TYPE_Q5_0, rg_dot_rows_q5_0_avx2, rg_dot_rows_q5_0_avx512);
+}
+
 static const rg_test_case cases[] = {
     RG_TEST(test_dot_rows_against_reference),
+    RG_TEST(test_dot_rows_avx512_matches_avx2),
     {0},
 };
 

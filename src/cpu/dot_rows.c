@@ -6,6 +6,13 @@
 
 rg_dot_rows_fn rg_cpu_dot_rows(uint32_t w_type) {
     if (!rg_dot_rows_avx2_built || !rg_cpu_has_avx2()) return NULL;
+    if (rg_dot_rows_avx512_built && rg_cpu_has_avx512_vnni()) {
+        switch (w_type) {
+        case RG_TYPE_Q4_0: return rg_dot_rows_q4_0_avx512;
+        case RG_TYPE_Q5_0: return rg_dot_rows_q5_0_avx512;
+        default: break;
+        }
+    }
     switch (w_type) {
     case RG_TYPE_F32: return rg_dot_rows_f32_avx2;
     case RG_TYPE_F16: return rg_dot_rows_f16_avx2;

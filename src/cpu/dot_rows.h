@@ -40,4 +40,10 @@ extern const int rg_dot_rows_k_avx2_built;
 void rg_dot_rows_q4_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y);
 void rg_dot_rows_q6_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y);
 
+// dot_rows_avx512.c: Q4_0 and Q5_0 on AVX-512 VNNI, preferred where rg_cpu_has_avx512_vnni()
+// (rg_dot_rows_avx512_built = 0 when the compiler cannot build them).
+extern const int rg_dot_rows_avx512_built;
+void rg_dot_rows_q4_0_avx512(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y);
+void rg_dot_rows_q5_0_avx512(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y);
+
 #endif
