@@ -23,57 +23,9 @@
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
 
-#include <immintrin.h>
-#include <string.h>
+#include "cpu/dot_rows_avx2.h"
 
 const int rg_dot_rows_avx512_built = 1;
-
-enum { Q4_0_BYTES = 18, Q5_0_BYTES = 22, Q8_0_BYTES = 34 };
-
-static inline uint32_t rd32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-// The 8 rows of the group starting at r; past nr the last row repeats (dot_rows.h).
-static inline void group8(const void *w, size_t stride, int64_t r, int64_t nr, const uint8_t *p[8]) {
-    for (int i = 0; i < 8; i++) p[i] = (const uint8_t *)w + (size_t)(r + i < nr ? r + i : nr - 1) * stride;
-}
-
-// The next group is fetched while this one is read, as in dot_rows_avx2.c.
-enum { PF_EXTRA = 1024 };
-static inline void prefetch_ahead(const uint8_t *next, int64_t b, int step) {
-    const uint8_t *q = next + PF_EXTRA + b * step;
-    for (int o = 0; o < step; o += 64) _mm_prefetch((const char *)q + o, _MM_HINT_T0);
-}
-
-// The same tree as dot_rows_avx2.c's reduce4, so the quantized kernels keep its bits.
-static inline __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
-    const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-    return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-}
-
-static inline void store_group(float *y, int64_t r, int64_t nr, __m128 v) {
-    if (r >= nr) return;
-    if (r + 4 <= nr) {
-        _mm_storeu_ps(y + r, v);
-        return;
-    }
-    float t[4];
-    _mm_storeu_ps(t, v);
-    for (int64_t i = 0; r + i < nr; i++) y[r + i] = t[i];
-}
-
-static inline __m256 bcast_f16(const uint8_t *p) {
-    return _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)rd32(p))));
-}
-
-// 16 packed bytes -> 32 codes in element order (low nibbles are elements 0..15).
-static inline __m256i nibbles(const uint8_t *qs) {
-    const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
-    return _mm256_and_si256(_mm256_srlv_epi64(v, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
-}
 
 // Q4_0 (ofs 8, no high bits) and Q5_0 (ofs 16, qh at bytes 2..5, codes at 6): one loop.
 static inline void dot_rows_legacy(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y,
@@ -82,7 +34,7 @@ static inline void dot_rows_legacy(int64_t K, int64_t nr, const void *w, size_t 
     const __m256i high = _mm256_set1_epi8(0x10);
     for (int64_t r = 0; r < nr; r += 8) {
         const uint8_t *p[8];
-        group8(w, w_stride, r, nr, p);
+        group_rows_n(w, w_stride, r, nr, p, 8);
         const uint8_t *next = p[0] + 8 * w_stride;
         __m256 acc[8];
         for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
