@@ -18,6 +18,7 @@
 
 #include "base/rng.h"
 #include "cuda/cuda.h"
+#include "graph/backend.h"
 #include "graph/exec.h"
 #include "graph/graph.h"
 #include "rg_test.h"
@@ -107,7 +108,7 @@ static rg_status run_graph(rg_graph *g, rg_device dev, rg_node *out, float *y, r
     st = rg_exec_create(&ex, g, &o, err);
     if (st) return st;
     st = rg_exec_run(ex, 0, -1, err);
-    if (!st) memcpy(y, out->t.data, (size_t)rg_tensor_nelements(&out->t) * sizeof(float));
+    if (!st) st = rg_exec_read(ex, out, y, (size_t)rg_tensor_nelements(&out->t) * sizeof(float), err);
     if (stats) *stats = rg_exec_get_stats(ex);
     rg_exec_free(ex);
     return st;
@@ -138,13 +139,17 @@ static void table_line(const char *op, const char *type, const char *shape, int 
            maxd, tol, ok ? "ok" : "FAIL");
 }
 
-// One op on the GPU, nothing on the CPU, the copies counted.
+// One op on the GPU, nothing on the CPU: its n_up leaves uploaded once when the exec was
+// made, n_down reads of the output, and no copy inside the run.
 static void check_one_node_stats(const rg_exec_stats *s, int n_up, int n_down) {
-    RG_CHECK(s->nodes_gpu == 1 && s->nodes_cpu == 0, "nodes gpu %d cpu %d, expected 1 and 0", s->nodes_gpu,
-             s->nodes_cpu);
-    RG_CHECK(s->copies_to_device == (uint64_t)n_up && s->copies_to_host == (uint64_t)n_down,
-             "copies to device %llu (expected %d), to host %llu (expected %d)", (unsigned long long)s->copies_to_device,
-             n_up, (unsigned long long)s->copies_to_host, n_down);
+    RG_CHECK(s->nodes_gpu == 1 && s->nodes_cpu == 0 && s->nodes_fallback == 0, "nodes gpu %d cpu %d fallback %d, expected 1, 0, 0",
+             s->nodes_gpu, s->nodes_cpu, s->nodes_fallback);
+    RG_CHECK(s->setup_copies == (uint64_t)n_up && s->output_copies == (uint64_t)n_down,
+             "uploads at setup %llu (expected %d), output reads %llu (expected %d)", (unsigned long long)s->setup_copies,
+             n_up, (unsigned long long)s->output_copies, n_down);
+    RG_CHECK(s->copies_scheduled == 0 && s->copies_to_device == 0 && s->copies_to_host == 0,
+             "copies inside the run: %d scheduled, %llu to device, %llu to host, expected none", s->copies_scheduled,
+             (unsigned long long)s->copies_to_device, (unsigned long long)s->copies_to_host);
 }
 
 // ---------------------------------------------------------------------------
@@ -423,7 +428,8 @@ static void test_cuda_soft_max_parity(void) {
 
 // ---------------------------------------------------------------------------
 // A graph that mixes GPU ops with one the GPU does not have (RMS_NORM): the
-// scheduler must run that one on the CPU, and count every copy.
+// scheduler must run that one on the CPU, copy its output to the device once for
+// the product, and count every copy; RETRO_REQUIRE_GPU_RESIDENT refuses the graph.
 
 static void test_cuda_fallback_and_copies(void) {
     if (!have_gpu()) RG_SKIP("no GPU: %s", why);
@@ -455,13 +461,27 @@ static void test_cuda_fallback_and_copies(void) {
                s.nodes_gpu, s.nodes_cpu, (unsigned long long)s.copies_to_device, (unsigned long long)s.bytes_to_device,
                (unsigned long long)s.copies_to_host, (unsigned long long)s.bytes_to_host);
         RG_CHECK(s.nodes_gpu == 3, "nodes on the GPU: %d, expected 3 (mul_mat, add, soft_max)", s.nodes_gpu);
-        RG_CHECK(s.nodes_cpu == 1, "nodes on the CPU: %d, expected 1 (rms_norm)", s.nodes_cpu);
-        // mul_mat: w (f16) and h; add: mm and bias; soft_max: z. Each output comes back.
-        const uint64_t up = (uint64_t)K * M * 2 + K * N * 4 + M * N * 4 + M * 4 + M * N * 4, down = 3ull * M * N * 4;
-        RG_CHECK(s.copies_to_device == 5 && s.bytes_to_device == up, "to device: %llu copies %llu bytes, expected 5 %llu",
-                 (unsigned long long)s.copies_to_device, (unsigned long long)s.bytes_to_device, (unsigned long long)up);
-        RG_CHECK(s.copies_to_host == 3 && s.bytes_to_host == down, "to host: %llu copies %llu bytes, expected 3 %llu",
-                 (unsigned long long)s.copies_to_host, (unsigned long long)s.bytes_to_host, (unsigned long long)down);
+        RG_CHECK(s.nodes_cpu == 1 && s.nodes_fallback == 1, "nodes on the CPU: %d (fallbacks %d), expected 1 (rms_norm)",
+                 s.nodes_cpu, s.nodes_fallback);
+        // x stays on the CPU (only rms_norm reads it); w and bias go up once; h, rms_norm's
+        // output, is the one copy inside the run; the output is read once.
+        RG_CHECK(s.copies_scheduled == 1 && s.copies_to_device == 1 && s.bytes_to_device == (uint64_t)K * N * 4,
+                 "to device inside the run: %d scheduled, %llu copies %llu bytes, expected 1 of %d bytes", s.copies_scheduled,
+                 (unsigned long long)s.copies_to_device, (unsigned long long)s.bytes_to_device, K * N * 4);
+        RG_CHECK(s.copies_to_host == 0, "to host inside the run: %llu copies", (unsigned long long)s.copies_to_host);
+        RG_CHECK(s.setup_copies == 2 && s.setup_bytes == (uint64_t)K * M * 2 + M * 4, "uploads at setup: %llu (%llu bytes)",
+                 (unsigned long long)s.setup_copies, (unsigned long long)s.setup_bytes);
+        RG_CHECK(s.output_copies == 1, "output reads: %llu", (unsigned long long)s.output_copies);
+        {  // the resident guard names the op and the tensor, before anything runs
+            rg_exec *ex = NULL;
+            rg_exec_opts o = {.n_threads = 1, .device = RG_DEVICE_CUDA, .require_resident = true};
+            rg_error e2 = {0};
+            rg_status s2 = rg_exec_create(&ex, g, &o, &e2);
+            printf("    resident guard: %s\n", e2.msg);
+            RG_CHECK(s2 != RG_OK && ex == NULL && strstr(e2.msg, "rms_norm") && strstr(e2.msg, "CPU"),
+                     "require_resident: status %d, '%s'", s2, e2.msg);
+            rg_exec_free(ex);
+        }
         // Each softmax column sums to 1.
         for (int n = 0; n < N; n++) {
             double sum = 0;
@@ -521,23 +541,22 @@ static void test_cuda_support_table(void) {
     rg_error err = {0};
     RG_REQUIRE(rg_graph_error(g, &err) == RG_OK, "%s", err.msg);
     const int compiled = rg_cuda_compiled();
+    (void)out;
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
         rg_node *n = rows[i].n;
-        for (int s = 0; s < RG_MAX_SRC; s++)  // sources made by ops need bytes too
-            if (n->src[s] && !n->src[s]->t.data) rg_node_bind(n->src[s], out);
-        rg_node_bind(n, out);
         bool want = compiled && rows[i].gpu;
-        bool got = rg_cuda_op_supported(n);
+        bool got = rg_op_cell_runs(RG_BACKEND_CUDA, n);  // types, shapes and strides: no bytes needed
         printf("    %-22s %s\n", rows[i].what, got ? "gpu" : "cpu");
-        RG_CHECK(got == want, "%s: rg_cuda_op_supported says %d, expected %d", rows[i].what, got, want);
+        RG_CHECK(got == want, "%s: the CUDA cell says %d, expected %d", rows[i].what, got, want);
     }
-    RG_CHECK(!rg_cuda_op_supported(NULL), "a NULL node is not supported");
+    RG_CHECK(!rg_op_cell_runs(RG_BACKEND_CUDA, NULL), "a NULL node is not supported");
+    const char *mm = rg_op_cell(RG_BACKEND_CUDA, RG_OP_MUL_MAT).types;
     if (compiled) {
-        RG_CHECK(rg_cuda_op_types(RG_OP_MUL_MAT) && !strcmp(rg_cuda_op_types(RG_OP_MUL_MAT), "f32, f16, bf16"),
-                 "mul_mat types %s", rg_cuda_op_types(RG_OP_MUL_MAT) ? rg_cuda_op_types(RG_OP_MUL_MAT) : "(null)");
-        RG_CHECK(rg_cuda_op_types(RG_OP_ADD) && rg_cuda_op_types(RG_OP_SOFT_MAX), "add and soft_max list types");
+        RG_CHECK(mm && !strcmp(mm, "f32, f16, bf16"), "mul_mat types %s", mm ? mm : "(null)");
+        RG_CHECK(rg_op_cell(RG_BACKEND_CUDA, RG_OP_ADD).types && rg_op_cell(RG_BACKEND_CUDA, RG_OP_SOFT_MAX).types,
+                 "add and soft_max list types");
     }
-    RG_CHECK(rg_cuda_op_types(RG_OP_RMS_NORM) == NULL, "rms_norm has no CUDA kernel");
+    RG_CHECK(rg_op_cell(RG_BACKEND_CUDA, RG_OP_RMS_NORM).types == NULL, "rms_norm has no CUDA kernel");
     rg_graph_free(g);
 }
 

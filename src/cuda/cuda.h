@@ -30,26 +30,33 @@ rg_status rg_cuda_add_f32(int index, const float *a, const float *b, float *y, i
 
 
 // ---------------------------------------------------------------------------
-// Ops on the GPU, per node, for the scheduler (src/graph/exec.c). The host
-// buffers stay the home of every tensor: a node run on the GPU uploads its
-// sources, computes, and downloads its output, and every copy is counted.
+// The device backend (graph/backend.h builds its rg_backend on these). Tensors live in
+// device memory: the executor plans and allocates the device buffer, uploads the leaves
+// the device reads once, and runs each node's kernel on device pointers; the only copies
+// are the ones the scheduling pass lists (graph/schedule.h).
 
 struct rg_node;
+struct rg_op_col;
 typedef struct rg_cuda_ctx rg_cuda_ctx;
-
-typedef struct rg_cuda_stats {
-    uint64_t nodes;          // nodes run on the GPU
-    uint64_t copies_to_device, bytes_to_device;
-    uint64_t copies_to_host, bytes_to_host;
-} rg_cuda_stats;
 
 rg_status rg_cuda_ctx_create(rg_cuda_ctx **out, int device, rg_error *err);
 void rg_cuda_ctx_free(rg_cuda_ctx *ctx);
-const rg_cuda_stats *rg_cuda_ctx_stats(const rg_cuda_ctx *ctx);
-// Whether this node (op, types, strides) runs on the GPU.
-bool rg_cuda_op_supported(const struct rg_node *n);
-// The types a report lists for an op on the GPU ("f32, f16, bf16"), or NULL when none.
-const char *rg_cuda_op_types(int op);
-rg_status rg_cuda_op_run(rg_cuda_ctx *ctx, struct rg_node *n, rg_error *err);
+// Device memory (cudaMalloc), and copies and zeroing ordered on the context's stream.
+// copy_h2d returns once the host bytes may be reused; copy_d2h returns with the bytes
+// in host memory (it synchronizes the stream).
+rg_status rg_cuda_mem_alloc(rg_cuda_ctx *ctx, size_t bytes, void **out, rg_error *err);
+void rg_cuda_mem_free(rg_cuda_ctx *ctx, void *p);
+rg_status rg_cuda_copy_h2d(rg_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, rg_error *err);
+rg_status rg_cuda_copy_d2h(rg_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, rg_error *err);
+rg_status rg_cuda_mem_zero(rg_cuda_ctx *ctx, void *dst, size_t bytes, rg_error *err);
+rg_status rg_cuda_sync(rg_cuda_ctx *ctx, rg_error *err);
+// The whole device's free and total memory now (cudaMemGetInfo).
+rg_status rg_cuda_mem_info(rg_cuda_ctx *ctx, size_t *free_bytes, size_t *total_bytes, rg_error *err);
+// This context's device memory in use (allocations made through it, including scratch).
+size_t rg_cuda_ctx_bytes(const rg_cuda_ctx *ctx);
+
+// The CUDA column of the op table: RG_OP_COUNT cells (run on device pointers, supports,
+// types), or NULL when the library was built without CUDA (op_table in ops.cu).
+const struct rg_op_col *rg_cuda_column(void);
 
 #endif

@@ -13,16 +13,18 @@
 extern "C" {
 #include "base/error.h"
 #include "cuda/cuda.h"
+#include "graph/backend.h"
 #include "graph/graph.h"
+#include "graph/ops.h"
 }
 
-// Slots of the memory pool. Each node uses each slot at most once, and every
-// node ends with a stream synchronize, so a slot is free again at the next node.
+// The context of the backend running a node (its kernels get rg_exec_ctx from the executor).
+static inline rg_cuda_ctx *rg_cu_ctx(const rg_exec_ctx *c) { return (rg_cuda_ctx *)c->backend->impl; }
+
+// Slots of the context's grow-only scratch pool. Kernels are stream-ordered, so a slot
+// used by one node may be reused by the next (the stream runs them one after another).
 enum {
-    RG_CU_BUF_SRC0 = 0,  // src[0] as uploaded (its byte span)
-    RG_CU_BUF_SRC1,      // src[1]
-    RG_CU_BUF_DST,       // the output, downloaded at the end
-    RG_CU_BUF_TMP,       // op scratch (MUL_MAT: F16/BF16 weight rows widened to F32)
+    RG_CU_BUF_TMP = 0,   // op scratch (MUL_MAT: F16/BF16 weight rows widened to F32)
     RG_CU_BUF_COUNT,
 };
 
@@ -37,8 +39,8 @@ struct rg_cuda_ctx {
     cublasHandle_t cublas;
     rg_cuda_buf buf[RG_CU_BUF_COUNT];
     size_t pool_bytes;        // sum of the slot capacities (device memory held)
+    size_t alloc_bytes;       // held by rg_cuda_mem_alloc (the executor's buffers and leaves)
     size_t dequant_budget;    // bytes of widened weight per MUL_MAT slice; 0 = no slicing
-    rg_cuda_stats stats;
 };
 
 // Builds the error for a failed CUDA call (clears the runtime's last error so
@@ -72,12 +74,4 @@ rg_status rg_cublas_fail(rg_error *err, const struct rg_node *n, const char *cal
 // A device buffer of at least `bytes` in pool slot `slot` (grown, never shrunk).
 rg_status rg_cuda_pool_get(rg_cuda_ctx *ctx, int slot, size_t bytes, void **out, const struct rg_node *n,
                            rg_error *err);
-// Copies a source tensor's byte span (first to one past the last element,
-// strides kept) into pool slot `slot`; counted in the stats.
-rg_status rg_cuda_upload(rg_cuda_ctx *ctx, int slot, const rg_tensor *t, void **dev, const struct rg_node *n,
-                         rg_error *err);
-// Copies `bytes` from the device to host memory; counted in the stats.
-rg_status rg_cuda_download(rg_cuda_ctx *ctx, void *host, const void *dev, size_t bytes, const struct rg_node *n,
-                           rg_error *err);
-
 #endif

@@ -170,10 +170,69 @@ extern "C" void rg_cuda_ctx_free(rg_cuda_ctx *ctx) {
     free(ctx);
 }
 
-extern "C" const rg_cuda_stats *rg_cuda_ctx_stats(const rg_cuda_ctx *ctx) {
-    static const rg_cuda_stats none = {0, 0, 0, 0, 0};
-    return ctx ? &ctx->stats : &none;
+// ---------------------------------------------------------------------------
+// Device memory and stream-ordered copies (the backend object's calls)
+
+extern "C" rg_status rg_cuda_mem_alloc(rg_cuda_ctx *ctx, size_t bytes, void **out, rg_error *err) {
+    *out = NULL;
+    cudaError_t e = cudaMalloc(out, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        size_t fr = 0, tot = 0;
+        cudaGetLastError();
+        cudaMemGetInfo(&fr, &tot);
+        cudaGetLastError();
+        return rg_fail(err, RG_ERR_NOMEM, "cuda: cannot allocate %.2f MiB of device memory (%.2f MiB free of %.2f MiB): %s",
+                       (double)bytes / 1048576.0, (double)fr / 1048576.0, (double)tot / 1048576.0, cudaGetErrorString(e));
+    }
+    ctx->alloc_bytes += bytes;  // counted as allocated: the executor frees its buffers only at its end
+    return RG_OK;
 }
+
+extern "C" void rg_cuda_mem_free(rg_cuda_ctx *ctx, void *p) {
+    if (!p) return;
+    // cudaFree waits for the device; the executor frees only after its last run.
+    cudaFree(p);
+    cudaGetLastError();
+    (void)ctx;
+}
+
+extern "C" rg_status rg_cuda_copy_h2d(rg_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, rg_error *err) {
+    const struct rg_node *n = NULL;
+    if (!bytes) return RG_OK;
+    // From pageable host memory this returns once the bytes are staged: the caller may reuse them.
+    CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream));
+    return RG_OK;
+}
+
+extern "C" rg_status rg_cuda_copy_d2h(rg_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, rg_error *err) {
+    const struct rg_node *n = NULL;
+    if (!bytes) return RG_OK;
+    CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx->stream));
+    CU_TRY(cudaStreamSynchronize(ctx->stream));
+    return RG_OK;
+}
+
+extern "C" rg_status rg_cuda_mem_zero(rg_cuda_ctx *ctx, void *dst, size_t bytes, rg_error *err) {
+    const struct rg_node *n = NULL;
+    if (!bytes) return RG_OK;
+    CU_TRY(cudaMemsetAsync(dst, 0, bytes, ctx->stream));
+    return RG_OK;
+}
+
+extern "C" rg_status rg_cuda_sync(rg_cuda_ctx *ctx, rg_error *err) {
+    const struct rg_node *n = NULL;
+    CU_TRY(cudaStreamSynchronize(ctx->stream));
+    return RG_OK;
+}
+
+extern "C" rg_status rg_cuda_mem_info(rg_cuda_ctx *ctx, size_t *free_bytes, size_t *total_bytes, rg_error *err) {
+    const struct rg_node *n = NULL;
+    (void)ctx;
+    CU_TRY(cudaMemGetInfo(free_bytes, total_bytes));
+    return RG_OK;
+}
+
+extern "C" size_t rg_cuda_ctx_bytes(const rg_cuda_ctx *ctx) { return ctx ? ctx->alloc_bytes + ctx->pool_bytes : 0; }
 
 // ---------------------------------------------------------------------------
 // The memory pool and the counted copies
@@ -203,22 +262,3 @@ rg_status rg_cuda_pool_get(rg_cuda_ctx *ctx, int slot, size_t bytes, void **out,
     return RG_OK;
 }
 
-rg_status rg_cuda_upload(rg_cuda_ctx *ctx, int slot, const rg_tensor *t, void **dev, const struct rg_node *n,
-                         rg_error *err) {
-    size_t bytes = rg_tensor_span(t);
-    RG_TRY(rg_cuda_pool_get(ctx, slot, bytes, dev, n, err));
-    if (bytes == 0) return RG_OK;
-    CU_TRY(cudaMemcpyAsync(*dev, t->data, bytes, cudaMemcpyHostToDevice, ctx->stream));
-    ctx->stats.copies_to_device++;
-    ctx->stats.bytes_to_device += bytes;
-    return RG_OK;
-}
-
-rg_status rg_cuda_download(rg_cuda_ctx *ctx, void *host, const void *dev, size_t bytes, const struct rg_node *n,
-                           rg_error *err) {
-    if (bytes == 0) return RG_OK;
-    CU_TRY(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, ctx->stream));
-    ctx->stats.copies_to_host++;
-    ctx->stats.bytes_to_host += bytes;
-    return RG_OK;
-}

@@ -1,8 +1,8 @@
-// ops.cu - the ops the scheduler may run on the GPU, per node (exec.c): which
-// nodes qualify (rg_cuda_op_supported), what the backend report lists
-// (rg_cuda_op_types), and the run itself (rg_cuda_op_run): upload the sources,
-// launch, download the output, synchronize. Host memory stays the home of
-// every tensor; every copy is counted in the context's stats.
+// ops.cu - the CUDA column of the op table (rg_cuda_column, at the end): for each op
+// with a kernel, which nodes it takes (types, shapes, strides), the types the report
+// lists, and the launcher. Launchers read and write device pointers (the executor
+// plans the device buffer and keeps tensors there) and only queue work on the
+// context's stream.
 //
 //   ADD       f32 (+) f32 -> f32. a any strides (float-aligned), b any strides,
 //             tiled over a as on the CPU (b.ne[i] divides a.ne[i]). One IEEE add
@@ -205,7 +205,8 @@ static bool elem_strides(const rg_tensor *t, size_t esz) {
     return true;
 }
 
-static bool has_bytes(const rg_node *s) { return s && s->t.data; }
+// Support depends on types, shapes and strides only: the scheduler asks before any bytes are bound.
+static bool has_bytes(const rg_node *s) { return s != NULL; }
 
 // ---------------------------------------------------------------------------
 // Support
@@ -251,36 +252,15 @@ static bool soft_max_supported(const rg_node *n) {
     return true;
 }
 
-extern "C" bool rg_cuda_op_supported(const struct rg_node *n) {
-    if (!n || n->t.type != RG_TYPE_F32 || !n->t.data || !rg_tensor_is_contiguous(&n->t)) return false;
-    if (rg_tensor_nelements(&n->t) <= 0) return false;
-    switch (n->op) {
-    case RG_OP_ADD: return add_supported(n);
-    case RG_OP_MUL_MAT: return mul_mat_supported(n);
-    case RG_OP_SOFT_MAX: return soft_max_supported(n);
-    default: return false;
-    }
-}
-
-extern "C" const char *rg_cuda_op_types(int op) {
-    switch (op) {
-    case RG_OP_ADD: return "f32";
-    case RG_OP_MUL_MAT: return "f32, f16, bf16";
-    case RG_OP_SOFT_MAX: return "f32";
-    default: return NULL;
-    }
-}
 
 // ---------------------------------------------------------------------------
 // ADD
 
 static rg_status run_add(rg_cuda_ctx *ctx, const rg_node *n, rg_error *err) {
     const rg_tensor *a = &n->src[0]->t, *b = &n->src[1]->t;
-    void *da, *db, *dy;
+    const void *da = a->data, *db = b->data;
+    void *dy = n->t.data;
     const int64_t count = rg_tensor_nelements(&n->t);
-    RG_TRY(rg_cuda_upload(ctx, RG_CU_BUF_SRC0, a, &da, n, err));
-    RG_TRY(rg_cuda_upload(ctx, RG_CU_BUF_SRC1, b, &db, n, err));
-    RG_TRY(rg_cuda_pool_get(ctx, RG_CU_BUF_DST, (size_t)count * 4, &dy, n, err));
     if (rg_tensor_is_contiguous(a) && rg_tensor_same_shape(a, b) && rg_tensor_is_contiguous(b)) {
         add_same_f32_kernel<<<grid_for(count), RG_CU_THREADS, 0, ctx->stream>>>((const float *)da, (const float *)db,
                                                                                 (float *)dy, count);
@@ -294,7 +274,7 @@ static rg_status run_add(rg_cuda_ctx *ctx, const rg_node *n, rg_error *err) {
                                                                                  (float *)dy, g, count);
     }
     CU_LAUNCHED();
-    return rg_cuda_download(ctx, n->t.data, dy, (size_t)count * 4, n, err);
+    return RG_OK;
 }
 
 // ---------------------------------------------------------------------------
@@ -350,10 +330,9 @@ static rg_status run_mul_mat(rg_cuda_ctx *ctx, const rg_node *n, rg_error *err) 
     const int64_t MN = (int64_t)g.M * g.N;
     const int64_t count = rg_tensor_nelements(&n->t);
 
-    void *dw, *dx, *dy;
-    RG_TRY(rg_cuda_upload(ctx, RG_CU_BUF_SRC0, w, &dw, n, err));
-    RG_TRY(rg_cuda_upload(ctx, RG_CU_BUF_SRC1, x, &dx, n, err));
-    RG_TRY(rg_cuda_pool_get(ctx, RG_CU_BUF_DST, (size_t)count * 4, &dy, n, err));
+    const void *dw = w->data, *dx = x->data;
+    void *dy = n->t.data;
+    (void)count;
     const float *X = (const float *)dx;
     float *Y = (float *)dy;
 
@@ -407,7 +386,7 @@ static rg_status run_mul_mat(rg_cuda_ctx *ctx, const rg_node *n, rg_error *err) 
                                           Y + (i3 * g.c2 + i02 * g.r2) * MN + m0, err));
                 }
     }
-    return rg_cuda_download(ctx, n->t.data, dy, (size_t)count * 4, n, err);
+    return RG_OK;
 }
 
 // ---------------------------------------------------------------------------
@@ -418,44 +397,49 @@ static rg_status run_soft_max(rg_cuda_ctx *ctx, const rg_node *n, rg_error *err)
     const rg_tensor *m = n->src[1] ? &n->src[1]->t : NULL;
     const int64_t count = rg_tensor_nelements(&n->t), n_kv = a->ne[0], T = a->ne[1];
     const int64_t nrows = count / n_kv;
-    void *da, *dm = NULL, *dy;
-    RG_TRY(rg_cuda_upload(ctx, RG_CU_BUF_SRC0, a, &da, n, err));
-    if (m) RG_TRY(rg_cuda_upload(ctx, RG_CU_BUF_SRC1, m, &dm, n, err));
-    RG_TRY(rg_cuda_pool_get(ctx, RG_CU_BUF_DST, (size_t)count * 4, &dy, n, err));
+    const void *da = a->data, *dm = m ? m->data : NULL;
+    void *dy = n->t.data;
     const int64_t mask_ld = m ? (int64_t)(m->nb[1] / 4) : 0;
     const unsigned blocks = (unsigned)(nrows < 65535 * 16 ? nrows : 65535 * 16);
     soft_max_f32_kernel<<<blocks, RG_CU_THREADS, 0, ctx->stream>>>((const float *)da, (const float *)dm, (float *)dy,
                                                                    n_kv, T, nrows, mask_ld, n->ip[0] != 0, n->fp[0],
                                                                    n->fp[1]);
     CU_LAUNCHED();
-    return rg_cuda_download(ctx, n->t.data, dy, (size_t)count * 4, n, err);
+    return RG_OK;
 }
 
 // ---------------------------------------------------------------------------
-// The entry point
+// The CUDA column of the op table (graph/backend.h): one cell per op with a kernel.
+// Kernels are stream-ordered: a cell returns once its work is queued; the executor
+// synchronizes where host code needs the bytes.
 
-extern "C" rg_status rg_cuda_op_run(rg_cuda_ctx *ctx, struct rg_node *n, rg_error *err) {
-    if (!ctx) return rg_fail(err, RG_ERR_ARG, "cuda %s '%s': no CUDA context", n ? rg_op_name(n->op) : "op",
-                             n ? n->t.name : "");
-    if (!rg_cuda_op_supported(n))
-        return rg_fail(err, RG_ERR_UNSUPPORTED, "cuda %s '%s': not supported on the GPU with these types or strides",
-                       n ? rg_op_name(n->op) : "op", n ? n->t.name : "");
-    CU_TRY(cudaSetDevice(ctx->device));
-    rg_status st;
-    switch (n->op) {
-    case RG_OP_ADD: st = run_add(ctx, n, err); break;
-    case RG_OP_MUL_MAT: st = run_mul_mat(ctx, n, err); break;
-    case RG_OP_SOFT_MAX: st = run_soft_max(ctx, n, err); break;
-    default: return rg_fail(err, RG_ERR_UNSUPPORTED, "cuda %s '%s': no kernel", rg_op_name(n->op), n->t.name);
+#define CELL(fn_)                                                                    \
+    static rg_status cell_##fn_(rg_exec_ctx *c, rg_node *n, rg_error *err) {         \
+        rg_cuda_ctx *ctx = rg_cu_ctx(c);                                             \
+        CU_TRY(cudaSetDevice(ctx->device));                                          \
+        return run_##fn_(ctx, n, err);                                               \
     }
-    if (st == RG_OK) {
-        // The download is asynchronous: the output is only on the host after this.
-        CU_TRY(cudaStreamSynchronize(ctx->stream));
-        ctx->stats.nodes++;
-        return RG_OK;
+CELL(add)
+CELL(mul_mat)
+CELL(soft_max)
+
+// Every node a cell takes: F32 output, contiguous, bytes bound, not empty.
+static bool plain_out(const rg_node *n) {
+    return n && n->t.type == RG_TYPE_F32 && rg_tensor_is_contiguous(&n->t) && rg_tensor_nelements(&n->t) > 0;
+}
+static bool sup_add(const rg_node *n) { return plain_out(n) && add_supported(n); }
+static bool sup_mul_mat(const rg_node *n) { return plain_out(n) && mul_mat_supported(n); }
+static bool sup_soft_max(const rg_node *n) { return plain_out(n) && soft_max_supported(n); }
+
+static rg_op_col cuda_column[RG_OP_COUNT];
+static bool cuda_column_ready;
+
+extern "C" const struct rg_op_col *rg_cuda_column(void) {
+    if (!cuda_column_ready) {  // C++ has no designated array initializers: filled once
+        cuda_column[RG_OP_ADD] = rg_op_col{cell_add, sup_add, NULL, "f32"};
+        cuda_column[RG_OP_MUL_MAT] = rg_op_col{cell_mul_mat, sup_mul_mat, NULL, "f32, f16, bf16"};
+        cuda_column[RG_OP_SOFT_MAX] = rg_op_col{cell_soft_max, sup_soft_max, NULL, "f32"};
+        cuda_column_ready = true;
     }
-    // Leave the stream idle before the caller touches host buffers again.
-    cudaStreamSynchronize(ctx->stream);
-    cudaGetLastError();
-    return st;
+    return cuda_column;
 }

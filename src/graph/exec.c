@@ -8,17 +8,28 @@
 
 #include "base/error.h"
 #include "cpu/cpu_ops.h"
-#include "cuda/cuda.h"
+#include "graph/backend.h"
 #include "graph/ops.h"
+#include "graph/schedule.h"
 
 struct rg_exec {
     rg_graph *g;
-    rg_plan plan;
+    rg_plan plan;           // the host buffer's plan
+    rg_plan dplan;          // the primary device's buffer (zeroed when the primary backend is the CPU)
     void *buffer;
     void *scratch;
     rg_threadpool *pool;
-    rg_cuda_ctx *cuda;
-    int nodes_cpu;
+    rg_backend *dev;        // the primary backend when it is not the CPU; NULL otherwise
+    bool own_dev;
+    rg_schedule sched;
+    void *dbuffer, *dscratch;  // on dev
+    // Per node id (NULL arrays when dev is NULL):
+    void **mirror;          // the tensor's bytes on the backend that is not its home (scheduled copies)
+    void **host_of;         // a device-homed external leaf: the caller's host bytes (restored on free)
+    void **staging;         // a device-homed planned INPUT leaf: the host bytes rg_exec_input hands out
+    void **dev_own;         // device memory this exec allocated for that node (external leaves)
+    int copy_cursor;        // index into sched.copies of the next copy (runs move forward)
+    rg_exec_stats stats;
     bool own_pool;
     bool own_mem;  // buffer and scratch are this exec's (not an rg_exec_mem's)
     bool int8_activations;
@@ -101,6 +112,103 @@ void rg_exec_profile_print(const rg_exec_profile *p, FILE *f) {
 
 static rg_node *owner(rg_node *n) { return n->view_of ? n->view_of : n; }
 
+static rg_backend *backend_of(const rg_exec *ex, const rg_node *n) {
+    return n->backend == RG_BACKEND_CPU || !ex->dev ? rg_backend_cpu() : ex->dev;
+}
+
+static double mib(size_t b) { return (double)b / 1048576.0; }
+
+// "812 B", "3.2 KiB", "45.10 MiB", "2.31 GiB": sizes in messages, readable at any scale.
+typedef struct size_str {
+    char s[32];
+} size_str;
+static size_str human(size_t b) {
+    size_str r;
+    if (b < 1024) snprintf(r.s, sizeof r.s, "%zu B", b);
+    else if (b < ((size_t)1 << 20)) snprintf(r.s, sizeof r.s, "%.1f KiB", (double)b / 1024.0);
+    else if (b < ((size_t)1 << 30)) snprintf(r.s, sizeof r.s, "%.2f MiB", mib(b));
+    else snprintf(r.s, sizeof r.s, "%.2f GiB", (double)b / 1073741824.0);
+    return r;
+}
+
+// The device side of create: the device buffer and scratch, device copies of the
+// external leaves that live there (uploaded once: setup copies), staging for inputs,
+// mirrors for the scheduled copies. Refuses, before allocating, a run that does not fit
+// the device's free memory, with the numbers.
+static rg_status create_device(rg_exec *ex, const rg_exec_opts *opts, rg_error *err) {
+    rg_graph *g = ex->g;
+    const int n = g->n_nodes;
+    rg_status st = rg_graph_plan_backend(g, ex->dev->vt->id, 1, 0, &ex->dplan, err);
+    if (st) return st;
+    ex->mirror = calloc((size_t)n, sizeof(void *));
+    ex->host_of = calloc((size_t)n, sizeof(void *));
+    ex->staging = calloc((size_t)n, sizeof(void *));
+    ex->dev_own = calloc((size_t)n, sizeof(void *));
+    if (!ex->mirror || !ex->host_of || !ex->staging || !ex->dev_own) return rg_fail(err, RG_ERR_NOMEM, "exec: out of memory");
+    // What the device must hold: its buffer and scratch, the external leaves homed there
+    // (weights, parameters), and the mirrors of tensors homed on the CPU.
+    size_t weights = 0, params = 0, mirrors_dev = 0;
+    for (int i = 0; i < n; i++) {
+        rg_node *x = g->nodes[i];
+        if (x->view_of || x->backend != (int)ex->dev->vt->id || x->op != RG_OP_NONE || x->offset >= 0) continue;
+        if (x->flags & RG_NODE_PARAM) params += rg_tensor_span(&x->t);
+        else weights += rg_tensor_span(&x->t);
+    }
+    for (int c = 0; c < ex->sched.n_copies; c++) {
+        const rg_node *o = ex->sched.copies[c].t;
+        if (o->backend == RG_BACKEND_CPU && !ex->sched.copies[c].to_home) mirrors_dev += rg_tensor_span(&o->t);
+    }
+    const size_t need = ex->dplan.buffer_bytes + ex->dplan.scratch_bytes + weights + params + mirrors_dev;
+    size_t free_b = 0, total_b = 0;
+    if (ex->dev->vt->mem_info && ex->dev->vt->mem_info(ex->dev, &free_b, &total_b, err) == RG_OK &&
+        (need > free_b || (opts->budget && need > opts->budget))) {
+        const size_t limit = opts->budget && opts->budget < free_b ? opts->budget : free_b;
+        return rg_fail(err, RG_ERR_NOMEM,
+                       "exec: the run needs %s on %s but %s %s (of %s): weights %s, parameters %s, gradients %s, "
+                       "other activations and optimizer state %s, scratch %s, copies of CPU tensors %s. Next levers: "
+                       "training.recompute, a shorter context, LoRA instead of full fine-tuning",
+                       human(need).s, ex->dev->label, human(limit).s, limit == free_b ? "are free" : "is the budget",
+                       human(total_b).s, human(weights).s, human(params).s, human(ex->dplan.grad_bytes).s,
+                       human(ex->dplan.buffer_bytes - ex->dplan.grad_bytes).s, human(ex->dplan.scratch_bytes).s,
+                       human(mirrors_dev).s);
+    }
+    rg_backend *d = ex->dev;
+    st = d->vt->alloc(d, ex->dplan.buffer_bytes ? ex->dplan.buffer_bytes : 64, &ex->dbuffer, err);
+    if (!st && ex->dplan.scratch_bytes) st = d->vt->alloc(d, ex->dplan.scratch_bytes, &ex->dscratch, err);
+    for (int i = 0; i < n && !st; i++) {
+        rg_node *x = g->nodes[i];
+        if (x->view_of || x->backend != (int)d->vt->id) continue;
+        if (x->offset >= 0) {
+            x->t.data = (char *)ex->dbuffer + x->offset;
+            if (x->op == RG_OP_NONE) {
+                st = d->vt->zero(d, x->t.data, rg_tensor_span(&x->t), err);
+                if (!st && (x->flags & RG_NODE_INPUT)) {
+                    ex->staging[i] = calloc(1, rg_tensor_span(&x->t) ? rg_tensor_span(&x->t) : 1);
+                    if (!ex->staging[i]) st = rg_fail(err, RG_ERR_NOMEM, "exec: out of memory");
+                }
+            }
+        } else if (x->op == RG_OP_NONE) {  // external: a device copy, uploaded once
+            const size_t bytes = rg_tensor_span(&x->t);
+            ex->host_of[i] = x->t.data;
+            st = d->vt->alloc(d, bytes ? bytes : 1, &ex->dev_own[i], err);
+            if (!st && x->t.data && bytes) {
+                st = d->vt->upload(d, ex->dev_own[i], x->t.data, bytes, err);
+                ex->stats.setup_copies++, ex->stats.setup_bytes += bytes;
+            }
+            if (!st) x->t.data = ex->dev_own[i];
+        }
+    }
+    for (int c = 0; c < ex->sched.n_copies && !st; c++) {
+        const rg_node *o = ex->sched.copies[c].t;
+        if (ex->mirror[o->id]) continue;
+        const size_t bytes = rg_tensor_span(&o->t) ? rg_tensor_span(&o->t) : 1;
+        st = o->backend == RG_BACKEND_CPU ? d->vt->alloc(d, bytes, &ex->mirror[o->id], err)
+                                          : rg_backend_cpu()->vt->alloc(rg_backend_cpu(), bytes, &ex->mirror[o->id], err);
+    }
+    if (!st) st = d->vt->sync(d, err);
+    return st;
+}
+
 rg_status rg_exec_create(rg_exec **out, rg_graph *g, const rg_exec_opts *opts, rg_error *err) {
     *out = NULL;
     rg_exec *ex = calloc(1, sizeof *ex);
@@ -108,14 +216,24 @@ rg_status rg_exec_create(rg_exec **out, rg_graph *g, const rg_exec_opts *opts, r
     ex->g = g;
     ex->prof = opts->profile;
     ex->int8_activations = opts->int8_activations;
-    rg_status st = RG_OK;
-    if (opts->pool) ex->pool = opts->pool;
-    else {
+    rg_status st = rg_graph_error(g, err);
+    if (!st && opts->pool) ex->pool = opts->pool;
+    else if (!st) {
         st = rg_threadpool_create(&ex->pool, opts->n_threads, err);
         ex->own_pool = true;
     }
-    if (!st) st = rg_graph_plan(g, rg_threadpool_size(ex->pool), opts->budget, &ex->plan, err);
-    if (!st && opts->device == RG_DEVICE_CUDA) st = rg_cuda_ctx_create(&ex->cuda, 0, err);
+    if (!st && opts->backend) ex->dev = opts->backend;
+    else if (!st && opts->device == RG_DEVICE_CUDA) {
+        st = rg_backend_cuda_create(&ex->dev, 0, err);
+        ex->own_dev = !st;
+    }
+    if (ex->dev && ex->dev->host_memory && ex->dev->vt->id == RG_BACKEND_CPU) ex->dev = NULL;  // the CPU itself
+    if (!st) {
+        st = ex->dev ? rg_schedule_build(g, ex->dev->vt->id, ex->dev->vt->cell, &ex->sched, err)
+                     : rg_schedule_build(g, RG_BACKEND_CPU, NULL, &ex->sched, err);
+    }
+    if (!st && ex->dev) st = rg_schedule_check_resident(g, &ex->sched, opts->require_resident, err);
+    if (!st) st = rg_graph_plan(g, rg_threadpool_size(ex->pool), ex->dev ? 0 : opts->budget, &ex->plan, err);
     if (!st && opts->mem) {
         rg_exec_mem *mem = opts->mem;
         bool ok = mem_reserve(&mem->buffer, &mem->buffer_cap, ex->plan.buffer_bytes ? ex->plan.buffer_bytes : 64) &&
@@ -127,21 +245,30 @@ rg_status rg_exec_create(rg_exec **out, rg_graph *g, const rg_exec_opts *opts, r
                          (ex->plan.buffer_bytes + ex->plan.scratch_bytes) / 1048576.0);
     } else if (!st) {
         ex->own_mem = true;
-        ex->buffer = aligned_alloc(64, ex->plan.buffer_bytes ? ex->plan.buffer_bytes : 64);
+        ex->buffer = aligned_alloc(64, ex->plan.buffer_bytes ? (ex->plan.buffer_bytes + 63) / 64 * 64 : 64);
         ex->scratch = ex->plan.scratch_bytes ? aligned_alloc(64, (ex->plan.scratch_bytes + 63) / 64 * 64) : NULL;
         if (!ex->buffer || (ex->plan.scratch_bytes && !ex->scratch))
             st = rg_fail(err, RG_ERR_NOMEM, "exec: cannot allocate the %.2f MiB the plan needs",
                          (ex->plan.buffer_bytes + ex->plan.scratch_bytes) / 1048576.0);
+    }
+    if (!st) {
+        // Host-homed nodes first (create_device reads the leaves' host bytes for the uploads).
+        for (int i = 0; i < g->n_nodes; i++) {
+            rg_node *n = g->nodes[i];
+            if (!n->view_of && n->backend == RG_BACKEND_CPU && n->offset >= 0) n->t.data = (char *)ex->buffer + n->offset;
+        }
+        if (ex->dev) st = create_device(ex, opts, err);
     }
     if (st) {
         rg_exec_free(ex);
         return st;
     }
     rg_exec_rebind(ex);
-    // Leaves allocated in the buffer start as zeros, not as what a previous node left.
+    // Leaves allocated in the host buffer start as zeros, not as what a previous node left.
     for (int i = 0; i < g->n_nodes; i++) {
         rg_node *n = g->nodes[i];
-        if (n->op == RG_OP_NONE && n->offset >= 0) memset(n->t.data, 0, rg_tensor_span(&n->t));
+        if (n->op == RG_OP_NONE && n->offset >= 0 && n->backend == RG_BACKEND_CPU)
+            memset(n->t.data, 0, rg_tensor_span(&n->t));
     }
     *out = ex;
     return RG_OK;
@@ -153,17 +280,86 @@ void rg_exec_rebind(rg_exec *ex) {
     for (int i = 0; i < g->n_nodes; i++) {
         rg_node *n = g->nodes[i];
         if (n->view_of) n->t.data = (char *)owner(n)->t.data + n->t.view_offs;
-        else if (n->offset >= 0) n->t.data = (char *)ex->buffer + n->offset;
+        else if (n->offset >= 0) n->t.data = (char *)(n->backend == RG_BACKEND_CPU ? ex->buffer : ex->dbuffer) + n->offset;
     }
 }
 
-static bool all_finite(const rg_node *n) {
-    if (n->t.type != RG_TYPE_F32 || !rg_tensor_is_contiguous(&n->t) || !n->t.data) return true;
-    const float *v = n->t.data;
-    int64_t count = rg_tensor_nelements(&n->t);
-    for (int64_t k = 0; k < count; k++)
-        if (!isfinite(v[k])) return false;
-    return true;
+// The scheduled copies of node i, before it (after = false) or after it.
+static rg_status do_copies(rg_exec *ex, int i, bool after, rg_error *err) {
+    rg_sched_copy *c = ex->sched.copies;
+    int k = ex->copy_cursor;
+    // Runs move forward, but a caller may run a range again: find the copies of node i.
+    if (k >= ex->sched.n_copies || c[k].at > i || (c[k].at == i && c[k].after && !after)) k = 0;
+    while (k < ex->sched.n_copies && (c[k].at < i || (c[k].at == i && !after && c[k].after) ||
+                                       (c[k].at == i && after && !c[k].after)))
+        k++;
+    for (; k < ex->sched.n_copies && c[k].at == i && c[k].after == after; k++) {
+        rg_node *o = c[k].t;
+        const size_t bytes = rg_tensor_span(&o->t);
+        void *home = o->t.data, *mir = ex->mirror[o->id];
+        const bool home_cpu = o->backend == RG_BACKEND_CPU;
+        void *dst = c[k].to_home ? home : mir;
+        const void *src = c[k].to_home ? mir : home;
+        // Host -> device when the bytes go to the device side, device -> host otherwise.
+        const bool to_device = c[k].to_home ? !home_cpu : home_cpu;
+        rg_status st = to_device ? ex->dev->vt->upload(ex->dev, dst, src, bytes, err)
+                                 : ex->dev->vt->download(ex->dev, dst, src, bytes, err);
+        if (st) return st;
+        if (to_device) ex->stats.copies_to_device++, ex->stats.bytes_to_device += bytes;
+        else ex->stats.copies_to_host++, ex->stats.bytes_to_host += bytes;
+    }
+    ex->copy_cursor = k;
+    return RG_OK;
+}
+
+// Runs node n's kernel on its backend. Sources homed on the other backend are read
+// (and, for in-place writers, written) through their mirrors: their data pointers
+// point there for the length of the call.
+static rg_status run_node(rg_exec *ex, rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
+    rg_backend *b = backend_of(ex, n);
+    const rg_op_col cell = b == rg_backend_cpu() ? rg_op_cell(RG_BACKEND_CPU, n->op) : b->vt->cell(n->op);
+    if (!cell.run || (cell.supports && !cell.supports(n)))
+        return rg_fail(err, RG_ERR_UNSUPPORTED, "exec: no %s kernel for %s ('%s') with these types",
+                       rg_backend_name((rg_backend_id)n->backend), rg_op_defs[n->op].name, n->t.name);
+    rg_node *r[RG_MAX_SRC + 2];
+    void *saved[RG_MAX_SRC + 2];
+    int k = 0;
+    if (ex->dev) {
+        k = rg_node_reads(n, r);
+        for (int q = 0; q < k; q++) {
+            saved[q] = r[q]->t.data;
+            rg_node *o = owner(r[q]);
+            if (o->backend != n->backend && ex->mirror[o->id])
+                r[q]->t.data = (char *)ex->mirror[o->id] + (r[q] == o ? 0 : r[q]->t.view_offs);
+        }
+    }
+    // A node that writes into another node's bytes (CPY_INTO's window, the optimizer's
+    // parameter) and runs away from that tensor's home writes its mirror.
+    void *saved_out = n->t.data;
+    if (ex->dev && n->view_of && n->view_of->backend != n->backend && ex->mirror[n->view_of->id])
+        n->t.data = (char *)ex->mirror[n->view_of->id] + n->t.view_offs;
+    rg_exec_ctx c = *ctx;
+    c.backend = b == rg_backend_cpu() ? NULL : b;
+    if (c.backend) c.scratch = ex->dscratch, c.scratch_size = ex->dplan.scratch_bytes;
+    rg_status st = cell.run(&c, n, err);
+    n->t.data = saved_out;
+    for (int q = k - 1; q >= 0; q--) r[q]->t.data = saved[q];
+    if (n->backend == RG_BACKEND_CPU) ex->stats.nodes_cpu++;
+    else ex->stats.nodes_gpu++;
+    return st;
+}
+
+// A node's output in host memory (a temporary copy for device-homed nodes): NULL when
+// it cannot be read (not F32, not contiguous, no bytes).
+static const float *host_values(rg_exec *ex, const rg_node *n, float **tmp) {
+    *tmp = NULL;
+    if (n->t.type != RG_TYPE_F32 || !rg_tensor_is_contiguous(&n->t) || !n->t.data) return NULL;
+    if (n->backend == RG_BACKEND_CPU || !ex->dev) return n->t.data;
+    const size_t bytes = rg_tensor_span(&n->t);
+    rg_error e;
+    *tmp = malloc(bytes ? bytes : 1);
+    if (!*tmp || ex->dev->vt->download(ex->dev, *tmp, n->t.data, bytes, &e)) return NULL;
+    return *tmp;
 }
 
 // The planner reuses bytes, so by the time the loss is seen the culprit's
@@ -171,21 +367,30 @@ static bool all_finite(const rg_node *n) {
 // start, checking each node's output right after its kernel.
 static void first_non_finite(rg_exec *ex, int upto, char *buf, size_t cap) {
     rg_graph *g = ex->g;
-    rg_exec_ctx ctx = {ex->pool, ex->scratch, ex->plan.scratch_bytes, ex->int8_activations};
+    rg_exec_ctx ctx = {ex->pool, ex->scratch, ex->plan.scratch_bytes, ex->int8_activations, NULL};
     rg_error ignored;
+    ex->copy_cursor = 0;
     for (int i = 0; i <= upto; i++) {
         rg_node *n = g->nodes[i];
         const rg_op_def *def = &rg_op_defs[n->op];
-        if (n->op != RG_OP_NONE && !def->is_view && def->cpu && def->cpu(&ctx, n, &ignored) != RG_OK) break;
         if (def->is_view) continue;
-        if (!all_finite(n)) {
-            const float *v = n->t.data;
-            int64_t k = 0;
-            while (isfinite(v[k])) k++;
-            snprintf(buf, cap, "first non-finite value: node %d '%s' (%s) element %lld = %g", i, n->t.name,
-                     rg_op_name(n->op), (long long)k, (double)v[k]);
+        if (n->op != RG_OP_NONE) {  // leaves run nothing, but a caller's NaN input is named too
+            if (ex->dev && do_copies(ex, i, false, &ignored)) break;
+            if (run_node(ex, &ctx, n, &ignored) != RG_OK) break;
+            if (ex->dev && do_copies(ex, i, true, &ignored)) break;
+        }
+        float *tmp;
+        const float *v = host_values(ex, n, &tmp);
+        const int64_t count = rg_tensor_nelements(&n->t);
+        int64_t k = 0;
+        while (v && k < count && isfinite(v[k])) k++;
+        if (v && k < count) {
+            snprintf(buf, cap, "first non-finite value: node %d '%s' (%s, on the %s) element %lld = %g", i, n->t.name,
+                     rg_op_name(n->op), rg_backend_name((rg_backend_id)n->backend), (long long)k, (double)v[k]);
+            free(tmp);
             return;
         }
+        free(tmp);
     }
     snprintf(buf, cap, "no node before it holds a non-finite value");
 }
@@ -214,18 +419,48 @@ static int mul_mat_group(rg_graph *g, int i, int to, rg_node **grp, int *last) {
     return cnt;
 }
 
+// Device-homed INPUT leaves read by nodes [from, to): their host bytes (the caller's, or
+// the staging rg_exec_input handed out) go up before the range runs.
+static rg_status upload_inputs(rg_exec *ex, int from, int to, rg_error *err) {
+    rg_graph *g = ex->g;
+    for (int i = 0; i < g->n_nodes; i++) {
+        rg_node *x = g->nodes[i];
+        // Only the leaves the exec gave bytes (tokens, labels, masks): external leaves (weights,
+        // parameters, caches) went up once and change through rg_exec_write.
+        if (x->op != RG_OP_NONE || x->view_of || x->backend == RG_BACKEND_CPU || !ex->staging[i]) continue;
+        const void *src = ex->staging[i];
+        // Read in this range? (inputs are few; the scan is over the range's sources)
+        bool used = false;
+        for (int j = from; j < to && !used; j++)
+            for (int s = 0; s < RG_MAX_SRC && !used; s++)
+                used = g->nodes[j]->src[s] && owner(g->nodes[j]->src[s]) == x;
+        if (!used) continue;
+        const size_t bytes = rg_tensor_span(&x->t);
+        rg_status st = ex->dev->vt->upload(ex->dev, x->t.data, src, bytes, err);
+        if (st) return st;
+        ex->stats.input_copies++, ex->stats.input_bytes += bytes;
+    }
+    return RG_OK;
+}
+
 rg_status rg_exec_run(rg_exec *ex, int from, int to, rg_error *err) {
     rg_graph *g = ex->g;
     if (to < 0 || to > g->n_nodes) to = g->n_nodes;
-    rg_exec_ctx ctx = {ex->pool, ex->scratch, ex->plan.scratch_bytes, ex->int8_activations};
+    if (from < 0) from = 0;
+    rg_exec_ctx ctx = {ex->pool, ex->scratch, ex->plan.scratch_bytes, ex->int8_activations, NULL};
     const double t_run = ex->prof ? now_s() : 0;
-    for (int i = from < 0 ? 0 : from; i < to; i++) {
+    if (ex->dev) {
+        rg_status st = upload_inputs(ex, from, to, err);
+        if (st) return st;
+        ex->copy_cursor = 0;
+    }
+    for (int i = from; i < to; i++) {
         rg_node *n = g->nodes[i];
         const rg_op_def *def = &rg_op_defs[n->op];
         if (n->op == RG_OP_NONE || def->is_view) continue;
         rg_status st;
         const double t0 = ex->prof ? now_s() : 0;
-        if (n->op == RG_OP_MUL_MAT && !ex->cuda && !(n->flags & RG_NODE_LOSS)) {
+        if (n->op == RG_OP_MUL_MAT && n->backend == RG_BACKEND_CPU && !ex->dev && !(n->flags & RG_NODE_LOSS)) {
             // Several products of the same activations: one parallel section (ops_matmul.c).
             rg_node *grp[GROUP_MAX];
             int last, cnt = mul_mat_group(g, i, to, grp, &last);
@@ -233,30 +468,36 @@ rg_status rg_exec_run(rg_exec *ex, int from, int to, rg_error *err) {
                 st = cpu_mul_mat_many(&ctx, grp, cnt, err);
                 if (st) return st;
                 if (ex->prof) profile_add(ex->prof, grp, cnt, now_s() - t0);
-                ex->nodes_cpu += cnt;
+                ex->stats.nodes_cpu += cnt;
                 i = last;
                 continue;
             }
         }
-        if (ex->cuda && rg_cuda_op_supported(n)) {
-            st = rg_cuda_op_run(ex->cuda, n, err);
-        } else {
-            if (!def->cpu || (def->cpu_supports && !def->cpu_supports(n)))
-                return rg_fail(err, RG_ERR_UNSUPPORTED, "exec: no CPU kernel for %s ('%s') with these types", def->name,
-                               n->t.name);
-            st = def->cpu(&ctx, n, err);
-            ex->nodes_cpu++;
-        }
+        if (ex->dev && (st = do_copies(ex, i, false, err))) return st;
+        st = run_node(ex, &ctx, n, err);
+        if (!st && ex->dev) st = do_copies(ex, i, true, err);
         if (st) return st;
-        if (ex->prof) profile_add(ex->prof, &n, 1, now_s() - t0);
+        if (ex->prof) {
+            if (ex->dev && (st = ex->dev->vt->sync(ex->dev, err))) return st;  // time the node, not its launch
+            profile_add(ex->prof, &n, 1, now_s() - t0);
+        }
         if (n->flags & RG_NODE_LOSS) {
-            float loss = *(const float *)n->t.data;
+            float loss;
+            if (n->backend == RG_BACKEND_CPU || !ex->dev) loss = *(const float *)n->t.data;
+            else {
+                if ((st = ex->dev->vt->download(ex->dev, &loss, n->t.data, sizeof loss, err))) return st;
+                ex->stats.output_copies++, ex->stats.output_bytes += sizeof loss;
+            }
             if (!isfinite(loss)) {
                 char where[256];
                 first_non_finite(ex, i, where, sizeof where);
                 return rg_fail(err, RG_ERR_NONFINITE, "exec: the loss '%s' is %g; %s", n->t.name, (double)loss, where);
             }
         }
+    }
+    if (ex->dev) {
+        rg_status st = ex->dev->vt->sync(ex->dev, err);
+        if (st) return st;
     }
     if (ex->prof) {
         ex->prof->run_s += now_s() - t_run;
@@ -265,24 +506,95 @@ rg_status rg_exec_run(rg_exec *ex, int from, int to, rg_error *err) {
     return RG_OK;
 }
 
+void *rg_exec_input(rg_exec *ex, rg_node *n) {
+    rg_node *o = owner(n);
+    if (!ex->dev || o->backend == RG_BACKEND_CPU) return n->t.data;
+    // A planned leaf: its staging (uploaded at every run that reads it). An external leaf
+    // lives on the device after create: NULL (change it with rg_exec_write).
+    void *host = ex->staging[o->id];
+    return host ? (char *)host + (n == o ? 0 : n->t.view_offs) : NULL;
+}
+
+rg_status rg_exec_read(rg_exec *ex, const rg_node *n, void *dst, size_t bytes, rg_error *err) {
+    if (bytes > rg_tensor_span(&n->t))
+        return rg_fail(err, RG_ERR_ARG, "exec: reading %zu bytes of '%s', which spans %zu", bytes, n->t.name,
+                       rg_tensor_span(&n->t));
+    if (!n->t.data) return rg_fail(err, RG_ERR_ARG, "exec: '%s' has no bytes bound", n->t.name);
+    if (!ex->dev || n->backend == RG_BACKEND_CPU) {
+        memcpy(dst, n->t.data, bytes);
+        return RG_OK;
+    }
+    rg_status st = ex->dev->vt->download(ex->dev, dst, n->t.data, bytes, err);
+    if (!st) ex->stats.output_copies++, ex->stats.output_bytes += bytes;
+    return st;
+}
+
+rg_status rg_exec_write(rg_exec *ex, rg_node *n, const void *src, size_t bytes, rg_error *err) {
+    if (bytes > rg_tensor_span(&n->t))
+        return rg_fail(err, RG_ERR_ARG, "exec: writing %zu bytes into '%s', which spans %zu", bytes, n->t.name,
+                       rg_tensor_span(&n->t));
+    if (!n->t.data) return rg_fail(err, RG_ERR_ARG, "exec: '%s' has no bytes bound", n->t.name);
+    if (!ex->dev || n->backend == RG_BACKEND_CPU) {
+        memcpy(n->t.data, src, bytes);
+        return RG_OK;
+    }
+    rg_status st = ex->dev->vt->upload(ex->dev, n->t.data, src, bytes, err);
+    if (!st) st = ex->dev->vt->sync(ex->dev, err);
+    if (!st) ex->stats.input_copies++, ex->stats.input_bytes += bytes;
+    return st;
+}
+
+rg_status rg_exec_download_leaves(rg_exec *ex, rg_error *err) {
+    if (!ex->dev) return RG_OK;
+    for (int i = 0; i < ex->g->n_nodes; i++) {
+        rg_node *x = ex->g->nodes[i];
+        if (!ex->host_of[i] || !ex->dev_own[i]) continue;
+        rg_status st = ex->dev->vt->download(ex->dev, ex->host_of[i], ex->dev_own[i], rg_tensor_span(&x->t), err);
+        if (st) return st;
+        ex->stats.output_copies++, ex->stats.output_bytes += rg_tensor_span(&x->t);
+    }
+    return RG_OK;
+}
+
+const rg_schedule *rg_exec_schedule(const rg_exec *ex) { return &ex->sched; }
+const rg_plan *rg_exec_device_plan(const rg_exec *ex) { return ex->dev ? &ex->dplan : NULL; }
+
 const rg_plan *rg_exec_plan(const rg_exec *ex) { return &ex->plan; }
 rg_threadpool *rg_exec_pool(rg_exec *ex) { return ex->pool; }
 
 rg_exec_stats rg_exec_get_stats(const rg_exec *ex) {
-    rg_exec_stats s = {0};
-    s.nodes_cpu = ex->nodes_cpu;
-    if (ex->cuda) {
-        const rg_cuda_stats *c = rg_cuda_ctx_stats(ex->cuda);
-        s.nodes_gpu = (int)c->nodes;
-        s.copies_to_device = c->copies_to_device, s.bytes_to_device = c->bytes_to_device;
-        s.copies_to_host = c->copies_to_host, s.bytes_to_host = c->bytes_to_host;
-    }
+    rg_exec_stats s = ex->stats;
+    s.nodes_fallback = ex->sched.n_fallback;
+    s.copies_scheduled = ex->sched.n_copies;
     return s;
 }
 
 void rg_exec_free(rg_exec *ex) {
     if (!ex) return;
-    rg_cuda_ctx_free(ex->cuda);
+    if (ex->dev) {
+        rg_error ignored;
+        ex->dev->vt->sync(ex->dev, &ignored);
+        rg_graph *g = ex->g;
+        for (int i = 0; i < g->n_nodes; i++) {
+            rg_node *x = g->nodes[i];
+            if (ex->mirror && ex->mirror[i]) {
+                if (x->backend == RG_BACKEND_CPU) ex->dev->vt->release(ex->dev, ex->mirror[i]);
+                else free(ex->mirror[i]);
+            }
+            if (ex->dev_own && ex->dev_own[i]) ex->dev->vt->release(ex->dev, ex->dev_own[i]);
+            if (ex->host_of && ex->dev_own && ex->dev_own[i]) x->t.data = ex->host_of[i];  // the caller's bytes again
+            else if (x->backend != RG_BACKEND_CPU && !x->view_of && x->offset >= 0) x->t.data = NULL;
+            if (ex->staging) free(ex->staging[i]);
+        }
+        for (int i = 0; i < g->n_nodes; i++)
+            if (g->nodes[i]->view_of && g->nodes[i]->view_of->t.data)
+                g->nodes[i]->t.data = (char *)g->nodes[i]->view_of->t.data + g->nodes[i]->t.view_offs;
+        if (ex->dbuffer) ex->dev->vt->release(ex->dev, ex->dbuffer);
+        if (ex->dscratch) ex->dev->vt->release(ex->dev, ex->dscratch);
+        if (ex->own_dev) rg_backend_free(ex->dev);
+    }
+    free(ex->mirror), free(ex->host_of), free(ex->staging), free(ex->dev_own);
+    rg_schedule_free(&ex->sched);
     if (ex->own_pool) rg_threadpool_free(ex->pool);
     if (ex->own_mem) {
         free(ex->buffer);

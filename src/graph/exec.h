@@ -51,11 +51,23 @@ typedef struct rg_exec_opts {
     // Q8_0 for an integer GEMM where the weight type has one (Q4_0 and Q4_K on AVX-512 VNNI, cpu/gemm_int8.h), as
     // llama.cpp does and as generation's dot products already do. Gradients never see it.
     bool int8_activations;
+    // A backend to run on instead of `device` (tests stand one in for a device; not owned).
+    struct rg_backend *backend;
+    // Refuse, before anything runs, a graph that would fall back to the CPU or copy a tensor
+    // between backends inside a run (as RETRO_REQUIRE_GPU_RESIDENT=1 does for every exec).
+    bool require_resident;
 } rg_exec_opts;
 
+// Counted since the exec was made. "Copies" are the scheduled ones inside runs (fallbacks);
+// inputs, outputs read with rg_exec_read and the one-time uploads are counted apart.
 typedef struct rg_exec_stats {
-    int nodes_cpu, nodes_gpu;
+    int nodes_cpu, nodes_gpu;       // kernels run (a group of products counts each)
+    int nodes_fallback;             // nodes the schedule put on the CPU although a device was asked for
+    int copies_scheduled;           // copies a run makes (the schedule's list)
     uint64_t copies_to_device, bytes_to_device, copies_to_host, bytes_to_host;
+    uint64_t input_copies, input_bytes;    // INPUT leaves uploaded before runs, rg_exec_write
+    uint64_t output_copies, output_bytes;  // the loss, rg_exec_read, rg_exec_download_leaves
+    uint64_t setup_copies, setup_bytes;    // leaves uploaded once, when the exec was made
 } rg_exec_stats;
 
 typedef struct rg_exec rg_exec;
@@ -63,7 +75,11 @@ typedef struct rg_exec rg_exec;
 // Plans (refusing a graph over the budget before allocating anything),
 // allocates the buffer and scratch, and binds every node's data pointer.
 // Leaves created with data == NULL get bytes in the buffer: write them after
-// this call through node->t.data.
+// this call through node->t.data (rg_exec_input on a device). On a device
+// (opts.device, opts.backend) the scheduling pass (schedule.h) picks each
+// node's backend, the device's buffer is planned and allocated, external
+// leaves read there are uploaded once, and a run that does not fit the
+// device's free memory is refused here with the numbers.
 rg_status rg_exec_create(rg_exec **out, rg_graph *g, const rg_exec_opts *opts, rg_error *err);
 // Runs nodes [from, to) (to = -1: to the end). A loss that comes out NaN or
 // Inf is an error naming the first node whose output is not finite.
@@ -74,6 +90,20 @@ rg_status rg_exec_run(rg_exec *ex, int from, int to, rg_error *err);
 // sizes than it was planned with (infer/session.c's single-token graph).
 void rg_exec_rebind(rg_exec *ex);
 const rg_plan *rg_exec_plan(const rg_exec *ex);
+// The device buffer's plan, or NULL when the exec runs on the CPU alone.
+const rg_plan *rg_exec_device_plan(const rg_exec *ex);
+struct rg_schedule;
+const struct rg_schedule *rg_exec_schedule(const rg_exec *ex);
+
+// Bytes in and out of an exec whose tensors may live on a device (on the CPU these are
+// plain copies). rg_exec_input: where to write a planned leaf's bytes (created with data NULL) before a run (its
+// own bytes on the CPU; host staging uploaded at the next run on a device).
+void *rg_exec_input(rg_exec *ex, rg_node *n);
+rg_status rg_exec_read(rg_exec *ex, const rg_node *n, void *dst, size_t bytes, rg_error *err);
+rg_status rg_exec_write(rg_exec *ex, rg_node *n, const void *src, size_t bytes, rg_error *err);
+// Copies every external leaf the device holds (weights, parameters, optimizer state, caches
+// given by the caller) back to the caller's host bytes: before a checkpoint is written.
+rg_status rg_exec_download_leaves(rg_exec *ex, rg_error *err);
 rg_exec_stats rg_exec_get_stats(const rg_exec *ex);
 rg_threadpool *rg_exec_pool(rg_exec *ex);
 void rg_exec_free(rg_exec *ex);

@@ -15,6 +15,7 @@ typedef struct rg_exec_ctx {
     void *scratch;
     size_t scratch_size;
     bool int8_activations;  // rg_exec_opts.int8_activations (inference only)
+    struct rg_backend *backend;  // the backend running the node (its context: backend->impl); NULL: the CPU
 } rg_exec_ctx;
 
 // A CPU kernel: reads n->src[i]->t (bytes bound; strides honoured as the op's

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "graph/backend.h"
 #include "graph/ops.h"
 
 #define ALIGN 64
@@ -92,6 +93,10 @@ static bool keeps_to_end(const rg_node *n) {
 static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
 
 rg_status rg_graph_plan(rg_graph *g, int n_threads, size_t budget, rg_plan *out, rg_error *err) {
+    return rg_graph_plan_backend(g, RG_BACKEND_CPU, n_threads, budget, out, err);
+}
+
+rg_status rg_graph_plan_backend(rg_graph *g, int backend, int n_threads, size_t budget, rg_plan *out, rg_error *err) {
     memset(out, 0, sizeof *out);
     rg_status st = rg_graph_error(g, err);
     if (st) return st;
@@ -100,8 +105,10 @@ rg_status rg_graph_plan(rg_graph *g, int n_threads, size_t budget, rg_plan *out,
         rg_node *x = g->nodes[i];
         x->first_use = i;
         x->last_use = keeps_to_end(x) ? INT_MAX : i;
-        x->offset = -1;
-        x->inplace_of = NULL;
+        if (x->backend == backend) {
+            x->offset = -1;
+            x->inplace_of = NULL;
+        }
     }
     for (int i = 0; i < n; i++) {
         rg_node *x = g->nodes[i];
@@ -123,7 +130,7 @@ rg_status rg_graph_plan(rg_graph *g, int n_threads, size_t budget, rg_plan *out,
     for (int i = 0; i <= n; i++) free_head[i] = -1;
     for (int i = 0; i < n; i++) {
         rg_node *x = g->nodes[i];
-        if (x->view_of || is_external(x) || x->last_use == INT_MAX) continue;
+        if (x->view_of || is_external(x) || x->last_use == INT_MAX || x->backend != backend) continue;
         free_next[i] = free_head[x->last_use];
         free_head[x->last_use] = i;
     }
@@ -131,6 +138,7 @@ rg_status rg_graph_plan(rg_graph *g, int n_threads, size_t budget, rg_plan *out,
     for (int i = 0; i < n; i++) {
         rg_node *x = g->nodes[i];
         const rg_op_def *def = &rg_op_defs[x->op];
+        if (x->backend != backend) continue;  // planned in its own backend's buffer
         if (is_external(x)) {
             out->external_bytes += rg_tensor_span(&x->t);
             if (x->flags & RG_NODE_PARAM) out->param_bytes += rg_tensor_span(&x->t);
@@ -144,7 +152,8 @@ rg_status rg_graph_plan(rg_graph *g, int n_threads, size_t budget, rg_plan *out,
         bool other_reader = false;
         for (int s = 1; s < RG_MAX_SRC; s++)
             if (x->src[s] && s0 && owner(x->src[s]) == s0) other_reader = true;
-        if (def->inplace_ok && s0 && !other_reader && !s0->view_of && s0->offset >= 0 && s0->last_use == i &&
+        if (def->inplace_ok && s0 && !other_reader && !s0->view_of && s0->backend == backend && s0->offset >= 0 &&
+            s0->last_use == i &&
             node_bytes(s0) == bytes && s0->t.type == x->t.type && rg_tensor_is_contiguous(&s0->t) && !keeps_to_end(s0)) {
             // Take over the source's block: it is not released at this step.
             x->offset = s0->offset;
@@ -169,9 +178,10 @@ rg_status rg_graph_plan(rg_graph *g, int n_threads, size_t budget, rg_plan *out,
     }
     out->buffer_bytes = a.end;
     for (int i = 0; i < n; i++) {
-        const rg_op_def *def = &rg_op_defs[g->nodes[i]->op];
-        if (def->cpu_work) {
-            size_t w = def->cpu_work(g->nodes[i], n_threads > 0 ? n_threads : 1);
+        if (g->nodes[i]->backend != backend) continue;
+        const rg_op_col c = rg_op_cell((rg_backend_id)backend, g->nodes[i]->op);
+        if (c.work) {
+            size_t w = c.work(g->nodes[i], n_threads > 0 ? n_threads : 1);
             if (w > out->scratch_bytes) out->scratch_bytes = w;
         }
     }

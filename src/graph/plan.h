@@ -24,6 +24,10 @@ typedef struct rg_plan {
 // Plans g for n_threads (scratch sizes depend on it). budget = 0: no limit;
 // otherwise buffer + scratch + external must fit, or RG_ERR_NOMEM names the numbers.
 rg_status rg_graph_plan(rg_graph *g, int n_threads, size_t budget, rg_plan *out, rg_error *err);
+// The same for the nodes whose backend (n->backend, set by the scheduler) is `backend`:
+// their offsets in that backend's buffer; the other nodes' offsets are left alone.
+// rg_graph_plan plans the CPU's (every node, in a graph never scheduled elsewhere).
+rg_status rg_graph_plan_backend(rg_graph *g, int backend, int n_threads, size_t budget, rg_plan *out, rg_error *err);
 void rg_plan_print(const rg_plan *p, FILE *f);
 
 #endif

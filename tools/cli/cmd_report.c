@@ -8,25 +8,15 @@
 
 #include "cli.h"
 #include "cuda/cuda.h"
+#include "graph/backend.h"
 #include "graph/ops.h"
 
-// The types the CPU kernel of an op accepts (the cpu_supports rules in ops.c).
+// The types of an op's cell on a backend, as the op table's columns say (graph/backend.h).
+static const char *cell_types(rg_backend_id b, rg_op op) { return rg_op_cell(b, (int)op).types; }
 static const char *cpu_types(rg_op op) {
-    const rg_op_def *d = &rg_op_defs[op];
-    if (d->is_view) return "view (no kernel)";
-    if (!d->cpu) return "none";
-    switch (op) {
-    case RG_OP_MUL_MAT:
-    case RG_OP_OUT_PROD:
-    case RG_OP_GET_ROWS:
-    case RG_OP_LINEAR_CE:
-    case RG_OP_LINEAR_CE_BACK: return "any weight type";
-    case RG_OP_CONT: return "any type";
-    case RG_OP_FILL:
-    case RG_OP_CPY: return "f32, f16, bf16";
-    case RG_OP_ATTN_DECODE: return "f32 (cache f32, f16)";
-    default: return "f32";
-    }
+    if (rg_op_defs[op].is_view) return "view (no kernel)";
+    const char *t = cell_types(RG_BACKEND_CPU, op);
+    return t ? t : "none";
 }
 
 // Which backend runs the op: "cuda" (for its CUDA types; other types and
@@ -34,8 +24,8 @@ static const char *cpu_types(rg_op op) {
 static const char *backend_of(rg_op op, int use_cuda) {
     const rg_op_def *d = &rg_op_defs[op];
     if (d->is_view) return "none";
-    if (use_cuda && rg_cuda_op_types((int)op)) return "cuda";
-    return d->cpu ? "cpu" : "none";
+    if (use_cuda && cell_types(RG_BACKEND_CUDA, op)) return "cuda";
+    return cell_types(RG_BACKEND_CPU, op) ? "cpu" : "none";
 }
 
 static void print_usage(FILE *f) { fprintf(f, "usage: retrograd report [--json] [--device cpu|cuda]\n"); }
@@ -90,7 +80,7 @@ int cmd_report(int argc, char **argv) {
         int first = 1;
         for (int op = RG_OP_NONE + 1; op < RG_OP_COUNT; op++) {
             const rg_op_def *d = &rg_op_defs[op];
-            const char *ct = rg_cuda_op_types(op);
+            const char *ct = cell_types(RG_BACKEND_CUDA, (rg_op)op);
             printf("%s\n    {\"op\": ", first ? "" : ",");
             first = 0;
             json_str(stdout, d->name, strlen(d->name));
@@ -119,7 +109,7 @@ int cmd_report(int argc, char **argv) {
     printf("%-26s %-8s %-18s %s\n", "op", "backend", "cpu types", "cuda types");
     for (int op = RG_OP_NONE + 1; op < RG_OP_COUNT; op++) {
         const rg_op_def *d = &rg_op_defs[op];
-        const char *ct = rg_cuda_op_types(op);
+        const char *ct = cell_types(RG_BACKEND_CUDA, (rg_op)op);
         char cuda_col[96];
         if (d->is_view) snprintf(cuda_col, sizeof cuda_col, "view (no kernel)");
         else if (ct) snprintf(cuda_col, sizeof cuda_col, "%s%s", ct, d->cpu ? " (others: cpu fallback)" : "");
