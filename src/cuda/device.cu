@@ -8,12 +8,15 @@
 
 #include "cuda/cuda_common.cuh"
 
+// On failure the runtime's last error is cleared too: a failed call records
+// it, and the next launch's cudaGetLastError() would report it again.
 #define RG_CUDA_TRY(call, what)                                                                       \
     do {                                                                                              \
         cudaError_t e_ = (call);                                                                      \
         if (e_ != cudaSuccess) {                                                                      \
             st = rg_fail(err, RG_ERR_IO, "cuda device %d: %s failed: %s (%s:%d)", index, what,      \
                          cudaGetErrorString(e_), __FILE__, __LINE__);                                 \
+            cudaGetLastError();                                                                       \
             goto done;                                                                                \
         }                                                                                             \
     } while (0)
