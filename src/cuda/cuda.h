@@ -1,6 +1,8 @@
-// cuda.h - the CUDA backend as C sees it. Built from src/cuda/*.cu where nvcc
-// exists, from cuda_stub.c otherwise; both define every function here, so
-// callers never need #ifdefs.
+// cuda.h - the CUDA backend as C sees it. cuda_select.c defines every function
+// here by routing it to one build of src/cuda/*.cu: the nvcc one for the GPU,
+// or with RETRO_CUDA_HOST=1 the host twin that executes the same code on the
+// CPU (src/cuda_host/); where a build is missing, cuda_stub.c says why. So
+// callers never need #ifdefs (see cuda_twin.h).
 #ifndef RG_CUDA_H
 #define RG_CUDA_H
 

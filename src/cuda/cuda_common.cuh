@@ -3,20 +3,52 @@
 // stats) and the checking macros that turn every failed CUDA or cuBLAS call
 // into an rg_error naming the op, the node, the call, the error string and
 // the file:line, in the spirit of llm.c's cudaCheck but returning instead of
-// exiting.
+// exiting; and the macros every kernel launch and every block-shared array go
+// through, so that the same file also builds as the host twin (cuda_twin.h,
+// src/cuda_host/): RG_LAUNCH, RG_SHARED, RG_SHARED_DYN.
+//
+// Everything a .cu file defines for itself (kernels, helpers, templates) has
+// internal linkage (static or an anonymous namespace): the nvcc twin and the
+// host twin of the same file link into one binary.
 #ifndef RG_CUDA_COMMON_CUH
 #define RG_CUDA_COMMON_CUH
+
+extern "C" {
+#include "cuda/cuda_twin.h"
+}
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#ifndef __CUDACC__
+#include "cuda_host/kernel.h"  // the host twin: kernels run on the CPU
+#endif
+
 extern "C" {
 #include "base/error.h"
-#include "cuda/cuda.h"
 #include "graph/backend.h"
 #include "graph/graph.h"
 #include "graph/ops.h"
 }
+
+// RG_LAUNCH(kernel, grid, block, shmem_bytes, stream, args...): kernel<<<grid,
+// block, shmem_bytes, stream>>>(args...). A template kernel with more than one
+// template argument needs an alias (the commas would split the macro's
+// arguments).
+// RG_SHARED(T, name, count): T name[count] shared by the block (static);
+// a 2-D array takes a row type: typedef float row[33]; RG_SHARED(row, tile, 32).
+// RG_SHARED_DYN(T, name): T *name, the launch's dynamic shared memory.
+#ifdef __CUDACC__
+#define RG_LAUNCH(kernel, grid, block, shmem, stream, ...) kernel<<<(grid), (block), (shmem), (stream)>>>(__VA_ARGS__)
+#define RG_SHARED(T, name, count) __shared__ T name[count]
+#define RG_SHARED_DYN(T, name)                                     \
+    extern __shared__ __align__(16) unsigned char rg_shared_dyn_##name[]; \
+    T *const name = reinterpret_cast<T *>(rg_shared_dyn_##name)
+#else
+#define RG_LAUNCH RGH_LAUNCH
+#define RG_SHARED RGH_SHARED
+#define RG_SHARED_DYN RGH_SHARED_DYN
+#endif
 
 // The context of the backend running a node (its kernels get rg_exec_ctx from the executor).
 static inline rg_cuda_ctx *rg_cu_ctx(const rg_exec_ctx *c) { return (rg_cuda_ctx *)c->backend->impl; }

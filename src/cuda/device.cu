@@ -8,12 +8,15 @@
 
 #include "cuda/cuda_common.cuh"
 
+// On failure the runtime's last error is cleared too: a failed call records
+// it, and the next launch's cudaGetLastError() would report it again.
 #define RG_CUDA_TRY(call, what)                                                                       \
     do {                                                                                              \
         cudaError_t e_ = (call);                                                                      \
         if (e_ != cudaSuccess) {                                                                      \
             st = rg_fail(err, RG_ERR_IO, "cuda device %d: %s failed: %s (%s:%d)", index, what,      \
                          cudaGetErrorString(e_), __FILE__, __LINE__);                                 \
+            cudaGetLastError();                                                                       \
             goto done;                                                                                \
         }                                                                                             \
     } while (0)
@@ -67,7 +70,7 @@ extern "C" rg_status rg_cuda_add_f32(int index, const float *a, const float *b, 
     RG_CUDA_TRY(cudaMalloc(&dy, bytes), "cudaMalloc");
     RG_CUDA_TRY(cudaMemcpy(da, a, bytes, cudaMemcpyHostToDevice), "copy to device");
     RG_CUDA_TRY(cudaMemcpy(db, b, bytes, cudaMemcpyHostToDevice), "copy to device");
-    add_f32_kernel<<<(unsigned)((n + 255) / 256), 256>>>(da, db, dy, n);
+    RG_LAUNCH(add_f32_kernel, (unsigned)((n + 255) / 256), 256, 0, 0, da, db, dy, n);
     RG_CUDA_TRY(cudaGetLastError(), "kernel launch");
     RG_CUDA_TRY(cudaMemcpy(y, dy, bytes, cudaMemcpyDeviceToHost), "copy to host");
 done:

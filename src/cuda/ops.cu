@@ -143,8 +143,8 @@ __device__ static double block_sum_f64(double v, double *sh) {
 //   a row whose z are all -inf gives zeros.
 __global__ static void soft_max_f32_kernel(const float *a, const float *mask, float *y, int64_t n_kv, int64_t T,
                                            int64_t nrows, int64_t mask_ld, int causal, float scale, float softcap) {
-    __shared__ float sh_max[32];
-    __shared__ double sh_sum[32];
+    RG_SHARED(float, sh_max, 32);
+    RG_SHARED(double, sh_sum, 32);
     for (int64_t r = blockIdx.x; r < nrows; r += gridDim.x) {
         const int64_t i = r % T;
         const float *ar = a + r * n_kv;
@@ -262,16 +262,16 @@ static rg_status run_add(rg_cuda_ctx *ctx, const rg_node *n, rg_error *err) {
     void *dy = n->t.data;
     const int64_t count = rg_tensor_nelements(&n->t);
     if (rg_tensor_is_contiguous(a) && rg_tensor_same_shape(a, b) && rg_tensor_is_contiguous(b)) {
-        add_same_f32_kernel<<<grid_for(count), RG_CU_THREADS, 0, ctx->stream>>>((const float *)da, (const float *)db,
-                                                                                (float *)dy, count);
+        RG_LAUNCH(add_same_f32_kernel, grid_for(count), RG_CU_THREADS, 0, ctx->stream, (const float *)da,
+                  (const float *)db, (float *)dy, count);
     } else {
         add_geom g;
         for (int i = 0; i < 4; i++) {
             g.ne[i] = n->t.ne[i], g.as[i] = (int64_t)(a->nb[i] / 4);
             g.bne[i] = b->ne[i], g.bs[i] = (int64_t)(b->nb[i] / 4);
         }
-        add_bcast_f32_kernel<<<grid_for(count), RG_CU_THREADS, 0, ctx->stream>>>((const float *)da, (const float *)db,
-                                                                                 (float *)dy, g, count);
+        RG_LAUNCH(add_bcast_f32_kernel, grid_for(count), RG_CU_THREADS, 0, ctx->stream, (const float *)da,
+                  (const float *)db, (float *)dy, g, count);
     }
     CU_LAUNCHED();
     return RG_OK;
@@ -375,11 +375,11 @@ static rg_status run_mul_mat(rg_cuda_ctx *ctx, const rg_node *n, rg_error *err) 
                     const int64_t rows = g.M - m0 < mc ? g.M - m0 : mc;
                     const uint16_t *src = W + i03 * sw3 + i02 * sw2 + m0 * ldw;
                     if (w->type == RG_TYPE_F16)
-                        widen_f16_kernel<<<grid_for(rows * g.K), RG_CU_THREADS, 0, ctx->stream>>>(src, ldw, g.K, rows,
-                                                                                                  Wf);
+                        RG_LAUNCH(widen_f16_kernel, grid_for(rows * g.K), RG_CU_THREADS, 0, ctx->stream, src, ldw,
+                                  g.K, rows, Wf);
                     else
-                        widen_bf16_kernel<<<grid_for(rows * g.K), RG_CU_THREADS, 0, ctx->stream>>>(src, ldw, g.K,
-                                                                                                   rows, Wf);
+                        RG_LAUNCH(widen_bf16_kernel, grid_for(rows * g.K), RG_CU_THREADS, 0, ctx->stream, src, ldw,
+                                  g.K, rows, Wf);
                     CU_LAUNCHED();
                     for (int64_t i3 = i03 * g.r3; i3 < (i03 + 1) * g.r3; i3++)
                         RG_TRY(gemm_group(ctx, n, &g, Wf, g.K, (int)rows, X + i3 * g.sx3 + i02 * g.r2 * g.sx2,
@@ -401,9 +401,8 @@ static rg_status run_soft_max(rg_cuda_ctx *ctx, const rg_node *n, rg_error *err)
     void *dy = n->t.data;
     const int64_t mask_ld = m ? (int64_t)(m->nb[1] / 4) : 0;
     const unsigned blocks = (unsigned)(nrows < 65535 * 16 ? nrows : 65535 * 16);
-    soft_max_f32_kernel<<<blocks, RG_CU_THREADS, 0, ctx->stream>>>((const float *)da, (const float *)dm, (float *)dy,
-                                                                   n_kv, T, nrows, mask_ld, n->ip[0] != 0, n->fp[0],
-                                                                   n->fp[1]);
+    RG_LAUNCH(soft_max_f32_kernel, blocks, RG_CU_THREADS, 0, ctx->stream, (const float *)da, (const float *)dm,
+              (float *)dy, n_kv, T, nrows, mask_ld, n->ip[0] != 0, n->fp[0], n->fp[1]);
     CU_LAUNCHED();
     return RG_OK;
 }

@@ -1,0 +1,94 @@
+// cuda_select.c - the rg_cuda_* functions of cuda.h: each routes to one build
+// of the backend (cuda_twin.h). RETRO_CUDA_HOST=1 in the environment selects
+// the host twin (src/cuda/*.cu executed on the CPU by src/cuda_host/), for the
+// whole process; otherwise the nvcc twin, or where nvcc was missing the stub
+// that says so. The first use of the host twin's device prints one line on
+// stderr, so that no figure from it passes for a GPU result.
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda_twin.h"
+
+static const rg_cuda_twin *chosen;
+static pthread_once_t chosen_once = PTHREAD_ONCE_INIT;
+static pthread_once_t notice_once = PTHREAD_ONCE_INIT;
+
+static void choose(void) {
+    const char *v = getenv("RETRO_CUDA_HOST");
+    if (v && !strcmp(v, "1")) {
+#ifdef RG_HAVE_CUDA_HOST
+        chosen = &rg_cudahost_table;
+#else
+        chosen = &rg_cudastub_host_table;
+#endif
+    } else {
+#ifdef RG_HAVE_CUDA
+        chosen = &rg_cudadev_table;
+#else
+        chosen = &rg_cudastub_table;
+#endif
+    }
+}
+
+static const rg_cuda_twin *twin(void) {
+    pthread_once(&chosen_once, choose);
+    return chosen;
+}
+
+static void print_notice(void) {
+    fprintf(stderr, "retrograd: RETRO_CUDA_HOST=1: the CUDA device is the host execution of the CUDA code (not a "
+                    "GPU); its figures are not GPU results\n");
+}
+
+// The calls that use a device: the first one under the host twin says so.
+static const rg_cuda_twin *device_twin(void) {
+    const rg_cuda_twin *t = twin();
+#ifdef RG_HAVE_CUDA_HOST
+    if (t == &rg_cudahost_table) pthread_once(&notice_once, print_notice);
+#else
+    (void)notice_once, (void)print_notice;
+#endif
+    return t;
+}
+
+int rg_cuda_compiled(void) { return twin()->compiled(); }
+
+int rg_cuda_device_count(char *reason, size_t reason_cap) { return device_twin()->device_count(reason, reason_cap); }
+
+rg_status rg_cuda_device_get(int index, rg_cuda_device_info *out, rg_error *err) {
+    return device_twin()->device_get(index, out, err);
+}
+
+rg_status rg_cuda_add_f32(int index, const float *a, const float *b, float *y, int64_t n, rg_error *err) {
+    return device_twin()->add_f32(index, a, b, y, n, err);
+}
+
+rg_status rg_cuda_ctx_create(rg_cuda_ctx **out, int device, rg_error *err) {
+    return device_twin()->ctx_create(out, device, err);
+}
+
+void rg_cuda_ctx_free(rg_cuda_ctx *ctx) {
+    if (ctx) twin()->ctx_free(ctx);
+}
+
+rg_status rg_cuda_mem_alloc(rg_cuda_ctx *ctx, size_t bytes, void **out, rg_error *err) {
+    return twin()->mem_alloc(ctx, bytes, out, err);
+}
+void rg_cuda_mem_free(rg_cuda_ctx *ctx, void *p) { twin()->mem_free(ctx, p); }
+rg_status rg_cuda_copy_h2d(rg_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, rg_error *err) {
+    return twin()->copy_h2d(ctx, dst, src, bytes, err);
+}
+rg_status rg_cuda_copy_d2h(rg_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, rg_error *err) {
+    return twin()->copy_d2h(ctx, dst, src, bytes, err);
+}
+rg_status rg_cuda_mem_zero(rg_cuda_ctx *ctx, void *dst, size_t bytes, rg_error *err) {
+    return twin()->mem_zero(ctx, dst, bytes, err);
+}
+rg_status rg_cuda_sync(rg_cuda_ctx *ctx, rg_error *err) { return twin()->sync(ctx, err); }
+rg_status rg_cuda_mem_info(rg_cuda_ctx *ctx, size_t *free_bytes, size_t *total_bytes, rg_error *err) {
+    return twin()->mem_info(ctx, free_bytes, total_bytes, err);
+}
+size_t rg_cuda_ctx_bytes(const rg_cuda_ctx *ctx) { return twin()->ctx_bytes(ctx); }
+const struct rg_op_col *rg_cuda_column(void) { return twin()->column(); }

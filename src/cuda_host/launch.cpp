@@ -1,0 +1,111 @@
+// launch.cpp - RG_LAUNCH's way into the runtime: the launch configuration is
+// checked as a GPU checks it (errors through cudaGetLastError), every pointer
+// argument must be device memory, pinned host memory or NULL, and the launch
+// is queued on its stream (or recorded by a capture). cudaFuncSetAttribute
+// keeps the dynamic shared-memory limit per kernel.
+#include <map>
+
+#include "cuda_host/devmem.h"
+#include "cuda_host/kernel.h"
+#include "cuda_host/launch.h"
+#include "cuda_host/queue.h"
+#include "cuda_host/state.h"
+
+namespace rgh {
+
+namespace {
+
+const size_t kSmemDefault = 48 * 1024, kSmemOptin = 232448;
+
+std::map<const void *, size_t> g_max_dynamic_smem;  // cudaFuncAttributeMaxDynamicSharedMemorySize
+
+// "" when every pointer argument may be used by a kernel, else which one may not.
+std::string bad_pointer(const std::string &kernel, const KernelBody &body) {
+    for (const KernelBody::PointerArg &a : body.pointers) {
+        const Ptr k = classify(a.ptr);
+        if (k == Ptr::null || k == Ptr::device || k == Ptr::pinned) continue;
+        char s[384];
+        snprintf(s, sizeof s, "kernel '%s' argument %d: %p is %s", kernel.c_str(), a.index, a.ptr, ptr_kind_name(k));
+        return s;
+    }
+    return "";
+}
+
+}  // namespace
+
+void forget_func_attributes(void) { g_max_dynamic_smem.clear(); }
+
+void submit_launch(const char *name, const void *fn, dim3 grid, dim3 block, size_t shmem, cudaStream_t stream,
+                   std::shared_ptr<const KernelBody> body) {
+    std::lock_guard<std::recursive_mutex> guard(runtime_lock());
+    if (sticky_error() != cudaSuccess) return;
+    const unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
+    if (!block.x || !block.y || !block.z || block.x > 1024 || block.y > 1024 || block.z > 64 || threads > 1024) {
+        set_error(cudaErrorInvalidConfiguration,
+                  "kernel '%s': a block of (%u,%u,%u) = %llu threads (at most 1024; x and y <= 1024, z <= 64)", name,
+                  block.x, block.y, block.z, threads);
+        return;
+    }
+    if (!grid.x || !grid.y || !grid.z || grid.x > 0x7FFFFFFFu || grid.y > 65535 || grid.z > 65535) {
+        set_error(cudaErrorInvalidConfiguration, "kernel '%s': a grid of (%u,%u,%u) blocks (x < 2^31, y and z <= 65535)",
+                  name, grid.x, grid.y, grid.z);
+        return;
+    }
+    auto attr = g_max_dynamic_smem.find(fn);
+    const size_t dyn_limit = attr != g_max_dynamic_smem.end() ? attr->second : kSmemDefault;
+    if (shmem > dyn_limit) {
+        set_error(cudaErrorInvalidValue,
+                  "kernel '%s': %zu bytes of dynamic shared memory, over its %zu (cudaFuncSetAttribute with "
+                  "cudaFuncAttributeMaxDynamicSharedMemorySize raises the limit up to %zu)",
+                  name, shmem, dyn_limit, kSmemOptin);
+        return;
+    }
+    // A GPU would fault inside the kernel (sticky); here it is found before it runs.
+    const std::string bad = bad_pointer(name, *body);
+    if (!bad.empty()) {
+        fault_sticky(cudaErrorIllegalAddress, bad);
+        return;
+    }
+    Stream *s = find_stream(stream, name);
+    if (!s) return;
+    auto launch = std::make_shared<Launch>();
+    launch->name = name;
+    launch->fn = fn;
+    launch->grid = grid;
+    launch->block = block;
+    launch->shmem = shmem;
+    launch->smem_limit = attr != g_max_dynamic_smem.end() ? kSmemOptin : kSmemDefault;
+    launch->body = std::move(body);
+    auto w = std::make_shared<Work>();
+    w->what = "kernel '" + launch->name + "'";
+    w->run = [launch](std::string *why) {
+        // Again when it runs: a graph replays it after the memory may have been freed.
+        *why = bad_pointer(launch->name, *launch->body);
+        if (!why->empty()) return cudaErrorIllegalAddress;
+        return run_launch(*launch, why);
+    };
+    submit(s, w);
+}
+
+}  // namespace rgh
+
+cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value) {
+    RGH_ENTER();
+    if (!func) return rgh::set_error(cudaErrorInvalidDeviceFunction, "cudaFuncSetAttribute: NULL function");
+    switch (attr) {
+    case cudaFuncAttributeMaxDynamicSharedMemorySize:
+        if (value < 0 || (size_t)value > rgh::kSmemOptin)
+            return rgh::set_error(cudaErrorInvalidValue,
+                                  "cudaFuncSetAttribute: %d bytes of dynamic shared memory (at most %zu)", value,
+                                  rgh::kSmemOptin);
+        rgh::g_max_dynamic_smem[func] = (size_t)value;
+        return cudaSuccess;
+    case cudaFuncAttributePreferredSharedMemoryCarveout:
+        if (value < -1 || value > 100)
+            return rgh::set_error(cudaErrorInvalidValue, "cudaFuncSetAttribute: carveout %d (-1..100)", value);
+        return cudaSuccess;
+    default:
+        return rgh::set_error(cudaErrorInvalidValue,
+                              "cudaFuncSetAttribute: attribute %d is not modelled by the host execution", (int)attr);
+    }
+}

@@ -1,0 +1,464 @@
+// queue.cpp - see queue.h.
+#include "cuda_host/queue.h"
+
+#include <time.h>
+
+#include <deque>
+#include <map>
+
+#include "cuda_host/devmem.h"
+#include "cuda_host/state.h"
+
+namespace rgh {
+
+struct Capture {
+    std::vector<WorkPtr> items;
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+    bool invalid = false;
+};
+
+struct Stream {
+    unsigned flags = cudaStreamDefault;
+    bool legacy = false;
+    struct Item {
+        uint64_t seq;
+        WorkPtr w;
+    };
+    std::deque<Item> q;
+    std::shared_ptr<Capture> capture;
+    bool capture_origin = false;  // cudaStreamBeginCapture was called on this stream
+};
+
+struct Event {
+    unsigned flags = 0;
+    bool recorded = false, done = true;
+    std::weak_ptr<Stream> stream;
+    uint64_t seq = 0, gen = 0;
+    double ms = 0;                     // host time when the record ran
+    std::shared_ptr<Capture> capture;  // recorded inside this capture
+};
+
+namespace {
+
+uint64_t g_seq;
+std::shared_ptr<Stream> g_legacy, g_per_thread;
+std::map<const void *, std::shared_ptr<Stream>> g_streams;
+std::map<const void *, std::shared_ptr<Event>> g_events;
+std::map<const void *, std::shared_ptr<Graph>> g_graphs, g_execs;
+
+double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+Stream *legacy(void) {
+    if (!g_legacy) {
+        g_legacy = std::make_shared<Stream>();
+        g_legacy->legacy = true;
+    }
+    return g_legacy.get();
+}
+
+std::shared_ptr<Stream> shared_of(Stream *s) {
+    if (s == g_legacy.get()) return g_legacy;
+    if (s == g_per_thread.get()) return g_per_thread;
+    auto it = g_streams.find(s);
+    return it == g_streams.end() ? nullptr : it->second;
+}
+
+template <class F>
+void each_stream(F f) {
+    if (g_legacy) f(g_legacy.get());
+    if (g_per_thread) f(g_per_thread.get());
+    for (auto &kv : g_streams) f(kv.second.get());
+}
+
+bool blocking(const Stream *s) { return !s->legacy && !(s->flags & cudaStreamNonBlocking); }
+
+uint64_t push(Stream *s, WorkPtr w) {
+    s->q.push_back(Stream::Item{++g_seq, std::move(w)});
+    return g_seq;
+}
+
+// One EXEC item; its error (with the item named) becomes *why.
+cudaError_t exec_one(const Work &w, std::string *why) {
+    cudaError_t e;
+    if (w.host_code) {
+        DevSuspend host;
+        e = w.run(why);
+    } else {
+        e = w.run(why);
+    }
+    if (e != cudaSuccess) {
+        if (why->empty()) *why = w.what + " failed";
+        return e;
+    }
+    if (w.host_code) return cudaSuccess;
+    const std::string damage = dev_check_red_zones();
+    if (!damage.empty()) {
+        *why = "after " + w.what + ": " + damage;
+        return cudaErrorIllegalAddress;
+    }
+    return cudaSuccess;
+}
+
+cudaError_t execute(const Work &w) {
+    if (sticky_error() != cudaSuccess) return sticky_error();  // a faulted device runs nothing more
+    switch (w.kind) {
+    case Work::RECORD:
+        if (w.event->gen == w.gen) {
+            w.event->done = true;
+            w.event->ms = now_ms();
+        }
+        return cudaSuccess;
+    case Work::WAIT: return cudaSuccess;
+    case Work::EXEC: break;
+    }
+    std::string why;
+    cudaError_t e = exec_one(w, &why);
+    return e == cudaSuccess ? e : fault_sticky(e, why);
+}
+
+// Runs the items of s with a sequence number below `limit`, each after what it depends on.
+cudaError_t run_until(Stream *s, uint64_t limit) {
+    while (!s->q.empty() && s->q.front().seq < limit) {
+        const uint64_t seq = s->q.front().seq;
+        const WorkPtr w = s->q.front().w;
+        cudaError_t e = cudaSuccess;
+        if (s->legacy) {
+            each_stream([&](Stream *b) {
+                if (e == cudaSuccess && blocking(b)) e = run_until(b, seq);
+            });
+        } else if (blocking(s) && g_legacy) {
+            e = run_until(g_legacy.get(), seq);
+        }
+        if (e == cudaSuccess && w->kind == Work::WAIT)
+            if (std::shared_ptr<Stream> t = w->wait_stream.lock()) e = run_until(t.get(), w->wait_seq + 1);
+        if (e != cudaSuccess) return e;
+        s->q.pop_front();
+        e = execute(*w);
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}
+
+void invalidate_captures(bool global_only) {
+    each_stream([&](Stream *s) {
+        if (s->capture && (!global_only || s->capture->mode == cudaStreamCaptureModeGlobal)) s->capture->invalid = true;
+    });
+}
+
+}  // namespace
+
+WorkPtr simple_work(std::string what, std::function<void()> f, bool host_code) {
+    auto w = std::make_shared<Work>();
+    w->what = std::move(what);
+    w->host_code = host_code;
+    w->run = [f](std::string *) {
+        f();
+        return cudaSuccess;
+    };
+    return w;
+}
+
+Stream *find_stream(cudaStream_t s, const char *call) {
+    if (s == nullptr || s == cudaStreamLegacy) return legacy();
+    if (s == cudaStreamPerThread) {
+        if (!g_per_thread) g_per_thread = std::make_shared<Stream>();
+        return g_per_thread.get();
+    }
+    auto it = g_streams.find((const void *)s);
+    if (it == g_streams.end()) {
+        set_error(cudaErrorInvalidResourceHandle, "%s: stream %p is not a live stream", call, (void *)s);
+        return nullptr;
+    }
+    return it->second.get();
+}
+
+bool stream_capturing(const Stream *s) { return s->capture != nullptr; }
+
+// Whether work may be queued on s (not captured) now: the legacy stream may
+// not take work while a blocking stream captures (it would depend on it).
+static cudaError_t check_queueable(const Stream *s, const char *what) {
+    if (!s->legacy) return cudaSuccess;
+    bool implicit = false;
+    each_stream([&](Stream *b) { implicit = implicit || (b->capture && blocking(b)); });
+    if (!implicit) return cudaSuccess;
+    invalidate_captures(false);
+    return set_error(cudaErrorStreamCaptureImplicit, "%s on the legacy stream while a blocking stream captures", what);
+}
+
+cudaError_t submit(Stream *s, WorkPtr w) {
+    if (s->capture) {
+        if (s->capture->invalid)
+            return set_error(cudaErrorStreamCaptureInvalidated, "%s: the stream's capture was invalidated earlier",
+                             w->what.c_str());
+        s->capture->items.push_back(std::move(w));
+        return cudaSuccess;
+    }
+    cudaError_t e = check_queueable(s, w->what.c_str());
+    if (e != cudaSuccess) return e;
+    push(s, std::move(w));
+    return cudaSuccess;
+}
+
+cudaError_t sync_stream(Stream *s) {
+    if (s->capture) {
+        s->capture->invalid = true;
+        return set_error(cudaErrorStreamCaptureUnsupported, "synchronizing a stream that captures");
+    }
+    DevAccess open;
+    cudaError_t e = run_until(s, UINT64_MAX);
+    return e != cudaSuccess ? e : sticky_error();
+}
+
+cudaError_t sync_all(void) {
+    DevAccess open;
+    cudaError_t e = cudaSuccess;
+    each_stream([&](Stream *s) {
+        if (e == cudaSuccess) e = run_until(s, UINT64_MAX);
+    });
+    return e != cudaSuccess ? e : sticky_error();
+}
+
+cudaError_t refuse_during_capture(const char *call) {
+    bool global = false;
+    each_stream([&](Stream *s) { global = global || (s->capture && s->capture->mode == cudaStreamCaptureModeGlobal); });
+    if (!global) return cudaSuccess;
+    invalidate_captures(true);
+    return set_error(cudaErrorStreamCaptureUnsupported, "%s while a stream captures (cudaStreamCaptureModeGlobal)",
+                     call);
+}
+
+// ---------------------------------------------------------------------------
+// Streams and events
+
+cudaError_t stream_create(cudaStream_t *out, unsigned flags) {
+    if (!out) return set_error(cudaErrorInvalidValue, "cudaStreamCreate: NULL stream pointer");
+    if (flags & ~(unsigned)cudaStreamNonBlocking)
+        return set_error(cudaErrorInvalidValue, "cudaStreamCreateWithFlags: unknown flags 0x%x", flags);
+    auto s = std::make_shared<Stream>();
+    s->flags = flags;
+    g_streams[s.get()] = s;
+    *out = reinterpret_cast<cudaStream_t>(s.get());
+    return cudaSuccess;
+}
+
+cudaError_t stream_destroy(cudaStream_t h) {
+    if (h == nullptr || h == cudaStreamLegacy || h == cudaStreamPerThread)
+        return set_error(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: the default stream cannot be destroyed");
+    Stream *s = find_stream(h, "cudaStreamDestroy");
+    if (!s) return cudaErrorInvalidResourceHandle;
+    if (s->capture) return set_error(cudaErrorStreamCaptureUnsupported, "cudaStreamDestroy of a stream that captures");
+    // Work already enqueued still completes, as on a GPU.
+    cudaError_t e = sync_stream(s);
+    g_streams.erase(s);
+    return e;
+}
+
+static Event *find_event(cudaEvent_t h, const char *call) {
+    auto it = g_events.find((const void *)h);
+    if (it == g_events.end()) {
+        set_error(cudaErrorInvalidResourceHandle, "%s: event %p is not a live event", call, (void *)h);
+        return nullptr;
+    }
+    return it->second.get();
+}
+
+cudaError_t event_create(cudaEvent_t *out, unsigned flags) {
+    if (!out) return set_error(cudaErrorInvalidValue, "cudaEventCreate: NULL event pointer");
+    auto e = std::make_shared<Event>();
+    e->flags = flags;
+    g_events[e.get()] = e;
+    *out = reinterpret_cast<cudaEvent_t>(e.get());
+    return cudaSuccess;
+}
+
+cudaError_t event_destroy(cudaEvent_t h) {
+    if (!find_event(h, "cudaEventDestroy")) return cudaErrorInvalidResourceHandle;
+    g_events.erase((const void *)h);  // a pending record keeps the object alive
+    return cudaSuccess;
+}
+
+// The live stream and event behind two handles; false (the last error set) when either is not.
+static bool find_both(cudaStream_t hs, cudaEvent_t h, const char *call, Stream **s, Event **ev) {
+    *s = find_stream(hs, call);
+    *ev = *s ? find_event(h, call) : nullptr;
+    return *ev != nullptr;
+}
+
+cudaError_t event_record(cudaEvent_t h, cudaStream_t hs) {
+    Stream *s;
+    Event *ev;
+    if (!find_both(hs, h, "cudaEventRecord", &s, &ev)) return cudaErrorInvalidResourceHandle;
+    if (s->capture) {
+        ev->capture = s->capture;  // a stream that waits on it joins the capture
+        return cudaSuccess;
+    }
+    cudaError_t e = check_queueable(s, "cudaEventRecord");
+    if (e != cudaSuccess) return e;
+    auto w = std::make_shared<Work>();
+    w->kind = Work::RECORD;
+    w->what = "cudaEventRecord";
+    w->event = g_events[(const void *)h];
+    w->gen = ++ev->gen;
+    ev->capture = nullptr;
+    ev->recorded = true;
+    ev->done = false;
+    ev->stream = shared_of(s);
+    ev->seq = push(s, w);
+    return cudaSuccess;
+}
+
+cudaError_t event_query(cudaEvent_t h, bool wait) {
+    (void)wait;  // a query runs the work too: nothing runs in the background here
+    Event *ev = find_event(h, wait ? "cudaEventSynchronize" : "cudaEventQuery");
+    if (!ev) return cudaErrorInvalidResourceHandle;
+    if (ev->capture) return set_error(cudaErrorStreamCaptureUnsupported, "event %p was recorded in a capture", (void *)h);
+    if (!ev->recorded || ev->done) return cudaSuccess;
+    if (std::shared_ptr<Stream> s = ev->stream.lock()) {
+        DevAccess open;
+        cudaError_t e = run_until(s.get(), ev->seq + 1);
+        if (e != cudaSuccess) return e;
+    }
+    return ev->done ? cudaSuccess : sticky_error();
+}
+
+cudaError_t event_elapsed(float *ms, cudaEvent_t a, cudaEvent_t b) {
+    Event *ea = find_event(a, "cudaEventElapsedTime"), *eb = ea ? find_event(b, "cudaEventElapsedTime") : nullptr;
+    if (!ea || !eb) return cudaErrorInvalidResourceHandle;
+    if (!ms) return set_error(cudaErrorInvalidValue, "cudaEventElapsedTime: NULL result pointer");
+    if ((ea->flags | eb->flags) & cudaEventDisableTiming)
+        return set_error(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: an event was created without timing");
+    if (!ea->recorded || !eb->recorded)
+        return set_error(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: an event was never recorded");
+    if (!ea->done || !eb->done) return set_error(cudaErrorNotReady, "cudaEventElapsedTime: an event has not completed");
+    *ms = (float)(eb->ms - ea->ms);
+    return cudaSuccess;
+}
+
+cudaError_t stream_wait_event(cudaStream_t hs, cudaEvent_t h) {
+    Stream *s;
+    Event *ev;
+    if (!find_both(hs, h, "cudaStreamWaitEvent", &s, &ev)) return cudaErrorInvalidResourceHandle;
+    if (ev->capture) {  // fork into the capture: this stream's work is recorded from now on
+        if (s->capture && s->capture != ev->capture)
+            return set_error(cudaErrorStreamCaptureIsolation, "cudaStreamWaitEvent joins two captures");
+        if (s->legacy) return set_error(cudaErrorStreamCaptureImplicit, "the legacy stream cannot join a capture");
+        s->capture = ev->capture;
+        return cudaSuccess;
+    }
+    if (!ev->recorded || ev->done) return cudaSuccess;
+    if (s->capture) {
+        s->capture->invalid = true;
+        return set_error(cudaErrorStreamCaptureIsolation, "a capturing stream waits on work outside the capture");
+    }
+    auto w = std::make_shared<Work>();
+    w->kind = Work::WAIT;
+    w->what = "cudaStreamWaitEvent";
+    w->wait_stream = ev->stream;
+    w->wait_seq = ev->seq;
+    return submit(s, w);
+}
+
+// ---------------------------------------------------------------------------
+// Capture and graphs
+
+cudaError_t capture_begin(cudaStream_t hs, cudaStreamCaptureMode mode) {
+    Stream *s = find_stream(hs, "cudaStreamBeginCapture");
+    if (!s) return cudaErrorInvalidResourceHandle;
+    if (s->legacy) return set_error(cudaErrorStreamCaptureUnsupported, "the legacy stream cannot capture");
+    if (s->capture) return set_error(cudaErrorIllegalState, "cudaStreamBeginCapture: the stream captures already");
+    s->capture = std::make_shared<Capture>();
+    s->capture->mode = mode;
+    s->capture_origin = true;
+    return cudaSuccess;
+}
+
+cudaError_t capture_end(cudaStream_t hs, cudaGraph_t *out) {
+    Stream *s = find_stream(hs, "cudaStreamEndCapture");
+    if (!s) return cudaErrorInvalidResourceHandle;
+    if (!out) return set_error(cudaErrorInvalidValue, "cudaStreamEndCapture: NULL graph pointer");
+    *out = nullptr;
+    if (!s->capture || !s->capture_origin)
+        return set_error(cudaErrorIllegalState, "cudaStreamEndCapture: the stream did not begin a capture");
+    std::shared_ptr<Capture> c = s->capture;
+    each_stream([&](Stream *x) {
+        if (x->capture == c) x->capture = nullptr, x->capture_origin = false;
+    });
+    for (auto &kv : g_events)
+        if (kv.second->capture == c) kv.second->capture = nullptr;
+    if (c->invalid) return set_error(cudaErrorStreamCaptureInvalidated, "the capture was invalidated by an earlier call");
+    auto g = std::make_shared<Graph>();
+    g->items = c->items;
+    g_graphs[g.get()] = g;
+    *out = reinterpret_cast<cudaGraph_t>(g.get());
+    return cudaSuccess;
+}
+
+cudaError_t capture_status(cudaStream_t hs, cudaStreamCaptureStatus *out) {
+    Stream *s = find_stream(hs, "cudaStreamIsCapturing");
+    if (!s) return cudaErrorInvalidResourceHandle;
+    *out = !s->capture ? cudaStreamCaptureStatusNone
+           : s->capture->invalid ? cudaStreamCaptureStatusInvalidated
+                                 : cudaStreamCaptureStatusActive;
+    return cudaSuccess;
+}
+
+cudaError_t graph_instantiate(cudaGraphExec_t *out, cudaGraph_t hg) {
+    auto it = g_graphs.find((const void *)hg);
+    if (!out || it == g_graphs.end())
+        return set_error(cudaErrorInvalidValue, "cudaGraphInstantiate: %p is not a live graph", (void *)hg);
+    auto x = std::make_shared<Graph>(*it->second);
+    g_execs[x.get()] = x;
+    *out = reinterpret_cast<cudaGraphExec_t>(x.get());
+    return cudaSuccess;
+}
+
+cudaError_t graph_launch(cudaGraphExec_t hx, cudaStream_t hs) {
+    auto it = g_execs.find((const void *)hx);
+    if (it == g_execs.end())
+        return set_error(cudaErrorInvalidResourceHandle, "cudaGraphLaunch: %p is not a live executable graph", (void *)hx);
+    Stream *s = find_stream(hs, "cudaGraphLaunch");
+    if (!s) return cudaErrorInvalidResourceHandle;
+    // The recorded work in capture order (a valid order of its dependencies).
+    std::shared_ptr<const Graph> g = it->second;
+    auto w = std::make_shared<Work>();
+    w->what = "cudaGraphLaunch";
+    w->run = [g](std::string *why) {
+        for (const WorkPtr &item : g->items) {
+            if (item->kind != Work::EXEC) continue;
+            cudaError_t e = exec_one(*item, why);
+            if (e != cudaSuccess) {
+                *why = "in a graph: " + *why;
+                return e;
+            }
+        }
+        return cudaSuccess;
+    };
+    return submit(s, w);
+}
+
+cudaError_t graph_destroy(cudaGraph_t hg) {
+    if (!g_graphs.erase((const void *)hg))
+        return set_error(cudaErrorInvalidValue, "cudaGraphDestroy: %p is not a live graph", (void *)hg);
+    return cudaSuccess;
+}
+
+cudaError_t graph_exec_destroy(cudaGraphExec_t hx) {
+    if (!g_execs.erase((const void *)hx))
+        return set_error(cudaErrorInvalidValue, "cudaGraphExecDestroy: %p is not a live executable graph", (void *)hx);
+    return cudaSuccess;
+}
+
+void queue_reset(void) {
+    g_streams.clear();
+    g_events.clear();
+    g_graphs.clear();
+    g_execs.clear();
+    g_legacy.reset();
+    g_per_thread.reset();
+}
+
+}  // namespace rgh
