@@ -50,6 +50,17 @@ extern "C" {
 #define RG_SHARED_DYN RGH_SHARED_DYN
 #endif
 
+// The CUDA column of the op table is filled by ops.cu (ADD, MUL_MAT, SOFT_MAX) and by one
+// registration function per family file, each setting the cells of its ops:
+//   ops_elementwise.cu  FILL, SUB, MUL, SCALE, REPEAT(_BACK), SUM, MEAN, SUM_ROWS, SILU(_BACK),
+//                       SWIGLU, CONT, CPY, VIEW_BACK, CPY_INTO, GET_ROWS(_BACK)
+//   ops_norm.cu         RMS_NORM(_BACK), ROPE(_BACK), SOFT_MAX_BACK, CROSS_ENTROPY_LOSS(_BACK),
+//                       ATTN_DECODE
+//   ops_train.cu        OUT_PROD, LINEAR_CE(_BACK), ADAMW, SGD
+void rg_cu_register_elementwise(rg_op_col *col);
+void rg_cu_register_norm(rg_op_col *col);
+void rg_cu_register_train(rg_op_col *col);
+
 // The context of the backend running a node (its kernels get rg_exec_ctx from the executor).
 static inline rg_cuda_ctx *rg_cu_ctx(const rg_exec_ctx *c) { return (rg_cuda_ctx *)c->backend->impl; }
 

@@ -39,6 +39,9 @@
 #define rg_cu_fail RG_CUDA_TWIN(cu_fail)
 #define rg_cublas_fail RG_CUDA_TWIN(cublas_fail)
 #define rg_cuda_pool_get RG_CUDA_TWIN(pool_get)
+#define rg_cu_register_elementwise RG_CUDA_TWIN(register_elementwise)
+#define rg_cu_register_norm RG_CUDA_TWIN(register_norm)
+#define rg_cu_register_train RG_CUDA_TWIN(register_train)
 #endif
 
 #include "cuda/cuda.h"
