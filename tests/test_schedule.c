@@ -12,6 +12,7 @@
 //     by a device node): copy there, write back;
 //   - INPUT leaves on the device through rg_exec_input, two runs with different inputs;
 //   - an optimizer step on the device and rg_exec_download_leaves;
+//   - device copies shared by execs (rg_resident): uploaded once, synchronized back on request;
 //   - a run that does not fit the device's memory is refused with the numbers;
 //   - a NaN on the device is named.
 #include <math.h>
@@ -344,6 +345,44 @@ static void test_optimizer_on_device_and_download(void) {
     free(p0), free(gv);
 }
 
+// Device copies shared by execs (a session's weights, a trainer's parameters): the second
+// exec uploads nothing, what the device wrote reaches the host at rg_resident_sync_host.
+static void test_resident_copies_outlive_an_exec(void) {
+    static const rg_op ops[] = {RG_OP_SGD, RG_OP_NONE};
+    dev_reset(ops);
+    enum { P = 19 };
+    float *p0 = randn(P, 8), *gv = randn(P, 9), p[P], pc[P];
+    memcpy(p, p0, sizeof p), memcpy(pc, p0, sizeof pc);
+    rg_resident *res = NULL;
+    rg_error err = {0};
+    RG_REQUIRE(rg_resident_create(&res, &dev_backend, &err) == RG_OK, "%s", err.msg);
+    for (int round = 0; round < 3; round++) {
+        for (int dev = 0; dev < 2; dev++) {  // the CPU's reference step, then the device's
+            rg_graph *g = rg_graph_new();
+            rg_node *param = rg_param(g, "p", RG_TYPE_F32, 1, (int64_t[]){P}, dev ? p : pc);
+            rg_node *grad = rg_leaf(g, "g", RG_TYPE_F32, 1, (int64_t[]){P}, gv);
+            rg_sgd(g, param, grad, 0.1f, 0.0f, 1.0f)->flags |= RG_NODE_OUTPUT;
+            rg_exec *ex = NULL;
+            rg_exec_opts o = {.n_threads = 1, .backend = dev ? &dev_backend : NULL, .resident = dev ? res : NULL};
+            RG_REQUIRE(rg_exec_create(&ex, g, &o, &err) == RG_OK, "%s", err.msg);
+            RG_REQUIRE(rg_exec_run(ex, 0, -1, &err) == RG_OK, "%s", err.msg);
+            if (dev) {
+                rg_exec_stats s = rg_exec_get_stats(ex);
+                RG_CHECK(s.setup_copies == (round == 0 ? 2u : 0u), "round %d: %llu uploads", round,
+                         (unsigned long long)s.setup_copies);
+            }
+            rg_exec_free(ex);
+            rg_graph_free(g);
+        }
+    }
+    RG_CHECK(memcmp(p, p0, sizeof p) == 0, "the host bytes changed before the sync");
+    RG_CHECK(rg_resident_sync_host(res, &err) == RG_OK, "%s", err.msg);
+    RG_CHECK(memcmp(p, pc, sizeof p) == 0, "three steps through resident copies differ from the CPU's three");
+    RG_CHECK(rg_resident_bytes(res) == 2 * P * 4, "resident bytes %zu", rg_resident_bytes(res));
+    rg_resident_free(res);
+    free(p0), free(gv);
+}
+
 static void test_refused_when_device_memory_is_short(void) {
     dev_reset(mlp_ops);
     dev_free_report = 1000;  // bytes
@@ -387,6 +426,7 @@ static const rg_test_case cases[] = {
     RG_TEST(test_in_place_writer_on_the_other_backend),
     RG_TEST(test_inputs_through_staging),
     RG_TEST(test_optimizer_on_device_and_download),
+    RG_TEST(test_resident_copies_outlive_an_exec),
     RG_TEST(test_refused_when_device_memory_is_short),
     RG_TEST(test_non_finite_on_device_is_named),
     {0},

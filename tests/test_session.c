@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cuda/cuda.h"
 #include "graph/exec.h"
 #include "infer/session.h"
 #include "model/forward.h"
@@ -67,7 +68,7 @@ static double max_rel(const float *a, const float *b, int64_t n) {
     return worst;
 }
 
-static void check_type(uint32_t type, bool tied) {
+static void check_type_on(uint32_t type, bool tied, rg_device device) {
     char path[64];
     rg_model *m = tiny(type, tied, path);
     RG_REQUIRE(m, "model");
@@ -82,7 +83,7 @@ static void check_type(uint32_t type, bool tied) {
     RG_CHECK(finite, "non-finite logits");
     // Token by token with the cache.
     rg_session *s;
-    rg_session_opts so = {.n_ctx = 64, .n_threads = 2, .n_batch = 7};
+    rg_session_opts so = {.n_ctx = 64, .n_threads = 2, .n_batch = 7, .device = device};
     RG_REQUIRE(rg_session_create(&s, m, &so, &err) == RG_OK, "%s", err.msg);
     for (int i = 0; i < T; i++) RG_REQUIRE(rg_session_eval(s, &ids[i], 1, step + (size_t)i * V, 0, &err) == RG_OK, "%s", err.msg);
     double e1 = max_rel(step, full, V * T);
@@ -94,8 +95,8 @@ static void check_type(uint32_t type, bool tied) {
     rg_session_truncate(s, 10);
     RG_REQUIRE(rg_session_eval(s, ids + 10, T - 10, last, 0, &err) == RG_OK, "%s", err.msg);
     double e3 = max_rel(last, full + (size_t)(T - 1) * V, V);
-    printf("    %s%s: cached token-by-token %.2e, batched %.2e, last-only %.2e (bound 1e-3, the F16 cache)\n",
-           rg_type_get(type)->name, tied ? " tied" : "", e1, e2, e3);
+    printf("    %s%s%s: cached token-by-token %.2e, batched %.2e, last-only %.2e (bound 1e-3, the F16 cache)\n",
+           rg_type_get(type)->name, tied ? " tied" : "", device == RG_DEVICE_CUDA ? " on the cuda device" : "", e1, e2, e3);
     RG_CHECK(e1 < 1e-3 && e2 < 1e-3 && e3 < 1e-3, "cached logits differ from the full pass");
     // Over the context: refused, cache unchanged.
     int64_t before = rg_session_n_past(s);
@@ -111,6 +112,19 @@ static void check_type(uint32_t type, bool tied) {
     unlink(path);
     free(full), free(step), free(last);
 }
+
+static void check_type(uint32_t type, bool tied) { check_type_on(type, tied, RG_DEVICE_CPU); }
+
+// The same on the CUDA device (a GPU, or the host execution of the CUDA code with
+// RETRO_CUDA_HOST=1): batches through device-resident weights and KV cache, the ops
+// without a CUDA kernel falling back per node; the logits against the CPU's full pass.
+static void check_type_cuda(uint32_t type, bool tied) {
+    char why[256];
+    if (rg_cuda_device_count(why, sizeof why) <= 0) RG_SKIP("no CUDA device: %s", why);
+    check_type_on(type, tied, RG_DEVICE_CUDA);
+}
+static void test_cuda_f32(void) { check_type_cuda(RG_TYPE_F32, false); }
+static void test_cuda_f16_tied(void) { check_type_cuda(RG_TYPE_F16, true); }
 
 static void test_f32(void) { check_type(RG_TYPE_F32, false); }
 static void test_f16_tied(void) { check_type(RG_TYPE_F16, true); }
@@ -164,6 +178,8 @@ static void test_loader_errors(void) {
 static const rg_test_case cases[] = {
     RG_TEST(test_loader_errors),
     RG_TEST(test_f32),
+    RG_TEST(test_cuda_f32),
+    RG_TEST(test_cuda_f16_tied),
     RG_TEST(test_f16_tied),
     RG_TEST(test_bf16),
     RG_TEST(test_q4_0_prompt_matches_decode),

@@ -28,6 +28,8 @@ struct rg_exec {
     void **host_of;         // a device-homed external leaf: the caller's host bytes (restored on free)
     void **staging;         // a device-homed planned INPUT leaf: the host bytes rg_exec_input hands out
     void **dev_own;         // device memory this exec allocated for that node (external leaves)
+    void **dev_of;          // the device copy of a device-homed external leaf (own or from `resident`)
+    rg_resident *resident;  // device copies that outlive the exec (rg_exec_opts.resident), or NULL
     int copy_cursor;        // index into sched.copies of the next copy (runs move forward)
     rg_exec_stats stats;
     bool own_pool;
@@ -131,6 +133,93 @@ static size_str human(size_t b) {
     return r;
 }
 
+// ---------------------------------------------------------------------------
+// Device copies that outlive an exec (exec.h): one per (host bytes, length), made at the
+// first exec that reads them on the device and reused by the next ones.
+
+typedef struct resident_entry {
+    const void *host;
+    size_t bytes;
+    void *dev;
+    bool dirty;  // the device wrote it since it was uploaded or synchronized
+} resident_entry;
+
+struct rg_resident {
+    rg_backend *dev;
+    resident_entry *e;
+    int n, cap;
+    size_t bytes;
+};
+
+rg_status rg_resident_create(rg_resident **out, rg_backend *dev, rg_error *err) {
+    *out = calloc(1, sizeof **out);
+    if (!*out) return rg_fail(err, RG_ERR_NOMEM, "exec: out of memory");
+    (*out)->dev = dev;
+    return RG_OK;
+}
+
+static resident_entry *resident_find(rg_resident *r, const void *host, size_t bytes) {
+    for (int k = 0; k < r->n; k++)
+        if (r->e[k].host == host && r->e[k].bytes == bytes) return &r->e[k];
+    return NULL;
+}
+
+// The device copy of [host, host + bytes): found (fresh = false) or made (fresh = true: the
+// caller uploads it).
+static rg_status resident_get(rg_resident *r, const void *host, size_t bytes, void **dev, bool *fresh, rg_error *err) {
+    resident_entry *e = resident_find(r, host, bytes);
+    if (e) {
+        *dev = e->dev, *fresh = false;
+        return RG_OK;
+    }
+    if (r->n == r->cap) {
+        int nc = r->cap ? 2 * r->cap : 64;
+        resident_entry *p = realloc(r->e, sizeof *p * (size_t)nc);
+        if (!p) return rg_fail(err, RG_ERR_NOMEM, "exec: out of memory");
+        r->e = p, r->cap = nc;
+    }
+    rg_status st = r->dev->vt->alloc(r->dev, bytes ? bytes : 1, dev, err);
+    if (st) return st;
+    r->e[r->n++] = (resident_entry){host, bytes, *dev, false};
+    r->bytes += bytes;
+    *fresh = true;
+    return RG_OK;
+}
+
+static void resident_mark_dirty(rg_resident *r, const void *host, size_t bytes) {
+    resident_entry *e = r ? resident_find(r, host, bytes) : NULL;
+    if (e) e->dirty = true;
+}
+
+rg_status rg_resident_sync_host(rg_resident *r, rg_error *err) {
+    for (int k = 0; r && k < r->n; k++) {
+        resident_entry *e = &r->e[k];
+        if (!e->dirty) continue;
+        rg_status st = r->dev->vt->download(r->dev, (void *)e->host, e->dev, e->bytes, err);
+        if (st) return st;
+        e->dirty = false;
+    }
+    return RG_OK;
+}
+
+rg_status rg_resident_refresh(rg_resident *r, const void *host, size_t bytes, rg_error *err) {
+    resident_entry *e = r ? resident_find(r, host, bytes) : NULL;
+    if (!e) return RG_OK;
+    e->dirty = false;
+    return r->dev->vt->upload(r->dev, e->dev, host, bytes, err);
+}
+
+size_t rg_resident_bytes(const rg_resident *r) { return r ? r->bytes : 0; }
+
+void rg_resident_free(rg_resident *r) {
+    if (!r) return;
+    rg_error ignored;
+    if (r->n) r->dev->vt->sync(r->dev, &ignored);
+    for (int k = 0; k < r->n; k++) r->dev->vt->release(r->dev, r->e[k].dev);
+    free(r->e);
+    free(r);
+}
+
 // The device side of create: the device buffer and scratch, device copies of the
 // external leaves that live there (uploaded once: setup copies), staging for inputs,
 // mirrors for the scheduled copies. Refuses, before allocating, a run that does not fit
@@ -144,7 +233,9 @@ static rg_status create_device(rg_exec *ex, const rg_exec_opts *opts, rg_error *
     ex->host_of = calloc((size_t)n, sizeof(void *));
     ex->staging = calloc((size_t)n, sizeof(void *));
     ex->dev_own = calloc((size_t)n, sizeof(void *));
-    if (!ex->mirror || !ex->host_of || !ex->staging || !ex->dev_own) return rg_fail(err, RG_ERR_NOMEM, "exec: out of memory");
+    ex->dev_of = calloc((size_t)n, sizeof(void *));
+    if (!ex->mirror || !ex->host_of || !ex->staging || !ex->dev_own || !ex->dev_of)
+        return rg_fail(err, RG_ERR_NOMEM, "exec: out of memory");
     // What the device must hold: its buffer and scratch, the external leaves homed there
     // (weights, parameters), and the mirrors of tensors homed on the CPU.
     size_t weights = 0, params = 0, mirrors_dev = 0;
@@ -190,12 +281,14 @@ static rg_status create_device(rg_exec *ex, const rg_exec_opts *opts, rg_error *
         } else if (x->op == RG_OP_NONE) {  // external: a device copy, uploaded once
             const size_t bytes = rg_tensor_span(&x->t);
             ex->host_of[i] = x->t.data;
-            st = d->vt->alloc(d, bytes ? bytes : 1, &ex->dev_own[i], err);
-            if (!st && x->t.data && bytes) {
-                st = d->vt->upload(d, ex->dev_own[i], x->t.data, bytes, err);
+            bool fresh = true;
+            if (ex->resident) st = resident_get(ex->resident, x->t.data, bytes, &ex->dev_of[i], &fresh, err);
+            else if (!(st = d->vt->alloc(d, bytes ? bytes : 1, &ex->dev_own[i], err))) ex->dev_of[i] = ex->dev_own[i];
+            if (!st && fresh && x->t.data && bytes) {
+                st = d->vt->upload(d, ex->dev_of[i], x->t.data, bytes, err);
                 ex->stats.setup_copies++, ex->stats.setup_bytes += bytes;
             }
-            if (!st) x->t.data = ex->dev_own[i];
+            if (!st) x->t.data = ex->dev_of[i];
         }
     }
     for (int c = 0; c < ex->sched.n_copies && !st; c++) {
@@ -222,6 +315,7 @@ rg_status rg_exec_create(rg_exec **out, rg_graph *g, const rg_exec_opts *opts, r
         st = rg_threadpool_create(&ex->pool, opts->n_threads, err);
         ex->own_pool = true;
     }
+    ex->resident = opts->resident;
     if (!st && opts->backend) ex->dev = opts->backend;
     else if (!st && opts->device == RG_DEVICE_CUDA) {
         st = rg_backend_cuda_create(&ex->dev, 0, err);
@@ -498,6 +592,16 @@ rg_status rg_exec_run(rg_exec *ex, int from, int to, rg_error *err) {
     if (ex->dev) {
         rg_status st = ex->dev->vt->sync(ex->dev, err);
         if (st) return st;
+        // External leaves the device wrote (caches, parameters): the resident copy is newer.
+        for (int i = from; ex->resident && i < to; i++) {
+            rg_node *w[4];
+            const int kw = rg_node_writes_src(g->nodes[i], w);
+            for (int q = 0; q < kw; q++) {
+                rg_node *o = owner(w[q]);
+                if (o->backend != RG_BACKEND_CPU && ex->host_of[o->id])
+                    resident_mark_dirty(ex->resident, ex->host_of[o->id], rg_tensor_span(&o->t));
+            }
+        }
     }
     if (ex->prof) {
         ex->prof->run_s += now_s() - t_run;
@@ -548,8 +652,8 @@ rg_status rg_exec_download_leaves(rg_exec *ex, rg_error *err) {
     if (!ex->dev) return RG_OK;
     for (int i = 0; i < ex->g->n_nodes; i++) {
         rg_node *x = ex->g->nodes[i];
-        if (!ex->host_of[i] || !ex->dev_own[i]) continue;
-        rg_status st = ex->dev->vt->download(ex->dev, ex->host_of[i], ex->dev_own[i], rg_tensor_span(&x->t), err);
+        if (!ex->host_of[i] || !ex->dev_of[i]) continue;
+        rg_status st = ex->dev->vt->download(ex->dev, ex->host_of[i], ex->dev_of[i], rg_tensor_span(&x->t), err);
         if (st) return st;
         ex->stats.output_copies++, ex->stats.output_bytes += rg_tensor_span(&x->t);
     }
@@ -582,7 +686,7 @@ void rg_exec_free(rg_exec *ex) {
                 else free(ex->mirror[i]);
             }
             if (ex->dev_own && ex->dev_own[i]) ex->dev->vt->release(ex->dev, ex->dev_own[i]);
-            if (ex->host_of && ex->dev_own && ex->dev_own[i]) x->t.data = ex->host_of[i];  // the caller's bytes again
+            if (ex->host_of && ex->dev_of && ex->dev_of[i]) x->t.data = ex->host_of[i];  // the caller's bytes again
             else if (x->backend != RG_BACKEND_CPU && !x->view_of && x->offset >= 0) x->t.data = NULL;
             if (ex->staging) free(ex->staging[i]);
         }
@@ -593,7 +697,7 @@ void rg_exec_free(rg_exec *ex) {
         if (ex->dscratch) ex->dev->vt->release(ex->dev, ex->dscratch);
         if (ex->own_dev) rg_backend_free(ex->dev);
     }
-    free(ex->mirror), free(ex->host_of), free(ex->staging), free(ex->dev_own);
+    free(ex->mirror), free(ex->host_of), free(ex->staging), free(ex->dev_own), free(ex->dev_of);
     rg_schedule_free(&ex->sched);
     if (ex->own_pool) rg_threadpool_free(ex->pool);
     if (ex->own_mem) {

@@ -40,6 +40,21 @@ typedef struct rg_exec_mem {
 } rg_exec_mem;
 void rg_exec_mem_free(rg_exec_mem *mem);
 
+// Device copies of host bytes that outlive one exec: a session's weights and KV cache, a
+// trainer's parameters and optimizer state. Execs made with the same `resident` (and the
+// same backend) upload an external leaf the first time a device node reads it and reuse
+// the copy after that; what the device writes (CPY_INTO into a cache, optimizer steps)
+// stays there until rg_resident_sync_host brings it back. Keyed by (host pointer, bytes).
+typedef struct rg_resident rg_resident;
+struct rg_backend;
+rg_status rg_resident_create(rg_resident **out, struct rg_backend *dev, rg_error *err);
+// Downloads every copy the device wrote since its upload (or last sync) to its host bytes.
+rg_status rg_resident_sync_host(rg_resident *r, rg_error *err);
+// The host bytes changed (a caller rewrote them): upload them again, if they have a copy.
+rg_status rg_resident_refresh(rg_resident *r, const void *host, size_t bytes, rg_error *err);
+size_t rg_resident_bytes(const rg_resident *r);
+void rg_resident_free(rg_resident *r);
+
 typedef struct rg_exec_opts {
     int n_threads;      // <= 0: all cores
     size_t budget;      // bytes; 0 = no limit
@@ -51,11 +66,15 @@ typedef struct rg_exec_opts {
     // Q8_0 for an integer GEMM where the weight type has one (Q4_0 and Q4_K on AVX-512 VNNI, cpu/gemm_int8.h), as
     // llama.cpp does and as generation's dot products already do. Gradients never see it.
     bool int8_activations;
-    // A backend to run on instead of `device` (tests stand one in for a device; not owned).
+    // A backend to run on instead of `device` (a session's or a trainer's, kept across
+    // execs; tests stand one in for a device; not owned).
     struct rg_backend *backend;
     // Refuse, before anything runs, a graph that would fall back to the CPU or copy a tensor
     // between backends inside a run (as RETRO_REQUIRE_GPU_RESIDENT=1 does for every exec).
     bool require_resident;
+    // Device copies shared with other execs (with `backend`); NULL: this exec's own, released
+    // with it.
+    rg_resident *resident;
 } rg_exec_opts;
 
 // Counted since the exec was made. "Copies" are the scheduled ones inside runs (fallbacks);

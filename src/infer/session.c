@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "graph/backend.h"
 #include "graph/ops.h"
 #include "model/forward.h"
 #include "model/lora.h"
@@ -80,6 +81,10 @@ struct rg_session {
     decode_graph dec;   // g == NULL: none
     weight_copy wc;
     rg_exec_mem mem;    // the batch graphs' buffer and scratch, kept between evaluations
+    // On a device: the backend and the device copies of the weights and the KV cache,
+    // shared by every batch's exec (uploaded once; the cache stays on the device).
+    rg_backend *dev;
+    rg_resident *resident;
 };
 
 // Whether the kernel gives transparent huge pages to memory advised for them.
@@ -156,6 +161,8 @@ rg_status rg_session_create(rg_session **out, const rg_model *m, const rg_sessio
     if (!st) st = rg_threadpool_create(&s->pool, opts->n_threads, err);
     const char *hp_env = getenv("RETRO_WEIGHTS_HUGEPAGES");
     if (!st && s->opts.device == RG_DEVICE_CPU && hp_env && !strcmp(hp_env, "1")) weight_copy_make(&s->wc, m);
+    if (!st && s->opts.device == RG_DEVICE_CUDA) st = rg_backend_cuda_create(&s->dev, 0, err);
+    if (!st && s->dev) st = rg_resident_create(&s->resident, s->dev, err);
     if (st) {
         rg_session_free(s);
         return st;
@@ -167,6 +174,8 @@ rg_status rg_session_create(rg_session **out, const rg_model *m, const rg_sessio
 void rg_session_free(rg_session *s) {
     if (!s) return;
     decode_graph_free(&s->dec);
+    rg_resident_free(s->resident);
+    rg_backend_free(s->dev);
     weight_copy_free(&s->wc);
     rg_exec_mem_free(&s->mem);
     rg_kv_cache_free(&s->cache);
@@ -326,16 +335,17 @@ static rg_status eval_batch(rg_session *s, const int32_t *ids, int64_t n, float 
     rg_status st = build_graph(s, n, s->n_past, all, &g, &ids_n, &pos_n, &out, err);
     if (!st) {
         rg_exec_opts eo = {.pool = s->pool, .device = s->opts.device, .profile = s->opts.profile, .mem = &s->mem,
-                           .int8_activations = !s->opts.exact_activations};
+                           .int8_activations = !s->opts.exact_activations, .backend = s->dev,
+                           .resident = s->resident};
         st = rg_exec_create(&ex, g, &eo, err);
     }
     if (!st) {
-        memcpy(ids_n->t.data, ids, (size_t)n * sizeof(int32_t));
-        int32_t *p = pos_n->t.data;
+        memcpy(rg_exec_input(ex, ids_n), ids, (size_t)n * sizeof(int32_t));
+        int32_t *p = rg_exec_input(ex, pos_n);
         for (int64_t i = 0; i < n; i++) p[i] = (int32_t)(s->n_past + i);
         st = rg_exec_run(ex, 0, -1, err);
     }
-    if (!st && logits) memcpy(logits, out->t.data, (size_t)rg_tensor_nelements(&out->t) * sizeof(float));
+    if (!st && logits) st = rg_exec_read(ex, out, logits, (size_t)rg_tensor_nelements(&out->t) * sizeof(float), err);
     if (!st) s->n_past += n;
     rg_exec_free(ex);
     rg_graph_free(g);
