@@ -47,6 +47,8 @@
 #include <string.h>
 
 #include "base/rng.h"
+#include "cuda/cuda.h"
+#include "graph/backend.h"
 #include "graph/exec.h"
 #include "graph/ops.h"
 #include "rg_test.h"
@@ -1762,6 +1764,183 @@ static void run_op(rg_op op) {
 }
 
 // ---------------------------------------------------------------------------
+// The CUDA parity suite (the seed's cuda_backend test): the same table walked on the CUDA
+// device (a GPU, or the host execution of the CUDA code under RETRO_CUDA_HOST=1), every
+// op x every float type it accepts x every variant, the forward against the CPU's output
+// on the same inputs with the op's forward metric and bound, and for differentiable ops
+// the gradients of the same loss as "bwd" (the backward graph runs on the device too)
+// against the CPU's within BWD_TOL. One table line per row. An (op, type) the CUDA column
+// does not take is a MISSING row and fails the suite: every op must have a CUDA kernel
+// for every type the CPU accepts, except quantized weights (a later issue).
+
+static bool is_quantized(uint32_t t) { return rg_type_get(t)->quantized; }
+
+// Runs g once on `device` (inputs restored first, so in-place ops start from the case's
+// values) and reads the outputs (through rg_exec_read: device bytes are not host bytes).
+static rg_status run_on(rg_graph *g, const tcase *c, rg_device device, rg_node *const *out, int n_out, double *dst,
+                        rg_exec_stats *stats, rg_error *err) {
+    restore_inputs(c);
+    rg_exec *ex = NULL;
+    rg_exec_opts o = {.n_threads = 1, .device = device};
+    rg_status st = rg_exec_create(&ex, g, &o, err);
+    if (!st) st = rg_exec_run(ex, 0, -1, err);
+    for (int k = 0; k < n_out && !st; k++) {
+        const size_t span = rg_tensor_span(&out[k]->t);
+        void *host = malloc(span ? span : 1);
+        st = rg_exec_read(ex, out[k], host, span, err);
+        rg_tensor t = out[k]->t;
+        t.data = host;
+        if (!st) read_tensor(&t, dst);
+        dst += rg_tensor_nelements(&out[k]->t);
+        free(host);
+    }
+    if (!st && stats) *stats = rg_exec_get_stats(ex);
+    rg_exec_free(ex);
+    return st;
+}
+
+typedef struct parity_tally {
+    int rows, missing, failed;
+    char missing_list[2048];
+} parity_tally;
+
+static void parity_line(const char *op, const tcase *c, const char *check, double abs_err, double err, double tol,
+                        const char *note) {
+    const bool ok = err <= tol;
+    printf("    %-24s %-28s %-4s max|d| %-9.2e err %-9.2e tol %-8.1e %s%s\n", op, c->label, check, abs_err, err, tol,
+           ok ? "ok" : "FAIL", note);
+    RG_CHECK(ok, "cuda %s %s %s: %.3e exceeds %.1e", op, c->label, check, err, tol);
+}
+
+static double max_abs_diff(const double *a, const double *b, int64_t n) {
+    double m = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (a[i] != b[i] && !(fabs(a[i] - b[i]) <= m)) m = fabs(a[i] - b[i]);
+    return m;
+}
+
+static void parity_case(rg_op op, const op_entry *e, tcase *c, parity_tally *tally) {
+    const char *name = rg_op_name(op);
+    const double tol = c->fwd_tol >= 0 ? c->fwd_tol : e->fwd_tol;
+    rg_error err = {0};
+    rg_graph *g = rg_graph_new();
+    rg_node *leaf[MAX_IN], *out[MAX_OUT];
+    const int n_out = build_case(g, e, c, false, leaf, out);
+    if (rg_graph_error(g, &err) || !out[0]) {
+        report_error(name, c, "cuda", err.msg[0] ? err.msg : "the builder made no node");
+        rg_graph_free(g);
+        return;
+    }
+    tally->rows++;
+    if (!rg_op_cell_runs(RG_BACKEND_CUDA, out[0])) {
+        tally->missing++;
+        size_t len = strlen(tally->missing_list);
+        if (len + 64 < sizeof tally->missing_list)
+            snprintf(tally->missing_list + len, sizeof tally->missing_list - len, "%s%s %s", len ? ", " : "", name,
+                     c->label);
+        printf("    %-24s %-28s MISSING: the CUDA column does not take this node\n", name, c->label);
+        rg_graph_free(g);
+        return;
+    }
+    for (int k = 0; k < n_out; k++) out[k]->flags |= RG_NODE_OUTPUT;
+    const int64_t n = outs_nel(out, n_out);
+    double *cpu = calloc((size_t)n, sizeof(double)), *gpu = calloc((size_t)n, sizeof(double));
+    double *ref = calloc((size_t)c->n_out, sizeof(double)), *mag = calloc((size_t)c->n_out, sizeof(double));
+    double *x[MAX_IN] = {0}, *ax[MAX_IN] = {0};
+    for (int k = 0; k < c->n_in; k++) {
+        x[k] = c->in[k].val;
+        if (!x[k]) continue;
+        ax[k] = malloc(sizeof(double) * (size_t)nel4(c->in[k].ne));
+        for (int64_t i = 0; i < nel4(c->in[k].ne); i++) ax[k][i] = fabs(x[k][i]);
+    }
+    e->ref(c, x, ref);
+    if (e->metric == M_ABS) e->ref(c, ax, mag);
+    rg_exec_stats st_gpu = {0};
+    rg_status st = run_on(g, c, RG_DEVICE_CPU, out, n_out, cpu, NULL, &err);
+    if (!st) st = run_on(g, c, RG_DEVICE_CUDA, out, n_out, gpu, &st_gpu, &err);
+    if (st) {
+        report_error(name, c, "cuda", err.msg);
+        tally->failed++;
+    } else {
+        // The error of the device against the CPU, scaled as the op's forward error is.
+        const double fe = fwd_error(e->metric, gpu, cpu, ref, mag, n);
+        char note[64] = "";
+        if (st_gpu.nodes_fallback) snprintf(note, sizeof note, " (%d nodes fell back)", st_gpu.nodes_fallback);
+        parity_line(name, c, "fwd", max_abs_diff(gpu, cpu, n), fe, tol, note);
+        tally->failed += !(fe <= tol);
+    }
+    for (int k = 0; k < MAX_IN; k++) free(ax[k]);
+    free(cpu), free(gpu), free(ref), free(mag);
+    rg_graph_free(g);
+    if (st || !rg_op_defs[op].backward) return;
+    // The backward: the gradients of loss = sum(out * w) on the device against the CPU's.
+    int n_params = 0;
+    for (int k = 0; k < c->n_in; k++) n_params += c->in[k].param;
+    if (!n_params) return;
+    g = rg_graph_new();
+    build_case(g, e, c, true, leaf, out);
+    const int64_t m = nel4(c->out_ne);
+    float *wf = aligned_alloc(64, (sizeof(float) * (size_t)m + 63) / 64 * 64);
+    for (int64_t i = 0; i < m; i++) wf[i] = rg_rng_normal(c->seed, 99, (uint64_t)i);
+    rg_node *y = out[0]->t.type != RG_TYPE_F32 ? rg_cpy(g, out[0], RG_TYPE_F32) : out[0];
+    rg_node *loss = rg_sum(g, rg_mul(g, y, rg_leaf(g, "w", RG_TYPE_F32, 4, c->out_ne, wf)));
+    rg_node *grads[MAX_IN];
+    int n_grads = 0;
+    int64_t ng = 0;
+    st = rg_graph_error(g, &err);
+    if (!st) st = rg_graph_backward(g, loss, &err);
+    for (int k = 0; k < c->n_in && !st; k++)
+        if (c->in[k].param && leaf[k]->grad) grads[n_grads++] = leaf[k]->grad, ng += rg_tensor_nelements(&leaf[k]->grad->t);
+    double *gc = calloc((size_t)(ng ? ng : 1), sizeof(double)), *gg = calloc((size_t)(ng ? ng : 1), sizeof(double));
+    if (!st) st = run_on(g, c, RG_DEVICE_CPU, grads, n_grads, gc, NULL, &err);
+    if (!st) st = run_on(g, c, RG_DEVICE_CUDA, grads, n_grads, gg, &st_gpu, &err);
+    if (st) {
+        report_error(name, c, "cuda bwd", err.msg);
+        tally->failed++;
+    } else {
+        double gmax = 0;
+        for (int64_t i = 0; i < ng; i++) gmax = fmax(gmax, fabs(gc[i]));
+        const double d = max_abs_diff(gg, gc, ng), be = d / fmax(1.0, gmax);
+        char note[64] = "";
+        if (st_gpu.nodes_fallback) snprintf(note, sizeof note, " (%d nodes fell back)", st_gpu.nodes_fallback);
+        parity_line(name, c, "bwd", d, be, BWD_TOL, note);
+        tally->failed += !(be <= BWD_TOL);
+    }
+    free(gc), free(gg), free(wf);
+    rg_graph_free(g);
+}
+
+static void test_cuda_parity(void) {
+    char why[256];
+    if (rg_cuda_device_count(why, sizeof why) <= 0) RG_SKIP("no CUDA device: %s", why);
+    parity_tally tally = {0};
+    printf("    %-24s %-28s %-4s %-16s %-13s %-12s\n", "op", "case", "", "worst |cuda-cpu|", "error", "tolerance");
+    for (int op = RG_OP_NONE + 1; op < RG_OP_COUNT; op++) {
+        if (rg_op_defs[op].is_view) continue;  // no kernel: views share their source's bytes on any backend
+        const op_entry *e = &entries[op];
+        for (const uint32_t *tp = e->types; *tp != TEND; tp++) {
+            if (is_quantized(*tp)) continue;  // quantized weights on CUDA: a later issue
+            for (int v = 0;; v++) {
+                tcase c;
+                memset(&c, 0, sizeof c);
+                c.type = *tp;
+                c.seed = ((uint64_t)op << 24) ^ ((uint64_t)*tp << 8) ^ (uint64_t)v;
+                c.fwd_tol = -1;
+                if (!e->gen(&c, *tp, v)) {
+                    free_case(&c);
+                    break;
+                }
+                if (!c.n_out) c.n_out = nel4(c.out_ne);
+                parity_case((rg_op)op, e, &c, &tally);
+                free_case(&c);
+            }
+        }
+    }
+    printf("    %d rows: %d without a CUDA kernel, %d over tolerance\n", tally.rows, tally.missing, tally.failed);
+    RG_CHECK(tally.missing == 0, "%d (op, type) rows have no CUDA kernel: %s", tally.missing, tally.missing_list);
+}
+
+// ---------------------------------------------------------------------------
 // One test per op (the name filter picks ops), and the table's completeness.
 
 #define OP_LIST(X)                                                                                                  \
@@ -1884,6 +2063,7 @@ static void test_linear_ce_unfused(void) {
 }
 
 #define X_CASE(lc, UC) {#lc, test_##lc},
-static const rg_test_case cases[] = {RG_TEST(test_table), OP_LIST(X_CASE) RG_TEST(test_linear_ce_unfused), {0}};
+static const rg_test_case cases[] = {RG_TEST(test_table), OP_LIST(X_CASE) RG_TEST(test_linear_ce_unfused),
+                                     RG_TEST(test_cuda_parity), {0}};
 
 int main(int argc, char **argv) { return rg_test_run(argc, argv, cases); }
