@@ -1740,10 +1740,11 @@ done:
     free(wf), free(w);
 }
 
-static void run_op(rg_op op) {
+// Calls fn on every case of op: each type of `types` (TEND-ended) and each variant its
+// generator makes, the seed fixed by (op, type, variant).
+static void for_each_case(rg_op op, const uint32_t *types, void (*fn)(rg_op, const op_entry *, tcase *, void *),
+                          void *arg) {
     const op_entry *e = &entries[op];
-    RG_REQUIRE(e->gen && e->build && e->ref && e->types, "op %s has no test entry", rg_op_name(op));
-    const uint32_t *types = e->types == T_WEIGHTS && quick() ? T_WEIGHTS_QUICK : e->types;
     for (const uint32_t *tp = types; *tp != TEND; tp++) {
         for (int v = 0;; v++) {
             tcase c;
@@ -1756,11 +1757,22 @@ static void run_op(rg_op op) {
                 break;
             }
             if (!c.n_out) c.n_out = nel4(c.out_ne);
-            check_forward(op, e, &c);
-            if (rg_op_defs[op].backward) check_backward(op, e, &c);
+            fn(op, e, &c, arg);
             free_case(&c);
         }
     }
+}
+
+static void check_case(rg_op op, const op_entry *e, tcase *c, void *arg) {
+    (void)arg;
+    check_forward(op, e, c);
+    if (rg_op_defs[op].backward) check_backward(op, e, c);
+}
+
+static void run_op(rg_op op) {
+    const op_entry *e = &entries[op];
+    RG_REQUIRE(e->gen && e->build && e->ref && e->types, "op %s has no test entry", rg_op_name(op));
+    for_each_case(op, e->types == T_WEIGHTS && quick() ? T_WEIGHTS_QUICK : e->types, check_case, NULL);
 }
 
 // ---------------------------------------------------------------------------
@@ -1819,7 +1831,8 @@ static double max_abs_diff(const double *a, const double *b, int64_t n) {
     return m;
 }
 
-static void parity_case(rg_op op, const op_entry *e, tcase *c, parity_tally *tally) {
+static void parity_case(rg_op op, const op_entry *e, tcase *c, void *arg) {
+    parity_tally *tally = arg;
     const char *name = rg_op_name(op);
     const double tol = c->fwd_tol >= 0 ? c->fwd_tol : e->fwd_tol;
     rg_error err = {0};
@@ -1917,24 +1930,12 @@ static void test_cuda_parity(void) {
     printf("    %-24s %-28s %-4s %-16s %-13s %-12s\n", "op", "case", "", "worst |cuda-cpu|", "error", "tolerance");
     for (int op = RG_OP_NONE + 1; op < RG_OP_COUNT; op++) {
         if (rg_op_defs[op].is_view) continue;  // no kernel: views share their source's bytes on any backend
-        const op_entry *e = &entries[op];
-        for (const uint32_t *tp = e->types; *tp != TEND; tp++) {
-            if (is_quantized(*tp)) continue;  // quantized weights on CUDA: a later issue
-            for (int v = 0;; v++) {
-                tcase c;
-                memset(&c, 0, sizeof c);
-                c.type = *tp;
-                c.seed = ((uint64_t)op << 24) ^ ((uint64_t)*tp << 8) ^ (uint64_t)v;
-                c.fwd_tol = -1;
-                if (!e->gen(&c, *tp, v)) {
-                    free_case(&c);
-                    break;
-                }
-                if (!c.n_out) c.n_out = nel4(c.out_ne);
-                parity_case((rg_op)op, e, &c, &tally);
-                free_case(&c);
-            }
-        }
+        uint32_t types[32];
+        int nt = 0;
+        for (const uint32_t *tp = entries[op].types; *tp != TEND && nt < 31; tp++)
+            if (!is_quantized(*tp)) types[nt++] = *tp;  // quantized weights on CUDA: a later issue
+        types[nt] = TEND;
+        for_each_case((rg_op)op, types, parity_case, &tally);
     }
     printf("    %d rows: %d without a CUDA kernel, %d over tolerance\n", tally.rows, tally.missing, tally.failed);
     RG_CHECK(tally.missing == 0, "%d (op, type) rows have no CUDA kernel: %s", tally.missing, tally.missing_list);
