@@ -186,6 +186,12 @@ static rg_status resident_get(rg_resident *r, const void *host, size_t bytes, vo
     return RG_OK;
 }
 
+// A leaf whose bytes already have a device copy lives on the device in this exec too: the
+// copy may be newer than the host bytes (another exec wrote it).
+static bool resident_pins(void *ctx, const rg_node *leaf) {
+    return (leaf->flags & RG_NODE_EXTERNAL) && leaf->t.data && resident_find(ctx, leaf->t.data, rg_tensor_span(&leaf->t));
+}
+
 static void resident_mark_dirty(rg_resident *r, const void *host, size_t bytes) {
     resident_entry *e = r ? resident_find(r, host, bytes) : NULL;
     if (e) e->dirty = true;
@@ -323,8 +329,9 @@ rg_status rg_exec_create(rg_exec **out, rg_graph *g, const rg_exec_opts *opts, r
     }
     if (ex->dev && ex->dev->host_memory && ex->dev->vt->id == RG_BACKEND_CPU) ex->dev = NULL;  // the CPU itself
     if (!st) {
-        st = ex->dev ? rg_schedule_build(g, ex->dev->vt->id, ex->dev->vt->cell, &ex->sched, err)
-                     : rg_schedule_build(g, RG_BACKEND_CPU, NULL, &ex->sched, err);
+        st = ex->dev ? rg_schedule_build(g, ex->dev->vt->id, ex->dev->vt->cell, ex->resident ? resident_pins : NULL,
+                                         ex->resident, &ex->sched, err)
+                     : rg_schedule_build(g, RG_BACKEND_CPU, NULL, NULL, NULL, &ex->sched, err);
     }
     if (!st && ex->dev) st = rg_schedule_check_resident(g, &ex->sched, opts->require_resident, err);
     if (!st) st = rg_graph_plan(g, rg_threadpool_size(ex->pool), ex->dev ? 0 : opts->budget, &ex->plan, err);

@@ -51,7 +51,8 @@ static rg_status add_copy(rg_schedule *s, int *cap, rg_sched_copy c, rg_error *e
     return RG_OK;
 }
 
-rg_status rg_schedule_build(rg_graph *g, rg_backend_id primary, rg_op_col (*primary_cell)(int op), rg_schedule *out,
+rg_status rg_schedule_build(rg_graph *g, rg_backend_id primary, rg_op_col (*primary_cell)(int op),
+                            bool (*pin)(void *ctx, const rg_node *leaf), void *pin_ctx, rg_schedule *out,
                             rg_error *err) {
     memset(out, 0, sizeof *out);
     out->primary = primary;
@@ -75,7 +76,12 @@ rg_status rg_schedule_build(rg_graph *g, rg_backend_id primary, rg_op_col (*prim
         }
         out->n_on[x->backend]++;
     }
-    // 2. Leaves: on the primary backend when a node there reads them (through views too).
+    // 2. Leaves: on the primary backend when pinned there, or when a node there reads them
+    // (through views too).
+    for (int i = 0; i < n && primary != RG_BACKEND_CPU && pin; i++) {
+        rg_node *x = g->nodes[i];
+        if (x->op == RG_OP_NONE && !x->view_of && pin(pin_ctx, x)) x->backend = (int)primary;
+    }
     for (int i = 0; i < n && primary != RG_BACKEND_CPU; i++) {
         rg_node *x = g->nodes[i];
         if (runs_nothing(x)) continue;

@@ -37,7 +37,10 @@ typedef struct rg_schedule {
 // Sets n->backend for every node (views and leaves: their home) and lists the copies.
 // primary_cell: the cells of the primary backend (its vt->cell). A node that neither the
 // primary backend nor the CPU can run is an error naming it.
-rg_status rg_schedule_build(rg_graph *g, rg_backend_id primary, rg_op_col (*primary_cell)(int op), rg_schedule *out,
+// pin (may be NULL): leaves for which it returns true live on the primary backend whatever
+// reads them (their current bytes are there: device copies shared with other execs).
+rg_status rg_schedule_build(rg_graph *g, rg_backend_id primary, rg_op_col (*primary_cell)(int op),
+                            bool (*pin)(void *ctx, const rg_node *leaf), void *pin_ctx, rg_schedule *out,
                             rg_error *err);
 void rg_schedule_free(rg_schedule *s);
 

@@ -150,17 +150,30 @@ static rg_status add_recompute(rg_train_state *s, rg_node **bounds, rg_error *er
 static rg_status check_checkpoints(const rg_train_state *s, rg_error *err) {
     for (int il = 0; il < s->n_ckpts; il++) {
         const rg_node *c = s->ckpts[il];
-        const uint16_t *h = c->t.data;
         const int64_t d = c->t.ne[0], n = rg_tensor_nelements(&c->t);
+        const uint16_t *h = c->t.data;
+        uint16_t *copy = NULL;  // on a device: the stored inputs read back
+        if (s->dev_run) {
+            copy = malloc(sizeof(uint16_t) * (size_t)n);
+            if (!copy) return rg_fail(err, RG_ERR_NOMEM, "train: out of memory");
+            rg_status st = rg_exec_read(s->ex, c, copy, sizeof(uint16_t) * (size_t)n, err);
+            if (st) {
+                free(copy);
+                return st;
+            }
+            h = copy;
+        }
         const uint16_t exp_mask = c->t.type == RG_TYPE_F16 ? 0x7c00 : 0x7f80;
         for (int64_t i = 0; i < n; i++) {
             if ((h[i] & exp_mask) != exp_mask) continue;
+            free(copy);
             return rg_fail(err, RG_ERR_NONFINITE,
                            "train: training.checkpoint_dtype=%s cannot hold the input of layer %d: element %lld of token "
                            "%lld is beyond its range (|x| > %s); use training.checkpoint_dtype=bf16 or f32",
                            c->t.type == RG_TYPE_F16 ? "f16" : "bf16", il, (long long)(i % d), (long long)(i / d),
                            c->t.type == RG_TYPE_F16 ? "65504" : "3.39e38");
         }
+        free(copy);
     }
     return RG_OK;
 }
@@ -240,6 +253,11 @@ static rg_status build_step(rg_train_state *s, bool fused, bool recompute, rg_pl
 
 rg_status rg_train_state_create(rg_train_state **out, const rg_model *m, const rg_train_config *cfg, int64_t total_steps,
                                 size_t memory_limit, rg_error *err) {
+    return rg_train_state_create_on(out, m, cfg, total_steps, memory_limit, RG_DEVICE_CPU, err);
+}
+
+rg_status rg_train_state_create_on(rg_train_state **out, const rg_model *m, const rg_train_config *cfg,
+                                   int64_t total_steps, size_t memory_limit, rg_device device, rg_error *err) {
     *out = NULL;
     rg_status st;
     if ((st = rg_train_config_validate(cfg, err))) return st;
@@ -250,7 +268,8 @@ rg_status rg_train_state_create(rg_train_state **out, const rg_model *m, const r
     s->ctx = cfg->ctx;
     s->lr = rg_train_config_lr(cfg);
     s->total_steps = total_steps;
-    s->accumulate = cfg->batch_size * cfg->grad_accum > 1;
+    // On a device the gradients are always summed into accumulators there (train_device.c).
+    s->accumulate = cfg->batch_size * cfg->grad_accum > 1 || device != RG_DEVICE_CPU;
     size_t cap = model_tensor_count(m) * 2;
     s->tensors = calloc(cap, sizeof *s->tensors);
     s->weight_bufs = calloc(cap, sizeof *s->weight_bufs);
@@ -286,7 +305,8 @@ rg_status rg_train_state_create(rg_train_state **out, const rg_model *m, const r
     s->grad_bytes = acc;
     size_t mapped = 0;
     for (uint64_t i = 0; i < m->file->n_tensors; i++) mapped += m->file->tensors[i].nbytes;
-    size_t limit = memory_limit ? memory_limit : physical_memory();
+    // On a device its free memory is the limit, checked when the execs are made.
+    size_t limit = memory_limit ? memory_limit : device != RG_DEVICE_CPU ? 0 : physical_memory();
     size_t fixed = (cfg->method == RG_TRAIN_FULL ? s->weight_bytes : mapped) + state + acc;
     size_t need = fixed + plan.buffer_bytes + plan.scratch_bytes;
     if (limit && need > limit && cfg->recompute == RG_RECOMPUTE_AUTO && !s->recompute) {
@@ -342,6 +362,17 @@ rg_status rg_train_state_create(rg_train_state **out, const rg_model *m, const r
             if (t->type == RG_TYPE_F16) rg_fp16_to_fp32_row(t->w, t->master, t->nel);
             else rg_bf16_to_fp32_row(t->w, t->master, t->nel);
         }
+    }
+    if (device != RG_DEVICE_CPU) {
+        for (int k = 0; k < s->n_tensors; k++) memset(s->grad_bufs[k], 0, (size_t)s->tensors[k].nel * 4);
+        if ((st = rg_train_device_check(s, err)) || (st = rg_train_device_add_accumulation(s, err)) ||
+            (st = rg_train_device_create(s, device, err))) {
+            rg_train_state_free(s);
+            return st;
+        }
+        for (int k = 0; k < s->n_tensors; k++) s->tensors[k].grad = s->grad_bufs[k];
+        *out = s;
+        return RG_OK;
     }
     rg_exec_opts eo = {.pool = s->pool};
     if ((st = rg_exec_create(&s->ex, g, &eo, err))) {
@@ -399,6 +430,7 @@ rg_status rg_train_state_create_eval(rg_train_state **out, const rg_model *m, co
 
 void rg_train_state_free(rg_train_state *s) {
     if (!s) return;
+    rg_train_device_free(s);
     rg_exec_free(s->ex);
     rg_graph_free(s->g);
     for (int k = 0; k < s->n_tensors; k++) {
@@ -432,12 +464,13 @@ rg_train_memory rg_train_state_memory(const rg_train_state *s) {
 }
 
 // ---------------------------------------------------------------------------
+// The row's inputs, written where the exec reads them (host staging when they live on a device).
 static void bind_row(rg_train_state *s, const int32_t *ids, const int32_t *labels, const int32_t *pos, const int32_t *seg) {
     const int64_t T = s->ctx;
-    memcpy(s->ids->t.data, ids, sizeof(int32_t) * (size_t)T);
-    memcpy(s->labels->t.data, labels, sizeof(int32_t) * (size_t)T);
-    memcpy(s->pos->t.data, pos, sizeof(int32_t) * (size_t)T);
-    float *mask = s->mask->t.data;  // [T keys, T queries]: query q reads keys of its own document only
+    memcpy(rg_exec_input(s->ex, s->ids), ids, sizeof(int32_t) * (size_t)T);
+    memcpy(rg_exec_input(s->ex, s->labels), labels, sizeof(int32_t) * (size_t)T);
+    memcpy(rg_exec_input(s->ex, s->pos), pos, sizeof(int32_t) * (size_t)T);
+    float *mask = rg_exec_input(s->ex, s->mask);  // [T keys, T queries]: query q reads keys of its own document only
     for (int64_t q = 0; q < T; q++)
         for (int64_t k = 0; k < T; k++) mask[q * T + k] = seg[k] == seg[q] ? 0.0f : -INFINITY;
 }
@@ -473,9 +506,11 @@ rg_status rg_train_state_micro(rg_train_state *s, const int32_t *ids, const int3
     s->loss_back->fp[0] = (float)inv_n;  // the gradient is normalised by the whole step's targets too
     rg_status st = rg_exec_run(s->ex, 0, -1, err);
     if (!st) st = check_checkpoints(s, err);
+    float lv = 0;
+    if (!st) st = rg_exec_read(s->ex, s->loss, &lv, sizeof lv, err);
     if (st) return st;
-    *loss = (double)*(const float *)s->loss->t.data;
-    if (s->accumulate) {
+    *loss = (double)lv;
+    if (s->accumulate && !s->dev_run) {
         for (int k = 0; k < s->n_tensors; k++) {
             if (!s->grads[k]) continue;
             acc_job j = {.acc = s->grad_bufs[k], .g = s->grads[k]->t.data, .n = s->tensors[k].nel,
@@ -495,12 +530,18 @@ rg_status rg_train_state_eval_row(rg_train_state *s, const int32_t *ids, const i
     bind_row(s, ids, labels, pos, seg);
     s->ce->fp[0] = 1.0f;  // the sum over the row's targets
     rg_status st = rg_exec_run(s->ex, 0, s->g->n_forward, err);
+    float lv = 0;
+    if (!st) st = rg_exec_read(s->ex, s->loss, &lv, sizeof lv, err);
     if (st) return st;
-    *loss_sum = (double)*(const float *)s->loss->t.data;
+    *loss_sum = (double)lv;
     return RG_OK;
 }
 
-void rg_train_state_discard(rg_train_state *s) { s->rows_this_step = 0; }
+void rg_train_state_discard(rg_train_state *s) {
+    s->rows_this_step = 0;
+    rg_error ignored;
+    if (s->dev_run) rg_train_device_discard(s, &ignored);  // a failure here shows at the next run
+}
 
 rg_status rg_train_state_step(rg_train_state *s, double *grad_norm, double *lr_used, bool *skipped, rg_error *err) {
     *skipped = false;
@@ -509,19 +550,25 @@ rg_status rg_train_state_step(rg_train_state *s, double *grad_norm, double *lr_u
         for (int k = 0; k < s->n_tensors; k++) memset(s->tensors[k].grad, 0, (size_t)s->tensors[k].nel * 4);
     }
     s->rows_this_step = 0;
-    double norm = rg_grad_global_norm(s->tensors, s->n_tensors, s->pool);
+    double norm;
+    if (s->dev_run) {
+        rg_status ns = rg_train_device_norm(s, &norm, err);
+        if (ns) return ns;
+    } else {
+        norm = rg_grad_global_norm(s->tensors, s->n_tensors, s->pool);
+    }
     *grad_norm = norm;
     const rg_train_config *c = &s->cfg;
     double lr = s->lr * rg_schedule_factor((int)c->schedule, s->t, c->warmup_steps, s->total_steps);
     *lr_used = lr;
     if (!isfinite(norm)) {
         *skipped = true;
-        return RG_OK;
+        return s->dev_run ? rg_train_device_discard(s, err) : RG_OK;
     }
     rg_optim_step st = {.optimizer = (int)c->optimizer, .lr = lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
                         .weight_decay = c->weight_decay, .momentum = c->momentum, .t = s->t + 1, .seed = c->seed,
                         .clip = rg_clip_coef(norm, c->clip_grad_norm)};
-    rg_status rs = rg_optim_apply(s->tensors, s->n_tensors, &st, s->pool, err);
+    rg_status rs = s->dev_run ? rg_train_device_update(s, &st, err) : rg_optim_apply(s->tensors, s->n_tensors, &st, s->pool, err);
     if (rs) return rs;
     s->t++;
     return RG_OK;

@@ -63,6 +63,7 @@ typedef struct rg_train_state {
     size_t state_bytes, weight_bytes, grad_bytes;  // owned: optimizer state (m, v, master), trained copies, accumulators
     bool eval_only;              // rg_train_state_create_eval: forward and loss only
     float eval_scale;            // its adapter's user scale
+    struct rg_train_device *dev_run;  // the run lives on a device (train_device.c), or NULL: the CPU
 } rg_train_state;
 
 // Builds the trainable tensors, the optimizer state and the step graph, and
@@ -72,6 +73,15 @@ typedef struct rg_train_state {
 // exceed it, with the numbers.
 rg_status rg_train_state_create(rg_train_state **out, const rg_model *m, const rg_train_config *cfg, int64_t total_steps,
                                 size_t memory_limit, rg_error *err);
+// The same on a device (RG_DEVICE_CUDA: a GPU, or the host execution of the CUDA code):
+// train_device.c. The device's free memory is the limit then (refused with the numbers).
+rg_status rg_train_state_create_on(rg_train_state **out, const rg_model *m, const rg_train_config *cfg,
+                                   int64_t total_steps, size_t memory_limit, rg_device device, rg_error *err);
+// On a device: brings the parameters and the optimizer state back to their host buffers
+// (before a checkpoint or anything else reads them); uploads them after a checkpoint was
+// loaded into those buffers. Both do nothing on the CPU.
+rg_status rg_train_state_sync_host(rg_train_state *s, rg_error *err);
+rg_status rg_train_state_refresh_device(rg_train_state *s, rg_error *err);
 // An eval-only state: the same forward and loss as a training step (rg_train_state_eval_row), with no trainable
 // tensor, no backward and no optimizer state: the frozen model m, plus adapter applied at user_scale when it is not
 // NULL (the state owns it from here on, also when this fails). Reads cfg's ctx, threads and fused_ce (on: the
@@ -107,5 +117,14 @@ rg_status rg_train_state_eval_row(rg_train_state *s, const int32_t *ids, const i
 rg_status rg_train_state_step(rg_train_state *s, double *grad_norm, double *lr_used, bool *skipped, rg_error *err);
 // Drops the gradients of the rows since the last step (after a skipped row).
 void rg_train_state_discard(rg_train_state *s);
+
+// train_device.c's side of the state (internal).
+rg_status rg_train_device_check(const rg_train_state *s, rg_error *err);
+rg_status rg_train_device_add_accumulation(rg_train_state *s, rg_error *err);
+rg_status rg_train_device_create(rg_train_state *s, rg_device device, rg_error *err);
+void rg_train_device_free(rg_train_state *s);
+rg_status rg_train_device_discard(rg_train_state *s, rg_error *err);
+rg_status rg_train_device_norm(rg_train_state *s, double *norm, rg_error *err);
+rg_status rg_train_device_update(rg_train_state *s, const rg_optim_step *os, rg_error *err);
 
 #endif

@@ -249,7 +249,7 @@ rg_status rg_train_run(const rg_train_opts *o, rg_train_summary *sum, rg_error *
         return st;
     }
     size_t limit = c->memory_limit_gb > 0 ? (size_t)(c->memory_limit_gb * 1073741824.0) : 0;
-    if ((st = rg_train_state_create(&r.s, r.model, c, r.total_steps, limit, err))) {
+    if ((st = rg_train_state_create_on(&r.s, r.model, c, r.total_steps, limit, (rg_device)o->device, err))) {
         run_free(&r);
         return st;
     }
@@ -268,7 +268,7 @@ rg_status rg_train_run(const rg_train_opts *o, rg_train_summary *sum, rg_error *
         char dir[4200];
         rg_ckpt_meta saved;
         if ((st = rg_checkpoint_find_latest(o->out_dir, dir, sizeof dir, err)) ||
-            (st = rg_checkpoint_load(s, dir, &saved, err))) {
+            (st = rg_checkpoint_load(s, dir, &saved, err)) || (st = rg_train_state_refresh_device(s, err))) {
             run_free(&r);
             return st;
         }
@@ -393,7 +393,9 @@ rg_status rg_train_run(const rg_train_opts *o, rg_train_summary *sum, rg_error *
         saved_last = false;
         if ((c->save_every > 0 && meta.iter % c->save_every == 0) || last) {
             fsync(fileno(jl));
-            if ((st = rg_checkpoint_save(s, &meta, o->out_dir, KEEP_CHECKPOINTS, err))) goto fail;
+            if ((st = rg_train_state_sync_host(s, err)) ||
+                (st = rg_checkpoint_save(s, &meta, o->out_dir, KEEP_CHECKPOINTS, err)))
+                goto fail;
             write_plot(&r);
             saved_last = true;
         }
@@ -401,6 +403,8 @@ rg_status rg_train_run(const rg_train_opts *o, rg_train_summary *sum, rg_error *
     rg_progress_end(&prog);
     fclose(jl);
     jl = NULL;
+    // The trained tensors back in host memory (from the device, when there is one), then the files.
+    if ((st = rg_train_state_sync_host(s, err))) goto fail_closed;
     if (!saved_last && meta.iter > 0 && (st = rg_checkpoint_save(s, &meta, o->out_dir, KEEP_CHECKPOINTS, err))) goto fail_closed;
     char result[4200];
     if (c->method == RG_TRAIN_LORA) {

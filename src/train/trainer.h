@@ -25,6 +25,7 @@ typedef struct rg_train_opts {
     bool resume;          // continue from the newest checkpoint in out_dir
     FILE *log;            // messages and progress (stderr when NULL)
     int progress;         // 0 auto (a bar on a terminal, lines otherwise), 1 bar, 2 lines, 3 silent
+    int device;           // rg_device: RG_DEVICE_CPU (0) or RG_DEVICE_CUDA (train_device.c)
 } rg_train_opts;
 
 typedef struct rg_train_summary {

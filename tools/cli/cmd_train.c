@@ -9,7 +9,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: retrograd train -m MODEL.gguf -d DATA(.txt|.jsonl) -o OUTDIR [--config FILE.yaml] [--set key=value]...\n"
-            "                       [--resume OUTDIR] [--device cpu] [--progress auto|bar|lines|none]\n"
+            "                       [--resume OUTDIR] [--device cpu|cuda] [--progress auto|bar|lines|none]\n"
             "\n"
             "Fine-tunes MODEL on DATA: LoRA (any weight type; writes OUTDIR/adapter.gguf, which llama.cpp loads with\n"
             "--lora) or full fine-tuning of an F32/F16/BF16 model in its own type (writes OUTDIR/model.gguf).\n"
@@ -60,9 +60,10 @@ int cmd_train(int argc, char **argv) {
             }
             sets[n_sets++] = next;
         } else if (!strcmp(a, "--device")) {
-            if (strcmp(next, "cpu") != 0) {
-                fprintf(stderr, "retrograd train: --device %s: training runs on the CPU in this build (the CUDA backend "
-                                "covers inference ops only); use --device cpu\n", next);
+            if (!strcmp(next, "cpu")) o.device = RG_DEVICE_CPU;
+            else if (!strcmp(next, "cuda")) o.device = RG_DEVICE_CUDA;
+            else {
+                fprintf(stderr, "retrograd train: --device '%s': expected cpu or cuda\n", next);
                 return 2;
             }
         } else if (!strcmp(a, "--progress")) {
