@@ -45,6 +45,12 @@ if build_or_fail release build -DRG_WERROR=ON; then
   run_suite "cli generate" bash tests/cli/test_cli_generate.sh build
   run_suite "cli train" bash tests/cli/test_cli_train.sh build
   run_suite "cli lora" bash tests/cli/test_cli_lora.sh build
+  # The CUDA code through its host execution (RETRO_CUDA_HOST=1): every kernel and the device
+  # paths (resident tensors, device training, sessions), on every machine, GPU or not.
+  for t in build/test_cuda build/test_cuda_* build/test_session build/test_train_device; do
+    [ -x "$t" ] && run_suite "$(basename "$t") on the host execution of the CUDA code" env RETRO_CUDA_HOST=1 "$t"
+  done
+  run_suite "cli cuda (host execution of the CUDA code)" bash tests/cli/test_cli_cuda.sh build
   run_suite "gguf python reference" python3 tests/python/test_gguf_reference.py build
   run_suite "types against gguf-py" python3 tests/python/test_quant_reference.py build
   run_suite "lora adapter against gguf-py" python3 tests/python/test_adapter_reference.py build

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# test_cli_cuda.sh BUILD_DIR - the commands on the CUDA device, end to end, through the host
+# execution of the CUDA code (RETRO_CUDA_HOST=1; on a GPU machine, unset it to run on the GPU):
+#   - every command that uses the device prints one line saying it is the host execution;
+#   - train --device cuda, full f32: per-step losses within 1e-5 relative of the CPU run's;
+#   - a run killed after a checkpoint and resumed on the device ends with the same per-step
+#     losses and the same model bytes as the uninterrupted run on the device (bit for bit on
+#     the same device kind);
+#   - LoRA on a quantized base on the device (the base's products fall back to the CPU);
+#   - generate --device cuda answers; report names the host execution.
+set -u
+bin="$1/retrograd"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
+export RETRO_CUDA_HOST="${RETRO_CUDA_HOST-1}"
+
+for i in $(seq 1 24); do
+  a=$((i * 7 % 50 + 1)); b=$((i * 13 % 40 + 2))
+  printf '{"messages": [{"role": "user", "content": "What is %d plus %d?"}, {"role": "assistant", "content": "%d plus %d is %d."}]}\n' \
+    "$a" "$b" "$a" "$b" "$((a + b))"
+done > "$tmp/chat.jsonl"
+"$bin" make-tiny --arch qwen2 --type f32 -o "$tmp/f32.gguf" >/dev/null
+"$bin" make-tiny --arch qwen2 --type q4_k_m -o "$tmp/q4.gguf" >/dev/null
+
+full=(-m "$tmp/f32.gguf" -d "$tmp/chat.jsonl" --set training.method=full --set training.lr=1e-3 --set training.ctx=64
+      --set training.batch_size=2 --set training.eval_every=0 --progress lines)
+losses() { grep -o '"loss":[0-9.e+-]*' "$1" | cut -d: -f2; }
+
+if [ "$RETRO_CUDA_HOST" = 1 ]; then
+  expect "train --device cuda says it runs on the host execution" 0 "host execution of the CUDA code \(not a GPU\)" -- \
+    "$bin" train "${full[@]}" --set training.steps=6 --device cuda -o "$tmp/cuda"
+else
+  expect "train --device cuda" 0 "done: 6 steps" -- "$bin" train "${full[@]}" --set training.steps=6 --device cuda -o "$tmp/cuda"
+fi
+"$bin" train "${full[@]}" --set training.steps=6 -o "$tmp/cpu" >/dev/null 2>&1
+paste <(losses "$tmp/cpu/train.jsonl") <(losses "$tmp/cuda/train.jsonl") |
+  awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1) bad++; n++ } END { exit !(n == 6 && !bad) }'
+check "train --device cuda: 6 per-step losses within 1e-5 of the CPU's" $? "$(losses "$tmp/cuda/train.jsonl" | tr '\n' ' ')"
+
+# Killed after a checkpoint, resumed: the same bits as the uninterrupted device run.
+run=("${full[@]}" --set training.steps=8 --set training.save_every=2 --device cuda)
+"$bin" train "${run[@]}" -o "$tmp/whole" >/dev/null 2>&1
+"$bin" train "${run[@]}" -o "$tmp/killed" >/dev/null 2>&1 &
+pid=$!
+for _ in $(seq 1 6000); do [ -d "$tmp/killed/checkpoints/step-2" ] && break; sleep 0.01; done
+kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+killed_at=$(wc -l < "$tmp/killed/train.jsonl")
+[ "$killed_at" -lt 8 ]; check "resume on cuda: the run was killed before its end (at step $killed_at)" $?
+expect "resume on cuda: continues from the newest checkpoint" 0 "resume: .*step-[0-9]+ \(step [0-9]+ of 8\)" -- \
+  "$bin" train "${run[@]}" --resume "$tmp/killed"
+cmp -s "$tmp/whole/model.gguf" "$tmp/killed/model.gguf"; check "resume on cuda: the final model is byte-identical" $?
+diff <(losses "$tmp/whole/train.jsonl") <(losses "$tmp/killed/train.jsonl") >/dev/null
+check "resume on cuda: the per-step losses are identical" $?
+
+expect "lora on q4_k_m on cuda" 0 "done: 4 steps" -- "$bin" train -m "$tmp/q4.gguf" -d "$tmp/chat.jsonl" \
+  --set training.lr=3e-3 --set training.ctx=64 --set training.steps=4 --progress lines --device cuda -o "$tmp/lora"
+expect "generate --device cuda" 0 "generation: [1-8] tokens" -- "$bin" generate -m "$tmp/cuda/model.gguf" \
+  -p "What is 1 plus 2?" -n 8 --device cuda
+if [ "$RETRO_CUDA_HOST" = 1 ]; then
+  expect "report names the host execution" 0 "host execution of the CUDA code" -- "$bin" report
+fi
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
