@@ -14,6 +14,14 @@
 //   RG_BENCH_THREADS=2            threads (default: all cores)
 // and a line "step seconds: ..." with every timed step, so a script can take their median.
 //
+// On the CUDA device (train_device.c; scripts/gpu-check.sh runs this on a lent GPU):
+//   RG_BENCH_DEVICE=cuda          every row trains on the device; MFU is then against the device's
+//                                 BF16 dense tensor peak (a table of known devices by name below,
+//                                 or RG_BENCH_PEAK_TFLOPS=989 to state it). Rows the device does not
+//                                 train yet (F16/BF16 full fine-tuning) print the refusal. Under the
+//                                 host execution of the CUDA code (RETRO_CUDA_HOST=1) the rows only
+//                                 show that they run: those figures are CPU timings, never GPU ones.
+//
 // Rows: the tiny qwen2 fixture (F32 full), and SmolLM2-135M at context 256:
 // F32, F16 and BF16 full fine-tuning (converted from the Q4_1 file with our
 // quantizer, so the values are the same model's) and LoRA (rank 16, all seven
@@ -38,6 +46,7 @@
 #include <unistd.h>
 
 #include "base/threadpool.h"
+#include "cuda/cuda.h"
 #include "bench_util.h"
 #include "model/model.h"
 #include "model/quantize.h"
@@ -72,6 +81,19 @@ static double model_flops(const rg_train_state *s, int64_t T) {
 
 static const char *row_filter;
 static int64_t row_ctx = 256;  // tokens per sequence (RG_BENCH_TRAIN_CTX)
+static rg_device bench_device = RG_DEVICE_CPU;  // RG_BENCH_DEVICE
+
+// The BF16 dense tensor-core peak (TFLOP/s, without sparsity) of the devices we know, by name.
+static double device_bf16_peak_tflops(const char *name) {
+    static const struct {
+        const char *key;
+        double tflops;
+    } known[] = {{"H200", 989.4}, {"H100 SXM", 989.4}, {"H100 NVL", 835.0}, {"H100 PCIe", 756.0}, {"H100", 756.0},
+                 {"A100", 312.0}, {"L40S", 362.1},    {"L4", 121.0},        {"RTX 4090", 165.2}, {"A10", 125.0}};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strstr(name, known[i].key)) return known[i].tflops;
+    return 0;
+}
 static bool print_steps;       // a line with every timed step's seconds (the one-file mode)
 
 static int run_row(const bench_row *row, int steps, double peak_gflops, int threads) {
@@ -96,7 +118,7 @@ static int run_row(const bench_row *row, int steps, double peak_gflops, int thre
     c.grad_accum = rows;
     rg_train_state *s = NULL;
     double rss0 = rg_rss_mib();
-    if (rg_train_state_create(&s, m, &c, steps + 1, 0, &err)) {
+    if (rg_train_state_create_on(&s, m, &c, steps + 1, 0, bench_device, &err)) {
         printf("%-22s  setup failed: %s\n", row->name, err.msg);
         rg_model_free(m);
         return 1;
@@ -127,7 +149,7 @@ static int run_row(const bench_row *row, int steps, double peak_gflops, int thre
         double dt = bench_now() - t0;
         if (k > 0) total += dt, best = dt < best ? dt : best, step_s[k] = dt;
     }
-    if (!rc && getenv("RG_BENCH_OPS")) {
+    if (!rc && getenv("RG_BENCH_OPS") && bench_device == RG_DEVICE_CPU) {
         // Where a step goes: every node run alone (rg_exec_run over [i, i+1)), summed per op.
         double op_s[RG_OP_COUNT] = {0};
         int op_n[RG_OP_COUNT] = {0};
@@ -204,8 +226,32 @@ int main(int argc, char **argv) {
     if (env_ctx && atoi(env_ctx) > 1) row_ctx = atoi(env_ctx);
     double mhz = bench_measured_mhz();
     double peak = 32.0 * mhz * 1e-3 * threads;
-    printf("bench_train: %d threads, clock %.0f MHz measured, FMA peak %.1f GFLOP/s; context %lld (tiny: its own), batch 1, "
-           "AdamW; %d timed steps after one warm-up\n", threads, mhz, peak, (long long)row_ctx, steps);
+    const char *env_dev = getenv("RG_BENCH_DEVICE");
+    if (env_dev && !strcmp(env_dev, "cuda")) {
+        bench_device = RG_DEVICE_CUDA;
+        rg_cuda_device_info info;
+        rg_error derr = {0};
+        char why[256];
+        if (rg_cuda_device_count(why, sizeof why) <= 0 || rg_cuda_device_get(0, &info, &derr)) {
+            printf("bench_train: RG_BENCH_DEVICE=cuda but there is no CUDA device: %s\n", derr.msg[0] ? derr.msg : why);
+            return 1;
+        }
+        const char *env_peak = getenv("RG_BENCH_PEAK_TFLOPS");
+        const double tflops = env_peak && atof(env_peak) > 0 ? atof(env_peak) : device_bf16_peak_tflops(info.name);
+        const bool host = strstr(info.name, "host execution") != NULL;
+        peak = tflops * 1e3;
+        printf("bench_train: on %s (compute %d.%d, %zu MiB); MFU against its BF16 dense peak of %.1f TFLOP/s%s; context %lld, "
+               "batch 1, AdamW; %d timed steps after one warm-up\n",
+               info.name, info.major, info.minor, info.total_mem >> 20, tflops,
+               host ? " (a nominal figure: the host execution is the CPU, so tokens/s and MFU here are CPU timings, not GPU "
+                      "results; the rows only show that they run)"
+               : tflops > 0 ? "" : " (unknown device: set RG_BENCH_PEAK_TFLOPS; MFU prints as 0)",
+               (long long)row_ctx, steps);
+        if (peak <= 0) peak = 1e30;
+    } else {
+        printf("bench_train: %d threads, clock %.0f MHz measured, FMA peak %.1f GFLOP/s; context %lld (tiny: its own), batch "
+               "1, AdamW; %d timed steps after one warm-up\n", threads, mhz, peak, (long long)row_ctx, steps);
+    }
     const char *one = getenv("RG_BENCH_TRAIN_MODEL");
     if (one && *one) {
         const char *method = getenv("RG_BENCH_TRAIN_METHOD");
