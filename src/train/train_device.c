@@ -189,3 +189,27 @@ rg_status rg_train_device_update(rg_train_state *s, const rg_optim_step *os, rg_
     }
     return rg_exec_run(d->oex, d->seg_norms, -1, err);  // the update, then the zeroing
 }
+
+void rg_train_device_memory(const rg_train_state *s, rg_train_memory *r) {
+    const rg_train_device *d = s->dev_run;
+    size_t acc = 0, opt = 0;
+    for (int k = 0; k < s->n_tensors; k++) {
+        const rg_train_tensor *t = &s->tensors[k];
+        acc += (size_t)t->nel * 4;
+        opt += (size_t)t->nel * 4 * ((t->m != NULL) + (t->v != NULL));
+    }
+    const rg_plan *sp = rg_exec_device_plan(s->ex), *op = rg_exec_device_plan(d->oex);
+    const size_t resident = rg_resident_bytes(d->res);
+    r->on_device = true;
+    r->scratch_weights = resident > acc + opt ? resident - acc - opt : 0;  // trained and frozen weights
+    r->scratch_gradients = acc + (sp ? sp->grad_bytes : 0);
+    r->scratch_optimizer = opt;
+    r->scratch_activations = (sp ? sp->buffer_bytes - sp->grad_bytes : 0) + (op ? op->buffer_bytes : 0);
+    r->scratch_scratch = (sp ? sp->scratch_bytes : 0) + (op ? op->scratch_bytes : 0);
+    r->scratch_total = r->scratch_weights + r->scratch_gradients + r->scratch_optimizer + r->scratch_activations +
+                       r->scratch_scratch;
+    size_t fr = 0, tot = 0;
+    rg_error ignored;
+    if (d->backend->vt->mem_info && d->backend->vt->mem_info(d->backend, &fr, &tot, &ignored) == RG_OK)
+        r->device_used = tot - fr, r->device_free = fr;
+}

@@ -460,6 +460,7 @@ rg_train_memory rg_train_state_memory(const rg_train_state *s) {
     r.fused_ce = s->fused_ce;
     r.checkpoint_type = s->cfg.checkpoint_dtype;
     r.total = r.weights + r.gradients + r.optimizer + r.activations + r.scratch;
+    if (s->dev_run) rg_train_device_memory(s, &r);
     return r;
 }
 

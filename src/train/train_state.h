@@ -95,6 +95,12 @@ void rg_train_state_free(rg_train_state *s);
 // gradients), scratch.
 typedef struct rg_train_memory {
     size_t weights, gradients, optimizer, activations, scratch, total;
+    // On a device: this process's device memory by the same parts (scratch_*), and the whole
+    // device's used and free memory when the report was made (device_*: another process's
+    // allocations count there; compare two points in time, not two processes).
+    bool on_device;
+    size_t scratch_weights, scratch_gradients, scratch_optimizer, scratch_activations, scratch_scratch, scratch_total;
+    size_t device_used, device_free;
     bool recompute;          // activations are the layer inputs + one layer (training.recompute)
     bool fused_ce;           // the cross-entropy never holds the logits (training.fused_ce)
     uint32_t checkpoint_type;  // the type those inputs are kept in
@@ -126,5 +132,6 @@ void rg_train_device_free(rg_train_state *s);
 rg_status rg_train_device_discard(rg_train_state *s, rg_error *err);
 rg_status rg_train_device_norm(rg_train_state *s, double *norm, rg_error *err);
 rg_status rg_train_device_update(rg_train_state *s, const rg_optim_step *os, rg_error *err);
+void rg_train_device_memory(const rg_train_state *s, rg_train_memory *r);
 
 #endif

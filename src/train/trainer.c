@@ -154,6 +154,13 @@ static rg_status write_report(run *r, const rg_train_summary *sum, const rg_trai
                "\"scratch\": %.1f, \"total\": %.1f},\n",
             mib(mem->weights), mib(mem->gradients), mib(mem->optimizer), mib(mem->activations), mib(mem->scratch),
             mib(mem->total));
+    if (mem->on_device)
+        fprintf(f, "  \"device_memory_mib\": {\"scratch_weights\": %.1f, \"scratch_gradients\": %.1f, "
+                   "\"scratch_optimizer\": %.1f, \"scratch_activations\": %.1f, \"scratch_scratch\": %.1f, "
+                   "\"scratch_total\": %.1f, \"device_used\": %.1f, \"device_free\": %.1f},\n",
+                mib(mem->scratch_weights), mib(mem->scratch_gradients), mib(mem->scratch_optimizer),
+                mib(mem->scratch_activations), mib(mem->scratch_scratch), mib(mem->scratch_total), mib(mem->device_used),
+                mib(mem->device_free));
     fprintf(f, "  \"data_stats\": {\"format\": \"%s\", \"samples\": %lld, \"train_samples\": %lld, \"eval_samples\": %lld, "
                "\"truncated\": %lld, \"dropped\": %lld, \"train_rows\": %lld, \"eval_rows\": %lld, \"target_tokens\": %lld},\n",
             ds.format ? ds.format : "", (long long)ds.n_samples, (long long)ds.n_train_samples, (long long)ds.n_eval_samples,
@@ -221,6 +228,12 @@ static void print_start(run *r, const rg_train_memory *mem) {
     fprintf(r->log, "memory: weights %.1f MiB, gradients %.1f MiB, optimizer state %.1f MiB, activations %.1f MiB%s, scratch %.1f MiB; total %.1f MiB\n",
             mib(mem->weights), mib(mem->gradients), mib(mem->optimizer), mib(mem->activations), recompute,
             mib(mem->scratch), mib(mem->total));
+    if (mem->on_device)
+        fprintf(r->log, "device memory (this run): weights %.1f MiB, gradients %.1f MiB, optimizer state %.1f MiB, "
+                        "activations %.1f MiB, scratch %.1f MiB; total %.1f MiB; the device: %.1f MiB used, %.1f MiB free\n",
+                mib(mem->scratch_weights), mib(mem->scratch_gradients), mib(mem->scratch_optimizer),
+                mib(mem->scratch_activations), mib(mem->scratch_scratch), mib(mem->scratch_total), mib(mem->device_used),
+                mib(mem->device_free));
 }
 
 rg_status rg_train_run(const rg_train_opts *o, rg_train_summary *sum, rg_error *err) {

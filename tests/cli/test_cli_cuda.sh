@@ -7,6 +7,7 @@
 #     losses and the same model bytes as the uninterrupted run on the device (bit for bit on
 #     the same device kind);
 #   - LoRA on a quantized base on the device (the base's products fall back to the CPU);
+#   - the memory line and report.json give the run's device memory (scratch_*) and the device's;
 #   - generate --device cuda answers; report names the host execution.
 set -u
 bin="$1/retrograd"
@@ -53,6 +54,9 @@ cmp -s "$tmp/whole/model.gguf" "$tmp/killed/model.gguf"; check "resume on cuda: 
 diff <(losses "$tmp/whole/train.jsonl") <(losses "$tmp/killed/train.jsonl") >/dev/null
 check "resume on cuda: the per-step losses are identical" $?
 
+expect "train --device cuda reports the device's memory" 0 "device memory \(this run\): weights .* MiB free" -- \
+  "$bin" train "${full[@]}" --set training.steps=1 --device cuda -o "$tmp/mem"
+grep -q '"device_memory_mib": {"scratch_weights"' "$tmp/mem/report.json"; check "report.json has device_memory_mib" $?
 expect "lora on q4_k_m on cuda" 0 "done: 4 steps" -- "$bin" train -m "$tmp/q4.gguf" -d "$tmp/chat.jsonl" \
   --set training.lr=3e-3 --set training.ctx=64 --set training.steps=4 --progress lines --device cuda -o "$tmp/lora"
 expect "generate --device cuda" 0 "generation: [1-8] tokens" -- "$bin" generate -m "$tmp/cuda/model.gguf" \
