@@ -50,6 +50,9 @@ if build_or_fail release build -DRG_WERROR=ON; then
   for t in build/test_cuda build/test_cuda_* build/test_session build/test_train_device; do
     [ -x "$t" ] && run_suite "$(basename "$t") on the host execution of the CUDA code" env RETRO_CUDA_HOST=1 "$t"
   done
+  for t in build/test_cuda build/test_train_device; do
+    [ -x "$t" ] && run_suite "$(basename "$t") with RETRO_CUDA_GRAPHS=1 (host execution)" env RETRO_CUDA_HOST=1 RETRO_CUDA_GRAPHS=1 "$t"
+  done
   run_suite "cli cuda (host execution of the CUDA code)" bash tests/cli/test_cli_cuda.sh build
   run_suite "gguf python reference" python3 tests/python/test_gguf_reference.py build
   run_suite "types against gguf-py" python3 tests/python/test_quant_reference.py build

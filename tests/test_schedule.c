@@ -111,8 +111,10 @@ static rg_status dev_mem_info(rg_backend *b, size_t *fr, size_t *tot, rg_error *
 }
 static void dev_destroy(rg_backend *b) { (void)b; }
 
-static const rg_backend_vt dev_vt = {RG_BACKEND_CUDA, dev_cell,     dev_alloc,    dev_release, dev_upload,
-                                     dev_download,    dev_zero,     dev_sync,     dev_mem_info, dev_destroy};
+static const rg_backend_vt dev_vt = {.id = RG_BACKEND_CUDA,  .cell = dev_cell,    .alloc = dev_alloc,
+                                     .release = dev_release, .upload = dev_upload, .download = dev_download,
+                                     .zero = dev_zero,       .sync = dev_sync,     .mem_info = dev_mem_info,
+                                     .destroy = dev_destroy};
 static rg_backend dev_backend = {&dev_vt, NULL, false, "stand-in device"};
 
 // A fresh device with these ops (RG_OP_NONE ends the list).

@@ -57,6 +57,13 @@ rg_status rg_cuda_mem_info(rg_cuda_ctx *ctx, size_t *free_bytes, size_t *total_b
 // This context's device memory in use (allocations made through it, including scratch).
 size_t rg_cuda_ctx_bytes(const rg_cuda_ctx *ctx);
 
+// CUDA Graphs on the context's stream: what is queued between begin and end is recorded,
+// not run (end returns the instantiated graph); launch replays it on the stream.
+rg_status rg_cuda_graph_begin(rg_cuda_ctx *ctx, rg_error *err);
+rg_status rg_cuda_graph_end(rg_cuda_ctx *ctx, void **graph, rg_error *err);
+rg_status rg_cuda_graph_launch(rg_cuda_ctx *ctx, void *graph, rg_error *err);
+void rg_cuda_graph_free(rg_cuda_ctx *ctx, void *graph);
+
 // The CUDA column of the op table: RG_OP_COUNT cells (run on device pointers, supports,
 // types), or NULL when the library was built without CUDA (op_table in ops.cu).
 const struct rg_op_col *rg_cuda_column(void);

@@ -92,3 +92,9 @@ rg_status rg_cuda_mem_info(rg_cuda_ctx *ctx, size_t *free_bytes, size_t *total_b
 }
 size_t rg_cuda_ctx_bytes(const rg_cuda_ctx *ctx) { return twin()->ctx_bytes(ctx); }
 const struct rg_op_col *rg_cuda_column(void) { return twin()->column(); }
+rg_status rg_cuda_graph_begin(rg_cuda_ctx *ctx, rg_error *err) { return twin()->graph_begin(ctx, err); }
+rg_status rg_cuda_graph_end(rg_cuda_ctx *ctx, void **graph, rg_error *err) { return twin()->graph_end(ctx, graph, err); }
+rg_status rg_cuda_graph_launch(rg_cuda_ctx *ctx, void *graph, rg_error *err) {
+    return twin()->graph_launch(ctx, graph, err);
+}
+void rg_cuda_graph_free(rg_cuda_ctx *ctx, void *graph) { twin()->graph_free(ctx, graph); }

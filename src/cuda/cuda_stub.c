@@ -46,6 +46,16 @@ static rg_status mem_info(rg_cuda_ctx *ctx, size_t *free_bytes, size_t *total_by
 }
 static size_t ctx_bytes(const rg_cuda_ctx *ctx) { return (void)ctx, 0; }
 static const struct rg_op_col *column(void) { return NULL; }
+static rg_status graph_begin(rg_cuda_ctx *ctx, rg_error *err) { return sync_none(ctx, err); }
+static rg_status graph_end(rg_cuda_ctx *ctx, void **graph, rg_error *err) {
+    *graph = NULL;
+    return sync_none(ctx, err);
+}
+static rg_status graph_launch(rg_cuda_ctx *ctx, void *graph, rg_error *err) {
+    (void)graph;
+    return sync_none(ctx, err);
+}
+static void graph_free(rg_cuda_ctx *ctx, void *graph) { (void)ctx, (void)graph; }
 
 // The entry points that need a device, refusing with `why` (one set per table). No context
 // can be made, so the memory calls are never reached with one.
@@ -66,7 +76,8 @@ static const struct rg_op_col *column(void) { return NULL; }
     }                                                                                                        \
     const rg_cuda_twin table = {not_compiled, prefix##_device_count, prefix##_device_get, prefix##_add_f32,   \
                                 prefix##_ctx_create, ctx_free, mem_alloc, mem_free, copy, copy, mem_zero,     \
-                                sync_none, mem_info, ctx_bytes, column}
+                                sync_none, mem_info, ctx_bytes, column, graph_begin, graph_end, graph_launch, \
+                                graph_free}
 
 RG_CUDA_STUB_TABLE(rg_cudastub_table, stub_nvcc, no_nvcc);
 RG_CUDA_STUB_TABLE(rg_cudastub_host_table, stub_host, no_host);

@@ -35,6 +35,10 @@
 #define rg_cuda_mem_info RG_CUDA_TWIN(mem_info)
 #define rg_cuda_ctx_bytes RG_CUDA_TWIN(ctx_bytes)
 #define rg_cuda_column RG_CUDA_TWIN(column)
+#define rg_cuda_graph_begin RG_CUDA_TWIN(graph_begin)
+#define rg_cuda_graph_end RG_CUDA_TWIN(graph_end)
+#define rg_cuda_graph_launch RG_CUDA_TWIN(graph_launch)
+#define rg_cuda_graph_free RG_CUDA_TWIN(graph_free)
 // Shared by the .cu files of one twin (cuda_common.cuh).
 #define rg_cu_fail RG_CUDA_TWIN(cu_fail)
 #define rg_cublas_fail RG_CUDA_TWIN(cublas_fail)
@@ -67,6 +71,10 @@ typedef struct rg_cuda_twin {
     rg_status (*mem_info)(rg_cuda_ctx *ctx, size_t *free_bytes, size_t *total_bytes, rg_error *err);
     size_t (*ctx_bytes)(const rg_cuda_ctx *ctx);
     const struct rg_op_col *(*column)(void);
+    rg_status (*graph_begin)(rg_cuda_ctx *ctx, rg_error *err);
+    rg_status (*graph_end)(rg_cuda_ctx *ctx, void **graph, rg_error *err);
+    rg_status (*graph_launch)(rg_cuda_ctx *ctx, void *graph, rg_error *err);
+    void (*graph_free)(rg_cuda_ctx *ctx, void *graph);
 } rg_cuda_twin;
 
 extern const rg_cuda_twin rg_cudadev_table;   // the nvcc twin (RG_HAVE_CUDA)

@@ -235,6 +235,41 @@ extern "C" rg_status rg_cuda_mem_info(rg_cuda_ctx *ctx, size_t *free_bytes, size
     return RG_OK;
 }
 
+// ---------------------------------------------------------------------------
+// CUDA Graphs: the executor captures a whole run once its inputs' bytes and every node's
+// parameters are the same as the run before (exec.c), and replays it after that.
+
+extern "C" rg_status rg_cuda_graph_begin(rg_cuda_ctx *ctx, rg_error *err) {
+    const struct rg_node *n = NULL;
+    CU_TRY(cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal));
+    return RG_OK;
+}
+
+extern "C" rg_status rg_cuda_graph_end(rg_cuda_ctx *ctx, void **graph, rg_error *err) {
+    const struct rg_node *n = NULL;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    *graph = NULL;
+    CU_TRY(cudaStreamEndCapture(ctx->stream, &g));
+    cudaError_t e = cudaGraphInstantiate(&ge, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) return rg_cu_fail(err, n, "cudaGraphInstantiate", e, __FILE__, __LINE__);
+    *graph = (void *)ge;
+    return RG_OK;
+}
+
+extern "C" rg_status rg_cuda_graph_launch(rg_cuda_ctx *ctx, void *graph, rg_error *err) {
+    const struct rg_node *n = NULL;
+    CU_TRY(cudaGraphLaunch((cudaGraphExec_t)graph, ctx->stream));
+    return RG_OK;
+}
+
+extern "C" void rg_cuda_graph_free(rg_cuda_ctx *ctx, void *graph) {
+    (void)ctx;
+    if (graph) cudaGraphExecDestroy((cudaGraphExec_t)graph);
+    cudaGetLastError();
+}
+
 extern "C" size_t rg_cuda_ctx_bytes(const rg_cuda_ctx *ctx) { return ctx ? ctx->alloc_bytes + ctx->pool_bytes : 0; }
 
 // ---------------------------------------------------------------------------

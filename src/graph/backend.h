@@ -56,6 +56,12 @@ typedef struct rg_backend_vt {
     rg_status (*download)(rg_backend *b, void *host_dst, const void *src, size_t bytes, rg_error *err);
     rg_status (*zero)(rg_backend *b, void *dst, size_t bytes, rg_error *err);
     rg_status (*sync)(rg_backend *b, rg_error *err);
+    // Graph capture (may be NULL: no graphs): what is queued between begin and end is recorded
+    // and returned as a replayable graph; launch replays it in stream order.
+    rg_status (*graph_begin)(rg_backend *b, rg_error *err);
+    rg_status (*graph_end)(rg_backend *b, void **graph, rg_error *err);
+    rg_status (*graph_launch)(rg_backend *b, void *graph, rg_error *err);
+    void (*graph_free)(rg_backend *b, void *graph);
     // This process's and the whole device's memory, for reports and refusals (may be NULL).
     rg_status (*mem_info)(rg_backend *b, size_t *free_bytes, size_t *total_bytes, rg_error *err);
     void (*destroy)(rg_backend *b);

@@ -26,6 +26,12 @@ static rg_status cu_sync(rg_backend *b, rg_error *err) { return rg_cuda_sync(ctx
 static rg_status cu_mem_info(rg_backend *b, size_t *free_bytes, size_t *total_bytes, rg_error *err) {
     return rg_cuda_mem_info(ctx_of(b), free_bytes, total_bytes, err);
 }
+static rg_status cu_graph_begin(rg_backend *b, rg_error *err) { return rg_cuda_graph_begin(ctx_of(b), err); }
+static rg_status cu_graph_end(rg_backend *b, void **graph, rg_error *err) { return rg_cuda_graph_end(ctx_of(b), graph, err); }
+static rg_status cu_graph_launch(rg_backend *b, void *graph, rg_error *err) {
+    return rg_cuda_graph_launch(ctx_of(b), graph, err);
+}
+static void cu_graph_free(rg_backend *b, void *graph) { rg_cuda_graph_free(ctx_of(b), graph); }
 static void cu_destroy(rg_backend *b) {
     rg_cuda_ctx_free(ctx_of(b));
     free(b);
@@ -40,6 +46,10 @@ static const rg_backend_vt cuda_vt = {
     .download = cu_download,
     .zero = cu_zero,
     .sync = cu_sync,
+    .graph_begin = cu_graph_begin,
+    .graph_end = cu_graph_end,
+    .graph_launch = cu_graph_launch,
+    .graph_free = cu_graph_free,
     .mem_info = cu_mem_info,
     .destroy = cu_destroy,
 };

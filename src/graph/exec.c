@@ -31,6 +31,11 @@ struct rg_exec {
     void **dev_of;          // the device copy of a device-homed external leaf (own or from `resident`)
     rg_resident *resident;  // device copies that outlive the exec (rg_exec_opts.resident), or NULL
     int copy_cursor;        // index into sched.copies of the next copy (runs move forward)
+    // RETRO_CUDA_GRAPHS=1: a whole run captured once and replayed (run_graphed).
+    bool graphs;
+    void *graph;            // the captured run, or NULL
+    uint64_t graph_sig;     // the signature it was captured with
+    uint64_t last_sig;      // the signature of the last whole run (captured at its second sight)
     rg_exec_stats stats;
     bool own_pool;
     bool own_mem;  // buffer and scratch are this exec's (not an rg_exec_mem's)
@@ -322,6 +327,8 @@ rg_status rg_exec_create(rg_exec **out, rg_graph *g, const rg_exec_opts *opts, r
         ex->own_pool = true;
     }
     ex->resident = opts->resident;
+    const char *graphs_env = getenv("RETRO_CUDA_GRAPHS");
+    ex->graphs = graphs_env && !strcmp(graphs_env, "1");
     if (!st && opts->backend) ex->dev = opts->backend;
     else if (!st && opts->device == RG_DEVICE_CUDA) {
         st = rg_backend_cuda_create(&ex->dev, 0, err);
@@ -544,12 +551,113 @@ static rg_status upload_inputs(rg_exec *ex, int from, int to, rg_error *err) {
     return RG_OK;
 }
 
+// ---------------------------------------------------------------------------
+// CUDA Graphs (RETRO_CUDA_GRAPHS=1). A graph replays kernel launches with the arguments they
+// had when captured, so a run is captured only when everything a launch reads from the host
+// side is the same as in the previous whole run: every kernel node's op, parameters (fp, ip),
+// bytes, shapes and strides and those of its sources (the signature). It is captured at the
+// second run with a signature and replayed while the signature holds; a changed parameter
+// (a loss scale, an optimizer's step scalars, a view moved by a decode step) runs the nodes
+// again and is captured again once it repeats. Only whole runs of a graph that is resident
+// on the device (no fallback, no copy) are captured: a CPU node cannot be part of a CUDA
+// graph. The inputs are uploaded before the launch and the loss read after it, as without
+// graphs, so the bits are the same.
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static uint64_t run_signature(const rg_exec *ex) {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < ex->g->n_nodes; i++) {
+        const rg_node *n = ex->g->nodes[i];
+        if (n->op == RG_OP_NONE || rg_op_defs[n->op].is_view) continue;
+        h = fnv(h, &n->op, sizeof n->op), h = fnv(h, n->fp, sizeof n->fp), h = fnv(h, n->ip, sizeof n->ip);
+        h = fnv(h, &n->t.data, sizeof n->t.data), h = fnv(h, n->t.ne, sizeof n->t.ne), h = fnv(h, n->t.nb, sizeof n->t.nb);
+        for (int s = 0; s < RG_MAX_SRC; s++) {
+            const rg_node *x = n->src[s];
+            if (!x) continue;
+            h = fnv(h, &x->t.data, sizeof x->t.data), h = fnv(h, x->t.ne, sizeof x->t.ne);
+            h = fnv(h, x->t.nb, sizeof x->t.nb);
+        }
+    }
+    return h;
+}
+
+static bool can_graph(const rg_exec *ex, int from, int to) {
+    return ex->graphs && ex->dev && ex->dev->vt->graph_begin && !ex->prof && from == 0 && to == ex->g->n_nodes &&
+           ex->sched.n_copies == 0 && ex->sched.n_fallback == 0 && ex->sched.n_on[RG_BACKEND_CPU] == 0;
+}
+
+// The loss check of a run that did not go node by node.
+static rg_status check_losses(rg_exec *ex, rg_error *err) {
+    for (int i = 0; i < ex->g->n_nodes; i++) {
+        rg_node *n = ex->g->nodes[i];
+        if (!(n->flags & RG_NODE_LOSS)) continue;
+        float loss;
+        rg_status st = ex->dev->vt->download(ex->dev, &loss, n->t.data, sizeof loss, err);
+        if (st) return st;
+        ex->stats.output_copies++, ex->stats.output_bytes += sizeof loss;
+        if (!isfinite(loss)) {
+            char where[256];
+            first_non_finite(ex, i, where, sizeof where);
+            return rg_fail(err, RG_ERR_NONFINITE, "exec: the loss '%s' is %g; %s", n->t.name, (double)loss, where);
+        }
+    }
+    return RG_OK;
+}
+
+// A whole resident run through a CUDA graph; *done = false when it must run node by node.
+static rg_status run_graphed(rg_exec *ex, bool *done, rg_error *err) {
+    *done = false;
+    const uint64_t sig = run_signature(ex);
+    rg_backend *d = ex->dev;
+    rg_status st = RG_OK;
+    if (ex->graph && ex->graph_sig != sig) {
+        d->vt->graph_free(d, ex->graph);
+        ex->graph = NULL;
+    }
+    if (!ex->graph && sig == ex->last_sig) {  // the second run with these parameters: capture it
+        if ((st = d->vt->sync(d, err)) || (st = d->vt->graph_begin(d, err))) return st;
+        rg_exec_ctx ctx = {ex->pool, ex->scratch, ex->plan.scratch_bytes, ex->int8_activations, NULL};
+        for (int i = 0; i < ex->g->n_nodes && !st; i++) {
+            rg_node *n = ex->g->nodes[i];
+            if (n->op == RG_OP_NONE || rg_op_defs[n->op].is_view) continue;
+            st = run_node(ex, &ctx, n, err);
+        }
+        void *graph = NULL;
+        rg_error e2;
+        rg_status se = d->vt->graph_end(d, &graph, st ? &e2 : err);
+        if (st || se) {
+            if (graph) d->vt->graph_free(d, graph);
+            return st ? st : se;
+        }
+        ex->graph = graph, ex->graph_sig = sig;
+        ex->stats.graph_captures++;
+    }
+    ex->last_sig = sig;
+    if (!ex->graph) return RG_OK;  // the first run with these parameters: node by node
+    if ((st = upload_inputs(ex, 0, ex->g->n_nodes, err)) || (st = d->vt->graph_launch(d, ex->graph, err)) ||
+        (st = d->vt->sync(d, err)))
+        return st;
+    ex->stats.graph_launches++;
+    *done = true;
+    return check_losses(ex, err);
+}
+
 rg_status rg_exec_run(rg_exec *ex, int from, int to, rg_error *err) {
     rg_graph *g = ex->g;
     if (to < 0 || to > g->n_nodes) to = g->n_nodes;
     if (from < 0) from = 0;
     rg_exec_ctx ctx = {ex->pool, ex->scratch, ex->plan.scratch_bytes, ex->int8_activations, NULL};
     const double t_run = ex->prof ? now_s() : 0;
+    if (can_graph(ex, from, to)) {
+        bool done;
+        rg_status st = run_graphed(ex, &done, err);
+        if (st || done) return st;
+    }
     if (ex->dev) {
         rg_status st = upload_inputs(ex, from, to, err);
         if (st) return st;
@@ -700,6 +808,7 @@ void rg_exec_free(rg_exec *ex) {
         for (int i = 0; i < g->n_nodes; i++)
             if (g->nodes[i]->view_of && g->nodes[i]->view_of->t.data)
                 g->nodes[i]->t.data = (char *)g->nodes[i]->view_of->t.data + g->nodes[i]->t.view_offs;
+        if (ex->graph) ex->dev->vt->graph_free(ex->dev, ex->graph);
         if (ex->dbuffer) ex->dev->vt->release(ex->dev, ex->dbuffer);
         if (ex->dscratch) ex->dev->vt->release(ex->dev, ex->dscratch);
         if (ex->own_dev) rg_backend_free(ex->dev);

@@ -87,6 +87,7 @@ typedef struct rg_exec_stats {
     uint64_t input_copies, input_bytes;    // INPUT leaves uploaded before runs, rg_exec_write
     uint64_t output_copies, output_bytes;  // the loss, rg_exec_read, rg_exec_download_leaves
     uint64_t setup_copies, setup_bytes;    // leaves uploaded once, when the exec was made
+    uint64_t graph_captures, graph_launches;  // RETRO_CUDA_GRAPHS=1: runs captured, runs replayed
 } rg_exec_stats;
 
 typedef struct rg_exec rg_exec;
