@@ -269,7 +269,8 @@ static rg_status decode_graph_make(rg_session *s, int64_t lo, int64_t hi, rg_err
     rg_graph_free(g2);
     if (!st) {
         rg_exec_opts eo = {.pool = s->pool, .device = s->opts.device, .profile = s->opts.profile,
-                           .int8_activations = !s->opts.exact_activations};
+                           .int8_activations = !s->opts.exact_activations, .backend = s->dev,
+                           .resident = s->resident};
         st = rg_exec_create(&d->ex, d->g, &eo, err);
     }
     if (st) {
@@ -314,17 +315,17 @@ static rg_status eval_token(rg_session *s, const int32_t *id, float *logits, boo
     }
     *used = true;
     decode_graph_patch(d, s->n_past);
-    *(int32_t *)d->ids->t.data = *id;
-    *(int32_t *)d->pos->t.data = (int32_t)s->n_past;
+    *(int32_t *)rg_exec_input(d->ex, d->ids) = *id;
+    *(int32_t *)rg_exec_input(d->ex, d->pos) = (int32_t)s->n_past;
     rg_status st = rg_exec_run(d->ex, 0, -1, err);
-    if (!st && logits) memcpy(logits, d->out->t.data, (size_t)rg_tensor_nelements(&d->out->t) * sizeof(float));
+    if (!st && logits) st = rg_exec_read(d->ex, d->out, logits, (size_t)rg_tensor_nelements(&d->out->t) * sizeof(float), err);
     if (!st) s->n_past += 1;
     return st;
 }
 
 // One batch: tokens ids[0..n) at positions n_past.., logits of the last or all.
 static rg_status eval_batch(rg_session *s, const int32_t *ids, int64_t n, float *logits, bool all, rg_error *err) {
-    if (n == 1 && s->opts.device == RG_DEVICE_CPU) {
+    if (n == 1) {
         bool used;
         rg_status st = eval_token(s, ids, logits, &used, err);
         if (used || st) return st;
