@@ -590,7 +590,7 @@ static void test_cuda_support_table(void) {
         {"mul_mat q8_0", rg_mul_mat(g, wq8, x), false},
         {"mul_mat transposed x", rg_mul_mat(g, w32, xt), false},
         {"add", rg_add(g, rg_mul_mat(g, w32, x), b), true},
-        {"sub", rg_sub(g, rg_mul_mat(g, w32, x), b), false},
+        {"sub", rg_sub(g, rg_mul_mat(g, w32, x), b), true},
         {"soft_max", rg_soft_max(g, sc, NULL, true, 0.5f, 0.0f), true},
         {"rms_norm", rg_rms_norm(g, x, 1e-5f), false},
     };
