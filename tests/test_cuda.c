@@ -23,6 +23,7 @@
 #include "graph/graph.h"
 #include "rg_test.h"
 #include "tensor/half.h"
+#include "tensor/quant/quant.h"
 
 static char why[256];
 
@@ -427,22 +428,28 @@ static void test_cuda_soft_max_parity(void) {
 }
 
 // ---------------------------------------------------------------------------
-// A graph that mixes GPU ops with one the GPU does not have (RMS_NORM): the
-// scheduler must run that one on the CPU, copy its output to the device once for
-// the product, and count every copy; RETRO_REQUIRE_GPU_RESIDENT refuses the graph.
+// A graph that mixes GPU ops with one the GPU does not take (MUL_MAT of a Q8_0
+// weight: the CUDA column has no quantized weights): the scheduler must run that
+// one on the CPU, copy its output to the device once for the next product, and
+// count every copy; RETRO_REQUIRE_GPU_RESIDENT refuses the graph.
 
 static void test_cuda_fallback_and_copies(void) {
     if (!have_gpu()) RG_SKIP("no GPU: %s", why);
     enum { K = 64, M = 48, N = 5 };
     float *x = randn(K * N, 70, 1.0f), *wf = randn(K * M, 71, 0.2f), *bias = randn(M, 72, 0.5f);
+    float *qf = randn(K * K, 73, 0.2f);
     uint16_t *w = as_type(wf, K * M, RG_TYPE_F16);
+    uint8_t *wq = malloc(rg_type_row_size(RG_TYPE_Q8_0, K) * K);
+    rg_error qerr = {0};
+    RG_REQUIRE(wq && rg_quantize(RG_TYPE_Q8_0, qf, wq, K, K, NULL, "wq", &qerr) == RG_OK, "%s", qerr.msg);
     float gpu[M * N], cpu[M * N];
     rg_graph *g = rg_graph_new();
-    int64_t xne[2] = {K, N}, wne[2] = {K, M}, bne[1] = {M};
+    int64_t xne[2] = {K, N}, wne[2] = {K, M}, qne[2] = {K, K}, bne[1] = {M};
     rg_node *lx = rg_leaf(g, "x", RG_TYPE_F32, 2, xne, x);
+    rg_node *lq = rg_leaf(g, "wq", RG_TYPE_Q8_0, 2, qne, wq);
     rg_node *lw = rg_leaf(g, "w", RG_TYPE_F16, 2, wne, w);
     rg_node *lb = rg_leaf(g, "bias", RG_TYPE_F32, 1, bne, bias);
-    rg_node *h = rg_rms_norm(g, lx, 1e-6f);
+    rg_node *h = rg_mul_mat(g, lq, lx);  // [K, N] on the CPU
     rg_node *mm = rg_mul_mat(g, lw, h);
     rg_node *z = rg_add(g, mm, lb);
     rg_node *p = rg_soft_max(g, z, NULL, false, 0.5f, 0.0f);
@@ -451,7 +458,7 @@ static void test_cuda_fallback_and_copies(void) {
     rg_status st = run_graph(g, RG_DEVICE_CUDA, p, gpu, &s, &err);
     if (st && is_placeholder(&err)) {
         rg_graph_free(g);
-        free(x), free(wf), free(bias), free(w);
+        free(x), free(wf), free(bias), free(w), free(qf), free(wq);
         RG_SKIP("the CPU kernel of the fallback op is not written yet: %s", err.msg);
     }
     RG_CHECK(st == RG_OK, "cuda run: %s", err.msg);
@@ -461,9 +468,9 @@ static void test_cuda_fallback_and_copies(void) {
                s.nodes_gpu, s.nodes_cpu, (unsigned long long)s.copies_to_device, (unsigned long long)s.bytes_to_device,
                (unsigned long long)s.copies_to_host, (unsigned long long)s.bytes_to_host);
         RG_CHECK(s.nodes_gpu == 3, "nodes on the GPU: %d, expected 3 (mul_mat, add, soft_max)", s.nodes_gpu);
-        RG_CHECK(s.nodes_cpu == 1 && s.nodes_fallback == 1, "nodes on the CPU: %d (fallbacks %d), expected 1 (rms_norm)",
+        RG_CHECK(s.nodes_cpu == 1 && s.nodes_fallback == 1, "nodes on the CPU: %d (fallbacks %d), expected 1 (mul_mat q8_0)",
                  s.nodes_cpu, s.nodes_fallback);
-        // x stays on the CPU (only rms_norm reads it); w and bias go up once; h, rms_norm's
+        // x and wq stay on the CPU (only the q8_0 product reads them); w and bias go up once; h, its
         // output, is the one copy inside the run; the output is read once.
         RG_CHECK(s.copies_scheduled == 1 && s.copies_to_device == 1 && s.bytes_to_device == (uint64_t)K * N * 4,
                  "to device inside the run: %d scheduled, %llu copies %llu bytes, expected 1 of %d bytes", s.copies_scheduled,
@@ -478,7 +485,8 @@ static void test_cuda_fallback_and_copies(void) {
             rg_error e2 = {0};
             rg_status s2 = rg_exec_create(&ex, g, &o, &e2);
             printf("    resident guard: %s\n", e2.msg);
-            RG_CHECK(s2 != RG_OK && ex == NULL && strstr(e2.msg, "rms_norm") && strstr(e2.msg, "CPU"),
+            RG_CHECK(s2 != RG_OK && ex == NULL && strstr(e2.msg, "mul_mat") && strstr(e2.msg, "q8_0") &&
+                         strstr(e2.msg, "CPU"),
                      "require_resident: status %d, '%s'", s2, e2.msg);
             rg_exec_free(ex);
         }
@@ -501,7 +509,7 @@ static void test_cuda_fallback_and_copies(void) {
         }
     }
     rg_graph_free(g);
-    free(x), free(wf), free(bias), free(w);
+    free(x), free(wf), free(bias), free(w), free(qf), free(wq);
 }
 
 // ---------------------------------------------------------------------------
@@ -592,7 +600,7 @@ static void test_cuda_support_table(void) {
         {"add", rg_add(g, rg_mul_mat(g, w32, x), b), true},
         {"sub", rg_sub(g, rg_mul_mat(g, w32, x), b), true},
         {"soft_max", rg_soft_max(g, sc, NULL, true, 0.5f, 0.0f), true},
-        {"rms_norm", rg_rms_norm(g, x, 1e-5f), false},
+        {"rms_norm", rg_rms_norm(g, x, 1e-5f), true},
     };
     rg_error err = {0};
     RG_REQUIRE(rg_graph_error(g, &err) == RG_OK, "%s", err.msg);
@@ -612,7 +620,6 @@ static void test_cuda_support_table(void) {
         RG_CHECK(rg_op_cell(RG_BACKEND_CUDA, RG_OP_ADD).types && rg_op_cell(RG_BACKEND_CUDA, RG_OP_SOFT_MAX).types,
                  "add and soft_max list types");
     }
-    RG_CHECK(rg_op_cell(RG_BACKEND_CUDA, RG_OP_RMS_NORM).types == NULL, "rms_norm has no CUDA kernel");
     rg_graph_free(g);
 }
 
