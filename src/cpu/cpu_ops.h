@@ -77,6 +77,9 @@ rg_status cpu_linear_ce(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 size_t cpu_linear_ce_work(const rg_node *n, int n_threads);
 rg_status cpu_linear_ce_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 size_t cpu_linear_ce_back_work(const rg_node *n, int n_threads);
+// The vocabulary chunk of a LINEAR_CE / LINEAR_CE_BACK node over V entries and T
+// tokens: ip[1], or the automatic one ([T, chunk] f32 of about 4 MiB, at most V / 8).
+int64_t rg_linear_ce_chunk(const rg_node *n, int64_t V, int64_t T);
 // ops_attn_decode.c: ATTN_DECODE, attention of new queries against a KV cache (generation)
 rg_status cpu_attn_decode(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 size_t cpu_attn_decode_work(const rg_node *n, int n_threads);
