@@ -7,8 +7,12 @@
 //   - §1.5 schedule values (cosine, linear with W = 2, T = 10);
 //   - §1.4 global norm: thread-count independent, double blocks;
 //   - F16/BF16 in place: the stored weight is the keyed SR of the f32 update,
-//     the same bits for 1 and 2 threads; with a master: w = RNE(master).
+//     the same bits for 1 and 2 threads; with a master: w = RNE(master);
+//   - the graph ops ADAMW and SGD (f32, f16/bf16 by SR, f16/bf16 with a
+//     master) give rg_optim_apply's weights, masters and moments bit for bit.
 #include "cpu/cpu_ops.h"
+#include "graph/exec.h"
+#include "graph/graph.h"
 #include "train/optim.h"
 #include "tensor/half.h"
 #include "train/philox.h"
@@ -250,6 +254,115 @@ static void test_half_storage(void) {
     free(w0), free(g), free(ref), free(mm), free(master), free(h1), free(h2);
 }
 
+// ---------------------------------------------------------------------------
+// The graph ops against the host step: the same start, the same three steps
+// (decay, then a clipped gradient), the same bits.
+
+typedef struct graph_optim_case {
+    const char *what;
+    int optimizer;  // 0 AdamW, 1 SGD
+    uint32_t type;
+    bool master;
+} graph_optim_case;
+
+// The node's fp as rg_optim_apply computes them for a tensor that decays.
+static rg_adamw_step adamw_scalars(const rg_optim_step *s) {
+    const double bc1 = 1.0 - pow(s->beta1, (double)s->t), bc2 = 1.0 - pow(s->beta2, (double)s->t);
+    rg_adamw_step a = {(float)(s->lr / bc1), (float)(1.0 - s->beta1), (float)s->beta2, (float)(1.0 - s->beta2),
+                       (float)s->eps, (float)(1.0 - s->lr * s->weight_decay), (float)sqrt(bc2), s->clip};
+    return a;
+}
+
+// One step of the graph op on (w, grad, m, v, master) in place, on the CPU with 2 threads.
+static rg_status graph_step(const graph_optim_case *k, const rg_optim_step *s, void *w, float *grad, float *m,
+                            float *v, float *master, int64_t n, uint32_t tensor_id, rg_error *err) {
+    rg_graph *g = rg_graph_new();
+    const int64_t ne[2] = {n / 10, 10};
+    rg_node *lw = rg_leaf(g, "w", k->type, 2, ne, w), *lg = rg_leaf(g, "grad", RG_TYPE_F32, 2, ne, grad);
+    rg_node *lm = m ? rg_leaf(g, "m", RG_TYPE_F32, 2, ne, m) : NULL, *lv = v ? rg_leaf(g, "v", RG_TYPE_F32, 2, ne, v) : NULL;
+    rg_optim_half h = {master ? rg_leaf(g, "master", RG_TYPE_F32, 2, ne, master) : NULL, s->seed, (uint32_t)s->t,
+                       tensor_id};
+    const rg_adamw_step a = adamw_scalars(s);
+    rg_node *step;
+    if (k->optimizer == 0)
+        step = k->type == RG_TYPE_F32 ? rg_adamw(g, lw, lg, lm, lv, &a) : rg_adamw_half(g, lw, lg, lm, lv, &a, &h);
+    else if (k->type == RG_TYPE_F32)
+        step = rg_sgd(g, lw, lg, (float)s->lr, (float)s->weight_decay, s->clip);
+    else
+        step = rg_sgd_half(g, lw, lg, (float)s->lr, (float)s->weight_decay, s->clip, &h);
+    rg_exec *ex = NULL;
+    rg_exec_opts o = {.n_threads = 2, .device = RG_DEVICE_CPU};
+    rg_status st = step ? RG_OK : rg_graph_error(g, err);
+    if (!st) st = rg_exec_create(&ex, g, &o, err);
+    if (!st) st = rg_exec_run(ex, 0, -1, err);
+    rg_exec_free(ex);
+    rg_graph_free(g);
+    return st;
+}
+
+static void test_graph_ops_equal_host_step(void) {
+    static const graph_optim_case cases[] = {
+        {"adamw f32", 0, RG_TYPE_F32, false},       {"adamw f16 SR", 0, RG_TYPE_F16, false},
+        {"adamw bf16 SR", 0, RG_TYPE_BF16, false},  {"adamw f16 master", 0, RG_TYPE_F16, true},
+        {"adamw bf16 master", 0, RG_TYPE_BF16, true}, {"sgd f32", 1, RG_TYPE_F32, false},
+        {"sgd f16 SR", 1, RG_TYPE_F16, false},      {"sgd bf16 SR", 1, RG_TYPE_BF16, false},
+        {"sgd f16 master", 1, RG_TYPE_F16, true},   {"sgd bf16 master", 1, RG_TYPE_BF16, true},
+    };
+    const int64_t n = 5030;  // not a multiple of the chunks (2048) nor of the SR blocks (4)
+    const uint32_t id = 0xABCDE;
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        const graph_optim_case *k = &cases[c];
+        const size_t esz = k->type == RG_TYPE_F32 ? 4 : 2;
+        float *w0 = malloc(sizeof(float) * n), *g = malloc(sizeof(float) * n), *st = calloc((size_t)n * 6, sizeof(float));
+        void *wh = malloc(esz * n), *wg = malloc(esz * n);
+        fill(w0, n, 11, 0.5f);
+        for (int64_t i = 0; i < n; i++) {
+            if (k->type == RG_TYPE_F32) ((float *)wh)[i] = w0[i];
+            else ((uint16_t *)wh)[i] = k->type == RG_TYPE_F16 ? rg_fp32_to_fp16(w0[i]) : rg_fp32_to_bf16(w0[i]);
+            st[4 * n + i] = st[5 * n + i] = k->type == RG_TYPE_F16 ? rg_fp16_to_fp32(((uint16_t *)wh)[i])
+                                            : k->type == RG_TYPE_BF16 ? rg_bf16_to_fp32(((uint16_t *)wh)[i])
+                                                                      : w0[i];
+        }
+        memcpy(wg, wh, esz * n);
+        void *w_start = malloc(esz * n);
+        memcpy(w_start, wh, esz * n);
+        float *hm = st, *hv = st + n, *gm = st + 2 * n, *gv = st + 3 * n, *hmaster = st + 4 * n, *gmaster = st + 5 * n;
+        const bool adamw = k->optimizer == 0;
+        rg_train_tensor t = {.id = id, .type = k->type, .n_dims = 2, .ne = {n / 10, 10, 1, 1}, .nel = n, .w = wh,
+                             .grad = g, .m = adamw ? hm : NULL, .v = adamw ? hv : NULL,
+                             .master = k->master ? hmaster : NULL, .decay = true};
+        int bad = 0;
+        for (int s = 1; s <= 3 && !bad; s++) {
+            fill(g, n, 20 + (uint32_t)s, 0.02f);
+            rg_optim_step os = {.optimizer = k->optimizer, .lr = adamw ? 1e-3 : 0.05, .beta1 = 0.9, .beta2 = 0.999,
+                                .eps = 1e-8, .weight_decay = s == 1 ? 0.1 : 0.0, .t = s,
+                                .seed = 0x123456789ABCDEF0ull, .clip = s == 3 ? 0.625f : 1.0f};
+            rg_error err = {0};
+            RG_REQUIRE(rg_optim_apply(&t, 1, &os, NULL, &err) == RG_OK, "%s: %s", k->what, err.msg);
+            RG_REQUIRE(graph_step(k, &os, wg, g, adamw ? gm : NULL, adamw ? gv : NULL, k->master ? gmaster : NULL, n,
+                                  id, &err) == RG_OK,
+                       "%s t=%d: %s", k->what, s, err.msg);
+            for (int64_t i = 0; i < n && bad < 5; i++) {
+                const bool w_ok = !memcmp((char *)wh + i * esz, (char *)wg + i * esz, esz);
+                const bool st_ok = (!adamw || (bits(hm[i]) == bits(gm[i]) && bits(hv[i]) == bits(gv[i]))) &&
+                                   (!k->master || bits(hmaster[i]) == bits(gmaster[i]));
+                if (w_ok && st_ok) continue;
+                bad++;
+                RG_CHECK(0, "%s t=%d [%lld]: weight %s, state %s (host m %08x v %08x master %08x, graph %08x %08x %08x)",
+                         k->what, s, (long long)i, w_ok ? "same" : "differs", st_ok ? "same" : "differs", bits(hm[i]),
+                         bits(hv[i]), bits(hmaster[i]), bits(gm[i]), bits(gv[i]), bits(gmaster[i]));
+            }
+        }
+        // the steps did something: most weights moved
+        int64_t moved = 0;
+        for (int64_t i = 0; i < n; i++) moved += memcmp((char *)wh + i * esz, (char *)w_start + i * esz, esz) != 0;
+        RG_CHECK(moved > n / 2, "%s: only %lld of %lld weights moved", k->what, (long long)moved, (long long)n);
+        printf("    %-18s 3 steps, %lld elements: graph op == rg_optim_apply %s\n", k->what, (long long)n,
+               bad ? "NO" : "bit for bit");
+        free(w0), free(g), free(st), free(wh), free(wg), free(w_start);
+    }
+}
+
 static const rg_test_case cases[] = {
     RG_TEST(test_adamw_worked_example),
     RG_TEST(test_adamw_clipped),
@@ -257,6 +370,7 @@ static const rg_test_case cases[] = {
     RG_TEST(test_schedules),
     RG_TEST(test_norm_thread_independent),
     RG_TEST(test_half_storage),
+    RG_TEST(test_graph_ops_equal_host_step),
     {0},
 };
 

@@ -49,6 +49,17 @@ rg_status cpu_sgd(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 // trainer's host step): out may alias theta; fp as in the ADAMW / SGD nodes.
 void rg_adamw_row(float *out, const float *theta, const float *grad, float *m, float *v, int64_t n, const float fp[8]);
 void rg_sgd_row(float *out, const float *theta, const float *grad, int64_t n, const float fp[8]);
+// The f32 theta of elements [i0, i0 + n) of a parameter stored as `type` with
+// an optional f32 master: the master itself, the f32 weight itself, or the
+// exact upcast of the half weight into buf[n]. Updated in place, it is stored
+// back by rg_optim_store.
+float *rg_optim_theta(uint32_t type, const void *w, float *master, int64_t i0, int64_t n, float *buf);
+// Stores the updated theta[n] into elements [i0, i0 + n) of w: an f32 weight
+// takes the values (when theta is not already its bytes); a half weight their
+// RNE when theta is a master (from_master), else their stochastic rounding
+// with the words keyed by (seed, step, tensor_id, element) (train/sround.h).
+void rg_optim_store(uint32_t type, void *w, int64_t i0, const float *theta, int64_t n, bool from_master,
+                    uint64_t seed, uint32_t step, uint32_t tensor_id);
 // Σ x[i]^2 in double: 16 lanes (i mod 16) summed in index order, then a fixed
 // tree; the same bits with or without AVX2 (training.md §1.4's block sums).
 double rg_sumsq_f64(const float *x, int64_t n);
@@ -66,6 +77,9 @@ rg_status cpu_linear_ce(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 size_t cpu_linear_ce_work(const rg_node *n, int n_threads);
 rg_status cpu_linear_ce_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 size_t cpu_linear_ce_back_work(const rg_node *n, int n_threads);
+// The vocabulary chunk of a LINEAR_CE / LINEAR_CE_BACK node over V entries and T
+// tokens: ip[1], or the automatic one ([T, chunk] f32 of about 4 MiB, at most V / 8).
+int64_t rg_linear_ce_chunk(const rg_node *n, int64_t V, int64_t T);
 // ops_attn_decode.c: ATTN_DECODE, attention of new queries against a KV cache (generation)
 rg_status cpu_attn_decode(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 size_t cpu_attn_decode_work(const rg_node *n, int n_threads);

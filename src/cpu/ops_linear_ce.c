@@ -59,11 +59,12 @@
 
 static size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
-// The chunk of a LINEAR_CE / LINEAR_CE_BACK node over V entries and T tokens:
+// The chunk of a LINEAR_CE / LINEAR_CE_BACK node over V entries and T tokens
+// (the CUDA cells take the same, cpu_ops.h):
 // ip[1], or [T, chunk] f32 of about LCE_CHUNK_BYTES but at most an eighth of
 // the vocabulary (so a small vocabulary's scratch stays well below its
 // logits), a multiple of 16 (the GEMM's column block), at least LCE_CHUNK_MIN.
-static int64_t chunk_of(const rg_node *n, int64_t V, int64_t T) {
+int64_t rg_linear_ce_chunk(const rg_node *n, int64_t V, int64_t T) {
     int64_t c = n->ip[1];
     if (c <= 0) {
         c = (int64_t)(LCE_CHUNK_BYTES / sizeof(float)) / (T > 0 ? T : 1) / 16 * 16;
@@ -199,13 +200,13 @@ static lce_layout layout(void *base, const rg_tensor *w, int64_t d, int64_t V, i
 size_t cpu_linear_ce_work(const rg_node *n, int n_threads) {
     const rg_tensor *w = &n->src[0]->t;
     const int64_t d = w->ne[0], V = w->ne[1], T = n->src[1]->t.ne[1];
-    return layout(NULL, w, d, V, T, chunk_of(n, V, T), false, n_threads < 1 ? 1 : n_threads).total;
+    return layout(NULL, w, d, V, T, rg_linear_ce_chunk(n, V, T), false, n_threads < 1 ? 1 : n_threads).total;
 }
 
 size_t cpu_linear_ce_back_work(const rg_node *n, int n_threads) {
     const rg_tensor *w = &n->src[2]->src[0]->t;
     const int64_t d = w->ne[0], V = w->ne[1], T = n->src[1]->t.ne[1];
-    return layout(NULL, w, d, V, T, chunk_of(n, V, T), true, n_threads < 1 ? 1 : n_threads).total;
+    return layout(NULL, w, d, V, T, rg_linear_ce_chunk(n, V, T), true, n_threads < 1 ? 1 : n_threads).total;
 }
 
 // ---------------------------------------------------------------------------
@@ -352,7 +353,7 @@ rg_status cpu_linear_ce(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     float *out = n->t.data;  // [T + 1]
     memset(out, 0, sizeof(float) * (size_t)(T + 1));
     if (n_valid == 0 || V == 0) return RG_OK;  // §5.8: no valid token, loss 0
-    const int64_t chunk = chunk_of(n, V, T);
+    const int64_t chunk = rg_linear_ce_chunk(n, V, T);
     const int nth = rg_threadpool_size(ctx->pool);
     lce_layout L = layout(ctx->scratch, w, d, V, T, chunk, false, nth);
     if (!ctx->scratch || ctx->scratch_size < L.total)
@@ -414,7 +415,7 @@ rg_status cpu_linear_ce_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     const int32_t *lab = labels->data;
     for (int64_t t = 0; t < T && !any; t++) any = lab[t] != ignore && (coef0 != 0.0 || dy[1 + t] != 0.0f);
     if (!any || V == 0) return RG_OK;  // every G is 0
-    const int64_t chunk = chunk_of(n, V, T);
+    const int64_t chunk = rg_linear_ce_chunk(n, V, T);
     const int nth = rg_threadpool_size(ctx->pool);
     lce_layout L = layout(ctx->scratch, w, d, V, T, chunk, true, nth);
     if (!ctx->scratch || ctx->scratch_size < L.total)

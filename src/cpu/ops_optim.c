@@ -9,11 +9,23 @@
 // _mm256_div_ps round like fmaf, sqrtf and /) and the GPU agree bit for bit.
 // The update is elementwise, so the bits depend on neither the thread count
 // nor where a thread's range starts.
+//
+// A parameter stored as F16/BF16 (training.md §2, §3) is updated through an
+// f32 theta and stored back as the host step (train/optim.c) stores it, with
+// the same helpers (rg_optim_theta, rg_optim_store): theta is the master when
+// there is one (updated in place, the parameter becomes its RNE), else the
+// parameter's exact upcast, stored back by stochastic rounding keyed by
+// (seed, step, tensor id, element), the node's ip[0..2].
 #include <math.h>
+#include <string.h>
 
 #include "base/cpu.h"
 #include "base/error.h"
 #include "cpu/cpu_ops.h"
+#include "tensor/half.h"
+#include "train/sround.h"
+
+#define HALF_CHUNK 2048  // elements of a half parameter widened at a time (a stack buffer of theta)
 
 // ops_optim_avx2.c: each updates the first n - n % 8 elements, 8 lanes at a
 // time, and returns how many it did; the scalar loops here finish the rest.
@@ -26,13 +38,13 @@ void rg_sumsq_lanes_avx2(const float *x, int64_t n, double lanes[16]);
 
 static int use_avx2(void) { return rg_optim_avx2_built && rg_cpu_has_avx2(); }
 
-// A contiguous F32 tensor with data and nel elements.
-static rg_status need_f32_contig(const char *op, const rg_node *n, const rg_tensor *t, const char *what, int64_t nel,
-                                 rg_error *err) {
+// A contiguous tensor of `type` with data and nel elements.
+static rg_status need_contig(const char *op, const rg_node *n, const rg_tensor *t, const char *what, uint32_t type,
+                             int64_t nel, rg_error *err) {
     if (!t || !t->data) return rg_fail(err, RG_ERR_ARG, "%s '%s': %s has no data", op, n->t.name, what);
-    if (t->type != RG_TYPE_F32)
-        return rg_fail(err, RG_ERR_UNSUPPORTED, "%s '%s': %s is %s, expected f32", op, n->t.name, what,
-                       rg_type_get(t->type)->name);
+    if (t->type != type)
+        return rg_fail(err, RG_ERR_UNSUPPORTED, "%s '%s': %s is %s, expected %s", op, n->t.name, what,
+                       rg_type_get(t->type)->name, rg_type_get(type)->name);
     if (!rg_tensor_is_contiguous(t))
         return rg_fail(err, RG_ERR_ARG, "%s '%s': %s must be contiguous", op, n->t.name, what);
     if (rg_tensor_nelements(t) != nel) {
@@ -43,14 +55,79 @@ static rg_status need_f32_contig(const char *op, const rg_node *n, const rg_tens
     return RG_OK;
 }
 
+// The sources an optimizer node needs: names[i] for src[i], i < n_src; the
+// parameter and the output in the parameter's type (f32, f16, bf16), the rest
+// and the master f32; a master only with a half parameter.
+static rg_status optim_check(const char *op, const rg_node *n, const char *const *names, int n_src, int64_t *nel,
+                             rg_error *err) {
+    if (!n->src[0]) return rg_fail(err, RG_ERR_ARG, "%s '%s': no parameter", op, n->t.name);
+    const uint32_t pt = n->src[0]->t.type;
+    if (pt != RG_TYPE_F32 && pt != RG_TYPE_F16 && pt != RG_TYPE_BF16)
+        return rg_fail(err, RG_ERR_UNSUPPORTED, "%s '%s': the parameter is %s; only f32, f16 and bf16 train", op,
+                       n->t.name, rg_type_get(pt)->name);
+    *nel = rg_tensor_nelements(&n->src[0]->t);
+    rg_status st;
+    for (int i = 0; i < n_src; i++) {
+        if (!n->src[i]) return rg_fail(err, RG_ERR_ARG, "%s '%s': no %s (src[%d])", op, n->t.name, names[i], i);
+        if ((st = need_contig(op, n, &n->src[i]->t, names[i], i ? RG_TYPE_F32 : pt, *nel, err))) return st;
+    }
+    const rg_node *master = rg_optim_master(n);
+    if (master && pt == RG_TYPE_F32)
+        return rg_fail(err, RG_ERR_ARG, "%s '%s': an f32 parameter has no master copy", op, n->t.name);
+    if (master && (st = need_contig(op, n, &master->t, "master", RG_TYPE_F32, *nel, err))) return st;
+    return need_contig(op, n, &n->t, "output", pt, *nel, err);
+}
+
 // Per-thread ranges of the flat element index.
 typedef struct optim_job {
-    float *out;                 // [nel] the updated parameter (normally the parameter's own bytes)
-    const float *theta, *grad;  // [nel]
+    void *out;                  // [nel] the updated parameter (normally the parameter's own bytes)
+    const void *theta;          // [nel] the parameter as it is (f32, or f16/bf16 with type)
+    const float *grad;          // [nel]
     float *m, *v;               // [nel] AdamW moments, updated in place
+    float *master;              // [nel] f32 master of a half parameter, or NULL
+    uint32_t type;              // the parameter's type
     int64_t nel;
     const float *fp;
+    const int64_t *ip;          // seed, step, tensor id (the SR key of a half parameter)
 } optim_job;
+
+// ---------------------------------------------------------------------------
+// Half-precision parameters, shared with train/optim.c.
+
+float *rg_optim_theta(uint32_t type, const void *w, float *master, int64_t i0, int64_t n, float *buf) {
+    if (master) return master + i0;
+    if (type == RG_TYPE_F32) return (float *)w + i0;
+    if (type == RG_TYPE_F16) rg_fp16_to_fp32_row((const uint16_t *)w + i0, buf, n);
+    else rg_bf16_to_fp32_row((const uint16_t *)w + i0, buf, n);
+    return buf;
+}
+
+void rg_optim_store(uint32_t type, void *w, int64_t i0, const float *theta, int64_t n, bool from_master,
+                    uint64_t seed, uint32_t step, uint32_t tensor_id) {
+    if (type == RG_TYPE_F32) {
+        if (theta != (float *)w + i0) memcpy((float *)w + i0, theta, sizeof(float) * (size_t)n);
+    } else if (from_master) {
+        if (type == RG_TYPE_F16) rg_fp32_to_fp16_row(theta, (uint16_t *)w + i0, n);
+        else rg_fp32_to_bf16_row(theta, (uint16_t *)w + i0, n);
+    } else {
+        if (type == RG_TYPE_F16) rg_sr_f16_row(theta, (uint16_t *)w + i0, n, seed, step, tensor_id, (uint64_t)i0);
+        else rg_sr_bf16_row(theta, (uint16_t *)w + i0, n, seed, step, tensor_id, (uint64_t)i0);
+    }
+}
+
+// A half parameter's elements [i0, i1), HALF_CHUNK at a time: theta, the
+// update (AdamW when the job has moments, else SGD), the store.
+static void half_range(const optim_job *j, int64_t i0, int64_t i1) {
+    float buf[HALF_CHUNK];
+    for (int64_t c0 = i0; c0 < i1; c0 += HALF_CHUNK) {
+        const int64_t n = i1 - c0 < HALF_CHUNK ? i1 - c0 : HALF_CHUNK;
+        float *th = rg_optim_theta(j->type, j->theta, j->master, c0, n, buf);
+        if (j->m) rg_adamw_row(th, th, j->grad + c0, j->m + c0, j->v + c0, n, j->fp);
+        else rg_sgd_row(th, th, j->grad + c0, n, j->fp);
+        rg_optim_store(j->type, j->out, c0, th, n, j->master != NULL, (uint64_t)j->ip[0], (uint32_t)j->ip[1],
+                       (uint32_t)j->ip[2]);
+    }
+}
 
 // ---------------------------------------------------------------------------
 // ADAMW (param, grad, m, v) -> param. fp[0] step = lr/bc1, fp[1] omb1 = 1-beta1,
@@ -98,25 +175,29 @@ static void adamw_range(void *p, int ith, int nth) {
     const optim_job *j = p;
     int64_t i0, i1;
     rg_split_range(j->nel, ith, nth, &i0, &i1);
-    if (i1 > i0) rg_adamw_row(j->out + i0, j->theta + i0, j->grad + i0, j->m + i0, j->v + i0, i1 - i0, j->fp);
+    if (i1 <= i0) return;
+    if (j->type != RG_TYPE_F32) half_range(j, i0, i1);
+    else rg_adamw_row((float *)j->out + i0, (const float *)j->theta + i0, j->grad + i0, j->m + i0, j->v + i0, i1 - i0, j->fp);
+}
+
+// The job of an optimizer node whose sources optim_check accepted. The output is
+// normally bound to the parameter's bytes (an in-place update); if it is not, the
+// parameter is only read and the new value goes to the output.
+static optim_job job_of(const rg_node *n, int64_t nel, bool adamw) {
+    const rg_node *master = rg_optim_master(n);
+    optim_job j = {.out = n->t.data, .theta = n->src[0]->t.data, .grad = n->src[1]->t.data,
+                   .m = adamw ? n->src[2]->t.data : NULL, .v = adamw ? n->src[3]->t.data : NULL,
+                   .master = master ? master->t.data : NULL, .type = n->src[0]->t.type, .nel = nel, .fp = n->fp,
+                   .ip = n->ip};
+    return j;
 }
 
 rg_status cpu_adamw(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
-    const char *op = "adamw";
-    if (!n->src[0]) return rg_fail(err, RG_ERR_ARG, "%s '%s': no parameter", op, n->t.name);
-    const int64_t nel = rg_tensor_nelements(&n->src[0]->t);
     static const char *const names[4] = {"param", "grad", "m", "v"};
-    rg_status st;
-    for (int i = 0; i < 4; i++) {
-        if (!n->src[i]) return rg_fail(err, RG_ERR_ARG, "%s '%s': no %s (src[%d])", op, n->t.name, names[i], i);
-        if ((st = need_f32_contig(op, n, &n->src[i]->t, names[i], nel, err))) return st;
-    }
-    if ((st = need_f32_contig(op, n, &n->t, "output", nel, err))) return st;
-    if (nel == 0) return RG_OK;
-    // The output is normally bound to the parameter's bytes (an in-place update);
-    // if it is not, the parameter is only read and the new value goes to the output.
-    optim_job j = {.out = n->t.data, .theta = n->src[0]->t.data, .grad = n->src[1]->t.data, .m = n->src[2]->t.data,
-                   .v = n->src[3]->t.data, .nel = nel, .fp = n->fp};
+    int64_t nel = 0;
+    rg_status st = optim_check("adamw", n, names, 4, &nel, err);
+    if (st || nel == 0) return st;
+    optim_job j = job_of(n, nel, true);
     rg_threadpool_run(ctx ? ctx->pool : NULL, adamw_range, &j);
     return RG_OK;
 }
@@ -141,22 +222,17 @@ static void sgd_range(void *p, int ith, int nth) {
     const optim_job *j = p;
     int64_t i0, i1;
     rg_split_range(j->nel, ith, nth, &i0, &i1);
-    if (i1 > i0) rg_sgd_row(j->out + i0, j->theta + i0, j->grad + i0, i1 - i0, j->fp);
+    if (i1 <= i0) return;
+    if (j->type != RG_TYPE_F32) half_range(j, i0, i1);
+    else rg_sgd_row((float *)j->out + i0, (const float *)j->theta + i0, j->grad + i0, i1 - i0, j->fp);
 }
 
 rg_status cpu_sgd(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
-    const char *op = "sgd";
-    if (!n->src[0]) return rg_fail(err, RG_ERR_ARG, "%s '%s': no parameter", op, n->t.name);
-    const int64_t nel = rg_tensor_nelements(&n->src[0]->t);
     static const char *const names[2] = {"param", "grad"};
-    rg_status st;
-    for (int i = 0; i < 2; i++) {
-        if (!n->src[i]) return rg_fail(err, RG_ERR_ARG, "%s '%s': no %s (src[%d])", op, n->t.name, names[i], i);
-        if ((st = need_f32_contig(op, n, &n->src[i]->t, names[i], nel, err))) return st;
-    }
-    if ((st = need_f32_contig(op, n, &n->t, "output", nel, err))) return st;
-    if (nel == 0) return RG_OK;
-    optim_job j = {.out = n->t.data, .theta = n->src[0]->t.data, .grad = n->src[1]->t.data, .nel = nel, .fp = n->fp};
+    int64_t nel = 0;
+    rg_status st = optim_check("sgd", n, names, 2, &nel, err);
+    if (st || nel == 0) return st;
+    optim_job j = job_of(n, nel, false);
     rg_threadpool_run(ctx ? ctx->pool : NULL, sgd_range, &j);
     return RG_OK;
 }

@@ -550,18 +550,33 @@ rg_node *rg_linear_ce_back_dw(rg_graph *g, rg_node *back) {
 }
 
 // The update writes the parameter's own bytes: the node is an alias of it
-// (view_of) that nevertheless runs a kernel.
-static rg_node *optimizer_node(rg_graph *g, rg_op op, rg_node *param, rg_node *grad, rg_node *m, rg_node *v) {
+// (view_of) that nevertheless runs a kernel. The parameter is f32, or f16/bf16
+// when h says how it is stored back; the other sources are f32 shaped like it.
+static rg_node *optimizer_node(rg_graph *g, rg_op op, rg_node *param, rg_node *grad, rg_node *m, rg_node *v,
+                               const rg_optim_half *h) {
     char s1[160], s2[160];
-    rg_node *srcs[4] = {param, grad, m, v};
-    for (int i = 0; i < (op == RG_OP_ADAMW ? 4 : 2); i++) {
-        if (!srcs[i]) return NULL;
-        if (!is_f32(srcs[i]) || !same_shape(srcs[i], param) || !rg_tensor_is_contiguous(&srcs[i]->t))
+    const uint32_t pt = param->t.type;
+    if (h ? pt != RG_TYPE_F16 && pt != RG_TYPE_BF16 : pt != RG_TYPE_F32)
+        return fail(g, RG_ERR_ARG, "%s: parameter %s has type %s, expected %s", rg_op_name(op), shape(param, s1),
+                    rg_type_get(pt)->name, h ? "f16 or bf16 (f32 takes the plain step)" : "f32 (halves take the _half step)");
+    if (!rg_tensor_is_contiguous(&param->t))
+        return fail(g, RG_ERR_ARG, "%s: parameter %s must be contiguous", rg_op_name(op), shape(param, s1));
+    if (h && h->tensor_id >= (1u << 24))
+        return fail(g, RG_ERR_ARG, "%s: tensor id %u of %s is not below 2^24", rg_op_name(op), h->tensor_id, shape(param, s1));
+    rg_node *master = h ? h->master : NULL;
+    rg_node *srcs[3] = {grad, m, v};
+    for (int i = 0; i < 4; i++) {
+        rg_node *x = i < 3 ? srcs[i] : master;
+        if (!x) continue;  // SGD's moments, or no master (the callers REQUIRE the rest)
+        if (!is_f32(x) || !same_shape(x, param) || !rg_tensor_is_contiguous(&x->t))
             return fail(g, RG_ERR_ARG, "%s: %s must be contiguous f32 shaped like the parameter %s", rg_op_name(op),
-                        shape(srcs[i], s2), shape(param, s1));
+                        shape(x, s2), shape(param, s1));
     }
-    rg_node *n = node_new(g, op, RG_TYPE_F32, ne_of(param), param, grad, m, v);
+    rg_node *n = op == RG_OP_ADAMW ? node_new(g, op, pt, ne_of(param), param, grad, m, v)
+                                   : node_new(g, op, pt, ne_of(param), param, grad, master, NULL);
     if (!n) return NULL;
+    if (op == RG_OP_ADAMW) n->src[4] = master;
+    if (h) n->ip[0] = (int64_t)h->seed, n->ip[1] = h->step, n->ip[2] = h->tensor_id;
     n->view_of = param->view_of ? param->view_of : param;
     n->t.view_offs = param->t.view_offs;
     n->flags &= ~RG_NODE_NEEDS_GRAD;
@@ -570,9 +585,10 @@ static rg_node *optimizer_node(rg_graph *g, rg_op op, rg_node *param, rg_node *g
     return n;
 }
 
-rg_node *rg_adamw(rg_graph *g, rg_node *param, rg_node *grad, rg_node *m, rg_node *v, const rg_adamw_step *s) {
+static rg_node *adamw_node(rg_graph *g, rg_node *param, rg_node *grad, rg_node *m, rg_node *v, const rg_adamw_step *s,
+                           const rg_optim_half *h) {
     REQUIRE(param, grad, m, v);
-    rg_node *n = optimizer_node(g, RG_OP_ADAMW, param, grad, m, v);
+    rg_node *n = optimizer_node(g, RG_OP_ADAMW, param, grad, m, v, h);
     if (n) {
         n->fp[0] = s->step, n->fp[1] = s->omb1, n->fp[2] = s->b2, n->fp[3] = s->omb2;
         n->fp[4] = s->eps, n->fp[5] = s->decay, n->fp[6] = s->bc2s, n->fp[7] = s->clip;
@@ -580,11 +596,32 @@ rg_node *rg_adamw(rg_graph *g, rg_node *param, rg_node *grad, rg_node *m, rg_nod
     return n;
 }
 
-rg_node *rg_sgd(rg_graph *g, rg_node *param, rg_node *grad, float lr, float weight_decay, float clip) {
+static rg_node *sgd_node(rg_graph *g, rg_node *param, rg_node *grad, float lr, float weight_decay, float clip,
+                         const rg_optim_half *h) {
     REQUIRE(param, grad);
-    rg_node *n = optimizer_node(g, RG_OP_SGD, param, grad, NULL, NULL);
+    rg_node *n = optimizer_node(g, RG_OP_SGD, param, grad, NULL, NULL, h);
     if (n) n->fp[0] = lr, n->fp[1] = weight_decay, n->fp[2] = clip;
     return n;
+}
+
+rg_node *rg_adamw(rg_graph *g, rg_node *param, rg_node *grad, rg_node *m, rg_node *v, const rg_adamw_step *s) {
+    return adamw_node(g, param, grad, m, v, s, NULL);
+}
+
+rg_node *rg_sgd(rg_graph *g, rg_node *param, rg_node *grad, float lr, float weight_decay, float clip) {
+    return sgd_node(g, param, grad, lr, weight_decay, clip, NULL);
+}
+
+rg_node *rg_adamw_half(rg_graph *g, rg_node *param, rg_node *grad, rg_node *m, rg_node *v, const rg_adamw_step *s,
+                       const rg_optim_half *h) {
+    if (!h) return fail(g, RG_ERR_ARG, "adamw_half: no store description");
+    return adamw_node(g, param, grad, m, v, s, h);
+}
+
+rg_node *rg_sgd_half(rg_graph *g, rg_node *param, rg_node *grad, float lr, float weight_decay, float clip,
+                     const rg_optim_half *h) {
+    if (!h) return fail(g, RG_ERR_ARG, "sgd_half: no store description");
+    return sgd_node(g, param, grad, lr, weight_decay, clip, h);
 }
 
 // A copy of n (op, shape, strides, parameters) reading src[] instead of n's
@@ -593,6 +630,8 @@ rg_node *rg_sgd(rg_graph *g, rg_node *param, rg_node *grad, float lr, float weig
 rg_node *rg_graph_clone_node(rg_graph *g, const rg_node *n, rg_node *const src[RG_MAX_SRC], rg_node *view_of) {
     rg_node *c = node_new(g, n->op, n->t.type, n->t.ne, src[0], src[1], src[2], src[3]);
     if (!c) return NULL;
+    c->src[4] = src[4];
+    if (c->src[4] && (c->src[4]->flags & RG_NODE_NEEDS_GRAD)) c->flags |= RG_NODE_NEEDS_GRAD;
     c->t = n->t;
     c->t.data = NULL;
     c->t.view_src = NULL;

@@ -21,7 +21,7 @@
 #include "retrograd.h"
 #include "tensor/tensor.h"
 
-#define RG_MAX_SRC 4
+#define RG_MAX_SRC 5  // ADAMW with a master copy reads five tensors
 
 // The op table's enumeration. The order is the order of rg_op_defs[] (ops.c).
 typedef enum rg_op {
@@ -58,8 +58,12 @@ typedef enum rg_op {
     RG_OP_CPY,               // (a) -> a's values stored in the node's type (F32 <-> F16/BF16, RNE), a's shape
     RG_OP_CROSS_ENTROPY_LOSS,      // (logits [V, T] f32, labels I32 [T]) -> [1]; ip[0] ignore index; fp[0] 1/N_valid or 0 (= count here)
     RG_OP_CROSS_ENTROPY_LOSS_BACK, // (dL [1], logits, labels) -> dlogits [V, T]
-    RG_OP_ADAMW,             // (param f32, grad, m, v) -> param updated in place; fp: lr/bc1, beta1, beta2, eps, decay, sqrt(bc2), clip
-    RG_OP_SGD,               // (param f32, grad) -> param updated in place; fp: lr, weight decay, clip
+    RG_OP_ADAMW,             // (param, grad, m, v, master or NULL) -> param updated in place; fp: lr/bc1, 1-beta1, beta2,
+                             // 1-beta2, eps, decay, sqrt(bc2), clip. param f32, or f16/bf16 stored back from the f32
+                             // update: with a master (src[4], f32) by RNE of the updated master, without by stochastic
+                             // rounding keyed by ip[0] seed, ip[1] step, ip[2] tensor id (training.md §2, §3)
+    RG_OP_SGD,               // (param, grad, master or NULL) -> param updated in place; fp: lr, weight decay, clip;
+                             // param types, master (src[2]) and ip as ADAMW
     RG_OP_CPY_INTO,          // (a, dst) -> a's values written into dst's bytes (dst: a view of a leaf, any strides,
                              // f32/f16/bf16); the node is that window (a KV-cache write). Runs in creation order.
     RG_OP_LINEAR_CE,         // (w [d, V] any type, h [d, T] f32, labels I32 [T]; w, labels leaves) -> [T + 1] f32: the CE of
@@ -182,7 +186,7 @@ rg_node *rg_linear_ce_back_dw(rg_graph *g, rg_node *back);
 // MUL_MAT. Returns [Dh, H, T]. No gradient.
 rg_node *rg_attn_decode(rg_graph *g, rg_node *q, rg_node *k, rg_node *vt, float scale);
 
-// Optimizer steps, in place on an F32 parameter (the node aliases its bytes).
+// Optimizer steps, in place on a parameter (the node aliases its bytes).
 // The host computes the per-step scalars in double (training.md §1.2); see the
 // RG_OP_ADAMW / RG_OP_SGD rows for the meaning of each.
 typedef struct rg_adamw_step {
@@ -197,6 +201,23 @@ typedef struct rg_adamw_step {
 } rg_adamw_step;
 rg_node *rg_adamw(rg_graph *g, rg_node *param, rg_node *grad, rg_node *m, rg_node *v, const rg_adamw_step *s);
 rg_node *rg_sgd(rg_graph *g, rg_node *param, rg_node *grad, float lr, float weight_decay, float clip);
+// The same steps on a parameter stored as F16 or BF16 (training.md §2, §3), with
+// the bits of the host step (train/optim.h) for the same storage:
+//   - master NULL: theta is the parameter's exact upcast, and the update is stored
+//     back by stochastic rounding with the word keyed by (seed, step, tensor_id,
+//     element) (train/sround.h);
+//   - master (F32, shaped like the parameter): theta is the master, updated in
+//     place, and the parameter becomes its RNE.
+typedef struct rg_optim_half {
+    rg_node *master;     // F32 master copy, or NULL: stochastic rounding
+    uint64_t seed;       // the run seed (the SR key)
+    uint32_t step;       // the optimizer step t being taken, 1-based
+    uint32_t tensor_id;  // the tensor's SR id (< 2^24)
+} rg_optim_half;
+rg_node *rg_adamw_half(rg_graph *g, rg_node *param, rg_node *grad, rg_node *m, rg_node *v, const rg_adamw_step *s,
+                       const rg_optim_half *h);
+rg_node *rg_sgd_half(rg_graph *g, rg_node *param, rg_node *grad, float lr, float weight_decay, float clip,
+                     const rg_optim_half *h);
 
 // Marks the node as the loss and appends the backward graph: every parameter
 // the loss depends on gets param->grad (flagged RG_NODE_GRAD | RG_NODE_OUTPUT).

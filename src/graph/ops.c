@@ -196,6 +196,16 @@ static bool half_or_f32(const rg_node *n) {
     return t == RG_TYPE_F32 || t == RG_TYPE_F16 || t == RG_TYPE_BF16;
 }
 
+// ADAMW / SGD: an f32 parameter, or an f16/bf16 one (stored back by SR or from an f32
+// master); the node has the parameter's type, every other source is f32.
+static bool optim_types(const rg_node *n) {
+    const uint32_t t = n->src[0]->t.type;
+    if (n->t.type != t || (t != RG_TYPE_F32 && t != RG_TYPE_F16 && t != RG_TYPE_BF16)) return false;
+    for (int i = 1; i < RG_MAX_SRC; i++)
+        if (n->src[i] && n->src[i]->t.type != RG_TYPE_F32) return false;
+    return t != RG_TYPE_F32 || !rg_optim_master(n);
+}
+
 #define OP(name_, min_, max_, kernel_, work_, supports_, backward_, inplace_) \
     {name_, min_, max_, false, inplace_, kernel_, work_, supports_, backward_}
 #define VIEW_OP(name_, backward_) {name_, 1, 1, true, false, NULL, NULL, any_types, backward_}
@@ -234,8 +244,8 @@ const rg_op_def rg_op_defs[RG_OP_COUNT] = {
     [RG_OP_CPY] = OP("cpy", 1, 1, cpu_cpy, NULL, half_or_f32, bw_cpy, false),
     [RG_OP_CROSS_ENTROPY_LOSS] = OP("cross_entropy_loss", 2, 2, cpu_cross_entropy_loss, NULL, plain_f32, bw_cross_entropy, false),
     [RG_OP_CROSS_ENTROPY_LOSS_BACK] = OP("cross_entropy_loss_back", 3, 3, cpu_cross_entropy_loss_back, NULL, plain_f32, NULL, false),
-    [RG_OP_ADAMW] = OP("adamw", 4, 4, cpu_adamw, NULL, plain_f32, NULL, false),
-    [RG_OP_SGD] = OP("sgd", 2, 2, cpu_sgd, NULL, plain_f32, NULL, false),
+    [RG_OP_ADAMW] = OP("adamw", 4, 5, cpu_adamw, NULL, optim_types, NULL, false),
+    [RG_OP_SGD] = OP("sgd", 2, 3, cpu_sgd, NULL, optim_types, NULL, false),
     [RG_OP_CPY_INTO] = OP("cpy_into", 2, 2, cpu_cpy_into, NULL, any_types, NULL, false),
     [RG_OP_LINEAR_CE] = OP("linear_ce", 3, 3, cpu_linear_ce, cpu_linear_ce_work, any_types, bw_linear_ce, false),
     [RG_OP_LINEAR_CE_BACK] = OP("linear_ce_back", 3, 4, cpu_linear_ce_back, cpu_linear_ce_back_work, any_types, NULL, false),

@@ -45,6 +45,11 @@ extern const rg_op_def rg_op_defs[RG_OP_COUNT];
 // are summed with ADD in the order they arrive). Used by backward rules.
 rg_status rg_grad_add(rg_graph *g, rg_node *src, rg_node *grad, rg_error *err);
 
+// The F32 master copy an ADAMW (src[4]) or SGD (src[2]) node updates, or NULL.
+static inline rg_node *rg_optim_master(const rg_node *n) {
+    return n->op == RG_OP_ADAMW ? n->src[4] : n->op == RG_OP_SGD ? n->src[2] : NULL;
+}
+
 // Appends a copy of n reading src[] (a view: sharing view_of's bytes), with no
 // output flags and no gradient; the caller places it (graph rewrites).
 rg_node *rg_graph_clone_node(rg_graph *g, const rg_node *n, rg_node *const src[RG_MAX_SRC], rg_node *view_of);

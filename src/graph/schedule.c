@@ -27,8 +27,12 @@ int rg_node_writes_src(const rg_node *n, rg_node **out) {
     int k = 0;
     switch (n->op) {
     case RG_OP_CPY_INTO: out[k++] = n->src[1]; break;
-    case RG_OP_ADAMW: out[k++] = n->src[0], out[k++] = n->src[2], out[k++] = n->src[3]; break;
-    case RG_OP_SGD: out[k++] = n->src[0]; break;
+    case RG_OP_ADAMW:
+    case RG_OP_SGD:
+        out[k++] = n->src[0];
+        if (n->op == RG_OP_ADAMW) out[k++] = n->src[2], out[k++] = n->src[3];
+        if (rg_optim_master(n)) out[k++] = rg_optim_master(n);
+        break;
     case RG_OP_LINEAR_CE_BACK:
         if (n->src[3]) out[k++] = n->src[3];
         break;

@@ -47,8 +47,8 @@ void rg_schedule_free(rg_schedule *s);
 // The tensors node n reads: its sources, and for LINEAR_CE_BACK the weight and labels it
 // reads through its LINEAR_CE source. Returns the count (at most RG_MAX_SRC + 2).
 int rg_node_reads(const rg_node *n, rg_node **out);
-// The sources n writes in place (CPY_INTO's window, the optimizer's parameter and moments,
-// LINEAR_CE_BACK's weight gradient). Returns the count.
+// The sources n writes in place (CPY_INTO's window, the optimizer's parameter, moments and
+// master, LINEAR_CE_BACK's weight gradient). Returns the count (at most 4).
 int rg_node_writes_src(const rg_node *n, rg_node **out);
 
 // When `RETRO_REQUIRE_GPU_RESIDENT=1` (or require is true) and the primary backend is not

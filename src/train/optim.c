@@ -7,8 +7,6 @@
 
 #include "base/error.h"
 #include "cpu/cpu_ops.h"
-#include "tensor/half.h"
-#include "train/sround.h"
 
 #define NORM_BLOCK 4096  // §1.4: fixed blocks of squares, summed in double
 #define CHUNK 2048       // elements per update chunk (a stack buffer of theta)
@@ -110,30 +108,13 @@ static void update_range(void *p, int ith, int nth) {
     rg_split_range(j->n_chunks, ith, nth, &c0, &c1);
     for (int64_t c = c0; c < c1; c++) {
         const int64_t i0 = c * CHUNK, n = (i0 + CHUNK < t->nel ? i0 + CHUNK : t->nel) - i0;
-        // theta: the master, the F32 weight itself, or the exact upcast of a half weight
-        float *th;
-        if (t->master) th = t->master + i0;
-        else if (t->type == RG_TYPE_F32) th = (float *)t->w + i0;
-        else {
-            th = theta;
-            if (t->type == RG_TYPE_F16) rg_fp16_to_fp32_row((const uint16_t *)t->w + i0, th, n);
-            else rg_bf16_to_fp32_row((const uint16_t *)t->w + i0, th, n);
-        }
+        // theta: the master, the F32 weight itself, or the exact upcast of a half weight (cpu_ops.h)
+        float *th = rg_optim_theta(t->type, t->w, t->master, i0, n, theta);
         const float *g = t->grad + i0;
         if (s->optimizer == 0) rg_adamw_row(th, th, g, t->m + i0, t->v + i0, n, j->fp);
         else if (t->m) sgd_momentum_row(th, th, g, t->m + i0, n, j->fp, j->sgd_mom, s->t);
         else rg_sgd_row(th, th, g, n, j->fp);
-        // store
-        if (t->type == RG_TYPE_F32) {
-            if (t->master) memcpy((float *)t->w + i0, th, sizeof(float) * (size_t)n);
-        } else if (t->master) {
-            if (t->type == RG_TYPE_F16) rg_fp32_to_fp16_row(th, (uint16_t *)t->w + i0, n);
-            else rg_fp32_to_bf16_row(th, (uint16_t *)t->w + i0, n);
-        } else {
-            uint32_t step = (uint32_t)s->t;
-            if (t->type == RG_TYPE_F16) rg_sr_f16_row(th, (uint16_t *)t->w + i0, n, s->seed, step, t->id, (uint64_t)i0);
-            else rg_sr_bf16_row(th, (uint16_t *)t->w + i0, n, s->seed, step, t->id, (uint64_t)i0);
-        }
+        rg_optim_store(t->type, t->w, i0, th, n, t->master != NULL, s->seed, (uint32_t)s->t, t->id);
     }
 }
 
