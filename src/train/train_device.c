@@ -18,9 +18,10 @@
 //
 // The global norm differs from the CPU's in its summation (f32 per-tensor SUMs added in
 // double on the host, against the CPU's double blocks), so runs agree with the CPU's within
-// roundoff, not bit for bit. On the device today: F32 parameters (full fine-tuning of F32
-// models, LoRA on any base), AdamW and SGD without momentum; the others are refused with
-// the reason.
+// roundoff, not bit for bit. F16/BF16 weights are stored back by the same stochastic
+// rounding (keyed by seed, step, tensor id, element) or master-weight RNE as the host step,
+// so given the same gradients the stored weights are the same bits. SGD with momentum has
+// no graph op yet and is refused with the reason.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,16 +45,14 @@ typedef struct rg_train_device {
 
 static rg_status refuse(const char *what, rg_error *err) {
     return rg_fail(err, RG_ERR_UNSUPPORTED,
-                   "train --device cuda: %s is not trained on the device yet (F32 parameters with AdamW or SGD "
-                   "without momentum are); use --device cpu",
+                   "train --device cuda: %s is not trained on the device yet (AdamW, and SGD without momentum, "
+                   "are); use --device cpu",
                    what);
 }
 
 rg_status rg_train_device_check(const rg_train_state *s, rg_error *err) {
     const rg_train_config *c = &s->cfg;
     if (c->optimizer == RG_OPTIM_SGD && c->momentum != 0.0) return refuse("SGD with momentum", err);
-    for (int k = 0; k < s->n_tensors; k++)
-        if (s->tensors[k].type != RG_TYPE_F32) return refuse("a model stored in F16 or BF16 (full fine-tuning)", err);
     return RG_OK;
 }
 
@@ -86,14 +85,19 @@ static rg_status build_optimizer(rg_train_state *s, rg_train_device *d, rg_error
     const bool adamw = s->cfg.optimizer == RG_OPTIM_ADAMW;
     for (int k = 0; k < s->n_tensors; k++) {
         rg_train_tensor *t = &s->tensors[k];
-        rg_node *w = rg_param(g, t->name, RG_TYPE_F32, t->n_dims, t->ne, t->w);
+        rg_node *w = rg_param(g, t->name, t->type, t->n_dims, t->ne, t->w);
+        // F16/BF16 weights: stored back by stochastic rounding keyed as the host step keys it,
+        // or by RNE of an F32 master (training.master_weights); the step (ip[1]) is set per step.
+        rg_optim_half half = {t->master ? rg_leaf(g, "master", RG_TYPE_F32, t->n_dims, t->ne, t->master) : NULL,
+                              s->cfg.seed, 1, t->id};
+        const bool is_half = t->type != RG_TYPE_F32;
         if (adamw) {
             rg_node *m = rg_leaf(g, "adam_m", RG_TYPE_F32, t->n_dims, t->ne, t->m);
             rg_node *v = rg_leaf(g, "adam_v", RG_TYPE_F32, t->n_dims, t->ne, t->v);
             rg_adamw_step one = {1, 0, 0, 0, 1, 1, 1, 1};  // replaced per step
-            d->upd[k] = rg_adamw(g, w, acc[k], m, v, &one);
+            d->upd[k] = is_half ? rg_adamw_half(g, w, acc[k], m, v, &one, &half) : rg_adamw(g, w, acc[k], m, v, &one);
         } else {
-            d->upd[k] = rg_sgd(g, w, acc[k], 0.0f, 0.0f, 1.0f);
+            d->upd[k] = is_half ? rg_sgd_half(g, w, acc[k], 0.0f, 0.0f, 1.0f, &half) : rg_sgd(g, w, acc[k], 0.0f, 0.0f, 1.0f);
         }
         if (d->upd[k]) d->upd[k]->flags |= RG_NODE_OUTPUT;
     }
@@ -147,7 +151,9 @@ rg_status rg_train_state_refresh_device(rg_train_state *s, rg_error *err) {
     for (int k = 0; d && k < s->n_tensors; k++) {
         const rg_train_tensor *t = &s->tensors[k];
         const size_t n4 = (size_t)t->nel * 4;
-        rg_status st = rg_resident_refresh(d->res, t->w, n4, err);
+        const size_t nw = (size_t)t->nel * rg_type_get(t->type)->type_size;
+        rg_status st = rg_resident_refresh(d->res, t->w, nw, err);
+        if (!st && t->master) st = rg_resident_refresh(d->res, t->master, n4, err);
         if (!st && t->m) st = rg_resident_refresh(d->res, t->m, n4, err);
         if (!st && t->v) st = rg_resident_refresh(d->res, t->v, n4, err);
         if (st) return st;
@@ -186,6 +192,7 @@ rg_status rg_train_device_update(rg_train_state *s, const rg_optim_step *os, rg_
         } else {
             u->fp[0] = (float)os->lr, u->fp[1] = (float)wd, u->fp[2] = os->clip;
         }
+        u->ip[1] = (int64_t)(uint32_t)os->t;  // the SR key's step (half weights; unused for F32)
     }
     return rg_exec_run(d->oex, d->seg_norms, -1, err);  // the update, then the zeroing
 }
@@ -196,7 +203,7 @@ void rg_train_device_memory(const rg_train_state *s, rg_train_memory *r) {
     for (int k = 0; k < s->n_tensors; k++) {
         const rg_train_tensor *t = &s->tensors[k];
         acc += (size_t)t->nel * 4;
-        opt += (size_t)t->nel * 4 * ((t->m != NULL) + (t->v != NULL));
+        opt += (size_t)t->nel * 4 * ((t->m != NULL) + (t->v != NULL) + (t->master != NULL));
     }
     const rg_plan *sp = rg_exec_device_plan(s->ex), *op = rg_exec_device_plan(d->oex);
     const size_t resident = rg_resident_bytes(d->res);
