@@ -6,6 +6,7 @@
 #   - a run killed after a checkpoint and resumed on the device ends with the same per-step
 #     losses and the same model bytes as the uninterrupted run on the device (bit for bit on
 #     the same device kind);
+#   - BF16 weights trained in place on the device: losses within 1e-4 of the CPU's, BF16 kept;
 #   - LoRA on a quantized base on the device (the base's products fall back to the CPU);
 #   - the memory line and report.json give the run's device memory (scratch_*) and the device's;
 #   - generate --device cuda answers; report names the host execution.
@@ -23,6 +24,7 @@ for i in $(seq 1 24); do
 done > "$tmp/chat.jsonl"
 "$bin" make-tiny --arch qwen2 --type f32 -o "$tmp/f32.gguf" >/dev/null
 "$bin" make-tiny --arch qwen2 --type q4_k_m -o "$tmp/q4.gguf" >/dev/null
+"$bin" make-tiny --arch qwen2 --type bf16 -o "$tmp/bf16.gguf" >/dev/null
 
 full=(-m "$tmp/f32.gguf" -d "$tmp/chat.jsonl" --set training.method=full --set training.lr=1e-3 --set training.ctx=64
       --set training.batch_size=2 --set training.eval_every=0 --progress lines)
@@ -57,6 +59,15 @@ check "resume on cuda: the per-step losses are identical" $?
 expect "train --device cuda reports the device's memory" 0 "device memory \(this run\): weights .* MiB free" -- \
   "$bin" train "${full[@]}" --set training.steps=1 --device cuda -o "$tmp/mem"
 grep -q '"device_memory_mib": {"scratch_weights"' "$tmp/mem/report.json"; check "report.json has device_memory_mib" $?
+# BF16 weights trained in place on the device (stochastic rounding keyed as on the CPU).
+bf=(-m "$tmp/bf16.gguf" -d "$tmp/chat.jsonl" --set training.method=full --set training.lr=1e-3 --set training.ctx=64
+    --set training.batch_size=2 --set training.eval_every=0 --set training.steps=4 --progress lines)
+expect "train --device cuda, bf16 in place" 0 "done: 4 steps" -- "$bin" train "${bf[@]}" --device cuda -o "$tmp/bf_cuda"
+"$bin" train "${bf[@]}" -o "$tmp/bf_cpu" >/dev/null 2>&1
+paste <(losses "$tmp/bf_cpu/train.jsonl") <(losses "$tmp/bf_cuda/train.jsonl") |
+  awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-4 * $1) bad++; n++ } END { exit !(n == 4 && !bad) }'
+check "train --device cuda, bf16: 4 per-step losses within 1e-4 of the CPU's" $? "$(losses "$tmp/bf_cuda/train.jsonl" | tr '\n' ' ')"
+expect "train --device cuda, bf16: the result keeps bf16" 0 "blk.0.attn_q.weight.*bf16" -- "$bin" info "$tmp/bf_cuda/model.gguf"
 expect "lora on q4_k_m on cuda" 0 "done: 4 steps" -- "$bin" train -m "$tmp/q4.gguf" -d "$tmp/chat.jsonl" \
   --set training.lr=3e-3 --set training.ctx=64 --set training.steps=4 --progress lines --device cuda -o "$tmp/lora"
 expect "generate --device cuda" 0 "generation: [1-8] tokens" -- "$bin" generate -m "$tmp/cuda/model.gguf" \
