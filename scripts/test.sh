@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # test.sh - sets up, builds and runs every test; ends with "N passed, N failed".
 #
-#   1. the C test binaries, Release build with -Werror (CUDA compiled where nvcc is)
-#   2. the same binaries under AddressSanitizer + UndefinedBehaviorSanitizer
+#   1. the C test binaries, Release build with -Werror (CUDA compiled where nvcc is), and
+#      test_cuda again with RETRO_CUDA_HOST=1: every CUDA case on the host execution of
+#      the CUDA code (test_cuda_host and test_cuda_host_blas test that runtime itself)
+#   2. the same binaries under AddressSanitizer + UndefinedBehaviorSanitizer (the host
+#      execution included)
 #   3. the command line on good and bad input
 #   4. the independent reader: the `gguf` Python package against our files
 #   5. every libFuzzer target (scripts/fuzz.sh all: GGUF reader, JSONL data, config,
@@ -41,6 +44,7 @@ build_or_fail() {
 
 if build_or_fail release build -DRG_WERROR=ON; then
   for t in build/test_*; do [ -x "$t" ] && run_suite "$(basename "$t")" "$t"; done
+  RETRO_CUDA_HOST=1 run_suite "test_cuda on the host execution of the CUDA code (RETRO_CUDA_HOST=1)" build/test_cuda
   run_suite "cli" bash tests/cli/test_cli.sh build
   run_suite "cli generate" bash tests/cli/test_cli_generate.sh build
   run_suite "cli train" bash tests/cli/test_cli_train.sh build
@@ -51,10 +55,11 @@ if build_or_fail release build -DRG_WERROR=ON; then
   run_suite "speed comparison tool" python3 tests/python/test_speed_tools.py build
 fi
 
-if build_or_fail sanitize build-asan -DCMAKE_BUILD_TYPE=Debug -DRG_SANITIZE=ON -DRG_CUDA=OFF -DCMAKE_C_FLAGS=-O1; then
+if build_or_fail sanitize build-asan -DCMAKE_BUILD_TYPE=Debug -DRG_SANITIZE=ON -DRG_CUDA=OFF -DCMAKE_C_FLAGS=-O1 -DCMAKE_CXX_FLAGS=-O1; then
   for t in build-asan/test_*; do
     [ -x "$t" ] && RG_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 run_suite "asan $(basename "$t")" "$t"
   done
+  RETRO_CUDA_HOST=1 RG_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 run_suite "asan test_cuda (RETRO_CUDA_HOST=1)" build-asan/test_cuda
   run_suite "asan cli" bash tests/cli/test_cli.sh build-asan
   run_suite "asan cli generate" bash tests/cli/test_cli_generate.sh build-asan
   run_suite "asan cli train" bash tests/cli/test_cli_train.sh build-asan
