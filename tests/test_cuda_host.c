@@ -381,8 +381,8 @@ static const rg_test_case cases[] = {
 #else  // no host execution in this build
 
 static void test_host_execution_is_built(void) {
-    RG_SKIP("this build has no host execution of the CUDA code (no CUDA toolkit headers were found when it was "
-            "configured)");
+    RG_SKIP("this build has no host execution of the CUDA code (configured with RG_CUDA_HOST=OFF, or no CUDA "
+            "toolkit headers were found)");
 }
 
 static const rg_test_case cases[] = {
