@@ -16,6 +16,9 @@
 // checks cuBLAS makes (INVALID_VALUE, NOT_SUPPORTED, NOT_INITIALIZED) and that
 // the product is stream work: not in C before the stream is synchronized.
 //
+// cublasLtMatmul runs the same table (C updated in place), and its epilogues
+// (bias, ReLU) and layout checks have their own case.
+//
 // The reference shares nothing with the library's CPU GEMM (src/cpu/gemm*.c).
 #include <math.h>
 #include <stdint.h>
@@ -28,6 +31,7 @@
 #ifdef RG_HAVE_CUDA_HOST
 
 #include "cuda_host/rename.h"  // the runtime's names, before the toolkit's headers
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -57,9 +61,10 @@ static double get(cudaDataType t, const void *base, long long i) {
 // ---------------------------------------------------------------------------
 // The cases
 
-typedef enum { API_SGEMM, API_SGEMM_BATCHED, API_GEMM_EX, API_GEMM_BATCHED_EX } api_kind;
+typedef enum { API_SGEMM, API_SGEMM_BATCHED, API_GEMM_EX, API_GEMM_BATCHED_EX, API_LT_MATMUL } api_kind;
 static const char *const api_names[] = {"cublasSgemm", "cublasSgemmStridedBatched", "cublasGemmEx",
-                                        "cublasGemmStridedBatchedEx"};
+                                        "cublasGemmStridedBatchedEx", "cublasLtMatmul"};
+static cublasLtHandle_t lt_handle;
 
 typedef struct combo {
     cudaDataType ab, c;
@@ -138,10 +143,48 @@ static double op_at(const operand *o, cublasOperation_t op, int b, int i, int j)
                              : get(o->t, o->host, base + j + (long long)i * o->ld);
 }
 
+// A cuBLASLt layout of an operand, with its batch count and stride.
+static cublasLtMatrixLayout_t lt_layout(const operand *o) {
+    cublasLtMatrixLayout_t l = NULL;
+    const int32_t batch = o->batch;
+    const int64_t stride = o->stride;
+    if (cublasLtMatrixLayoutCreate(&l, o->t, (uint64_t)o->rows, (uint64_t)o->cols, o->ld) != CUBLAS_STATUS_SUCCESS)
+        return NULL;
+    cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch);
+    cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride);
+    return l;
+}
+
+// cublasLtMatmul with D = C, after asking the heuristic for its algorithm.
+static cublasStatus_t lt_matmul(const cublasOperation_t ops[2], const combo *c, const float *alpha, const operand *A,
+                                const operand *B, const float *beta, operand *C) {
+    cublasLtMatmulDesc_t d = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasStatus_t st = cublasLtMatmulDescCreate(&d, c->compute, CUDA_R_32F);
+    if (st) return st;
+    const int32_t ta = ops[0], tb = ops[1];
+    cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    cublasLtMatrixLayout_t la = lt_layout(A), lb = lt_layout(B), lc = lt_layout(C);
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    cublasLtMatmulPreferenceCreate(&pref);
+    st = cublasLtMatmulAlgoGetHeuristic(lt_handle, d, la, lb, lc, lc, pref, 1, &heur, &found);
+    if (!st && found != 1) st = CUBLAS_STATUS_NOT_SUPPORTED;
+    if (!st)
+        st = cublasLtMatmul(lt_handle, d, alpha, A->dev, la, B->dev, lb, beta, C->dev, lc, C->dev, lc, &heur.algo, NULL,
+                            0, NULL);
+    cublasLtMatrixLayoutDestroy(la), cublasLtMatrixLayoutDestroy(lb), cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatmulDescDestroy(d);
+    return st;
+}
+
 static cublasStatus_t call_api(api_kind api, cublasHandle_t h, const cublasOperation_t ops[2], const shape *s,
                                const combo *c, const float *alpha, const operand *A, const operand *B,
                                const float *beta, operand *C) {
     switch (api) {
+    case API_LT_MATMUL: return lt_matmul(ops, c, alpha, A, B, beta, C);
     case API_SGEMM:
         return cublasSgemm(h, ops[0], ops[1], s->m, s->n, s->k, alpha, A->dev, A->ld, B->dev, B->ld, beta, C->dev,
                            C->ld);
@@ -217,12 +260,13 @@ static void test_blas_gemm_definition(void) {
     cublasHandle_t h;
     RG_REQUIRE(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS, "cublasCreate failed");
     RG_REQUIRE(cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH) == CUBLAS_STATUS_SUCCESS, "cublasSetMathMode failed");
+    RG_REQUIRE(cublasLtCreate(&lt_handle) == CUBLAS_STATUS_SUCCESS, "cublasLtCreate failed");
     uint64_t seed = 100;
-    for (int api = API_SGEMM; api <= API_GEMM_BATCHED_EX; api++)
+    for (int api = API_SGEMM; api <= API_LT_MATMUL; api++)
         for (size_t ci = 0; ci < sizeof combos / sizeof *combos; ci++) {
             const combo *c = &combos[ci];
             const int sgemm = api == API_SGEMM || api == API_SGEMM_BATCHED;
-            const int batched = api == API_SGEMM_BATCHED || api == API_GEMM_BATCHED_EX;
+            const int batched = api == API_SGEMM_BATCHED || api == API_GEMM_BATCHED_EX || api == API_LT_MATMUL;
             if (sgemm && (c->ab != CUDA_R_32F || c->compute != CUBLAS_COMPUTE_32F)) continue;
             int runs = 0, failed = 0;
             double worst = 0;
@@ -250,6 +294,91 @@ static void test_blas_gemm_definition(void) {
                    failed ? "FAIL" : "ok");
         }
     RG_CHECK(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS, "cublasDestroy failed");
+    RG_CHECK(cublasLtDestroy(lt_handle) == CUBLAS_STATUS_SUCCESS, "cublasLtDestroy failed");
+}
+
+// ---------------------------------------------------------------------------
+// cuBLASLt: D apart from C, the epilogues, what it refuses
+
+// D = epilogue(alpha A B + beta C + bias) for a 3 x 2 product of small integers (exact in every type).
+static void test_blas_lt_epilogues(void) {
+    cublasLtHandle_t lt;
+    RG_REQUIRE(cublasLtCreate(&lt) == CUBLAS_STATUS_SUCCESS, "cublasLtCreate failed");
+    enum { M = 3, N = 2, K = 2 };
+    const float A[M * K] = {1, -2, 3, 4, 5, -6}, B[K * N] = {1, 2, -3, 1}, C[M * N] = {1, 1, 1, 2, 2, 2};
+    const float bias[M] = {0.5f, -40, 10}, alpha = 1.0f, beta = 2.0f;
+    float *d = NULL;
+    RG_REQUIRE(cudaMalloc((void **)&d, 64 * 4) == cudaSuccess, "cudaMalloc failed");
+    float *dA = d, *dB = d + 8, *dC = d + 16, *dD = d + 24, *dbias = d + 32;
+    cudaMemcpy(dA, A, sizeof A, cudaMemcpyHostToDevice);
+    cudaMemcpy(dB, B, sizeof B, cudaMemcpyHostToDevice);
+    cudaMemcpy(dC, C, sizeof C, cudaMemcpyHostToDevice);
+    cudaMemcpy(dbias, bias, sizeof bias, cudaMemcpyHostToDevice);
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, M, K, M);
+    cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, K, N, K);
+    cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, M, N, M);
+    static const struct {
+        const char *what;
+        uint32_t epilogue;
+    } cases[] = {{"DEFAULT", CUBLASLT_EPILOGUE_DEFAULT},
+                 {"BIAS", CUBLASLT_EPILOGUE_BIAS},
+                 {"RELU", CUBLASLT_EPILOGUE_RELU},
+                 {"RELU_BIAS", CUBLASLT_EPILOGUE_RELU_BIAS}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        cublasLtMatmulDesc_t desc;
+        cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &cases[c].epilogue, sizeof cases[c].epilogue);
+        const void *bp = dbias;
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp);
+        const cublasStatus_t st =
+            cublasLtMatmul(lt, desc, &alpha, dA, la, dB, lb, &beta, dC, lc, dD, lc, NULL, NULL, 0, NULL);
+        float got[M * N];
+        cudaDeviceSynchronize();
+        cudaMemcpy(got, dD, sizeof got, cudaMemcpyDeviceToHost);
+        int bad = st != CUBLAS_STATUS_SUCCESS;
+        for (int j = 0; j < N; j++)
+            for (int i = 0; i < M; i++) {
+                double ref = beta * C[i + j * M];
+                for (int l = 0; l < K; l++) ref += alpha * A[i + l * M] * B[l + j * K];
+                if (cases[c].epilogue & CUBLASLT_EPILOGUE_BIAS) ref += bias[i];
+                if ((cases[c].epilogue & CUBLASLT_EPILOGUE_RELU) && ref < 0) ref = 0;
+                bad += got[i + j * M] != (float)ref;
+            }
+        printf("    epilogue %-9s D = %g %g %g | %g %g %g  %s\n", cases[c].what, got[0], got[1], got[2], got[3], got[4],
+               got[5], bad ? "FAIL" : "ok");
+        RG_CHECK(bad == 0, "epilogue %s: %s, %d elements wrong", cases[c].what, cublasGetStatusName(st), bad);
+        cublasLtMatmulDescDestroy(desc);
+    }
+    // What it refuses, and why.
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    const int32_t trans = CUBLAS_OP_T;
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof trans);
+    cublasStatus_t st = cublasLtMatmul(lt, desc, &alpha, dA, la, dB, lb, &beta, dC, lc, dD, lc, NULL, NULL, 0, NULL);
+    printf("    op(A) = A^T of 3 x 2 with B 2 x 2: %s: %s\n", cublasGetStatusName(st), cublasGetStatusString(st));
+    RG_CHECK(st == CUBLAS_STATUS_INVALID_VALUE && strstr(cublasGetStatusString(st), "do not agree"),
+             "shapes that do not agree gave %s", cublasGetStatusName(st));
+    cublasLtMatmulDescDestroy(desc);
+    cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    const uint32_t gelu = CUBLASLT_EPILOGUE_GELU;
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &gelu, sizeof gelu);
+    st = cublasLtMatmul(lt, desc, &alpha, dA, la, dB, lb, &beta, dC, lc, dD, lc, NULL, NULL, 0, NULL);
+    RG_CHECK(st == CUBLAS_STATUS_NOT_SUPPORTED && strstr(cublasGetStatusString(st), "epilogue"),
+             "the GELU epilogue gave %s", cublasGetStatusName(st));
+    const int64_t short_ld = 2;
+    RG_CHECK(cublasLtMatrixLayoutSetAttribute(lc, CUBLASLT_MATRIX_LAYOUT_LD, &short_ld, 4) == CUBLAS_STATUS_INVALID_VALUE,
+             "an attribute of the wrong size was taken");
+    cublasLtMatrixLayoutSetAttribute(lc, CUBLASLT_MATRIX_LAYOUT_LD, &short_ld, sizeof short_ld);
+    cublasLtMatmulDescDestroy(desc);
+    cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    st = cublasLtMatmul(lt, desc, &alpha, dA, la, dB, lb, &beta, dC, lc, dD, lc, NULL, NULL, 0, NULL);
+    RG_CHECK(st == CUBLAS_STATUS_INVALID_VALUE && strstr(cublasGetStatusString(st), "ld 2"),
+             "ld 2 for 3 rows gave %s: %s", cublasGetStatusName(st), cublasGetStatusString(st));
+    cublasLtMatmulDescDestroy(desc);
+    cublasLtMatrixLayoutDestroy(la), cublasLtMatrixLayoutDestroy(lb), cublasLtMatrixLayoutDestroy(lc);
+    cudaFree(d);
+    cublasLtDestroy(lt);
 }
 
 // ---------------------------------------------------------------------------
@@ -374,6 +503,7 @@ static void test_blas_host_matrix(void) {
 
 static const rg_test_case cases[] = {
     RG_TEST(test_blas_gemm_definition),
+    RG_TEST(test_blas_lt_epilogues),
     RG_TEST(test_blas_argument_checks),
     RG_TEST(test_blas_runs_on_its_stream),
     RG_TEST(test_blas_host_matrix),
