@@ -3,7 +3,8 @@
 #
 #   1. the C test binaries, Release build with -Werror (CUDA compiled where nvcc is), and
 #      test_cuda again with RETRO_CUDA_HOST=1: every CUDA case on the host execution of
-#      the CUDA code (test_cuda_host and test_cuda_host_blas test that runtime itself)
+#      the CUDA code, then with each block's threads in reverse order (test_cuda_host and
+#      test_cuda_host_blas test that runtime itself)
 #   2. the same binaries under AddressSanitizer + UndefinedBehaviorSanitizer (the host
 #      execution included)
 #   3. the command line on good and bad input
@@ -45,6 +46,7 @@ build_or_fail() {
 if build_or_fail release build -DRG_WERROR=ON; then
   for t in build/test_*; do [ -x "$t" ] && run_suite "$(basename "$t")" "$t"; done
   RETRO_CUDA_HOST=1 run_suite "test_cuda on the host execution of the CUDA code (RETRO_CUDA_HOST=1)" build/test_cuda
+  RETRO_CUDA_HOST=1 RETRO_CUDA_HOST_ORDER=reverse run_suite "test_cuda on the host execution, threads in reverse order" build/test_cuda
   run_suite "cli" bash tests/cli/test_cli.sh build
   run_suite "cli generate" bash tests/cli/test_cli_generate.sh build
   run_suite "cli train" bash tests/cli/test_cli_train.sh build

@@ -188,6 +188,14 @@ __global__ void warp_sum_smem_kernel(float *out) {
     if (lane == 0) out[0] = s;
 }
 
+// Thread t reads sh[t - 1] with no barrier after the writes.
+__global__ void neighbour_no_barrier_kernel(float *out) {
+    RG_SHARED(float, sh, 64);
+    const int t = threadIdx.x;
+    sh[t] = (float)(t + 1);
+    out[t] = t ? sh[t - 1] : 0.0f;
+}
+
 __global__ void oob_write_kernel(float *x, int n) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i <= n) x[i] = 1.0f;  // one past the end
@@ -597,6 +605,19 @@ extern "C" void khost_launch_time(khost_result *r) {
 
 // ---------------------------------------------------------------------------
 // Broken
+
+extern "C" void khost_neighbour_no_barrier(khost_result *r) {
+    memset(r, 0, sizeof *r);
+    float *d = nullptr, h[64];
+    TRY(cudaMalloc(&d, sizeof h));
+    RG_LAUNCH(neighbour_no_barrier_kernel, 1, 64, 0, 0, d);
+    TRY(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+    int nan = 0;
+    for (int i = 0; i < 64; i++) nan += h[i] != h[i];
+    r->v[0] = nan;
+    TRY(cudaFree(d));
+    finish(r, cudaSuccess);
+}
 
 extern "C" void khost_oob_write(khost_result *r) {
     memset(r, 0, sizeof *r);

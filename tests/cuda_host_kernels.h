@@ -78,6 +78,10 @@ void khost_memory_limit(int mb, khost_result *r);
 // The launch time of 100,000 threads (v[0], seconds) and of 1,000,000 (v[1]).
 void khost_launch_time(khost_result *r);
 
+// Thread t reads what thread t - 1 wrote to shared memory, with no barrier
+// between (64 threads): v[0] how many read unwritten (NaN) values.
+void khost_neighbour_no_barrier(khost_result *r);
+
 // Deliberately broken kernels and host code.
 void khost_oob_write(khost_result *r);             // writes one element past its allocation
 void khost_host_pointer_arg(khost_result *r);      // a host pointer as the kernel's argument 1

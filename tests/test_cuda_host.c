@@ -281,6 +281,32 @@ static void test_host_missing_syncwarp_reads_poison(void) {
     RG_CHECK(isnan(r.v[0]), "lanes reading neighbours through shared memory without __syncwarp gave %g", r.v[0]);
 }
 
+// The increasing order cannot see a read of what a lower thread wrote without a
+// barrier; RETRO_CUDA_HOST_ORDER=reverse can.
+static void test_host_reverse_order(void) {
+    const char *was = getenv("RETRO_CUDA_HOST_ORDER");
+    khost_result fwd, rev;
+    unsetenv("RETRO_CUDA_HOST_ORDER");
+    khost_neighbour_no_barrier(&fwd);
+    setenv("RETRO_CUDA_HOST_ORDER", "reverse", 1);
+    khost_neighbour_no_barrier(&rev);
+    if (was) setenv("RETRO_CUDA_HOST_ORDER", was, 1);
+    else unsetenv("RETRO_CUDA_HOST_ORDER");
+    CHECK_OK(fwd);
+    CHECK_OK(rev);
+    printf("    thread t reads sh[t - 1] without a barrier: %g NaN in increasing order, %g in reverse\n", fwd.v[0],
+           rev.v[0]);
+    RG_CHECK(fwd.v[0] == 0, "increasing order: %g threads read NaN (they run after the thread they read)", fwd.v[0]);
+    RG_CHECK(rev.v[0] == 63, "reverse order: %g of 63 threads read NaN", rev.v[0]);
+    khost_result sum;  // a correct kernel does not care
+    setenv("RETRO_CUDA_HOST_ORDER", "reverse", 1);
+    khost_block_sum(100003, 256, 0, &sum);
+    if (was) setenv("RETRO_CUDA_HOST_ORDER", was, 1);
+    else unsetenv("RETRO_CUDA_HOST_ORDER");
+    CHECK_OK(sum);
+    RG_CHECK(sum.v[0] == block_sum_expected(100003), "reverse order: block sum %g", sum.v[0]);
+}
+
 static void oob_child(void) {
     khost_result r;
     khost_oob_write(&r);
@@ -370,6 +396,7 @@ static const rg_test_case cases[] = {
     RG_TEST(test_host_graph_replay),
     RG_TEST(test_host_missing_syncthreads_reads_poison),
     RG_TEST(test_host_missing_syncwarp_reads_poison),
+    RG_TEST(test_host_reverse_order),
     RG_TEST(test_host_out_of_bounds_write),
     RG_TEST(test_host_pointer_argument),
     RG_TEST(test_host_barrier_not_reached),
