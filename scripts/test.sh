@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # test.sh - sets up, builds and runs every test; ends with "N passed, N failed".
 #
-#   1. the C test binaries, Release build with -Werror (CUDA compiled where nvcc is)
-#   2. the same binaries under AddressSanitizer + UndefinedBehaviorSanitizer
+#   1. the C test binaries, Release build with -Werror (CUDA compiled where nvcc is), and
+#      test_cuda again with RETRO_CUDA_HOST=1: every CUDA case on the host execution of
+#      the CUDA code, then with each block's threads in reverse order (test_cuda_host and
+#      test_cuda_host_blas test that runtime itself)
+#   2. the same binaries under AddressSanitizer + UndefinedBehaviorSanitizer (the host
+#      execution included)
 #   3. the command line on good and bad input
 #   4. the independent reader: the `gguf` Python package against our files
 #   5. every libFuzzer target (scripts/fuzz.sh all: GGUF reader, JSONL data, config,
@@ -47,8 +51,15 @@ if build_or_fail release build -DRG_WERROR=ON; then
   run_suite "cli lora" bash tests/cli/test_cli_lora.sh build
   # The CUDA code through its host execution (RETRO_CUDA_HOST=1): every kernel and the device
   # paths (resident tensors, device training, sessions), on every machine, GPU or not.
-  for t in build/test_cuda build/test_cuda_* build/test_session build/test_train_device; do
+  # (test_cuda_host*, the runtime's own tests, ran above.) The kernel suites run twice: each
+  # block's threads in order, then in reverse order (a missing barrier shows in one or the other).
+  for t in build/test_cuda build/test_cuda_elementwise build/test_cuda_norm build/test_cuda_train build/test_session \
+           build/test_train_device; do
     [ -x "$t" ] && run_suite "$(basename "$t") on the host execution of the CUDA code" env RETRO_CUDA_HOST=1 "$t"
+  done
+  for t in build/test_cuda build/test_cuda_elementwise build/test_cuda_norm build/test_cuda_train; do
+    [ -x "$t" ] && run_suite "$(basename "$t") on the host execution, threads in reverse order" \
+      env RETRO_CUDA_HOST=1 RETRO_CUDA_HOST_ORDER=reverse "$t"
   done
   # The parity suite: the op table walked on the device, every op x float type against the CPU.
   run_suite "test_ops cuda_parity on the host execution of the CUDA code" env RETRO_CUDA_HOST=1 build/test_ops cuda_parity
@@ -62,10 +73,11 @@ if build_or_fail release build -DRG_WERROR=ON; then
   run_suite "speed comparison tool" python3 tests/python/test_speed_tools.py build
 fi
 
-if build_or_fail sanitize build-asan -DCMAKE_BUILD_TYPE=Debug -DRG_SANITIZE=ON -DRG_CUDA=OFF -DCMAKE_C_FLAGS=-O1; then
+if build_or_fail sanitize build-asan -DCMAKE_BUILD_TYPE=Debug -DRG_SANITIZE=ON -DRG_CUDA=OFF -DCMAKE_C_FLAGS=-O1 -DCMAKE_CXX_FLAGS=-O1; then
   for t in build-asan/test_*; do
     [ -x "$t" ] && RG_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 run_suite "asan $(basename "$t")" "$t"
   done
+  RETRO_CUDA_HOST=1 RG_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 run_suite "asan test_cuda (RETRO_CUDA_HOST=1)" build-asan/test_cuda
   run_suite "asan cli" bash tests/cli/test_cli.sh build-asan
   run_suite "asan cli generate" bash tests/cli/test_cli_generate.sh build-asan
   run_suite "asan cli train" bash tests/cli/test_cli_train.sh build-asan

@@ -11,8 +11,8 @@
 
 static const char no_nvcc[] = "built without CUDA (configured with RG_CUDA=OFF, or nvcc was not found)";
 static const char no_host[] =
-    "RETRO_CUDA_HOST=1, but this build has no host execution of the CUDA code (no CUDA toolkit headers were found "
-    "when it was configured)";
+    "RETRO_CUDA_HOST=1, but this build has no host execution of the CUDA code (configured with RG_CUDA_HOST=OFF, or "
+    "no CUDA toolkit headers were found)";
 
 static int not_compiled(void) { return 0; }
 

@@ -4,8 +4,10 @@
 // or returns; a pass over the block resumes every thread that may go on. So a
 // thread never sees what another writes after their common synchronization
 // point, and a missing barrier shows as a read of poisoned shared memory or of
-// stale values. What cannot complete is an error naming the kernel, the block
-// and the thread, never a hang: a barrier that a returned thread will never
+// stale values. RETRO_CUDA_HOST_ORDER=reverse runs them in decreasing index
+// order instead, which shows the reads the increasing order cannot (a thread
+// reading what a lower one wrote without a barrier in between). What cannot
+// complete is an error naming the kernel, the block and the thread, never a hang: a barrier that a returned thread will never
 // reach, a collective whose mask names a returned lane, a pass in which no
 // thread can go on.
 #include <stdarg.h>
@@ -346,13 +348,13 @@ void abandon(Block &b) {
     }
 }
 
-bool run_block(Block &b) {
+bool run_block(Block &b, bool reverse) {
     begin_block(b);
     std::vector<Thread> &th = *b.threads;
     for (;;) {
         bool ran = false;
-        for (unsigned i = 0; i < b.n; i++) {
-            Thread &t = th[i];
+        for (unsigned k = 0; k < b.n; k++) {
+            Thread &t = th[reverse ? b.n - 1 - k : k];
             if (t.wait != Wait::ready) continue;
             if (!t.started) {
                 fiber_init(&t.fiber, thread_main, &t);
@@ -513,12 +515,14 @@ cudaError_t run_launch(const Launch &launch, std::string *why) {
     b.grid = launch.grid;
     g_blk = &b;
     g_block = &b;
+    const char *order = getenv("RETRO_CUDA_HOST_ORDER");  // read per launch: tests switch it
+    const bool reverse = order && !strcmp(order, "reverse");
     cudaError_t e = cudaSuccess;
     for (unsigned z = 0; z < launch.grid.z && e == cudaSuccess; z++)
         for (unsigned y = 0; y < launch.grid.y && e == cudaSuccess; y++)
             for (unsigned x = 0; x < launch.grid.x; x++) {
                 b.idx.x = x, b.idx.y = y, b.idx.z = z;
-                if (!run_block(b)) {
+                if (!run_block(b, reverse)) {
                     *why = b.why;
                     e = cudaErrorLaunchFailure;
                     break;

@@ -27,6 +27,8 @@ if(NOT RG_CUDA_HOST STREQUAL "OFF")
   else()
     message(STATUS "retrograd: host execution of the CUDA code OFF (no CUDA toolkit headers or no C++ compiler)")
   endif()
+else()
+  message(STATUS "retrograd: host execution of the CUDA code OFF (RG_CUDA_HOST=OFF)")
 endif()
 
 if(RG_HAVE_CUDA_HOST)

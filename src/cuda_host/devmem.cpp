@@ -30,8 +30,11 @@ namespace {
 const size_t kRedZone = 256;
 const unsigned char kCanary = 0xFD;
 const unsigned char kPoison = 0xFF;
-const size_t kQuarantineBytes = (size_t)256 << 20;
-const size_t kQuarantineBlocks = 4096;
+// Small enough that the used part of the mapping (which every protection change
+// walks, page by page) stays small; large enough that a freed block is not at once
+// the next allocation.
+const size_t kQuarantineBytes = (size_t)64 << 20;
+const size_t kQuarantineBlocks = 64;
 const size_t kPage = 4096;
 const size_t kDropBytes = (size_t)64 << 10;  // freed blocks this large give their pages back
 

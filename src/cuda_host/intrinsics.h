@@ -51,13 +51,13 @@ inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 inline float rcbrtf(float x) { return 1.0f / cbrtf(x); }
 inline float fdividef(float a, float b) { return a / b; }
-inline float exp10f_rgh(float x) { return powf(10.0f, x); }
+inline float rgh_exp10f(float x) { return powf(10.0f, x); }
 
 // The fast-math intrinsics share their names with glibc's internal
 // declarations (__expf, __logf...), which the library does not export; macros
 // keep kernel code spelled as on the GPU without redeclaring glibc's.
 #define __expf(x) expf(x)
-#define __exp10f(x) exp10f_rgh(x)
+#define __exp10f(x) rgh_exp10f(x)
 #define __logf(x) logf(x)
 #define __log2f(x) log2f(x)
 #define __log10f(x) log10f(x)

@@ -183,6 +183,12 @@ constexpr int warpSize = 32;
         ::rgh::shared_static(&rgh_shared_site_##name, sizeof(T) * (count), alignof(T), #name))
 #define RGH_SHARED_DYN(T, name) T *const name = static_cast<T *>(::rgh::shared_dynamic())
 
+// The C++ form of cudaFuncSetAttribute that cuda_runtime.h declares for nvcc only.
+template <class T>
+inline cudaError_t cudaFuncSetAttribute(T *func, enum cudaFuncAttribute attr, int value) {
+    return ::cudaFuncSetAttribute(reinterpret_cast<const void *>(func), attr, value);
+}
+
 // ---------------------------------------------------------------------------
 // Synchronization: barriers and warp collectives
 

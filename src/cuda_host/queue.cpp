@@ -203,17 +203,26 @@ cudaError_t submit(Stream *s, WorkPtr w) {
     return cudaSuccess;
 }
 
+// Whether any stream holds work (a drain with none need not open device memory).
+static bool work_pending(void) {
+    bool any = false;
+    each_stream([&](Stream *s) { any = any || !s->q.empty(); });
+    return any;
+}
+
 cudaError_t sync_stream(Stream *s) {
     if (s->capture) {
         s->capture->invalid = true;
         return set_error(cudaErrorStreamCaptureUnsupported, "synchronizing a stream that captures");
     }
+    if (!work_pending()) return sticky_error();
     DevAccess open;
     cudaError_t e = run_until(s, UINT64_MAX);
     return e != cudaSuccess ? e : sticky_error();
 }
 
 cudaError_t sync_all(void) {
+    if (!work_pending()) return sticky_error();
     DevAccess open;
     cudaError_t e = cudaSuccess;
     each_stream([&](Stream *s) {

@@ -94,6 +94,23 @@
 #define cublasGemmEx rgh_cublasGemmEx
 #define cublasGemmStridedBatchedEx rgh_cublasGemmStridedBatchedEx
 
+// cuBLASLt
+#define cublasLtCreate rgh_cublasLtCreate
+#define cublasLtDestroy rgh_cublasLtDestroy
+#define cublasLtMatmulDescCreate rgh_cublasLtMatmulDescCreate
+#define cublasLtMatmulDescDestroy rgh_cublasLtMatmulDescDestroy
+#define cublasLtMatmulDescSetAttribute rgh_cublasLtMatmulDescSetAttribute
+#define cublasLtMatmulDescGetAttribute rgh_cublasLtMatmulDescGetAttribute
+#define cublasLtMatrixLayoutCreate rgh_cublasLtMatrixLayoutCreate
+#define cublasLtMatrixLayoutDestroy rgh_cublasLtMatrixLayoutDestroy
+#define cublasLtMatrixLayoutSetAttribute rgh_cublasLtMatrixLayoutSetAttribute
+#define cublasLtMatrixLayoutGetAttribute rgh_cublasLtMatrixLayoutGetAttribute
+#define cublasLtMatmulPreferenceCreate rgh_cublasLtMatmulPreferenceCreate
+#define cublasLtMatmulPreferenceDestroy rgh_cublasLtMatmulPreferenceDestroy
+#define cublasLtMatmulPreferenceSetAttribute rgh_cublasLtMatmulPreferenceSetAttribute
+#define cublasLtMatmulAlgoGetHeuristic rgh_cublasLtMatmulAlgoGetHeuristic
+#define cublasLtMatmul rgh_cublasLtMatmul
+
 // ---------------------------------------------------------------------------
 // The backend's own C API and the helpers its .cu files share: cuda_select.c
 // routes rg_cuda_* to this twin (RETRO_CUDA_HOST=1) or to the nvcc build.

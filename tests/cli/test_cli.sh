@@ -47,6 +47,9 @@ expect "make-tiny without -o"           1 "-o is required"              -- "$bin
 expect "make-tiny bf16 twin"            0 "f32 twin"                    -- "$bin" make-tiny --arch qwen2 --type bf16 --twin-f32 -o "$tmp/twin.gguf"
 expect "report names the gpu"           0 "gpu_device"                  -- "$bin" report
 expect "report --json"                  0 '"cap_flash_attn_back": false' -- "$bin" report --json
+# RETRO_CUDA_HOST=1: the host execution of the CUDA code is the device, and says so (or the build says it has none).
+expect "report under RETRO_CUDA_HOST=1" 0 "gpu_device +(host execution of the CUDA code \(not a GPU\)|none \(RETRO_CUDA_HOST=1, but this build has no host execution)" -- env RETRO_CUDA_HOST=1 "$bin" report
+expect "RETRO_CUDA_HOST=1 names itself" 0 "RETRO_CUDA_HOST=1(: the CUDA device is the host execution|, but this build has no host execution)" -- env RETRO_CUDA_HOST=1 "$bin" report
 "$bin" make-tiny --arch qwen2 --type f32 -o "$tmp/tiny-f32.gguf" >/dev/null
 expect "quantize Q4_K_M"                0 "q6_K +3 tensors"             -- "$bin" quantize "$tmp/tiny-f32.gguf" "$tmp/q4km.gguf" Q4_K_M --quiet
 expect "quantized file reads back"      0 "file type +15 \(MOSTLY_Q4_K_M\)" -- "$bin" info "$tmp/q4km.gguf"

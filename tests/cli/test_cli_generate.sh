@@ -77,6 +77,18 @@ expect "generate missing model"              1 "nope.gguf: cannot open"         
 expect "generate missing prompt file"        1 "nope.txt: cannot read the file"       -- "${g[@]}" -f "$tmp/nope.txt"
 expect "generate --help"                     0 "usage: retrograd generate"            -- "$bin" generate --help
 
+# --device cuda: without a GPU it fails with the driver's reason; with RETRO_CUDA_HOST=1 it runs on the
+# host execution of the CUDA code, says so on stderr, and greedy decoding gives the CPU's text.
+if "$bin" report | grep -Eq "^gpu_device +none"; then
+  expect "generate --device cuda without a GPU" 1 "cuda device 0: .*(no usable CUDA device|no CUDA device|built without CUDA)" -- "${g[@]}" -p "Hello" -n 4 --device cuda
+fi
+if RETRO_CUDA_HOST=1 "$bin" report 2>/dev/null | grep -Eq "^gpu_device +host execution"; then
+  expect "generate --device cuda, host execution" 0 "RETRO_CUDA_HOST=1: the CUDA device is the host execution of the CUDA code \(not a GPU\)" -- env RETRO_CUDA_HOST=1 "${g[@]}" -p "Hello" -n 8 --temp 0 --device cuda
+  a=$("${g[@]}" -p "Hello" -n 8 --temp 0 2>/dev/null | head -1)
+  b=$(RETRO_CUDA_HOST=1 "${g[@]}" -p "Hello" -n 8 --temp 0 --device cuda 2>/dev/null | head -1)
+  [ -n "$a" ] && [ "$a" = "$b" ]; check "host execution gives the CPU's greedy text" $? "cpu '$a', host execution '$b'"
+fi
+
 # perplexity
 p=("$bin" perplexity -m "$m")
 expect "perplexity prints chunks and the estimate" 0 "^\[1\][0-9]+\.[0-9]{4},\[2\][0-9]+\.[0-9]{4},.*" -- "${p[@]}" -f "$tmp/text.txt" -c 128
