@@ -18,6 +18,8 @@ typedef struct rg_cuda_device_info {
     size_t total_mem;        // bytes
     size_t free_mem;         // bytes, at the time of the query
     int multiprocessors;
+    int driver_version;      // cudaDriverGetVersion: 1000 * major + 10 * minor (12040 = CUDA 12.4)
+    int runtime_version;     // the runtime this build links (cudaRuntimeGetVersion)
 } rg_cuda_device_info;
 
 // 1 when the library was compiled with the CUDA backend.

@@ -49,6 +49,8 @@ extern "C" rg_status rg_cuda_device_get(int index, rg_cuda_device_info *out, rg_
     out->total_mem = total_b;
     out->free_mem = free_b;
     out->multiprocessors = p.multiProcessorCount;
+    RG_CUDA_TRY(cudaDriverGetVersion(&out->driver_version), "cudaDriverGetVersion");
+    RG_CUDA_TRY(cudaRuntimeGetVersion(&out->runtime_version), "cudaRuntimeGetVersion");
 done:
     return st;
 }

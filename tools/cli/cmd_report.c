@@ -28,6 +28,27 @@ static const char *backend_of(rg_op op, int use_cuda) {
     return cell_types(RG_BACKEND_CPU, op) ? "cpu" : "none";
 }
 
+// The capability flags, from the device and the op table: each needs a device that can run it
+// (flash attention's backward: compute capability 8.0 or later, for its shared-memory tiles)
+// and a CUDA kernel in this build; why not, when not.
+typedef struct caps {
+    bool flash_attn_back, device_sampling;
+    const char *why_flash, *why_sampling;
+} caps;
+
+static caps device_caps(int have, const rg_cuda_device_info *info) {
+    caps c = {false, false, NULL, NULL};
+    if (!have) {
+        c.why_flash = c.why_sampling = "no CUDA device";
+        return c;
+    }
+    // The op table has no flash-attention op yet (issue 15); sampling runs on the host.
+    c.why_flash = info->major < 8 ? "the device's compute capability is below 8.0"
+                                  : "this build has no flash-attention backward kernel (no such op in the op table)";
+    c.why_sampling = "this build samples on the host (no sampling kernel)";
+    return c;
+}
+
 static void print_usage(FILE *f) { fprintf(f, "usage: retrograd report [--json] [--device cpu|cuda]\n"); }
 
 int cmd_report(int argc, char **argv) {
@@ -67,8 +88,10 @@ int cmd_report(int argc, char **argv) {
         if (have) {
             printf("{\"name\": ");
             json_str(stdout, info.name, strlen(info.name));
-            printf(", \"compute_capability\": \"%d.%d\", \"total_mem\": %zu, \"free_mem\": %zu, \"multiprocessors\": %d}",
-                   info.major, info.minor, info.total_mem, info.free_mem, info.multiprocessors);
+            printf(", \"compute_capability\": \"%d.%d\", \"total_mem\": %zu, \"free_mem\": %zu, \"multiprocessors\": %d, "
+                   "\"driver\": \"%d.%d\", \"runtime\": \"%d.%d\"}",
+                   info.major, info.minor, info.total_mem, info.free_mem, info.multiprocessors, info.driver_version / 1000,
+                   info.driver_version % 1000 / 10, info.runtime_version / 1000, info.runtime_version % 1000 / 10);
         } else {
             printf("null");
         }
@@ -76,7 +99,12 @@ int cmd_report(int argc, char **argv) {
         json_str(stdout, have ? "" : reason, have ? 0 : strlen(reason));
         printf(",\n  \"device\": \"%s\",\n  \"device_note\": ", device);
         json_str(stdout, note, strlen(note));
-        printf(",\n  \"cap_flash_attn_back\": false,\n  \"cap_device_sampling\": false,\n  \"ops\": [");
+        const caps cp = device_caps(have, &info);
+        printf(",\n  \"cap_flash_attn_back\": %s,\n  \"cap_flash_attn_back_reason\": ", cp.flash_attn_back ? "true" : "false");
+        json_str(stdout, cp.why_flash, strlen(cp.why_flash));
+        printf(",\n  \"cap_device_sampling\": %s,\n  \"cap_device_sampling_reason\": ", cp.device_sampling ? "true" : "false");
+        json_str(stdout, cp.why_sampling, strlen(cp.why_sampling));
+        printf(",\n  \"ops\": [");
         int first = 1;
         for (int op = RG_OP_NONE + 1; op < RG_OP_COUNT; op++) {
             const rg_op_def *d = &rg_op_defs[op];
@@ -99,13 +127,17 @@ int cmd_report(int argc, char **argv) {
 
     printf("cuda compiled        %s\n", rg_cuda_compiled() ? "yes" : "no");
     if (have)
-        printf("gpu_device           %s (compute %d.%d, %.1f GiB total, %.1f GiB free, %d SMs)\n", info.name,
-               info.major, info.minor, info.total_mem / 1073741824.0, info.free_mem / 1073741824.0,
-               info.multiprocessors);
+        printf("gpu_device           %s (compute %d.%d, %.1f GiB total, %.1f GiB free, %d SMs, driver %d.%d, runtime "
+               "%d.%d)\n",
+               info.name, info.major, info.minor, info.total_mem / 1073741824.0, info.free_mem / 1073741824.0,
+               info.multiprocessors, info.driver_version / 1000, info.driver_version % 1000 / 10,
+               info.runtime_version / 1000, info.runtime_version % 1000 / 10);
     else
         printf("gpu_device           none (%s)\n", reason);
     printf("device               %s%s%s\n", device, note[0] ? ": " : "", note);
-    printf("cap_flash_attn_back  false\ncap_device_sampling  false\n\n");
+    const caps cp = device_caps(have, &info);
+    printf("cap_flash_attn_back  %s (%s)\ncap_device_sampling  %s (%s)\n\n", cp.flash_attn_back ? "true" : "false",
+           cp.why_flash, cp.device_sampling ? "true" : "false", cp.why_sampling);
     printf("%-26s %-8s %-18s %s\n", "op", "backend", "cpu types", "cuda types");
     for (int op = RG_OP_NONE + 1; op < RG_OP_COUNT; op++) {
         const rg_op_def *d = &rg_op_defs[op];
