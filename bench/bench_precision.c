@@ -2,6 +2,8 @@
 // (shared/spec/training.md §4; the seed's numbers are printed beside ours).
 //
 //   ./bench_precision [STEPS [ADAMW_LR [SGD_LR]]]   (defaults 2000, 1e-4, 0.02; the loss gap is read at step STEPS)
+//   RG_BENCH_DEVICE=cuda ./bench_precision ...     the same tables with both runs on the CUDA device (the
+//                                                  seed's f16_base_training CUDA column; scripts/gpu-check.sh)
 //
 // The half fixture (tiny qwen2, matrices in F16 or BF16) trains against its F32
 // twin (the same values stored as F32) on the same batches (rows of 64 tokens
@@ -37,6 +39,8 @@
 #include "train/train_state.h"
 
 #define CTX 64
+
+static rg_device bench_device = RG_DEVICE_CPU;  // RG_BENCH_DEVICE
 
 typedef struct seed_cells {
     double grad, off, loss;  // the seed's CPU column (in place) or CUDA column (master); < 0: not given
@@ -93,7 +97,7 @@ static int runner_make(runner *r, const char *path, int optimizer, bool master, 
     c.steps = steps;
     c.seed = 7;
     c.threads = 1;  // a tiny model: one thread is fastest, and immune to a busy machine
-    if (rg_train_state_create(&r->s, r->model, &c, steps, 0, &err)) {
+    if (rg_train_state_create_on(&r->s, r->model, &c, steps, 0, bench_device, &err)) {
         printf("setup %s: %s\n", path, err.msg);
         return 1;
     }
@@ -125,6 +129,11 @@ static double step(runner *r, const batches *b, int64_t k, bool apply) {
     }
     if (skipped) {
         printf("step %lld was skipped: the comparison is invalid (spec §4.3)\n", (long long)k);
+        exit(1);
+    }
+    // On a device the gradients and weights the metrics read are there: bring them back.
+    if (bench_device != RG_DEVICE_CPU && rg_train_state_sync_host(r->s, &err)) {
+        printf("sync: %s\n", err.msg);
         exit(1);
     }
     return loss;
@@ -191,6 +200,8 @@ int main(int argc, char **argv) {
     if (steps < 100) steps = 100;
     if (argc > 2) lr_adamw = atof(argv[2]);
     if (argc > 3) lr_sgd = atof(argv[3]);
+    const char *env_dev = getenv("RG_BENCH_DEVICE");
+    if (env_dev && !strcmp(env_dev, "cuda")) bench_device = RG_DEVICE_CUDA;
     char dir[] = "/tmp/rg_bench_precision_XXXXXX";
     if (!mkdtemp(dir)) return 1;
     char paths[2][2][256];  // [f16, bf16][half, twin]
@@ -232,8 +243,8 @@ int main(int argc, char **argv) {
     rg_dataset_free(d);
     rg_tokenizer_free(tok);
     rg_model_free(m0);
-    printf("bench_precision: tiny qwen2 (F16 / BF16 matrices) against its F32 twin, CPU, %lld rows of %d tokens, %lld steps\n",
-           (long long)b.n, CTX, (long long)steps);
+    printf("bench_precision: tiny qwen2 (F16 / BF16 matrices) against its F32 twin, %s, %lld rows of %d tokens, %lld steps\n",
+           bench_device == RG_DEVICE_CUDA ? "both on the CUDA device" : "CPU", (long long)b.n, CTX, (long long)steps);
     printf("AdamW lr %g, SGD lr %g, constant, no clipping; the seed's value in brackets (its CPU column for in place; "
            "it gives only a CUDA column for master weights)\n\n", lr_adamw, lr_sgd);
 
@@ -257,6 +268,8 @@ int main(int argc, char **argv) {
                 bool sk;
                 rg_train_state_step(h.s, &gn, &lr, &sk, &err);
                 rg_train_state_step(f.s, &gn, &lr, &sk, &err);
+                rg_train_state_sync_host(h.s, &err);
+                rg_train_state_sync_host(f.s, &err);
                 off[t] = off_grid(&h, &f);
                 runner_free(&h);
                 runner_free(&f);
