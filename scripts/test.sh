@@ -45,6 +45,7 @@ if build_or_fail release build -DRG_WERROR=ON; then
   run_suite "cli generate" bash tests/cli/test_cli_generate.sh build
   run_suite "cli train" bash tests/cli/test_cli_train.sh build
   run_suite "cli lora" bash tests/cli/test_cli_lora.sh build
+  run_suite "cli shapes" bash tests/cli/test_cli_shapes.sh build
   # The CUDA code through its host execution (RETRO_CUDA_HOST=1): every kernel and the device
   # paths (resident tensors, device training, sessions), on every machine, GPU or not.
   for t in build/test_cuda build/test_cuda_* build/test_session build/test_train_device; do
