@@ -16,11 +16,26 @@
 //
 // On the CUDA device (train_device.c; scripts/gpu-check.sh runs this on a lent GPU):
 //   RG_BENCH_DEVICE=cuda          every row trains on the device; MFU is then against the device's
-//                                 BF16 dense tensor peak (a table of known devices by name below,
-//                                 or RG_BENCH_PEAK_TFLOPS=989 to state it). Rows the device does not
-//                                 train yet (F16/BF16 full fine-tuning) print the refusal. Under the
-//                                 host execution of the CUDA code (RETRO_CUDA_HOST=1) the rows only
-//                                 show that they run: those figures are CPU timings, never GPU ones.
+//                                 BF16 dense tensor peak (bench_util.h's table of known devices by
+//                                 name, or RG_BENCH_PEAK_TFLOPS=989 to state it). Rows the device does
+//                                 not train yet (F16/BF16 full fine-tuning) print the refusal and do
+//                                 not fail the bench. After its timed steps each row runs one more
+//                                 step with the executor's profile (which synchronizes the device
+//                                 after every node) and prints the step's time per op, the ops that
+//                                 fell back to the CPU and the bytes the step copied. Under the host
+//                                 execution of the CUDA code (RETRO_CUDA_HOST=1) the rows only show
+//                                 that they run: the tiny-shape rows, one timed step at context 32;
+//                                 the smollm2 and 1b shapes are skipped with a line (minutes to hours
+//                                 there); those figures are CPU timings, never GPU ones.
+//
+// Shape rows (make-tiny --arch llama --shape: random weights, tied; the GPU check's rows, since it
+// has no download): "tiny-shape" (the tiny llama: a step's fixed costs) at context 256,
+// "smollm2-shape" (SmolLM2-135M's dimensions) at 1024 and "1b-shape" (Llama-3.2-1B's) at 2048
+// (RG_BENCH_TRAIN_CTX overrides), each F32 full fine-tuning, LoRA r16 (seven projections) on the
+// BF16 file, BF16 and F16 full fine-tuning. They run by default on the device; on the CPU only
+// when FILTER names them (FILTER shape: all of them; a 1b step is minutes on two cores). Files are
+// made on first use into RG_BENCH_SHAPES=DIR as SHAPE-TYPE.gguf and kept there (reused by later
+// runs), or into the bench's temporary folder and removed after their rows.
 //
 // Rows: the tiny qwen2 fixture (F32 full), and SmolLM2-135M at context 256:
 // F32, F16 and BF16 full fine-tuning (converted from the Q4_1 file with our
@@ -48,6 +63,8 @@
 #include "base/threadpool.h"
 #include "cuda/cuda.h"
 #include "bench_util.h"
+#include "graph/backend.h"
+#include "graph/ops.h"
 #include "model/model.h"
 #include "model/quantize.h"
 #include "model/tiny.h"
@@ -62,6 +79,7 @@ typedef struct bench_row {
     rg_recompute recompute;  // training.recompute (0: auto, which keeps every activation when it fits)
     uint32_t ckpt;           // training.checkpoint_dtype (0: f32)
     rg_fused_ce fused;       // training.fused_ce (0: auto, which keeps the logits when they fit)
+    int64_t ctx;             // tokens per sequence (0: RG_BENCH_TRAIN_CTX's, default 256)
 } bench_row;
 
 static double model_flops(const rg_train_state *s, int64_t T) {
@@ -81,27 +99,143 @@ static double model_flops(const rg_train_state *s, int64_t T) {
 
 static const char *row_filter;
 static int64_t row_ctx = 256;  // tokens per sequence (RG_BENCH_TRAIN_CTX)
+static bool row_ctx_given;     // RG_BENCH_TRAIN_CTX was set: it applies to the shape rows too
 static rg_device bench_device = RG_DEVICE_CPU;  // RG_BENCH_DEVICE
+static bool device_is_host;    // the device is the host execution of the CUDA code, not a GPU
+static bool print_steps;       // a line with every timed step's seconds (the one-file mode)
 
-// The BF16 dense tensor-core peak (TFLOP/s, without sparsity) of the devices we know, by name.
-static double device_bf16_peak_tflops(const char *name) {
-    static const struct {
-        const char *key;
-        double tflops;
-    } known[] = {{"H200", 989.4}, {"H100 SXM", 989.4}, {"H100 NVL", 835.0}, {"H100 PCIe", 756.0}, {"H100", 756.0},
-                 {"A100", 312.0}, {"L40S", 362.1},    {"L4", 121.0},        {"RTX 4090", 165.2}, {"A10", 125.0}};
-    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
-        if (strstr(name, known[i].key)) return known[i].tflops;
+// One sequence's tokens (random ids; labels the next id).
+typedef struct row_input {
+    int32_t *ids, *labels, *pos, *seg;
+} row_input;
+
+static bool row_input_make(row_input *in, int64_t T, int64_t n_vocab) {
+    in->ids = malloc(sizeof(int32_t) * T), in->labels = malloc(sizeof(int32_t) * T);
+    in->pos = malloc(sizeof(int32_t) * T), in->seg = malloc(sizeof(int32_t) * T);
+    if (!in->ids || !in->labels || !in->pos || !in->seg) return false;
+    uint64_t x = 12345;
+    for (int64_t i = 0; i < T; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        in->ids[i] = (int32_t)((x >> 33) % (uint64_t)n_vocab);
+        in->pos[i] = (int32_t)i, in->seg[i] = 0;
+    }
+    for (int64_t i = 0; i < T; i++) in->labels[i] = i + 1 < T ? in->ids[i + 1] : -100;
+    return true;
+}
+
+static void row_input_free(row_input *in) { free(in->ids), free(in->labels), free(in->pos), free(in->seg); }
+
+// One optimizer step over `rows` copies of the sequence.
+static rg_status one_step(rg_train_state *s, const row_input *in, int rows, int64_t T, rg_error *err) {
+    double loss = 0, gn = 0, lr = 0;
+    bool skipped = false;
+    for (int r = 0; r < rows; r++) {
+        rg_status st = rg_train_state_micro(s, in->ids, in->labels, in->pos, in->seg, 1.0 / (double)(rows * (T - 1)),
+                                            &loss, err);
+        if (st) return st;
+    }
+    return rg_train_state_step(s, &gn, &lr, &skipped, err);
+}
+
+// Where a step goes on the CPU: every node run alone (rg_exec_run over [i, i+1)), summed per op (RG_BENCH_OPS).
+static void cpu_ops_table(rg_train_state *s) {
+    double op_s[RG_OP_COUNT] = {0};
+    int op_n[RG_OP_COUNT] = {0};
+    rg_graph *g = s->g;
+    rg_error err = {0};
+    double t_all = bench_now();
+    double *node_s = calloc((size_t)g->n_nodes, sizeof *node_s);
+    for (int i = 0; i < g->n_nodes; i++) {
+        double t0 = bench_now();
+        if (rg_exec_run(s->ex, i, i + 1, &err)) break;
+        node_s[i] = bench_now() - t0;
+        op_s[g->nodes[i]->op] += node_s[i];
+        op_n[g->nodes[i]->op]++;
+    }
+    t_all = bench_now() - t_all;
+    double t_norm = bench_now();
+    rg_grad_global_norm(s->tensors, s->n_tensors, s->pool);  // the part of the step before the update
+    t_norm = bench_now() - t_norm;
+    double t_opt = bench_now(), gn = 0, lr = 0;
+    bool sk = false;
+    rg_train_state_step(s, &gn, &lr, &sk, &err);
+    t_opt = bench_now() - t_opt;
+    printf("  per op (forward + backward %.3f s; optimizer step %.3f s, of which the global norm %.3f s):\n", t_all,
+           t_opt, t_norm);
+    for (int o = 0; o < RG_OP_COUNT; o++)
+        if (op_n[o] && op_s[o] > 0.002)
+            printf("    %-26s %4d nodes %8.3f s %5.1f%%\n", rg_op_name((rg_op)o), op_n[o], op_s[o], 100.0 * op_s[o] / t_all);
+    // the slowest single nodes, with their sources' shapes and types
+    for (int rank = 0; rank < 12; rank++) {
+        int best = -1;
+        for (int i = 0; i < g->n_nodes; i++)
+            if (node_s[i] > 0 && (best < 0 || node_s[i] > node_s[best])) best = i;
+        if (best < 0) break;
+        const rg_node *n = g->nodes[best];
+        char sh[3][64] = {"", "", ""};
+        rg_tensor_shape_str(&n->t, sh[0], 64);
+        for (int k = 0; k < 2; k++)
+            if (n->src[k]) rg_tensor_shape_str(&n->src[k]->t, sh[k + 1], 64);
+        printf("      %.4f s  %-10s %-28.28s out %s  src0 %s %s  src1 %s %s\n", node_s[best], rg_op_name(n->op), n->t.name,
+               sh[0], n->src[0] ? rg_type_get(n->src[0]->t.type)->name : "", sh[1],
+               n->src[1] ? rg_type_get(n->src[1]->t.type)->name : "", sh[2]);
+        node_s[best] = 0;
+    }
+    free(node_s);
+}
+
+// The step graph's nodes the scheduler put on the CPU although the device was asked for, per op.
+static void print_fallbacks(const rg_graph *g) {
+    int n_op[RG_OP_COUNT] = {0}, total = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const rg_node *n = g->nodes[i];
+        if (n->op == RG_OP_NONE || rg_op_defs[n->op].is_view || n->backend != RG_BACKEND_CPU) continue;
+        n_op[n->op]++, total++;
+    }
+    printf("  step graph: %d of %d nodes fall back to the CPU%s", total, g->n_nodes, total ? ":" : "");
+    for (int o = 0; o < RG_OP_COUNT; o++)
+        if (n_op[o]) printf(" %s x%d", rg_op_name((rg_op)o), n_op[o]);
+    printf("\n");
+}
+
+// One more step with the executor's profile on (the device synchronized after every node, so it
+// is not one of the timed steps): where the step's time goes per op, what fell back, what it copied.
+static int device_profile(rg_train_state *s, const row_input *in, int rows, int64_t T) {
+    static rg_exec_profile prof;
+    memset(&prof, 0, sizeof prof);
+    rg_error err = {0};
+    const rg_exec_stats before = rg_exec_get_stats(s->ex);
+    rg_train_state_set_profile(s, &prof);
+    const double t0 = bench_now();
+    rg_status st = one_step(s, in, rows, T, &err);
+    const double dt = bench_now() - t0;
+    rg_train_state_set_profile(s, NULL);
+    if (st) {
+        printf("  profiled step failed: %s\n", err.msg);
+        return 1;
+    }
+    const rg_exec_stats after = rg_exec_get_stats(s->ex);
+    print_fallbacks(s->g);
+    printf("  the step's copies between the CPU and the device: %.1f MiB in, %.1f MiB out (%llu + %llu copies); inputs "
+           "%.3f MiB\n", (double)(after.bytes_to_device - before.bytes_to_device) / 1048576.0,
+           (double)(after.bytes_to_host - before.bytes_to_host) / 1048576.0,
+           (unsigned long long)(after.copies_to_device - before.copies_to_device),
+           (unsigned long long)(after.copies_to_host - before.copies_to_host),
+           (double)(after.input_bytes - before.input_bytes) / 1048576.0);
+    // The whole step (its graph's runs and the optimizer's) as one run, so the shares are of the step.
+    prof.runs = 1, prof.run_s = dt;
+    printf("  one profiled step, %.3f s (the device synchronized after every node; the step's graph and optimizer runs "
+           "counted as one run):\n  ", dt);
+    rg_exec_profile_print(&prof, stdout);
     return 0;
 }
-static bool print_steps;       // a line with every timed step's seconds (the one-file mode)
 
 static int run_row(const bench_row *row, int steps, double peak_gflops, int threads) {
     if (row_filter && !strstr(row->name, row_filter)) return 0;
     rg_error err = {0};
     rg_model *m = NULL;
     if (rg_model_load(&m, row->path, &err)) {
-        printf("%-22s  load failed: %s\n", row->name, err.msg);
+        printf("%-26s  load failed: %s\n", row->name, err.msg);
         return 1;
     }
     rg_train_config c;
@@ -110,90 +244,42 @@ static int run_row(const bench_row *row, int steps, double peak_gflops, int thre
     c.recompute = row->recompute;
     c.checkpoint_dtype = row->ckpt;
     c.fused_ce = row->fused;
-    c.ctx = m->hp.n_ctx_train < row_ctx ? m->hp.n_ctx_train : row_ctx;
+    const int64_t want = row->ctx > 0 && !row_ctx_given ? row->ctx : row_ctx;
+    c.ctx = m->hp.n_ctx_train < want ? m->hp.n_ctx_train : want;
     c.eval_split = 0;
     c.threads = threads;
-    c.steps = steps + 1;
+    c.steps = steps + (bench_device != RG_DEVICE_CPU ? 2 : 1);  // the warm-up, the timed steps, on a device the profiled one
     const int rows = row->rows > 0 ? row->rows : 1;
     c.grad_accum = rows;
     rg_train_state *s = NULL;
     double rss0 = rg_rss_mib();
-    if (rg_train_state_create_on(&s, m, &c, steps + 1, 0, bench_device, &err)) {
-        printf("%-22s  setup failed: %s\n", row->name, err.msg);
+    rg_status st = rg_train_state_create_on(&s, m, &c, c.steps, 0, bench_device, &err);
+    if (st == RG_ERR_UNSUPPORTED && bench_device != RG_DEVICE_CPU) {
+        printf("%-26s  refused by the device (a limit of train_device.c, not a failure of the bench): %s\n", row->name,
+               err.msg);
+        rg_model_free(m);
+        return 0;
+    }
+    if (st) {
+        printf("%-26s  setup failed: %s\n", row->name, err.msg);
         rg_model_free(m);
         return 1;
     }
     const int64_t T = c.ctx;
-    int32_t *ids = malloc(sizeof(int32_t) * T), *labels = malloc(sizeof(int32_t) * T), *pos = malloc(sizeof(int32_t) * T),
-            *seg = malloc(sizeof(int32_t) * T);
-    uint64_t x = 12345;
-    for (int64_t i = 0; i < T; i++) {
-        x = x * 6364136223846793005ull + 1442695040888963407ull;
-        ids[i] = (int32_t)((x >> 33) % (uint64_t)m->hp.n_vocab);
-        pos[i] = (int32_t)i, seg[i] = 0;
-    }
-    for (int64_t i = 0; i < T; i++) labels[i] = i + 1 < T ? ids[i + 1] : -100;
+    row_input in;
     double best = 1e30, total = 0, *step_s = calloc((size_t)steps + 1, sizeof *step_s);
-    int rc = 0;
-    for (int k = 0; k <= steps; k++) {
-        double t0 = bench_now(), loss = 0, gn = 0, lr = 0;
-        bool skipped = false;
-        bool fail = false;
-        for (int rr = 0; rr < rows && !fail; rr++)
-            fail = rg_train_state_micro(s, ids, labels, pos, seg, 1.0 / (double)(rows * (T - 1)), &loss, &err) != RG_OK;
-        if (fail || rg_train_state_step(s, &gn, &lr, &skipped, &err)) {
-            printf("%-22s  step failed: %s\n", row->name, err.msg);
+    int rc = row_input_make(&in, T, m->hp.n_vocab) && step_s ? 0 : 1;
+    for (int k = 0; k <= steps && !rc; k++) {
+        double t0 = bench_now();
+        if (one_step(s, &in, rows, T, &err)) {
+            printf("%-26s  step failed: %s\n", row->name, err.msg);
             rc = 1;
             break;
         }
         double dt = bench_now() - t0;
         if (k > 0) total += dt, best = dt < best ? dt : best, step_s[k] = dt;
     }
-    if (!rc && getenv("RG_BENCH_OPS") && bench_device == RG_DEVICE_CPU) {
-        // Where a step goes: every node run alone (rg_exec_run over [i, i+1)), summed per op.
-        double op_s[RG_OP_COUNT] = {0};
-        int op_n[RG_OP_COUNT] = {0};
-        rg_graph *g = s->g;
-        double t_all = bench_now();
-        double *node_s = calloc((size_t)g->n_nodes, sizeof *node_s);
-        for (int i = 0; i < g->n_nodes; i++) {
-            double t0 = bench_now();
-            if (rg_exec_run(s->ex, i, i + 1, &err)) break;
-            node_s[i] = bench_now() - t0;
-            op_s[g->nodes[i]->op] += node_s[i];
-            op_n[g->nodes[i]->op]++;
-        }
-        t_all = bench_now() - t_all;
-        double t_norm = bench_now();
-        rg_grad_global_norm(s->tensors, s->n_tensors, s->pool);  // the part of the step before the update
-        t_norm = bench_now() - t_norm;
-        double t_opt = bench_now(), gn = 0, lr = 0;
-        bool sk = false;
-        rg_train_state_step(s, &gn, &lr, &sk, &err);
-        t_opt = bench_now() - t_opt;
-        printf("  per op (forward + backward %.3f s; optimizer step %.3f s, of which the global norm %.3f s):\n", t_all,
-               t_opt, t_norm);
-        for (int o = 0; o < RG_OP_COUNT; o++)
-            if (op_n[o] && op_s[o] > 0.002)
-                printf("    %-26s %4d nodes %8.3f s %5.1f%%\n", rg_op_name((rg_op)o), op_n[o], op_s[o], 100.0 * op_s[o] / t_all);
-        // the slowest single nodes, with their sources' shapes and types
-        for (int rank = 0; rank < 12; rank++) {
-            int best = -1;
-            for (int i = 0; i < g->n_nodes; i++)
-                if (node_s[i] > 0 && (best < 0 || node_s[i] > node_s[best])) best = i;
-            if (best < 0) break;
-            const rg_node *n = g->nodes[best];
-            char sh[3][64] = {"", "", ""};
-            rg_tensor_shape_str(&n->t, sh[0], 64);
-            for (int k = 0; k < 2; k++)
-                if (n->src[k]) rg_tensor_shape_str(&n->src[k]->t, sh[k + 1], 64);
-            printf("      %.4f s  %-10s %-28.28s out %s  src0 %s %s  src1 %s %s\n", node_s[best], rg_op_name(n->op), n->t.name,
-                   sh[0], n->src[0] ? rg_type_get(n->src[0]->t.type)->name : "", sh[1],
-                   n->src[1] ? rg_type_get(n->src[1]->t.type)->name : "", sh[2]);
-            node_s[best] = 0;
-        }
-        free(node_s);
-    }
+    if (!rc && getenv("RG_BENCH_OPS") && bench_device == RG_DEVICE_CPU) cpu_ops_table(s);
     if (!rc) {
         double mean = total / steps, flops = model_flops(s, T) * rows;
         rg_train_memory mem = rg_train_state_memory(s);
@@ -203,27 +289,121 @@ static int run_row(const bench_row *row, int steps, double peak_gflops, int thre
                "resident sum %7.1f MiB (%.2fx)",
                row->name, tps, (double)(rows * T) / best, flops / mean * 1e-9, 100.0 * flops / mean * 1e-9 / peak_gflops,
                (double)mem.activations / 1048576.0, peak, need + rss0, peak / (need + rss0));
+        if (row->ctx > 0 || row_ctx_given) printf("  context %lld", (long long)T);
         printf("\n");
         if (print_steps) {
             printf("step seconds (%lld tokens each):", (long long)(rows * T));
             for (int k = 1; k <= steps; k++) printf(" %.4f", step_s[k]);
             printf("\n");
         }
+        fflush(stdout);
     }
-    free(ids), free(labels), free(pos), free(seg), free(step_s);
+    if (!rc && bench_device != RG_DEVICE_CPU) rc = device_profile(s, &in, rows, T);
+    row_input_free(&in);
+    free(step_s);
     rg_train_state_free(s);
     rg_model_free(m);
     return rc;
 }
 
+// The shape rows: every variant of every shape, in this order (a file's rows together; the
+// refused variants last, so a device run spends its time on the rows it trains first).
+static const struct shape_size {
+    const char *shape;
+    int64_t ctx;
+} shape_sizes[] = {{"tiny", 256}, {"smollm2", 1024}, {"1b", 2048}};
+
+static const struct shape_variant {
+    const char *what;
+    uint32_t type;
+    rg_train_method method;
+} shape_variants[] = {{"f32 full", RG_TYPE_F32, RG_TRAIN_FULL},
+                      {"bf16 lora r16", RG_TYPE_BF16, RG_TRAIN_LORA},
+                      {"bf16 full", RG_TYPE_BF16, RG_TRAIN_FULL},
+                      {"f16 full", RG_TYPE_F16, RG_TRAIN_FULL}};
+
+// The file of a shape in a type under dir (made when missing); false (line printed) when it cannot be made.
+static bool shape_file(const char *shape, uint32_t type, const char *dir, char *path, size_t cap) {
+    snprintf(path, cap, "%s/%s-%s.gguf", dir, shape, rg_type_get(type)->name);
+    if (access(path, R_OK) == 0) return true;
+    rg_tiny_config tc = {.arch = "llama", .type = type, .seed = 42, .shape = shape};
+    rg_error err = {0};
+    const double t0 = bench_now();
+    if (rg_tiny_write(&tc, path, &err)) {
+        printf("make-tiny --shape %s --type %s failed: %s\n", shape, rg_type_get(type)->name, err.msg);
+        return false;
+    }
+    printf("(made %s: make-tiny --shape %s --type %s in %.1f s)\n", path, shape, rg_type_get(type)->name, bench_now() - t0);
+    return true;
+}
+
+static void shape_row_name(const struct shape_size *sz, const struct shape_variant *va, char *name, size_t cap) {
+    snprintf(name, cap, "%s-shape %s", sz->shape, va->what);
+}
+
+// Whether FILTER selects any row of the shape.
+static bool shape_selected(const struct shape_size *sz) {
+    char name[64];
+    for (size_t v = 0; v < sizeof shape_variants / sizeof shape_variants[0]; v++) {
+        shape_row_name(sz, &shape_variants[v], name, sizeof name);
+        if (!row_filter || strstr(name, row_filter)) return true;
+    }
+    return false;
+}
+
+// A shape's selected rows; the files are made into dir, and removed after use when dir is the bench's own.
+static int run_shape(const struct shape_size *sz, const char *dir, bool own_dir, int steps, double peak, int threads) {
+    int rc = 0;
+    char name[64], path[4096], made[4096] = "";
+    for (size_t v = 0; v < sizeof shape_variants / sizeof shape_variants[0]; v++) {
+        const struct shape_variant *va = &shape_variants[v];
+        shape_row_name(sz, va, name, sizeof name);
+        if (row_filter && !strstr(name, row_filter)) continue;
+        if (!shape_file(sz->shape, va->type, dir, path, sizeof path)) {
+            rc = 1;
+            continue;
+        }
+        if (own_dir && made[0] && strcmp(made, path)) unlink(made);  // the previous file's rows are done
+        snprintf(made, sizeof made, "%s", path);
+        const int64_t ctx = device_is_host ? 32 : sz->ctx;
+        rc |= run_row(&(bench_row){.name = name, .path = path, .method = va->method, .rows = 1, .ctx = ctx},
+                      device_is_host ? 1 : steps, peak, threads);
+    }
+    if (own_dir && made[0]) unlink(made);
+    return rc;
+}
+
+static int run_shape_rows(const char *tmp_dir, int steps, double peak, int threads) {
+    if (bench_device == RG_DEVICE_CPU && !(row_filter && strstr(row_filter, "shape"))) {
+        printf("shape rows: skipped on the CPU (FILTER shape, smollm2-shape or 1b-shape runs them; RG_BENCH_DEVICE=cuda "
+               "runs them by default)\n");
+        return 0;
+    }
+    const char *keep = getenv("RG_BENCH_SHAPES");
+    const bool own = !keep || !*keep;
+    int rc = 0;
+    for (size_t i = 0; i < sizeof shape_sizes / sizeof shape_sizes[0]; i++) {
+        const struct shape_size *sz = &shape_sizes[i];
+        if (!shape_selected(sz)) continue;
+        if (device_is_host && strcmp(sz->shape, "tiny")) {
+            printf("%s-shape rows: skipped on the host execution of the CUDA code (far too slow there: two LoRA steps of "
+                   "the smollm2 shape at context 16 ran more than 7 minutes); they run on a GPU\n", sz->shape);
+            continue;
+        }
+        rc |= run_shape(sz, own ? tmp_dir : keep, own, steps, peak, threads);
+    }
+    return rc;
+}
+
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);  // lines reach a log as they come, also when a timeout kills the run
     int steps = argc > 1 ? atoi(argv[1]) : 3;
     if (steps < 1) steps = 1;
     row_filter = argc > 2 ? argv[2] : NULL;
     int threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     const char *env_threads = getenv("RG_BENCH_THREADS"), *env_ctx = getenv("RG_BENCH_TRAIN_CTX");
     if (env_threads && atoi(env_threads) > 0) threads = atoi(env_threads);
-    if (env_ctx && atoi(env_ctx) > 1) row_ctx = atoi(env_ctx);
+    if (env_ctx && atoi(env_ctx) > 1) row_ctx = atoi(env_ctx), row_ctx_given = true;
     double mhz = bench_measured_mhz();
     double peak = 32.0 * mhz * 1e-3 * threads;
     const char *env_dev = getenv("RG_BENCH_DEVICE");
@@ -237,14 +417,14 @@ int main(int argc, char **argv) {
             return 1;
         }
         const char *env_peak = getenv("RG_BENCH_PEAK_TFLOPS");
-        const double tflops = env_peak && atof(env_peak) > 0 ? atof(env_peak) : device_bf16_peak_tflops(info.name);
-        const bool host = strstr(info.name, "host execution") != NULL;
+        const double tflops = env_peak && atof(env_peak) > 0 ? atof(env_peak) : bench_device_peak_of(info.name).bf16_tflops;
+        device_is_host = strstr(info.name, "host execution") != NULL;
         peak = tflops * 1e3;
         printf("bench_train: on %s (compute %d.%d, %zu MiB); MFU against its BF16 dense peak of %.1f TFLOP/s%s; context %lld, "
                "batch 1, AdamW; %d timed steps after one warm-up\n",
                info.name, info.major, info.minor, info.total_mem >> 20, tflops,
-               host ? " (a nominal figure: the host execution is the CPU, so tokens/s and MFU here are CPU timings, not GPU "
-                      "results; the rows only show that they run)"
+               device_is_host ? " (a nominal figure: the host execution is the CPU, so tokens/s and MFU here are CPU timings, "
+                                "not GPU results; the rows only show that they run)"
                : tflops > 0 ? "" : " (unknown device: set RG_BENCH_PEAK_TFLOPS; MFU prints as 0)",
                (long long)row_ctx, steps);
         if (peak <= 0) peak = 1e30;
@@ -314,6 +494,7 @@ int main(int argc, char **argv) {
         rc |= run_row(&(bench_row){.name = "smollm2 q4_1 lora fused", .path = smol, .method = RG_TRAIN_LORA, .rows = 1,
                                    .fused = RG_FUSED_CE_ON}, steps, peak, threads);
     }
+    rc |= run_shape_rows(dir, steps, peak, threads);
     unlink(tiny);
     rmdir(dir);
     return rc;

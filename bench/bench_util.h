@@ -51,6 +51,27 @@ static inline double bench_measured_mhz(void) {
 #endif
 }
 
+// What the GPUs we know can do at most, by a name cudaGetDeviceProperties gives: the dense
+// BF16 tensor-core peak (TFLOP/s, without sparsity; training's MFU) and the memory bandwidth
+// (GB/s; generation's ceiling). Zeros when the name is not known. The first key found in the
+// name wins, so the specific ones come first.
+typedef struct bench_device_peak {
+    const char *key;
+    double bf16_tflops, mem_gbs;
+} bench_device_peak;
+
+static inline bench_device_peak bench_device_peak_of(const char *name) {
+    static const bench_device_peak known[] = {
+        {"H200", 989.4, 4800},     {"H100 NVL", 835.0, 3900},  {"H100 PCIe", 756.0, 2000}, {"H100 SXM", 989.4, 3350},
+        {"H100 80GB HBM3", 989.4, 3350}, {"H100", 756.0, 2000}, {"A100-SXM4-80GB", 312.0, 2039},
+        {"A100", 312.0, 1555},     {"L40S", 362.1, 864},       {"L4", 121.0, 300},         {"RTX 4090", 165.2, 1008},
+        {"A10", 125.0, 600},
+    };
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strstr(name, known[i].key)) return known[i];
+    return (bench_device_peak){name, 0, 0};
+}
+
 // The clock /proc/cpuinfo claims (in a VM, often not the real one).
 static inline double bench_cpuinfo_mhz(void) {
     FILE *f = fopen("/proc/cpuinfo", "r");

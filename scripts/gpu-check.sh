@@ -1,95 +1,235 @@
 #!/usr/bin/env bash
-# gpu-check.sh - everything that needs a GPU, in one call, for a device session:
+# gpu-check.sh - everything that needs a GPU, in one unattended call on a lent machine:
 #   RETRO_CUDA_ARCHITECTURES=90 OUT=/some/dir bash scripts/gpu-check.sh
-# Builds build-gpu with RG_CUDA=ON from this checkout alone (no Debian packages
-# needed: no BLAS, the CPU side uses its own GEMM; cmake may be the pip one),
-# runs every test binary and benchmark, and writes under $OUT (default
-# ./out/gpu-check): env.txt, configure.log, build.log, report.json, one log per
-# test and bench, summary.txt. test_cuda's output is printed verbatim, and the
-# last line is the summary: "gpu-check: PASS ..." or "gpu-check: FAIL ...".
+#
+# The steps, cheapest and most telling first, each with its own time limit inside a total
+# budget (GPU_CHECK_BUDGET seconds, default 480: a lent GPU gives ~10 minutes, machine start
+# included). A step the budget can no longer start is listed as skipped for time, not failed;
+# a test that passes its limit fails, a benchmark cut by its limit keeps its finished rows and
+# is listed apart (slow is not wrong). Run it with the caller's own timeout above the budget
+# (e.g. 540 s for the default), so the summary line is always written.
+#   1. build BUILD (GPU_CHECK_BUILD, default build-gpu) from this checkout alone: RG_CUDA=ON,
+#      RG_OPENBLAS=OFF, RG_YAML=OFF (no Debian package needed; cmake and ninja may be the pip
+#      ones); tests and benchmarks included
+#   2. retrograd report --json --device cuda (a run without a usable device stops here: FAIL)
+#   3. the CUDA test binaries on the GPU (RETRO_CUDA_HOST unset): test_cuda* (printed
+#      verbatim), test_session, test_train_device; then test_ops' CUDA parity table: an (op,
+#      type) without a kernel is a known gap (counted), one over tolerance fails
+#   4. tests/cli/test_cli_cuda.sh with RETRO_CUDA_HOST=0 (that script reads an unset variable
+#      as the host execution)
+#   5. make-tiny --shape smollm2 and --shape 1b in BF16 into a temporary folder, timed and
+#      checked with info (the benchmarks make their F32 and F16 files there as they need them)
+#   6. device benchmarks (RG_BENCH_DEVICE=cuda): bench_train's tiny and smollm2 shape rows
+#      (2 timed steps, each row with a profiled step: time per op, fallbacks, copies);
+#      bench_generate on the smollm2 and 1b BF16 files, and once with the profile; bench_train's
+#      1b shape rows (1 timed step)
+#   7. every other test binary (the CPU suite; test_ops with the GPU hidden, its parity rows
+#      being step 3's), RG_TEST_QUICK=1, while the budget lasts
+# Writes under $OUT (default ./out/gpu-check): env.txt, configure.log, build.log, report.json,
+# one log per step, summary.txt. Progress lines go to stdout; the last line is the summary:
+# "gpu-check: PASS ..." or "gpu-check: FAIL ...".
+#
+# GPU_CHECK_DRY=1 runs the whole script on a machine without a GPU, through the host execution
+# of the CUDA code (RETRO_CUDA_HOST=1), at the smallest sizes, to check the script itself: the
+# tiny-shape rows only (bench_train skips the larger shapes there), bench_generate on the tiny
+# BF16 file, the 1b shape as a --dry-run listing, and two CPU test binaries. Its figures are
+# CPU timings, never GPU results, and its summary says so.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out="${OUT:-out/gpu-check}"
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
+dry="${GPU_CHECK_DRY:-0}"
+budget="${GPU_CHECK_BUDGET:-480}"
+build="${GPU_CHECK_BUILD:-build-gpu}"
+deadline=$((SECONDS + budget))
 export RETRO_CUDA_ARCHITECTURES="${RETRO_CUDA_ARCHITECTURES:-native}"
-TEST_TIMEOUT="${TEST_TIMEOUT:-300}"
-BENCH_TIMEOUT="${BENCH_TIMEOUT:-120}"
-
-# Tools: nvcc from the CUDA install when it is not on PATH; cmake from PATH or
-# from the Python package of that name.
-command -v nvcc >/dev/null 2>&1 || export PATH="/usr/local/cuda/bin:$PATH"
-cmake_bin=$(command -v cmake 2>/dev/null)
-if [ -z "$cmake_bin" ]; then
-  cmake_bin=$(python3 -c 'import cmake, os; print(os.path.join(cmake.CMAKE_BIN_DIR, "cmake"))' 2>/dev/null)
-fi
-gen=()
-if [ ! -f build-gpu/CMakeCache.txt ]; then
-  if command -v ninja >/dev/null 2>&1; then gen=(-G Ninja)
-  elif ! command -v make >/dev/null 2>&1 && python3 -c 'import ninja' 2>/dev/null; then
-    ninja_dir=$(python3 -c 'import ninja; print(ninja.BIN_DIR)')
-    export PATH="$ninja_dir:$PATH"; gen=(-G Ninja)
-  fi
-fi
-
-{
-  echo "date: $(date -u)"
-  nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv 2>&1
-  nvcc --version 2>&1 | tail -2
-  echo "cmake: ${cmake_bin:-not found} $("${cmake_bin:-false}" --version 2>/dev/null | head -1)"
-  echo "generator: ${gen[*]:-default}"
-  echo "RETRO_CUDA_ARCHITECTURES=$RETRO_CUDA_ARCHITECTURES"
-} > "$out/env.txt" 2>&1
-cat "$out/env.txt"
-
-fail_early() {  # a failure before any test ran: still end with the summary line
-  echo "gpu-check: FAIL $1 (logs in $out)" | tee -a "$out/summary.txt"
-  exit 1
-}
-[ -n "$cmake_bin" ] || fail_early "no cmake (neither on PATH nor the cmake Python package)"
-command -v nvcc >/dev/null 2>&1 || fail_early "no nvcc (not on PATH, not in /usr/local/cuda/bin)"
-
-"$cmake_bin" -S . -B build-gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DRG_CUDA=ON > "$out/configure.log" 2>&1 ||
-  { tail -30 "$out/configure.log"; fail_early "configure (see configure.log)"; }
-"$cmake_bin" --build build-gpu -j"$(nproc)" > "$out/build.log" 2>&1 ||
-  { tail -40 "$out/build.log"; fail_early "build (see build.log)"; }
-echo "build: ok (architectures $RETRO_CUDA_ARCHITECTURES)"
-
-status=0
-./build-gpu/retrograd report --json > "$out/report.json" 2>&1 || status=1
-cat "$out/report.json"
-
+if [ "$dry" = 1 ]; then export RETRO_CUDA_HOST=1; else unset RETRO_CUDA_HOST; fi
+shapes=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-shapes.XXXXXX")
+trap 'rm -rf "$shapes"' EXIT
 : > "$out/summary.txt"
-n_bin=0 n_pass=0 n_fail=0 n_skip=0 bad_bins=""
-for t in build-gpu/test_*; do
-  { [ -x "$t" ] && [ -f "$t" ]; } || continue
-  name=$(basename "$t")
+
+# ---------------------------------------------------------------------------
+# Steps and their records.
+failed_steps="" skipped_steps="" timed_out="" n_bin=0 n_pass=0 n_fail=0 n_skip=0
+
+say() { echo "$*" | tee -a "$out/summary.txt"; }
+stamp() { printf '%4ds' "$((SECONDS - deadline + budget))"; }
+
+# run NAME LIMIT LOG CMD...: CMD with at most LIMIT seconds (fewer when the budget has fewer
+# left), stdout and stderr into $out/LOG. Sets rc (124: timed out) and took (seconds); returns
+# 1 without running when the budget cannot start it (the step is then listed as skipped).
+run() {
+  local name="$1" limit="$2" log="$out/$3"; shift 3
+  local left=$((deadline - SECONDS - 10))
+  if [ "$left" -lt 20 ]; then
+    say "[$(stamp)] $name: skipped for time (budget ${budget}s)"; skipped_steps="$skipped_steps $name"; return 1
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  echo "[$(stamp)] $name (at most ${limit}s) ..."
+  local t0=$SECONDS
+  timeout -k 10 "$limit" "$@" > "$log" 2>&1; rc=$?
+  took=$((SECONDS - t0))
+  [ "$rc" = 137 ] && rc=124
+  return 0
+}
+
+# verdict NAME OK DETAIL: one summary line per step; OK 0 passes.
+verdict() {
+  local name="$1" ok="$2" detail="$3"
+  if [ "$rc" = 124 ]; then detail="TIMEOUT after ${took}s${detail:+; $detail}"; ok=1; fi
+  if [ "$ok" = 0 ]; then say "  $name: ok in ${took}s${detail:+ - $detail}"
+  else
+    say "  $name: FAIL$([ "$rc" != 0 ] && echo " (rc=$rc)") in ${took}s${detail:+ - $detail}"
+    failed_steps="$failed_steps $name"
+  fi
+}
+
+# test_bin LIMIT [VAR=VALUE...] BIN: a test binary (RG_TEST_QUICK=1 and the given variables),
+# counted by its "N passed, N failed, N skipped" line.
+test_bin() {
+  local limit="$1"; shift
+  local envs=(RG_TEST_QUICK=1)
+  while [[ "$1" == *=* ]]; do envs+=("$1"); shift; done
+  local bin="$1" name; name=$(basename "$1")
+  run "$name" "$limit" "$name.log" env "${envs[@]}" "$bin" || return 0
+  local log="$name.log"
+  local line; line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$out/$log" | tail -1)
   n_bin=$((n_bin + 1))
-  RG_TEST_QUICK=1 timeout "$TEST_TIMEOUT" "$t" > "$out/$name.log" 2>&1; rc=$?
-  line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$out/$name.log" | tail -1)
-  echo "$name: rc=$rc ${line:-(no summary line)}" | tee -a "$out/summary.txt"
   if [ -n "$line" ]; then
-    n_pass=$((n_pass + $(awk '{print $1}' <<<"$line")))
-    n_fail=$((n_fail + $(awk '{print $3}' <<<"$line")))
+    n_pass=$((n_pass + $(awk '{print $1}' <<<"$line"))); n_fail=$((n_fail + $(awk '{print $3}' <<<"$line")))
     n_skip=$((n_skip + $(awk '{print $5}' <<<"$line")))
   fi
-  if [ "$rc" != 0 ] || [ -z "$line" ]; then status=1; bad_bins="$bad_bins $name"; fi
-done
-echo "--- test_cuda (verbatim)"
-cat "$out/test_cuda.log" 2>/dev/null || echo "(no test_cuda log)"
-echo "--- end test_cuda"
+  verdict "$name" "$([ "$rc" = 0 ] && [ -n "$line" ] && echo 0 || echo 1)" "${line:-no summary line}"
+}
 
-n_bench=0 bad_bench=""
-for b in build-gpu/bench_*; do
-  { [ -x "$b" ] && [ -f "$b" ]; } || continue
-  n_bench=$((n_bench + 1))
-  timeout "$BENCH_TIMEOUT" "$b" > "$out/$(basename "$b").log" 2>&1; rc=$?
-  echo "$(basename "$b"): rc=$rc" | tee -a "$out/summary.txt"
-  [ "$rc" = 0 ] || { status=1; bad_bench="$bad_bench $(basename "$b")"; }
-done
+# bench NAME LIMIT VAR=VALUE... -- CMD...: a benchmark; its rows follow in the summary (bench_train's
+# results, refusals, skips, made files and fallback counts; bench_generate's device and rows). A
+# benchmark cut by its limit is listed apart and does not fail the check (a test's timeout does).
+bench() {
+  local name="$1" limit="$2"; shift 2
+  local envs=()
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
+  local log="bench-${name// /-}.log"
+  run "$name" "$limit" "$log" env "${envs[@]}" "$@" || return 0
+  if [ "$rc" = 124 ]; then  # slow is not wrong: the rows so far are kept, the verdict is not changed
+    say "  $name: TIMEOUT after ${took}s (the rows it finished follow; log $log)"; timed_out="$timed_out $name"
+  else
+    verdict "$name" "$rc" "log $log"
+  fi
+  grep -E 'tok/s +\(best|refused by|rows: skipped|failed:|^\(made |^  step graph:|^device:|^file ' "$out/$log" |
+    cut -c1-220 | sed 's/^/    /' | tee -a "$out/summary.txt"
+}
 
-cuda_line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$out/test_cuda.log" 2>/dev/null | tail -1)
-verdict=PASS
-[ "$status" = 0 ] || verdict=FAIL
-summary="gpu-check: $verdict - $n_bin test binaries: $n_pass passed, $n_fail failed, $n_skip skipped; test_cuda: ${cuda_line:-no summary}; $n_bench benches${bad_bench:+, failed:$bad_bench}${bad_bins:+; failing binaries:$bad_bins} (logs in $out)"
-echo "$summary" | tee -a "$out/summary.txt"
-exit $status
+finish() {
+  local verdict=PASS
+  [ -n "$failed_steps" ] && verdict=FAIL
+  local where="GPU mode"
+  [ "$dry" = 1 ] && where="GPU_CHECK_DRY: the host execution of the CUDA code, not a GPU; its figures are CPU timings"
+  say "gpu-check: $verdict - $where; $n_bin test binaries: $n_pass passed, $n_fail failed, $n_skip skipped${failed_steps:+; failed:$failed_steps}${timed_out:+; benchmarks cut by their time limit:$timed_out}${skipped_steps:+; skipped for time:$skipped_steps}; $((SECONDS - deadline + budget))s of ${budget}s (logs in $out)"
+  [ "$verdict" = PASS ]
+  exit $?
+}
+
+# ---------------------------------------------------------------------------
+# 0. The machine and the tools: nvcc from the CUDA install when it is not on PATH; cmake and
+# ninja from PATH or from the Python packages of those names.
+command -v nvcc >/dev/null 2>&1 || export PATH="/usr/local/cuda/bin:$PATH"
+cmake_bin=$(command -v cmake 2>/dev/null)
+[ -n "$cmake_bin" ] || cmake_bin=$(python3 -c 'import cmake, os; print(os.path.join(cmake.CMAKE_BIN_DIR, "cmake"))' 2>/dev/null)
+gen=()
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  if command -v ninja >/dev/null 2>&1; then gen=(-G Ninja)
+  elif ! command -v make >/dev/null 2>&1 && python3 -c 'import ninja' 2>/dev/null; then
+    export PATH="$(python3 -c 'import ninja; print(ninja.BIN_DIR)'):$PATH"; gen=(-G Ninja)
+  fi
+fi
+{
+  echo "date: $(date -u)"
+  echo "checkout: $(git rev-parse HEAD 2>/dev/null || echo 'not a git checkout')"
+  echo "mode: $([ "$dry" = 1 ] && echo 'GPU_CHECK_DRY=1 (host execution of the CUDA code)' || echo GPU)"
+  nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version,clocks.max.sm --format=csv 2>&1
+  nvcc --version 2>&1 | tail -2
+  echo "cmake: ${cmake_bin:-not found} $("${cmake_bin:-false}" --version 2>/dev/null | head -1)"
+  echo "generator: ${gen[*]:-default}; cores: $(nproc); $(free -g 2>/dev/null | awk '/^Mem:/ {print "memory " $2 " GiB"}')"
+  echo "RETRO_CUDA_ARCHITECTURES=$RETRO_CUDA_ARCHITECTURES budget=${budget}s build=$build"
+} > "$out/env.txt" 2>&1
+cat "$out/env.txt"
+[ -n "$cmake_bin" ] || { rc=1 took=0; verdict "tools" 1 "no cmake (neither on PATH nor the cmake Python package)"; finish; }
+
+# 1. Build. Without nvcc the dry mode still builds the host execution (RG_CUDA=AUTO).
+cuda_opt=ON
+[ "$dry" = 1 ] && cuda_opt=AUTO
+run "configure" 120 configure.log "$cmake_bin" -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DRG_CUDA=$cuda_opt \
+  -DRG_OPENBLAS=OFF -DRG_YAML=OFF -DRG_WERROR=OFF && verdict "configure" "$rc" "$(grep -E 'retrograd: (CUDA|host)' "$out/configure.log" | tr '\n' ' ')"
+[ -z "$failed_steps$skipped_steps" ] || { tail -30 "$out/configure.log"; finish; }
+run "build" 420 build.log "$cmake_bin" --build "$build" -j"$(nproc)" && verdict "build" "$rc" "architectures $RETRO_CUDA_ARCHITECTURES"
+[ -z "$failed_steps$skipped_steps" ] || { tail -40 "$out/build.log"; finish; }
+bin="$build/retrograd"
+
+# 2. The device.
+run "report" 60 report.json "$bin" report --json --device cuda &&
+  verdict "report" "$(grep -q '"device": "cuda"' "$out/report.json"; echo $?)" \
+    "$(grep -oE '"(gpu_device|gpu_unavailable_reason)": [^,]*' "$out/report.json" | head -2 | tr '\n' ' ')"
+case " $failed_steps " in *" report "*) finish ;; esac
+
+# 3. The CUDA test binaries, then the parity table.
+for t in "$build"/test_cuda "$build"/test_cuda_* "$build"/test_session "$build"/test_train_device; do
+  [ -x "$t" ] && [ -f "$t" ] && test_bin 120 "$t"
+done
+echo "--- test_cuda (verbatim)"; cat "$out/test_cuda.log" 2>/dev/null || echo "(no test_cuda log)"; echo "--- end test_cuda"
+if run "test_ops cuda parity" 150 test_ops-parity.log env RG_TEST_QUICK=1 "$build/test_ops" test_cuda_parity; then
+  line=$(grep -E '^ +[0-9]+ rows: [0-9]+ without a CUDA kernel, [0-9]+ over tolerance' "$out/test_ops-parity.log" | tail -1 | sed 's/^ *//')
+  over=$(sed -nE 's/.* ([0-9]+) over tolerance.*/\1/p' <<<"$line")
+  grep FAIL "$out/test_ops-parity.log" | grep -vE 'MISSING|^FAIL test_cuda_parity|tally.missing' > "$out/parity-failures.txt"
+  verdict "test_ops cuda parity" "$([ "$over" = 0 ] && echo 0 || echo 1)" "${line:-no parity line} (a row without a kernel is a known gap)"
+fi
+
+# 4. The commands on the device.
+cli_host=0
+[ "$dry" = 1 ] && cli_host=1
+run "cli cuda" 180 test_cli_cuda.log env RETRO_CUDA_HOST=$cli_host bash tests/cli/test_cli_cuda.sh "$build" &&
+  verdict "cli cuda" "$rc" "$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$out/test_cli_cuda.log" | tail -1)"
+
+# 5. The shapes.
+make_shape() {  # make_shape SHAPE: the BF16 file, timed, checked with info
+  local f="$shapes/$1-bf16.gguf"
+  run "make-tiny --shape $1" 180 "make-tiny-$1.log" "$bin" make-tiny --arch llama --shape "$1" --type bf16 -o "$f" || return 0
+  "$bin" info "$f" >> "$out/make-tiny-$1.log" 2>&1
+  verdict "make-tiny --shape $1" "$rc" "$(grep -E '^parameters' "$out/make-tiny-$1.log" | tr -s ' '), $(du -h "$f" 2>/dev/null | cut -f1)"
+}
+make_shape smollm2
+if [ "$dry" = 1 ]; then
+  run "make-tiny --shape 1b --dry-run" 60 make-tiny-1b.log "$bin" make-tiny --arch llama --shape 1b --type bf16 \
+    -o "$shapes/1b-bf16.gguf" --dry-run && verdict "make-tiny --shape 1b --dry-run" "$rc" "$(grep -E '^parameters' "$out/make-tiny-1b.log" | tr -s ' ')"
+else
+  make_shape 1b
+fi
+
+# 6. The device benchmarks.
+dev=(RG_BENCH_DEVICE=cuda RG_BENCH_SHAPES="$shapes")
+if [ "$dry" = 1 ]; then
+  bench "bench_train shapes" 240 "${dev[@]}" -- "$build/bench_train" 1 shape
+  bench "bench_generate tiny bf16" 120 "${dev[@]}" RG_BENCH_MODEL="$shapes/tiny-bf16.gguf" RG_BENCH_PP=8 RG_BENCH_TG=4 \
+    RG_BENCH_REPS=1 RG_BENCH_PROFILE=1 -- "$build/bench_generate"
+else
+  bench "bench_train tiny-shape" 90 "${dev[@]}" -- "$build/bench_train" 2 tiny-shape
+  bench "bench_train smollm2-shape" 180 "${dev[@]}" -- "$build/bench_train" 2 smollm2-shape
+  bench "bench_generate smollm2 bf16" 90 "${dev[@]}" RG_BENCH_MODEL="$shapes/smollm2-bf16.gguf" -- "$build/bench_generate"
+  bench "bench_generate 1b bf16" 120 "${dev[@]}" RG_BENCH_MODEL="$shapes/1b-bf16.gguf" -- "$build/bench_generate"
+  bench "bench_generate smollm2 profile" 60 "${dev[@]}" RG_BENCH_MODEL="$shapes/smollm2-bf16.gguf" RG_BENCH_REPS=1 \
+    RG_BENCH_PROFILE=1 -- "$build/bench_generate"
+  bench "bench_train 1b-shape" 300 "${dev[@]}" -- "$build/bench_train" 1 1b-shape
+fi
+
+# 7. The CPU suite, while the budget lasts.
+for t in "$build"/test_*; do
+  { [ -x "$t" ] && [ -f "$t" ]; } || continue
+  case "$(basename "$t")" in test_cuda | test_cuda_* | test_session | test_train_device) continue ;; esac
+  if [ "$dry" = 1 ]; then
+    case "$(basename "$t")" in test_tensor | test_schedule) ;; *) continue ;; esac
+  fi
+  if [ "$(basename "$t")" = test_ops ]; then test_bin 240 CUDA_VISIBLE_DEVICES= "$t"; else test_bin 180 "$t"; fi
+done
+[ "$dry" = 1 ] && say "  (GPU_CHECK_DRY: of the CPU suite only test_tensor and test_schedule ran; scripts/test.sh runs it all)"
+finish

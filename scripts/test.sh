@@ -49,6 +49,7 @@ if build_or_fail release build -DRG_WERROR=ON; then
   run_suite "cli generate" bash tests/cli/test_cli_generate.sh build
   run_suite "cli train" bash tests/cli/test_cli_train.sh build
   run_suite "cli lora" bash tests/cli/test_cli_lora.sh build
+  run_suite "cli shapes" bash tests/cli/test_cli_shapes.sh build
   # The CUDA code through its host execution (RETRO_CUDA_HOST=1): every kernel and the device
   # paths (resident tensors, device training, sessions), on every machine, GPU or not.
   # (test_cuda_host*, the runtime's own tests, ran above.) The kernel suites run twice: each

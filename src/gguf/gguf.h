@@ -123,4 +123,14 @@ rg_status rg_gguf_add_tensor(rg_gguf *g, const char *name, uint32_t type, uint32
 // to a temporary file that is synced and renamed over path only when complete.
 rg_status rg_gguf_write(const rg_gguf *g, const char *path, rg_error *err);
 
+// The bytes [offset, offset + n) of tensor `index`'s data, written into dst: how
+// rg_gguf_write_filled asks for the data of tensors added with data == NULL. offset and
+// n are whole blocks of the tensor's type; n is at most RG_GGUF_FILL_CHUNK bytes.
+typedef rg_status (*rg_gguf_fill_fn)(void *ctx, uint64_t index, uint64_t offset, void *dst, size_t n, rg_error *err);
+#define RG_GGUF_FILL_CHUNK ((size_t)32 << 20)
+// rg_gguf_write, except that a tensor without data is produced by fill chunk by chunk
+// into one buffer of RG_GGUF_FILL_CHUNK bytes and written as it comes: a file larger
+// than memory is never held whole (make-tiny's large shapes).
+rg_status rg_gguf_write_filled(const rg_gguf *g, const char *path, rg_gguf_fill_fn fill, void *ctx, rg_error *err);
+
 #endif

@@ -781,6 +781,8 @@ const rg_plan *rg_exec_device_plan(const rg_exec *ex) { return ex->dev ? &ex->dp
 const rg_plan *rg_exec_plan(const rg_exec *ex) { return &ex->plan; }
 rg_threadpool *rg_exec_pool(rg_exec *ex) { return ex->pool; }
 
+void rg_exec_set_profile(rg_exec *ex, rg_exec_profile *p) { ex->prof = p; }
+
 rg_exec_stats rg_exec_get_stats(const rg_exec *ex) {
     rg_exec_stats s = ex->stats;
     s.nodes_fallback = ex->sched.n_fallback;

@@ -125,6 +125,10 @@ rg_status rg_exec_write(rg_exec *ex, rg_node *n, const void *src, size_t bytes, 
 // given by the caller) back to the caller's host bytes: before a checkpoint is written.
 rg_status rg_exec_download_leaves(rg_exec *ex, rg_error *err);
 rg_exec_stats rg_exec_get_stats(const rg_exec *ex);
+// Adds the time of later runs to p (NULL: stops profiling), as opts.profile does from the start: a
+// benchmark profiles one extra step of an exec it timed without, since on a device the profile
+// synchronizes after every node.
+void rg_exec_set_profile(rg_exec *ex, rg_exec_profile *p);
 rg_threadpool *rg_exec_pool(rg_exec *ex);
 void rg_exec_free(rg_exec *ex);
 

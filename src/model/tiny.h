@@ -18,6 +18,8 @@ typedef struct rg_tiny_config {
     uint64_t seed;
     bool twin_f32;       // values rounded to `type` but stored as F32 (the F32 twin)
     bool tied;           // no output.weight: the head reuses token_embd
+    const char *shape;   // NULL or "tiny": the fixtures' dimensions below; or a name of rg_tiny_shapes
+    int n_threads;       // threads that make the values (rg_tiny_write, rg_tiny_build); <= 0: all cores
 } rg_tiny_config;
 
 // The hyperparameters of the tiny models (read them back from the file, not from here).
@@ -34,10 +36,36 @@ enum {
     RG_TINY_QWEN3_HEAD_DIM = 128,  // llama and qwen2: n_embd / n_head = 64
 };
 
+// The dimensions of a model: the tiny fixtures', or a real model's with random weights
+// (benchmarks and the GPU check need the shape, not the knowledge). A shape's vocabulary is
+// the tiny tokenizer's 512 tokens padded to n_vocab with distinct "[PAD<id>]" tokens of type
+// UNUSED, as llama.cpp's converter pads one: the tokenizer works, and every id is a row.
+typedef struct rg_tiny_shape {
+    const char *name;    // what --shape takes
+    const char *model;   // the model whose dimensions these are
+    int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
+    float freq_base;     // rope base; 0: the architecture's (llama 1e4, qwen 1e6)
+    float embd_std, norm_std;  // token_embd ~ N(0, embd_std); norms 1 + N(0, norm_std); matrices N(0, 0.02)
+    bool tied;           // the head is token_embd whatever --tied says (both real models tie it)
+} rg_tiny_shape;
+
+// "tiny" (the fixtures), "smollm2" (SmolLM2-135M: 576, 30 layers, 9/3 heads, 1536, 49152) and
+// "1b" (Llama-3.2-1B: 2048, 16 layers, 32/8 heads, 8192, 128256, context 2048), NULL-terminated.
+extern const rg_tiny_shape rg_tiny_shapes[];
+// The shape called name (NULL: "tiny"), or NULL when there is none.
+const rg_tiny_shape *rg_tiny_shape_find(const char *name);
+
 // Names of the architectures make-tiny knows, NULL-terminated.
 extern const char *const rg_tiny_archs[];
 
+// The file's keys and tensor infos, with no tensor data (data == NULL): what `make-tiny
+// --dry-run` lists, and the plan that rg_tiny_build fills in memory and rg_tiny_write streams.
+rg_status rg_tiny_plan(const rg_tiny_config *cfg, rg_gguf **out, rg_error *err);
+// Every tensor's values in memory (the file's arena).
 rg_status rg_tiny_build(const rg_tiny_config *cfg, rg_gguf **out, rg_error *err);
+// The file written atomically with the values made chunk by chunk as they are written (on
+// cfg->n_threads threads), never held whole: the 1b shape in BF16 is 2.5 GB. Same bytes as
+// rg_gguf_write of rg_tiny_build's result.
 rg_status rg_tiny_write(const rg_tiny_config *cfg, const char *path, rg_error *err);
 
 #endif

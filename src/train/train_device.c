@@ -142,6 +142,11 @@ void rg_train_device_free(rg_train_state *s) {
     s->dev_run = NULL;
 }
 
+void rg_train_state_set_profile(rg_train_state *s, rg_exec_profile *p) {
+    if (s->ex) rg_exec_set_profile(s->ex, p);
+    if (s->dev_run) rg_exec_set_profile(s->dev_run->oex, p);
+}
+
 rg_status rg_train_state_sync_host(rg_train_state *s, rg_error *err) {
     return s->dev_run ? rg_resident_sync_host(s->dev_run->res, err) : RG_OK;
 }

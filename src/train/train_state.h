@@ -123,6 +123,10 @@ rg_status rg_train_state_eval_row(rg_train_state *s, const int32_t *ids, const i
 rg_status rg_train_state_step(rg_train_state *s, double *grad_norm, double *lr_used, bool *skipped, rg_error *err);
 // Drops the gradients of the rows since the last step (after a skipped row).
 void rg_train_state_discard(rg_train_state *s);
+// Adds the time of later steps to p per op (NULL: stops): the step graph, and on a device the
+// optimizer's graph too (on the CPU the optimizer is host code, not in the profile). On a device
+// the profile synchronizes after every node, so a benchmark profiles a step it does not time.
+void rg_train_state_set_profile(rg_train_state *s, rg_exec_profile *p);
 
 // train_device.c's side of the state (internal).
 rg_status rg_train_device_check(const rg_train_state *s, rg_error *err);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_cli_cuda.sh BUILD_DIR - the commands on the CUDA device, end to end, through the host
-# execution of the CUDA code (RETRO_CUDA_HOST=1; on a GPU machine, unset it to run on the GPU):
+# execution of the CUDA code (RETRO_CUDA_HOST=1, also when the variable is unset; on a GPU machine,
+# RETRO_CUDA_HOST=0 runs it on the GPU, as scripts/gpu-check.sh does):
 #   - every command that uses the device prints one line saying it is the host execution;
 #   - train --device cuda, full f32: per-step losses within 1e-5 relative of the CPU run's;
 #   - a run killed after a checkpoint and resumed on the device ends with the same per-step

@@ -20,6 +20,10 @@ int cmd_perplexity(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 
+// What `info` prints for a file (cmd_info.c), with file_label in place of its path when not
+// NULL: also `make-tiny --dry-run`'s listing of a file it has not written.
+void cli_info_text(const rg_gguf *g, const char *file_label);
+
 // Helpers of generate and perplexity (cmd_generate.c). The parsers print
 // "retrograd CMD: OPT 'VALUE' ..." to stderr and return false on bad input.
 double cli_now(void);                                    // monotonic seconds

@@ -133,14 +133,14 @@ static void print_value_text(const rg_gguf_kv *kv) {
     } else json_kv_value(stdout, kv, 0);
 }
 
-static void print_text(const rg_gguf *g) {
+void cli_info_text(const rg_gguf *g, const char *file_label) {
     uint64_t params = 0, bytes = 0;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         params += (uint64_t)tensor_nelements(&g->tensors[i]);
         bytes += g->tensors[i].nbytes;
     }
     char hb[32];
-    printf("%-22s %s\n", "file", g->path);
+    printf("%-22s %s\n", "file", file_label ? file_label : g->path);
     printf("%-22s %u\n", "gguf version", g->version);
     printf("%-22s %u\n", "alignment", g->alignment);
     rg_gguf_str arch = {0, NULL};
@@ -250,7 +250,7 @@ int cmd_info(int argc, char **argv) {
         return 1;
     }
     if (json) print_json(g, full);
-    else print_text(g);
+    else cli_info_text(g, NULL);
     rg_gguf_free(g);
     return 0;
 }
