@@ -93,6 +93,12 @@ static double elem(const rg_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64
     }
 }
 
+// v rounded to `type` (RNE) and widened back.
+static double rounded(double v, uint32_t type) {
+    const float f = (float)v;
+    return type == RG_TYPE_F16 ? rg_fp16_to_fp32(rg_fp32_to_fp16(f)) : type == RG_TYPE_BF16 ? rg_bf16_to_fp32(rg_fp32_to_bf16(f)) : f;
+}
+
 static int is_placeholder(const rg_error *e) {
     return e->status == RG_ERR_UNSUPPORTED && strstr(e->msg, "not written yet") != NULL;
 }
@@ -246,10 +252,17 @@ static void test_cuda_mul_mat_parity(void) {
         {"sliced widening", 256, 4100, 3, 1, 1, 1, 1, 0, 0, 0, 1},
     };
     static const uint32_t types[] = {RG_TYPE_F32, RG_TYPE_F16, RG_TYPE_BF16};
+    const char *mode_env = getenv("RETRO_CUDA_HALF_GEMM");
+    char *saved_mode = mode_env ? strdup(mode_env) : NULL;
+    // Half weights run in both modes of RETRO_CUDA_HALF_GEMM (cuda.h): `tensor` (x rounded to
+    // the weight's type; compared with the double sum of w times the rounded x, whose only
+    // error is the F32 summation's) and `f32` (the weight widened; compared with the CPU).
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
-        for (size_t t = 0; t < 3; t++) {
+        for (size_t t = 0; t < 5; t++) {
             const mm_case *k = &cases[c];
-            const uint32_t wt = types[t];
+            const uint32_t wt = types[(t + 1) / 2];
+            const bool tensor = t == 1 || t == 3;
+            if (wt != RG_TYPE_F32) setenv("RETRO_CUDA_HALF_GEMM", tensor ? "tensor" : "f32", 1);
             const size_t esz = wt == RG_TYPE_F32 ? 4 : 2;
             // The weight leaf: [K + w_pad, M, b2, b3]; x's: [K + x_pad, N, c2] slices plus gaps.
             const int64_t wK = k->K + k->w_pad, xK = k->K + k->x_pad;
@@ -295,22 +308,25 @@ static void test_cuda_mul_mat_parity(void) {
                             for (int64_t m = 0; m < k->M; m++) {
                                 double ref = 0, mag = 0;
                                 for (int64_t kk = 0; kk < k->K; kk++) {
-                                    double p = elem(&lw->t, kk, m, i2 / r2, i3 / r3) * elem(&lx->t, kk, n, i2, i3);
+                                    double xv = elem(&lx->t, kk, n, i2, i3);
+                                    if (tensor) xv = rounded(xv, wt);
+                                    double p = elem(&lw->t, kk, m, i2 / r2, i3 / r3) * xv;
                                     ref += p, mag += fabs(p);
                                 }
                                 const int64_t o = ((i3 * k->c2 + i2) * k->N + n) * k->M + m;
-                                if (!cpu_ok) cpu[o] = (float)ref;
-                                const double d = fabs((double)gpu[o] - cpu[o]);
+                                if (!cpu_ok || tensor) cpu[o] = (float)ref;
+                                const double d = fabs((double)gpu[o] - (tensor ? ref : cpu[o]));
                                 if (d > maxd) maxd = d;
                                 if (mag > 0 && d / mag > worst) worst = d / mag;
                                 if (!(d <= 1e-5 * mag + 1e-30)) bad++;
                             }
-                char shape[96], tol[32];
+                char shape[128], tol[32];
                 snprintf(shape, sizeof shape, "%s w[%lld,%lld,%lld,%lld] x[%lld,%lld,%lld,%lld]", k->what,
                          (long long)k->K, (long long)k->M, (long long)k->b2, (long long)k->b3, (long long)k->K,
                          (long long)k->N, (long long)k->c2, (long long)k->c3);
                 snprintf(tol, sizeof tol, "1e-5 rel (%.1e)", worst);
-                table_line("mul_mat", type_name(wt), shape, cpu_ok, maxd, tol, bad == 0);
+                if (tensor) snprintf(shape + strlen(shape), sizeof shape - strlen(shape), " tensor path");
+                table_line("mul_mat", type_name(wt), shape, cpu_ok && !tensor, maxd, tol, bad == 0);
                 RG_CHECK(bad == 0, "mul_mat %s %s: %lld of %lld outputs beyond 1e-5 * sum|w x| (worst %.3g)", k->what,
                          type_name(wt), (long long)bad, (long long)ny, worst);
                 check_one_node_stats(&s, 2, 1);
@@ -318,6 +334,9 @@ static void test_cuda_mul_mat_parity(void) {
             rg_graph_free(g);
             free(wf), free(xf), free(w), free(gpu), free(cpu);
         }
+    if (saved_mode) setenv("RETRO_CUDA_HALF_GEMM", saved_mode, 1);
+    else unsetenv("RETRO_CUDA_HALF_GEMM");
+    free(saved_mode);
 }
 
 // ---------------------------------------------------------------------------
@@ -435,6 +454,8 @@ static void test_cuda_soft_max_parity(void) {
 
 static void test_cuda_fallback_and_copies(void) {
     if (!have_gpu()) RG_SKIP("no GPU: %s", why);
+    // The F16 product compared with the CPU's at 1e-5: the weight widened, not the tensor path.
+    setenv("RETRO_CUDA_HALF_GEMM", "f32", 1);
     enum { K = 64, M = 48, N = 5 };
     float *x = randn(K * N, 70, 1.0f), *wf = randn(K * M, 71, 0.2f), *bias = randn(M, 72, 0.5f);
     float *qf = randn(K * K, 73, 0.2f);
@@ -510,6 +531,7 @@ static void test_cuda_fallback_and_copies(void) {
     }
     rg_graph_free(g);
     free(x), free(wf), free(bias), free(w), free(qf), free(wq);
+    unsetenv("RETRO_CUDA_HALF_GEMM");
 }
 
 // ---------------------------------------------------------------------------

@@ -218,9 +218,25 @@ typedef struct op_case {
     int budget_mb;    // RETRO_CUDA_DEQUANT_BUDGET_MB (0: default)
 } op_case;
 
+// The type CUDA's tensor path rounds an f32 operand to in a product with a `wt` weight
+// (RETRO_CUDA_HALF_GEMM=tensor, the default; cuda.h), or RG_TYPE_F32 when it is not taken.
+static uint32_t tensor_round(uint32_t wt) {
+    const bool half = wt == RG_TYPE_F16 || wt == RG_TYPE_BF16;
+    return half && rg_cuda_half_gemm_env(NULL, 0) == RG_CUDA_HALF_GEMM_TENSOR ? wt : (uint32_t)RG_TYPE_F32;
+}
+
+static double rounded(double v, uint32_t type) {
+    float f = (float)v;
+    round_to(&f, 1, type);
+    return f;
+}
+
 // The bound of one output element: 1e-5 * sum_k |a_ik b_jk|; returns the number beyond it and the worst |d|.
+// On the tensor path (rt F16/BF16) b is rounded to rt first and the device is compared with
+// the double sum of those exact products instead of the CPU's F32 result: the rounding is
+// the only approximation the path adds, so the bound stays the F32 summation's.
 static int64_t out_prod_compare(const rg_tensor *a, const rg_tensor *b, const op_case *k, const float *gpu,
-                                const float *cpu, double *maxd) {
+                                const float *cpu, uint32_t rt, double *maxd) {
     int64_t bad = 0;
     *maxd = 0;
     const int64_t r2 = k->c2 / k->b2, r3 = k->c3 / k->b3;
@@ -228,7 +244,7 @@ static int64_t out_prod_compare(const rg_tensor *a, const rg_tensor *b, const op
         for (int64_t i2 = 0; i2 < k->c2; i2++)
             for (int64_t j = 0; j < k->N; j++)
                 for (int64_t i = 0; i < k->M; i++) {
-                    double mag = 0;
+                    double mag = 0, ref = 0;
                     for (int64_t kk = 0; kk < k->K; kk++) {
                         const char *pa = (const char *)a->data + i * a->nb[0] + kk * a->nb[1] + (i2 / r2) * a->nb[2] +
                                          (i3 / r3) * a->nb[3];
@@ -238,10 +254,11 @@ static int64_t out_prod_compare(const rg_tensor *a, const rg_tensor *b, const op
                         if (a->type == RG_TYPE_F32) memcpy(&av, pa, 4);
                         else memcpy(&hv, pa, 2), av = a->type == RG_TYPE_F16 ? rg_fp16_to_fp32(hv) : rg_bf16_to_fp32(hv);
                         memcpy(&bv, pb, 4);
-                        mag += fabs((double)av * bv);
+                        const double bq = rounded(bv, rt);
+                        mag += fabs((double)av * bq), ref += (double)av * bq;
                     }
                     const int64_t o = ((i3 * k->c2 + i2) * k->N + j) * k->M + i;
-                    const double d = fabs((double)gpu[o] - cpu[o]);
+                    const double d = fabs((double)gpu[o] - (rt != RG_TYPE_F32 ? ref : cpu[o]));
                     if (d > *maxd || d != d) *maxd = d;
                     if (!(d <= 1e-5 * mag)) bad++;
                 }
@@ -290,12 +307,14 @@ static void test_cuda_out_prod_parity(void) {
             RG_CHECK(st == RG_OK, "out_prod %s %s on the cpu: %s", k->what, type_name(at), err.msg);
             if (!st) {
                 double maxd;
-                const int64_t bad = out_prod_compare(&la->t, &lb->t, k, gpu, cpu, &maxd);
+                const uint32_t rt = tensor_round(at);
+                const int64_t bad = out_prod_compare(&la->t, &lb->t, k, gpu, cpu, rt, &maxd);
                 char shape[96];
                 snprintf(shape, sizeof shape, "%s a[%lld,%lld,%lld,%lld] b[%lld,%lld,%lld,%lld]", k->what,
                          (long long)k->M, (long long)k->K, (long long)k->b2, (long long)k->b3, (long long)k->N,
                          (long long)k->K, (long long)k->c2, (long long)k->c3);
-                table_line("out_prod", type_name(at), shape, maxd, "1e-5 sum|a b|", bad == 0);
+                table_line("out_prod", type_name(at), shape, maxd,
+                           rt != RG_TYPE_F32 ? "1e-5 sum|a b^| (b^ = b in a's type)" : "1e-5 sum|a b|", bad == 0);
                 RG_CHECK(bad == 0, "out_prod %s %s: %lld of %lld outputs beyond the bound", k->what, type_name(at),
                          (long long)bad, (long long)ny);
                 check_device_only(&s, 1, "out_prod");
@@ -337,21 +356,27 @@ static void test_cuda_out_prod_in_backward(void) {
         }
         if (ok) {
             RG_CHECK(total == 2 && on_dev == 2, "%d of %d out_prod nodes ran on the device", on_dev, total);
-            // dW[k, m] = sum_n x[k, n] c[m, n]; dx[k, n] = sum_m w[k, m] c[m, n]
+            // dW[k, m] = sum_n x[k, n] c[m, n]; dx[k, n] = sum_m w[k, m] c[m, n]. On the tensor
+            // path (rt) c, and for dW x too, are rounded to the weight's type, and the device
+            // is compared with the double sum of those products (out_prod_compare's rule).
+            const uint32_t rt = tensor_round(wt);
             double maxd = 0;
             int64_t bad = 0;
             for (int q = 0; q < 2; q++)
                 for (int64_t kk = 0; kk < K; kk++)
                     for (int64_t o = 0; o < (q ? N : M); o++) {
-                        double mag = 0;
-                        for (int64_t r = 0; r < (q ? M : N); r++)
-                            mag += q ? fabs((double)wv[r * K + kk] * cv[o * M + r]) : fabs((double)xv[r * K + kk] * cv[r * M + o]);
-                        const double d = fabs((double)res[0][q][o * K + kk] - res[1][q][o * K + kk]);
+                        double mag = 0, ref = 0;
+                        for (int64_t r = 0; r < (q ? M : N); r++) {
+                            const double p = q ? (double)wv[r * K + kk] * rounded(cv[o * M + r], rt)
+                                               : rounded(xv[r * K + kk], rt) * rounded(cv[r * M + o], rt);
+                            mag += fabs(p), ref += p;
+                        }
+                        const double d = fabs((double)res[0][q][o * K + kk] - (rt != RG_TYPE_F32 ? ref : res[1][q][o * K + kk]));
                         if (d > maxd || d != d) maxd = d;
                         if (!(d <= 1e-5 * mag)) bad++;
                     }
-            table_line("out_prod (bw)", type_name(wt), "dW, dx of mul_mat w[48,37] x[48,21]", maxd, "1e-5 sum|a b|",
-                       bad == 0);
+            table_line("out_prod (bw)", type_name(wt), "dW, dx of mul_mat w[48,37] x[48,21]", maxd,
+                       rt != RG_TYPE_F32 ? "1e-5 sum|a^ b^| (in w's type)" : "1e-5 sum|a b|", bad == 0);
             RG_CHECK(bad == 0, "%s: %lld gradient elements beyond the bound", type_name(wt), (long long)bad);
         }
         for (int dev = 0; dev < 2; dev++) free(res[dev][0]), free(res[dev][1]);

@@ -18,9 +18,15 @@
 // BF16 step (2^-8 relative) on a few elements; measured 1.3e-3 of the change's L2, bound 2e-2
 // (an update lost or applied twice is >= 1). F16 with F32 masters rounds the master by
 // RNE: the F32 bound. A wrong gradient, a lost accumulation or a skipped update is an O(1)
-// difference in all of them.
+// difference in all of them. Those bounds hold for half weights with RETRO_CUDA_HALF_GEMM=f32
+// (cuda.h: the weights widened, so only summation orders differ). On the tensor path (the
+// default) every product with a half weight rounds its F32 operand to the weight's type
+// (unit roundoff u = 2^-8 BF16, 2^-11 F16), which the CPU does not: losses and gradient norms
+// within 4u relative, the weight changes within 0.1 (BF16; LoRA on a BF16 base 0.15) / 0.04
+// (F16) of their L2 (measured under the host execution: 3.5e-2, 8.2e-2 and 9.8e-3).
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -44,9 +50,13 @@ static double value_at(const rg_train_tensor *t, int64_t i) {
 
 static const tt_rows ROWS = {.T = T, .split = 30, .mod = 7, .rem = 3, .mul = 0x9E3779B9u, .add = 3};
 
-static void compare(rg_train_method method, uint32_t type, bool master) {
+static void compare(rg_train_method method, uint32_t type, bool master, const char *half_gemm) {
     char why[256];
     if (rg_cuda_device_count(why, sizeof why) <= 0) RG_SKIP("no CUDA device: %s", why);
+    const bool tensor = type != RG_TYPE_F32 && !strcmp(half_gemm, "tensor");
+    const double u = type == RG_TYPE_BF16 ? 0x1p-8 : 0x1p-11;
+    const double step_bound = tensor ? 4 * u : 1e-4;
+    setenv("RETRO_CUDA_HALF_GEMM", half_gemm, 1);  // read when the device context is made
     char path[256];
     snprintf(path, sizeof path, "/tmp/rg_test_train_device_%d.gguf", (int)getpid());
     rg_tiny_config tc = {.arch = "qwen2", .type = type, .seed = 11};
@@ -76,14 +86,14 @@ static void compare(rg_train_method method, uint32_t type, bool master) {
         RG_REQUIRE(rg_train_state_step(cpu, &nc, &lrc, &skc, &err) == RG_OK, "cpu step: %s", err.msg);
         RG_REQUIRE(rg_train_state_step(dev, &nd, &lrd, &skd, &err) == RG_OK, "cuda step: %s", err.msg);
         const double el = fabs(ld - lc) / fabs(lc), en = fabs(nd - nc) / nc;
-        printf("    %s %s%s step %d: loss cpu %.7f cuda %.7f (rel %.1e), grad norm %.6f vs %.6f (rel %.1e)\n",
-               method == RG_TRAIN_FULL ? "full" : "lora", rg_type_get(type)->name, master ? " master" : "", step, lc, ld,
-               el, nc, nd, en);
+        printf("    %s %s%s%s step %d: loss cpu %.7f cuda %.7f (rel %.1e), grad norm %.6f vs %.6f (rel %.1e)\n",
+               method == RG_TRAIN_FULL ? "full" : "lora", rg_type_get(type)->name, master ? " master" : "",
+               tensor ? " tensor path" : "", step, lc, ld, el, nc, nd, en);
         worst_loss = fmax(worst_loss, el), worst_norm = fmax(worst_norm, en);
         RG_CHECK(!skc && !skd && lrc == lrd, "step %d: skipped %d %d, lr %g %g", step, skc, skd, lrc, lrd);
     }
-    RG_CHECK(worst_loss <= 1e-4, "per-step losses differ by %.3e relative (bound 1e-4)", worst_loss);
-    RG_CHECK(worst_norm <= 1e-4, "gradient norms differ by %.3e relative (bound 1e-4)", worst_norm);
+    RG_CHECK(worst_loss <= step_bound, "per-step losses differ by %.3e relative (bound %.1e)", worst_loss, step_bound);
+    RG_CHECK(worst_norm <= step_bound, "gradient norms differ by %.3e relative (bound %.1e)", worst_norm, step_bound);
     if (st == RG_OK) {
         // The device's parameters come back to the host buffers only when asked.
         RG_CHECK(rg_train_state_sync_host(dev, &err) == RG_OK, "sync: %s", err.msg);
@@ -101,7 +111,9 @@ static void compare(rg_train_method method, uint32_t type, bool master) {
             }
         }
         rg_train_state_free(fresh);
-        const double rel2 = sqrt(d2 / c2), bound = type == RG_TYPE_F32 || master ? 1e-3 : 2e-2;
+        const double rel2 = sqrt(d2 / c2);
+        const double bound = tensor ? (type == RG_TYPE_BF16 ? (method == RG_TRAIN_LORA ? 0.15 : 0.1) : 0.04)
+                             : type == RG_TYPE_F32 || master ? 1e-3 : 2e-2;
         printf("    weights after %d steps: |change cuda - change cpu| max %.2e (largest change %.2e), L2 %.2e of the "
                "change's (bound %g)\n",
                STEPS, worst, moved, rel2, bound);
@@ -111,12 +123,16 @@ static void compare(rg_train_method method, uint32_t type, bool master) {
     rg_train_state_free(dev);
     rg_model_free(m);
     unlink(path);
+    unsetenv("RETRO_CUDA_HALF_GEMM");
 }
 
-static void test_full_f32_on_cuda(void) { compare(RG_TRAIN_FULL, RG_TYPE_F32, false); }
-static void test_lora_on_cuda(void) { compare(RG_TRAIN_LORA, RG_TYPE_F32, false); }
-static void test_full_bf16_sr_on_cuda(void) { compare(RG_TRAIN_FULL, RG_TYPE_BF16, false); }
-static void test_full_f16_master_on_cuda(void) { compare(RG_TRAIN_FULL, RG_TYPE_F16, true); }
+static void test_full_f32_on_cuda(void) { compare(RG_TRAIN_FULL, RG_TYPE_F32, false, "tensor"); }
+static void test_lora_on_cuda(void) { compare(RG_TRAIN_LORA, RG_TYPE_F32, false, "tensor"); }
+static void test_full_bf16_sr_on_cuda(void) { compare(RG_TRAIN_FULL, RG_TYPE_BF16, false, "f32"); }
+static void test_full_f16_master_on_cuda(void) { compare(RG_TRAIN_FULL, RG_TYPE_F16, true, "f32"); }
+static void test_full_bf16_sr_tensor_path(void) { compare(RG_TRAIN_FULL, RG_TYPE_BF16, false, "tensor"); }
+static void test_full_f16_master_tensor_path(void) { compare(RG_TRAIN_FULL, RG_TYPE_F16, true, "tensor"); }
+static void test_lora_bf16_base_tensor_path(void) { compare(RG_TRAIN_LORA, RG_TYPE_BF16, false, "tensor"); }
 
 // What the device does not train yet is refused with the reason, not run wrongly.
 static void test_refusals_name_the_reason(void) {
@@ -144,6 +160,9 @@ static const rg_test_case cases[] = {
     RG_TEST(test_lora_on_cuda),
     RG_TEST(test_full_bf16_sr_on_cuda),
     RG_TEST(test_full_f16_master_on_cuda),
+    RG_TEST(test_full_bf16_sr_tensor_path),
+    RG_TEST(test_full_f16_master_tensor_path),
+    RG_TEST(test_lora_bf16_base_tensor_path),
     RG_TEST(test_refusals_name_the_reason),
     {0},
 };

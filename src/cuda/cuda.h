@@ -66,6 +66,22 @@ rg_status rg_cuda_graph_end(rg_cuda_ctx *ctx, void **graph, rg_error *err);
 rg_status rg_cuda_graph_launch(rg_cuda_ctx *ctx, void *graph, rg_error *err);
 void rg_cuda_graph_free(rg_cuda_ctx *ctx, void *graph);
 
+// How F16/BF16 weights are multiplied on the device (RETRO_CUDA_HALF_GEMM):
+//   tensor (default)  the seed's design: the F32 operand (activations, or the upstream
+//                     gradient) rounded to the weight's type (RNE), the product on the
+//                     tensor cores with F32 accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F).
+//                     A weight gradient dW = x dy^T of a half weight rounds both to that
+//                     type too (OUT_PROD's ip[0], set by MUL_MAT's backward rule). Each
+//                     product is exact in F32, so an element differs from the F32 one by
+//                     at most u * sum |w x| (u = 2^-8 BF16, 2^-11 F16) plus F32 summation.
+//   f32               the weight widened to F32 (exact) and a pedantic-F32 SGEMM: the CPU's
+//                     values up to the summation order, at the F32 (non-tensor) rate.
+// LINEAR_CE's head is widened in both modes. Returns the mode, or -1 with `why` filled
+// when the variable holds anything else.
+enum { RG_CUDA_HALF_GEMM_TENSOR = 0, RG_CUDA_HALF_GEMM_F32 = 1 };
+int rg_cuda_half_gemm_env(char *why, size_t why_cap);
+const char *rg_cuda_half_gemm_name(int mode);
+
 // The CUDA column of the op table: RG_OP_COUNT cells (run on device pointers, supports,
 // types), or NULL when the library was built without CUDA (op_table in ops.cu).
 const struct rg_op_col *rg_cuda_column(void);

@@ -50,6 +50,13 @@ extern "C" {
 #define RG_SHARED_DYN RGH_SHARED_DYN
 #endif
 
+// The coordinates of element i of a packed 4-D shape ne (ne[0] fastest) in c[0..3].
+__device__ static inline void rg_cu_unravel4(int64_t i, const int64_t ne[4], int64_t c[4]) {
+    c[0] = i % ne[0], i /= ne[0];
+    c[1] = i % ne[1], i /= ne[1];
+    c[2] = i % ne[2], c[3] = i / ne[2];
+}
+
 // The CUDA column of the op table is filled by ops.cu (ADD, MUL_MAT, SOFT_MAX) and by one
 // registration function per family file, each setting the cells of its ops:
 //   ops_elementwise.cu  FILL, SUB, MUL, SCALE, REPEAT(_BACK), SUM, MEAN, SUM_ROWS, SILU(_BACK),
@@ -67,7 +74,8 @@ static inline rg_cuda_ctx *rg_cu_ctx(const rg_exec_ctx *c) { return (rg_cuda_ctx
 // Slots of the context's grow-only scratch pool. Kernels are stream-ordered, so a slot
 // used by one node may be reused by the next (the stream runs them one after another).
 enum {
-    RG_CU_BUF_TMP = 0,   // op scratch (MUL_MAT: F16/BF16 weight rows widened to F32)
+    RG_CU_BUF_TMP = 0,   // op scratch (MUL_MAT: F16/BF16 weight rows widened to F32, or x rounded to half)
+    RG_CU_BUF_TMP2,      // a second operand's scratch (OUT_PROD on the tensor path: a rounded to half)
     RG_CU_BUF_COUNT,
 };
 
@@ -84,6 +92,7 @@ struct rg_cuda_ctx {
     size_t pool_bytes;        // sum of the slot capacities (device memory held)
     size_t alloc_bytes;       // held by rg_cuda_mem_alloc (the executor's buffers and leaves)
     size_t dequant_budget;    // bytes of widened weight per MUL_MAT slice; 0 = no slicing
+    int half_gemm;            // RG_CUDA_HALF_GEMM_* (cuda.h): how F16/BF16 weights are multiplied
 };
 
 // Builds the error for a failed CUDA call (clears the runtime's last error so
@@ -113,6 +122,19 @@ rg_status rg_cublas_fail(rg_error *err, const struct rg_node *n, const char *cal
         rg_status rg_s_ = (expr);       \
         if (rg_s_ != RG_OK) return rg_s_; \
     } while (0)
+
+// The tensor path of F16/BF16 products (gemm_half.cu, cuda.h's RETRO_CUDA_HALF_GEMM).
+// rg_cu_narrow: dst (packed, ne order) = src's 4-D F32 view (strides s in elements)
+// rounded to `type` (RG_TYPE_F16 or RG_TYPE_BF16) to nearest even, the bits of the CPU's
+// conversion. rg_cu_gemm_half: C_i = op(A_i) op(B_i) for i < batch (A_i = A + i sa, ...;
+// cuBLAS's column-major conventions), A and B in `type`, C F32, F32 accumulation on the
+// tensor cores.
+rg_status rg_cu_narrow(rg_cuda_ctx *ctx, const struct rg_node *n, const float *src, const int64_t ne[4],
+                       const int64_t s[4], uint32_t type, uint16_t *dst, rg_error *err);
+rg_status rg_cu_gemm_half(rg_cuda_ctx *ctx, const struct rg_node *n, cublasOperation_t ta, cublasOperation_t tb,
+                          int64_t m, int64_t nn, int64_t k, const void *A, int64_t lda, int64_t sa, const void *B,
+                          int64_t ldb, int64_t sb, float *C, int64_t ldc, int64_t sc, int64_t batch, uint32_t type,
+                          rg_error *err);
 
 // A device buffer of at least `bytes` in pool slot `slot` (grown, never shrunk).
 rg_status rg_cuda_pool_get(rg_cuda_ctx *ctx, int slot, size_t bytes, void **out, const struct rg_node *n,

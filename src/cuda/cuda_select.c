@@ -53,6 +53,19 @@ static const rg_cuda_twin *device_twin(void) {
     return t;
 }
 
+int rg_cuda_half_gemm_env(char *why, size_t why_cap) {
+    const char *v = getenv("RETRO_CUDA_HALF_GEMM");
+    if (!v || !*v || !strcmp(v, "tensor")) return RG_CUDA_HALF_GEMM_TENSOR;
+    if (!strcmp(v, "f32")) return RG_CUDA_HALF_GEMM_F32;
+    if (why) snprintf(why, why_cap, "RETRO_CUDA_HALF_GEMM=%.64s: expected 'tensor' (the default) or 'f32'", v);
+    return -1;
+}
+
+const char *rg_cuda_half_gemm_name(int mode) {
+    return mode == RG_CUDA_HALF_GEMM_F32 ? "f32 (half weights widened, pedantic F32 SGEMM)"
+                                         : "tensor (activations rounded to the weight's type, F32 accumulation)";
+}
+
 int rg_cuda_compiled(void) { return twin()->compiled(); }
 
 int rg_cuda_device_count(char *reason, size_t reason_cap) { return device_twin()->device_count(reason, reason_cap); }

@@ -46,6 +46,8 @@
 #define rg_cu_register_elementwise RG_CUDA_TWIN(register_elementwise)
 #define rg_cu_register_norm RG_CUDA_TWIN(register_norm)
 #define rg_cu_register_train RG_CUDA_TWIN(register_train)
+#define rg_cu_narrow RG_CUDA_TWIN(narrow)
+#define rg_cu_gemm_half RG_CUDA_TWIN(gemm_half)
 #endif
 
 #include "cuda/cuda.h"

@@ -141,6 +141,9 @@ static rg_status ctx_init(rg_cuda_ctx *ctx, int device, rg_error *err) {
     // Deterministic results: no kernels that sum with atomics.
     CUBLAS_TRY(cublasSetAtomicsMode(ctx->cublas, CUBLAS_ATOMICS_NOT_ALLOWED));
     ctx->dequant_budget = dequant_budget_from_env();
+    char why[160];
+    ctx->half_gemm = rg_cuda_half_gemm_env(why, sizeof why);
+    if (ctx->half_gemm < 0) return rg_fail(err, RG_ERR_ARG, "cuda device %d: %s", device, why);
     return RG_OK;
 }
 

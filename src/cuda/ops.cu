@@ -8,12 +8,15 @@
 //             tiled over a as on the CPU (b.ne[i] divides a.ne[i]). One IEEE add
 //             per element: bit-identical to the CPU.
 //   MUL_MAT   weight f32, f16 or bf16 (packed rows, any row/slice strides),
-//             x f32 (packed rows), y f32. cuBLAS SGEMM with CUBLAS_PEDANTIC_MATH
-//             (true F32, no TF32). F16/BF16 weights are widened to F32 on the
+//             x f32 (packed rows), y f32. F32 weights: cuBLAS SGEMM with
+//             CUBLAS_PEDANTIC_MATH (true F32, no TF32). F16/BF16 weights by
+//             RETRO_CUDA_HALF_GEMM (cuda.h): `tensor` (default) rounds x to the
+//             weight's type and multiplies on the tensor cores with F32
+//             accumulation (gemm_half.cu); `f32` widens the weight to F32 on the
 //             device first (exact), in row slices of at most
-//             RETRO_CUDA_DEQUANT_BUDGET_MB, so x is never rounded to a half type
-//             and the only difference from a plain F32 dot product is the
-//             summation order. Dims 2 and 3 broadcast as in
+//             RETRO_CUDA_DEQUANT_BUDGET_MB, so x is never rounded and the only
+//             difference from a plain F32 dot product is the summation order.
+//             Dims 2 and 3 broadcast as in
 //             architectures.md §0.1: x slice i2 uses weight slice i2 / (c2 / b2).
 //   SOFT_MAX  f32 rows, optional f32 mask [n_kv, >= T], causal flag, scale,
 //             softcap, exactly the CPU's rule (ops_softmax_loss.c): z in f32
@@ -52,16 +55,11 @@ typedef struct add_geom {
 // with a and b addressed through their own strides, y contiguous.
 __global__ static void add_bcast_f32_kernel(const float *a, const float *b, float *y, add_geom g, int64_t n) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t r = i;
-        const int64_t i0 = r % g.ne[0];
-        r /= g.ne[0];
-        const int64_t i1 = r % g.ne[1];
-        r /= g.ne[1];
-        const int64_t i2 = r % g.ne[2];
-        const int64_t i3 = r / g.ne[2];
-        const float x = a[i0 * g.as[0] + i1 * g.as[1] + i2 * g.as[2] + i3 * g.as[3]];
-        const float z = b[(i0 % g.bne[0]) * g.bs[0] + (i1 % g.bne[1]) * g.bs[1] + (i2 % g.bne[2]) * g.bs[2] +
-                          (i3 % g.bne[3]) * g.bs[3]];
+        int64_t c[4];
+        rg_cu_unravel4(i, g.ne, c);
+        const float x = a[c[0] * g.as[0] + c[1] * g.as[1] + c[2] * g.as[2] + c[3] * g.as[3]];
+        const float z = b[(c[0] % g.bne[0]) * g.bs[0] + (c[1] % g.bne[1]) * g.bs[1] + (c[2] % g.bne[2]) * g.bs[2] +
+                          (c[3] % g.bne[3]) * g.bs[3]];
         y[i] = __fadd_rn(x, z);
     }
 }
@@ -316,6 +314,38 @@ static rg_status gemm_group(rg_cuda_ctx *ctx, const rg_node *n, const mm_geom *g
     return RG_OK;
 }
 
+// The tensor path (gemm_half.cu): x [K, N, c2, c3] rounded to the weight's type into a
+// packed copy, then Y = W^T Xh on the half weight as stored (no widened copy of it).
+static rg_status mul_mat_tensor(rg_cuda_ctx *ctx, const rg_node *n, const mm_geom *g, int64_t ldw, int64_t sw2,
+                                int64_t sw3, rg_error *err) {
+    const rg_tensor *w = &n->src[0]->t, *x = &n->src[1]->t;
+    const int64_t K = g->K, N = g->N, MN = (int64_t)g->M * N;
+    const int64_t ne[4] = {K, N, g->c2, g->c3};
+    const int64_t sx[4] = {1, (int64_t)(x->nb[1] / 4), g->sx2, g->sx3};
+    void *buf;
+    RG_TRY(rg_cuda_pool_get(ctx, RG_CU_BUF_TMP, (size_t)(K * N * g->c2 * g->c3) * 2, &buf, n, err));
+    uint16_t *Xh = (uint16_t *)buf;  // [K, N, c2, c3] packed, in w's type
+    RG_TRY(rg_cu_narrow(ctx, n, (const float *)x->data, ne, sx, w->type, Xh, err));
+    const uint16_t *W = (const uint16_t *)w->data;
+    float *Y = (float *)n->t.data;
+    const int64_t sh2 = K * N, sh3 = K * N * g->c2;
+    for (int64_t i3 = 0; i3 < g->c3; i3++) {
+        const uint16_t *W3 = W + (i3 / g->r3) * sw3;
+        const uint16_t *X3 = Xh + i3 * sh3;
+        float *Y3 = Y + i3 * g->c2 * MN;
+        if (g->r2 == 1) {  // weight slice i2 with x slice i2: one batched call
+            RG_TRY(rg_cu_gemm_half(ctx, n, CUBLAS_OP_T, CUBLAS_OP_N, g->M, N, K, W3, ldw, sw2, X3, K, sh2, Y3, g->M,
+                                   MN, g->c2, w->type, err));
+            continue;
+        }
+        // r2 x slices share a weight slice: their packed columns follow each other
+        for (int64_t i02 = 0; i02 < g->c2 / g->r2; i02++)
+            RG_TRY(rg_cu_gemm_half(ctx, n, CUBLAS_OP_T, CUBLAS_OP_N, g->M, N * g->r2, K, W3 + i02 * sw2, ldw, 0,
+                                   X3 + i02 * g->r2 * sh2, K, 0, Y3 + i02 * g->r2 * MN, g->M, 0, 1, w->type, err));
+    }
+    return RG_OK;
+}
+
 static rg_status run_mul_mat(rg_cuda_ctx *ctx, const rg_node *n, rg_error *err) {
     const rg_tensor *w = &n->src[0]->t, *x = &n->src[1]->t;
     const size_t esz = type_size(w->type);
@@ -354,6 +384,8 @@ static rg_status run_mul_mat(rg_cuda_ctx *ctx, const rg_node *n, rg_error *err) 
                 RG_TRY(gemm_group(ctx, n, &g, W3 + i02 * sw2, (int)ldw, g.M, X3 + i02 * g.r2 * g.sx2,
                                   Y3 + i02 * g.r2 * MN, err));
         }
+    } else if (ctx->half_gemm == RG_CUDA_HALF_GEMM_TENSOR) {
+        RG_TRY(mul_mat_tensor(ctx, n, &g, ldw, sw2, sw3, err));
     } else {
         // Widen rows [m0, m0 + mc) of one weight slice to F32, then use them for
         // every x slice that maps to this weight slice.

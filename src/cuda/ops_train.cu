@@ -12,6 +12,10 @@
 //                   widened to F32 on the device first (exact), in row slices of at most
 //                   RETRO_CUDA_DEQUANT_BUDGET_MB.
 //                   The only difference from the CPU is the order of the F32 sums.
+//                   Under RETRO_CUDA_HALF_GEMM=tensor (the default; cuda.h) a half a, or two
+//                   f32 operands whose ip[0] names F16/BF16 (the weight gradient of a half
+//                   weight, from MUL_MAT's backward rule), take the tensor path instead: b
+//                   (and an f32 a) rounded to that type, F32 accumulation (gemm_half.cu).
 //   LINEAR_CE       w [d, V] f32/f16/bf16 (packed rows), h [d, T] f32, labels i32 [T] -> [T + 1]:
 //                   ops_linear_ce.c's algorithm with its chunk (rg_linear_ce_chunk): per
 //                   vocabulary chunk one SGEMM into the [T, chunk] scratch (a half w chunk
@@ -357,11 +361,57 @@ static rg_status gemm_batch(rg_cuda_ctx *ctx, const rg_node *n, const op_geom *g
     return RG_OK;
 }
 
+// The half type an OUT_PROD's product takes on the tensor path: a's own F16/BF16 type, or
+// for two F32 operands the type MUL_MAT's backward rule put in ip[0] (the weight gradient
+// of a half weight); RG_TYPE_F32 for none.
+static uint32_t out_prod_half_type(const rg_cuda_ctx *ctx, const rg_node *n) {
+    if (ctx->half_gemm != RG_CUDA_HALF_GEMM_TENSOR) return RG_TYPE_F32;
+    const uint32_t at = n->src[0]->t.type;
+    if (at == RG_TYPE_F16 || at == RG_TYPE_BF16) return at;
+    const int64_t hint = n->ip[0];
+    return hint == RG_TYPE_F16 || hint == RG_TYPE_BF16 ? (uint32_t)hint : (uint32_t)RG_TYPE_F32;
+}
+
+// The tensor path: b [N, K, c2, c3] rounded into a packed copy (column-major N x K per
+// slice), a used as stored when it is half, else rounded the same way; then per slice
+// C = A Bh^T with F32 accumulation (gemm_half.cu).
+static rg_status out_prod_tensor(rg_cuda_ctx *ctx, const rg_node *n, const op_geom *g, uint32_t ht, rg_error *err) {
+    const rg_tensor *a = &n->src[0]->t, *b = &n->src[1]->t;
+    const int64_t M = g->M, N = g->N, K = g->K, MN = M * N, NK = N * K;
+    void *bbuf;
+    RG_TRY(rg_cuda_pool_get(ctx, RG_CU_BUF_TMP, (size_t)(NK * g->c2 * g->c3) * 2, &bbuf, n, err));
+    uint16_t *Bh = (uint16_t *)bbuf;
+    const int64_t bne[4] = {N, K, g->c2, g->c3};
+    RG_TRY(rg_cu_narrow(ctx, n, (const float *)b->data, bne, g->bs, ht, Bh, err));
+    const uint16_t *A = (const uint16_t *)a->data;
+    int64_t lda = g->as[1] > 1 ? g->as[1] : 1, sa2 = g->as[2], sa3 = g->as[3];  // as stored: a[i, k] at i + k as[1]
+    if (a->type == RG_TYPE_F32) {
+        void *abuf;
+        RG_TRY(rg_cuda_pool_get(ctx, RG_CU_BUF_TMP2, (size_t)(M * K * g->b2 * g->b3) * 2, &abuf, n, err));
+        const int64_t ane[4] = {M, K, g->b2, g->b3};
+        RG_TRY(rg_cu_narrow(ctx, n, (const float *)a->data, ane, g->as, ht, (uint16_t *)abuf, err));
+        A = (const uint16_t *)abuf, lda = M, sa2 = M * K, sa3 = M * K * g->b2;
+    } else if (lda < M) {
+        return rg_fail(err, RG_ERR_UNSUPPORTED, "cuda out_prod '%s': a's rows overlap (stride %lld < %lld)", n->t.name,
+                       (long long)lda, (long long)M);
+    }
+    float *Y = (float *)n->t.data;
+    for (int64_t i3 = 0; i3 < g->c3; i3++)
+        for (int64_t i02 = 0; i02 < g->b2; i02++) {
+            const int64_t first = i3 * g->c2 + i02 * g->r2;  // the first b slice reading a slice (i3 / r3, i02)
+            RG_TRY(rg_cu_gemm_half(ctx, n, CUBLAS_OP_N, CUBLAS_OP_T, M, N, K, A + (i3 / g->r3) * sa3 + i02 * sa2, lda,
+                                   0, Bh + first * NK, N, NK, Y + first * MN, M, MN, g->r2, ht, err));
+        }
+    return RG_OK;
+}
+
 static rg_status run_out_prod(rg_cuda_ctx *ctx, const rg_node *n, const rg_exec_ctx *c, rg_error *err) {
     (void)c;
     op_geom g;
     if (!out_prod_geom(n, &g))
         return rg_fail(err, RG_ERR_UNSUPPORTED, "cuda out_prod '%s': shapes or strides the cell does not take", n->t.name);
+    const uint32_t ht = out_prod_half_type(ctx, n);
+    if (ht != RG_TYPE_F32) return out_prod_tensor(ctx, n, &g, ht, err);
     const rg_tensor *a = &n->src[0]->t;
     const float *B = (const float *)n->src[1]->t.data;
     float *Y = (float *)n->t.data;

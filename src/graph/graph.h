@@ -30,7 +30,8 @@ typedef enum rg_op {
     RG_OP_GET_ROWS,          // (a [n, rows] any type, ids I32 [k]) -> [n, k] f32
     RG_OP_GET_ROWS_BACK,     // (dy [n, k], ids I32 [k]) -> [n, ip[0] = rows] f32, scatter-add in increasing k
     RG_OP_MUL_MAT,           // (w [K, M, b2, b3] any type, x [K, N, c2, c3] f32) -> [M, N, c2, c3] f32
-    RG_OP_OUT_PROD,          // (a [M, K, b2, b3] any type, b [N, K, c2, c3] f32) -> [M, N, c2, c3]: out[i,j] = sum_k a[i,k] b[j,k]
+    RG_OP_OUT_PROD,          // (a [M, K, b2, b3] any type, b [N, K, c2, c3] f32) -> [M, N, c2, c3]: out[i,j] = sum_k a[i,k] b[j,k];
+                             // ip[0] F16/BF16: the operands' type on a device's tensor path (cuda.h)
     RG_OP_ADD,               // (a, b broadcast into a) -> like a, f32
     RG_OP_SUB,
     RG_OP_MUL,

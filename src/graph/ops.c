@@ -45,7 +45,15 @@ static rg_node *sum_groups(rg_graph *g, rg_node *grad, rg_node *w) {
 // dW = out_prod(X, dY) (summed over broadcast slices), dX = out_prod(W, dY^T).
 static rg_status bw_mul_mat(rg_graph *g, rg_node *n, rg_error *err) {
     rg_node *dy = n->grad;
-    ADD_GRAD(0, sum_groups(g, rg_out_prod(g, SRC(1), dy), SRC(0)));
+    // dW = x dy^T. For a half weight, ip[0] tells a device with a tensor path (CUDA's
+    // RETRO_CUDA_HALF_GEMM=tensor) to round both operands to the weight's type, as its
+    // forward does; the CPU computes it in F32 either way.
+    if (NEEDS(0)) {
+        rg_node *dw = rg_out_prod(g, SRC(1), dy);
+        const uint32_t wt = SRC(0)->t.type;
+        if (dw && (wt == RG_TYPE_F16 || wt == RG_TYPE_BF16)) dw->ip[0] = wt;
+        ADD_GRAD(0, sum_groups(g, dw, SRC(0)));
+    }
     ADD_GRAD(1, rg_out_prod(g, SRC(0), rg_transpose(g, dy)));
     return RG_OK;
 }

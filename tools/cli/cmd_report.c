@@ -104,6 +104,11 @@ int cmd_report(int argc, char **argv) {
         json_str(stdout, cp.why_flash, strlen(cp.why_flash));
         printf(",\n  \"cap_device_sampling\": %s,\n  \"cap_device_sampling_reason\": ", cp.device_sampling ? "true" : "false");
         json_str(stdout, cp.why_sampling, strlen(cp.why_sampling));
+        char hw[160];
+        const int hmode = rg_cuda_half_gemm_env(hw, sizeof hw);
+        printf(",\n  \"cuda_half_gemm\": ");
+        if (hmode < 0) json_str(stdout, hw, strlen(hw));
+        else printf("\"%s\"", hmode == RG_CUDA_HALF_GEMM_F32 ? "f32" : "tensor");
         printf(",\n  \"ops\": [");
         int first = 1;
         for (int op = RG_OP_NONE + 1; op < RG_OP_COUNT; op++) {
@@ -136,8 +141,11 @@ int cmd_report(int argc, char **argv) {
         printf("gpu_device           none (%s)\n", reason);
     printf("device               %s%s%s\n", device, note[0] ? ": " : "", note);
     const caps cp = device_caps(have, &info);
-    printf("cap_flash_attn_back  %s (%s)\ncap_device_sampling  %s (%s)\n\n", cp.flash_attn_back ? "true" : "false",
+    printf("cap_flash_attn_back  %s (%s)\ncap_device_sampling  %s (%s)\n", cp.flash_attn_back ? "true" : "false",
            cp.why_flash, cp.device_sampling ? "true" : "false", cp.why_sampling);
+    char hw[160];
+    const int hmode = rg_cuda_half_gemm_env(hw, sizeof hw);
+    printf("cuda_half_gemm       %s\n\n", hmode < 0 ? hw : rg_cuda_half_gemm_name(hmode));
     printf("%-26s %-8s %-18s %s\n", "op", "backend", "cpu types", "cuda types");
     for (int op = RG_OP_NONE + 1; op < RG_OP_COUNT; op++) {
         const rg_op_def *d = &rg_op_defs[op];
