@@ -55,7 +55,7 @@ if build_or_fail release build -DRG_WERROR=ON; then
   # (test_cuda_host*, the runtime's own tests, ran above.) The kernel suites run twice: each
   # block's threads in order, then in reverse order (a missing barrier shows in one or the other).
   for t in build/test_cuda build/test_cuda_elementwise build/test_cuda_norm build/test_cuda_train build/test_session \
-           build/test_train_device; do
+           build/test_train_device build/test_device_memory; do
     [ -x "$t" ] && run_suite "$(basename "$t") on the host execution of the CUDA code" env RETRO_CUDA_HOST=1 "$t"
   done
   for t in build/test_cuda build/test_cuda_elementwise build/test_cuda_norm build/test_cuda_train; do
@@ -66,7 +66,7 @@ if build_or_fail release build -DRG_WERROR=ON; then
   run_suite "test_ops cuda_parity on the host execution of the CUDA code" env RETRO_CUDA_HOST=1 build/test_ops cuda_parity
   run_suite "test_ops cuda_parity, half weights widened (RETRO_CUDA_HALF_GEMM=f32)" \
     env RETRO_CUDA_HOST=1 RETRO_CUDA_HALF_GEMM=f32 build/test_ops cuda_parity
-  for t in build/test_cuda build/test_train_device; do
+  for t in build/test_cuda build/test_train_device build/test_device_memory; do
     [ -x "$t" ] && run_suite "$(basename "$t") with RETRO_CUDA_GRAPHS=1 (host execution)" env RETRO_CUDA_HOST=1 RETRO_CUDA_GRAPHS=1 "$t"
   done
   run_suite "cli cuda (host execution of the CUDA code)" bash tests/cli/test_cli_cuda.sh build

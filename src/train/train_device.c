@@ -202,6 +202,12 @@ rg_status rg_train_device_update(rg_train_state *s, const rg_optim_step *os, rg_
     return rg_exec_run(d->oex, d->seg_norms, -1, err);  // the update, then the zeroing
 }
 
+void rg_train_state_exec_stats(const rg_train_state *s, rg_exec_stats *step, rg_exec_stats *optim) {
+    const rg_exec_stats none = {0};
+    *step = s->ex ? rg_exec_get_stats(s->ex) : none;
+    *optim = s->dev_run && s->dev_run->oex ? rg_exec_get_stats(s->dev_run->oex) : none;
+}
+
 void rg_train_device_memory(const rg_train_state *s, rg_train_memory *r) {
     const rg_train_device *d = s->dev_run;
     size_t acc = 0, opt = 0;

@@ -128,6 +128,11 @@ void rg_train_state_discard(rg_train_state *s);
 // the profile synchronizes after every node, so a benchmark profiles a step it does not time.
 void rg_train_state_set_profile(rg_train_state *s, rg_exec_profile *p);
 
+// What the executors of a run have moved so far (graph/exec.h's counters): the step graph's
+// in *step and, on a device, the optimizer graph's in *optim (zeros on the CPU). The seed's
+// device_memory test reads them: a resident step moves only its rows in and the loss out.
+void rg_train_state_exec_stats(const rg_train_state *s, rg_exec_stats *step, rg_exec_stats *optim);
+
 // train_device.c's side of the state (internal).
 rg_status rg_train_device_check(const rg_train_state *s, rg_error *err);
 rg_status rg_train_device_add_accumulation(rg_train_state *s, rg_error *err);

@@ -1,0 +1,165 @@
+// test_device_memory.c - the seed's device_memory test: training on the CUDA device under
+// RETRO_REQUIRE_GPU_RESIDENT=1.
+//   - A run whose every op has a CUDA kernel (full fine-tuning of an F32 model) takes its
+//     steps with nothing copied inside them: no node falls back to the CPU, the step graph
+//     moves only its row in (ids, labels, positions, the document mask) and its loss out,
+//     and the optimizer graph moves only the squared gradient norms out (for the clip).
+//   - A run that would copy inside a step (LoRA on a quantized base: the quantized products
+//     have no CUDA kernel yet) is refused before its first step, naming the op and its types;
+//     without the guard the same run trains, its fallbacks and copies counted. (The tiny
+//     Q4_K_M's first such node is the quantized token embedding's GET_ROWS.)
+// Fixtures as in the seed: RETRO_TINY_FIXTURE (an F32 model) and RETRO_CPU_FIXTURE (a model
+// whose products must fall back, the seed's LFM2.5-230M-Q4_K_M) when set, else the tiny
+// qwen2 in F32 and in Q4_K_M from make-tiny. Runs on a GPU, or through the host execution of
+// the CUDA code (RETRO_CUDA_HOST=1); skips with the reason without either.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda/cuda.h"
+#include "model/model.h"
+#include "rg_test.h"
+#include "train/train_state.h"
+#include "train_rows.h"
+
+enum { T = 48, STEPS = 3, ROWS_PER_STEP = 2 };
+
+static const tt_rows ROWS = {.T = T, .split = 30, .mod = 7, .rem = 3, .mul = 0x9E3779B9u, .add = 3};
+
+// The fixture named by env, or the tiny qwen2 made in `quant` at path (*made set).
+static rg_model *fixture(const char *env, uint32_t quant, const char *path, bool *made, rg_error *err) {
+    const char *f = getenv(env);
+    rg_model *m = NULL;
+    *made = false;
+    if (f && *f) {
+        printf("    %s=%s\n", env, f);
+        return rg_model_load(&m, f, err) ? NULL : m;
+    }
+    rg_tiny_config tc = {.arch = "qwen2", .type = RG_TYPE_F32, .seed = 11};
+    m = tt_tiny(path, &tc, quant, err);
+    *made = m != NULL;
+    return m;
+}
+
+static bool have_device(void) {
+    char why[256];
+    if (rg_cuda_device_count(why, sizeof why) > 0) return true;
+    printf("    no CUDA device: %s\n", why);
+    return false;
+}
+
+static void test_resident_steps_make_no_copies(void) {
+    if (!have_device()) RG_SKIP("no CUDA device");
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/rg_test_device_memory_%d.gguf", (int)getpid());
+    rg_error err = {0};
+    bool made;
+    rg_model *m = fixture("RETRO_TINY_FIXTURE", RG_TYPE_F32, path, &made, &err);
+    RG_REQUIRE(m, "fixture: %s", err.msg);
+    rg_train_config c = tt_config(RG_TRAIN_FULL, T);
+    c.batch_size = ROWS_PER_STEP;
+    c.clip_grad_norm = 1.0;
+    setenv("RETRO_REQUIRE_GPU_RESIDENT", "1", 1);
+    rg_train_state *s = NULL;
+    rg_status st = rg_train_state_create_on(&s, m, &c, STEPS, 0, RG_DEVICE_CUDA, &err);
+    RG_CHECK(st == RG_OK, "a resident run is refused: %s", err.msg);
+    for (int step = 0; st == RG_OK && step < STEPS; step++) {
+        double loss, gn, lr;
+        bool skipped;
+        for (int r = 0; r < ROWS_PER_STEP && st == RG_OK; r++) st = tt_micro(&ROWS, s, step * ROWS_PER_STEP + r, &loss, &err);
+        if (!st) st = rg_train_state_step(s, &gn, &lr, &skipped, &err);
+        RG_CHECK(st == RG_OK && !skipped, "step %d: %s", step, err.msg);
+    }
+    unsetenv("RETRO_REQUIRE_GPU_RESIDENT");
+    if (st == RG_OK) {
+        rg_exec_stats a, o;
+        rg_train_state_exec_stats(s, &a, &o);
+        const uint64_t rows = STEPS * ROWS_PER_STEP;
+        printf("    step graph, %llu rows: gpu nodes %d, cpu nodes %d (fallbacks %d), copies inside %llu to the device "
+               "+ %llu to the host, in %llu bytes (%llu per row), out %llu bytes (%llu copies)\n",
+               (unsigned long long)rows, a.nodes_gpu, a.nodes_cpu, a.nodes_fallback,
+               (unsigned long long)a.copies_to_device, (unsigned long long)a.copies_to_host,
+               (unsigned long long)a.input_bytes, (unsigned long long)(a.input_bytes / rows),
+               (unsigned long long)a.output_bytes, (unsigned long long)a.output_copies);
+        printf("    optimizer graph, %d steps: cpu nodes %d, copies inside %llu + %llu, out %llu bytes\n", STEPS,
+               o.nodes_cpu, (unsigned long long)o.copies_to_device, (unsigned long long)o.copies_to_host,
+               (unsigned long long)o.output_bytes);
+        RG_CHECK(a.nodes_fallback == 0 && a.copies_scheduled == 0 && a.copies_to_device == 0 && a.copies_to_host == 0,
+                 "the step graph copies inside its runs: %d fallbacks, %d scheduled, %llu + %llu copies", a.nodes_fallback,
+                 a.copies_scheduled, (unsigned long long)a.copies_to_device, (unsigned long long)a.copies_to_host);
+        RG_CHECK(o.nodes_fallback == 0 && o.copies_to_device == 0 && o.copies_to_host == 0,
+                 "the optimizer graph copies inside its runs: %d fallbacks, %llu + %llu copies", o.nodes_fallback,
+                 (unsigned long long)o.copies_to_device, (unsigned long long)o.copies_to_host);
+        // A row in: ids, labels, positions (i32 [T] each) and the document mask (f32 [T, T]); the loss out.
+        const uint64_t row_in = 3 * T * 4 + (uint64_t)T * T * 4;
+        RG_CHECK(a.input_bytes == rows * row_in, "the step graph took in %llu bytes, expected %llu (%llu per row)",
+                 (unsigned long long)a.input_bytes, (unsigned long long)(rows * row_in), (unsigned long long)row_in);
+        RG_CHECK(a.output_bytes == rows * 4, "the step graph gave out %llu bytes, expected the %llu losses",
+                 (unsigned long long)a.output_bytes, (unsigned long long)rows);
+        // The optimizer: one f32 squared norm per trained tensor per step (the clip's global norm), nothing else.
+        RG_CHECK(o.output_bytes == (uint64_t)STEPS * (uint64_t)s->n_tensors * 4 && o.input_bytes == 0,
+                 "the optimizer graph moved %llu bytes out and %llu in, expected %llu out (%d norms per step)",
+                 (unsigned long long)o.output_bytes, (unsigned long long)o.input_bytes,
+                 (unsigned long long)STEPS * (unsigned long long)s->n_tensors * 4, s->n_tensors);
+        const rg_train_memory mem = rg_train_state_memory(s);
+        printf("    device memory: weights %zu, gradients %zu, optimizer %zu, activations %zu, scratch %zu bytes\n",
+               mem.scratch_weights, mem.scratch_gradients, mem.scratch_optimizer, mem.scratch_activations,
+               mem.scratch_scratch);
+        RG_CHECK(mem.on_device && mem.scratch_weights > 0 && mem.scratch_optimizer > 0, "the memory report: %d %zu %zu",
+                 mem.on_device, mem.scratch_weights, mem.scratch_optimizer);
+    }
+    rg_train_state_free(s);
+    rg_model_free(m);
+    if (made) unlink(path);
+}
+
+static void test_copying_run_is_refused(void) {
+    if (!have_device()) RG_SKIP("no CUDA device");
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/rg_test_device_memory_q_%d.gguf", (int)getpid());
+    rg_error err = {0};
+    bool made;
+    rg_model *m = fixture("RETRO_CPU_FIXTURE", RG_TYPE_Q4_K, path, &made, &err);
+    RG_REQUIRE(m, "fixture: %s", err.msg);
+    rg_train_config c = tt_config(RG_TRAIN_LORA, T);
+    setenv("RETRO_REQUIRE_GPU_RESIDENT", "1", 1);
+    rg_train_state *s = NULL;
+    rg_status st = rg_train_state_create_on(&s, m, &c, STEPS, 0, RG_DEVICE_CUDA, &err);
+    unsetenv("RETRO_REQUIRE_GPU_RESIDENT");
+    printf("    refused: %s\n", err.msg);
+    RG_CHECK(st != RG_OK && !s && strstr(err.msg, "RETRO_REQUIRE_GPU_RESIDENT") && strstr(err.msg, "node"),
+             "a run that copies inside its steps: status %d, '%s'", st, err.msg);
+    // The tiny Q4_K_M's first such node: the quantized token embedding's GET_ROWS.
+    if (made)
+        RG_CHECK(strstr(err.msg, "get_rows") && strstr(err.msg, "q4_K") && strstr(err.msg, "would run on the CPU"),
+                 "the refusal does not name the op, its types and the reason: %s", err.msg);
+    rg_train_state_free(s);
+    // Without the guard the same run trains on the device, its fallbacks counted.
+    st = rg_train_state_create_on(&s, m, &c, STEPS, 0, RG_DEVICE_CUDA, &err);
+    RG_CHECK(st == RG_OK, "without the guard: %s", err.msg);
+    double loss, gn, lr;
+    bool skipped;
+    if (!st) st = tt_micro(&ROWS, s, 0, &loss, &err);
+    if (!st) st = rg_train_state_step(s, &gn, &lr, &skipped, &err);
+    RG_CHECK(st == RG_OK, "a step with fallbacks: %s", err.msg);
+    if (!st) {
+        rg_exec_stats a, o;
+        rg_train_state_exec_stats(s, &a, &o);
+        printf("    without the guard: %d nodes fell back, %llu copies to the device and %llu to the host in one row\n",
+               a.nodes_fallback, (unsigned long long)a.copies_to_device, (unsigned long long)a.copies_to_host);
+        RG_CHECK(a.nodes_fallback > 0 && a.copies_to_device + a.copies_to_host > 0, "fallbacks %d, copies %llu + %llu",
+                 a.nodes_fallback, (unsigned long long)a.copies_to_device, (unsigned long long)a.copies_to_host);
+    }
+    rg_train_state_free(s);
+    rg_model_free(m);
+    if (made) unlink(path);
+}
+
+static const rg_test_case cases[] = {
+    RG_TEST(test_resident_steps_make_no_copies),
+    RG_TEST(test_copying_run_is_refused),
+    {0},
+};
+
+int main(int argc, char **argv) { return rg_test_run(argc, argv, cases); }
