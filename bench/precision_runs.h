@@ -1,0 +1,291 @@
+// precision_runs.h - the seed's precision tables (shared/spec/training.md section 4) as
+// functions: bench_precision prints them for 2000 steps, test_f16_base_training checks them
+// over a short run with a CPU and a CUDA column. A half fixture (tiny qwen2, matrices in F16
+// or BF16) trains beside its F32 twin (the same values stored as F32) on the same rows, with
+// the same schedule and seed. Each function here is static: one copy per program.
+#ifndef RG_BENCH_PRECISION_RUNS_H
+#define RG_BENCH_PRECISION_RUNS_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model/model.h"
+#include "model/tiny.h"
+#include "tensor/half.h"
+#include "text/tiny_corpus.h"
+#include "text/tokenizer.h"
+#include "train/data.h"
+#include "train/train_state.h"
+
+#define CTX 64
+
+// What a run of the tables uses: the device both runs train on, the learning rates, and
+// training.checkpoint_dtype (recompute when not F32).
+typedef struct prec_cfg {
+    rg_device device;
+    double lr_adamw, lr_sgd;
+    uint32_t ckpt_type;
+} prec_cfg;
+
+typedef struct seed_cells {
+    double grad, off, loss;  // the seed's CPU column (in place) or CUDA column (master); < 0: not given
+} seed_cells;
+
+// The seed's status page: [storage f16/bf16][optimizer adamw/sgd][mode in place/master].
+static const seed_cells SEED[2][2][2] = {
+    {{{5.5e-4, 1.2e-3, 2.1e-4}, {1.7e-3, 1.9e-3, 1.9e-4}}, {{5.5e-4, 5.7e-4, 2.2e-3}, {1.7e-3, 2.6e-3, 5.8e-3}}},
+    {{{5.5e-3, 2.3e-3, 5.9e-3}, {4.9e-3, 2.0e-3, 2.0e-3}}, {{5.5e-3, 8.5e-4, 6.3e-3}, {4.9e-3, 7.3e-4, 5.2e-3}}},
+};
+
+// §4.2: ord of a half bit pattern, and the piecewise-linear extension o(y).
+static int32_t ord16(uint16_t h) { return (h & 0x8000) ? -(int32_t)(h & 0x7FFF) : (int32_t)(h & 0x7FFF); }
+
+static float half_val(uint32_t type, uint16_t h) { return type == RG_TYPE_F16 ? rg_fp16_to_fp32(h) : rg_bf16_to_fp32(h); }
+
+static double o_of(uint32_t type, float y) {
+    float a = fabsf(y);
+    uint16_t h = type == RG_TYPE_F16 ? rg_fp32_to_fp16(a) : rg_fp32_to_bf16(a);
+    const uint16_t maxf = type == RG_TYPE_F16 ? 0x7BFF : 0x7F7F;
+    if (h > maxf) h = maxf;  // above the largest finite: extrapolate with the top spacing
+    while (h > 0 && half_val(type, h) > a) h--;
+    double lo = half_val(type, h), hi = h < maxf ? half_val(type, (uint16_t)(h + 1)) : lo + (lo - half_val(type, (uint16_t)(h - 1)));
+    double o = (double)(h & 0x7FFF) + ((double)a - lo) / (hi - lo);
+    return y < 0 ? -o : o;
+}
+
+typedef struct runner {
+    rg_model *model;
+    rg_train_state *s;
+    rg_device device;
+} runner;
+
+static int runner_make(runner *r, const prec_cfg *pc, const char *path, int optimizer, bool master, int64_t steps) {
+    rg_error err = {0};
+    memset(r, 0, sizeof *r);
+    if (rg_model_load(&r->model, path, &err)) {
+        printf("load %s: %s\n", path, err.msg);
+        return 1;
+    }
+    rg_train_config c;
+    rg_train_config_defaults(&c);
+    c.method = RG_TRAIN_FULL;
+    c.optimizer = optimizer;
+    c.lr = optimizer == RG_OPTIM_ADAMW ? pc->lr_adamw : pc->lr_sgd;
+    c.schedule = RG_SCHED_CONSTANT;
+    c.clip_grad_norm = 0;
+    c.ctx = CTX;
+    c.eval_split = 0;
+    c.master_weights = master;
+    c.checkpoint_dtype = pc->ckpt_type;
+    c.steps = steps;
+    c.seed = 7;
+    c.threads = 1;  // a tiny model: one thread is fastest, and immune to a busy machine
+    r->device = pc->device;
+    if (rg_train_state_create_on(&r->s, r->model, &c, steps, 0, pc->device, &err)) {
+        printf("setup %s: %s\n", path, err.msg);
+        return 1;
+    }
+    return 0;
+}
+
+static void runner_free(runner *r) {
+    rg_train_state_free(r->s);
+    rg_model_free(r->model);
+}
+
+typedef struct batches {
+    int64_t n;
+    int32_t *ids, *labels, *pos, *seg;  // [n][CTX]
+} batches;
+
+static double step(runner *r, const batches *b, int64_t k, bool apply) {
+    const int64_t i = k % b->n;
+    int64_t targets = 0;
+    for (int j = 0; j < CTX; j++) targets += b->labels[i * CTX + j] != -100;
+    double loss = 0, gn = 0, lr = 0;
+    bool skipped = false;
+    rg_error err = {0};
+    if (rg_train_state_micro(r->s, b->ids + i * CTX, b->labels + i * CTX, b->pos + i * CTX, b->seg + i * CTX,
+                             1.0 / (double)targets, &loss, &err) ||
+        (apply && rg_train_state_step(r->s, &gn, &lr, &skipped, &err))) {
+        printf("step: %s\n", err.msg);
+        exit(1);
+    }
+    if (skipped) {
+        printf("step %lld was skipped: the comparison is invalid (spec §4.3)\n", (long long)k);
+        exit(1);
+    }
+    // On a device the gradients and weights the metrics read are there: bring them back.
+    if (r->device != RG_DEVICE_CPU && rg_train_state_sync_host(r->s, &err)) {
+        printf("sync: %s\n", err.msg);
+        exit(1);
+    }
+    return loss;
+}
+
+// §4.1 over every trainable tensor.
+static double grad_gap(const runner *h, const runner *f, int64_t *n_elems) {
+    double worst = 0;
+    *n_elems = 0;
+    for (int k = 0; k < h->s->n_tensors; k++) {
+        const rg_train_tensor *a = &h->s->tensors[k], *b = &f->s->tensors[k];
+        double md = 0, mg = 0;
+        for (int64_t i = 0; i < a->nel; i++) {
+            double d = fabs((double)a->grad[i] - b->grad[i]);
+            md = d > md ? d : md;
+            mg = fabs(b->grad[i]) > mg ? fabs(b->grad[i]) : mg;
+        }
+        double gap = mg > 0 ? md / mg : (md > 0 ? INFINITY : 0);
+        worst = gap > worst ? gap : worst;
+        *n_elems += a->nel;
+    }
+    return worst;
+}
+
+// §4.2 after one step from the same state (the twin starts as the half run's exact upcast).
+static double off_grid(const runner *h, const runner *f) {
+    int64_t off = 0, n = 0;
+    for (int k = 0; k < h->s->n_tensors; k++) {
+        const rg_train_tensor *a = &h->s->tensors[k], *b = &f->s->tensors[k];
+        if (a->type == RG_TYPE_F32) continue;
+        for (int64_t i = 0; i < a->nel; i++) {
+            uint16_t w = ((const uint16_t *)a->w)[i];
+            float y = ((const float *)b->w)[i];
+            if (!isfinite(y) || !isfinite(half_val(a->type, w))) return INFINITY;
+            off += fabs((double)ord16(w) - o_of(a->type, y)) > 1.0;
+            n++;
+        }
+    }
+    return n ? (double)off / (double)n : 0;
+}
+
+// About n_words words of "The <colour> <animal> of <name> saw <count> <things> near the <place>." with
+// the parts drawn from a fixed LCG: the same text on every machine.
+static void write_sentences(FILE *f, int64_t n_words) {
+    static const char *colour[] = {"red", "blue", "green", "grey", "white", "black", "golden", "brown"};
+    static const char *animal[] = {"fox", "cat", "dog", "horse", "owl", "heron", "goat", "mouse", "bear", "crow"};
+    static const char *name[] = {"Anna", "Tom", "Lena", "Omar", "Ivy", "Paul", "Mira", "Jon", "Sara", "Emil", "Rosa", "Theo"};
+    static const char *things[] = {"apples", "boats", "stones", "birds", "lamps", "books", "trees", "clouds"};
+    static const char *place[] = {"river", "market", "bridge", "school", "forest", "harbour", "mill", "church"};
+    uint64_t x = 2024;
+#define PICK(a) (x = x * 6364136223846793005ull + 1442695040888963407ull, a[(x >> 33) % (sizeof a / sizeof a[0])])
+    for (int64_t w = 0; w < n_words; w += 12) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        int count = (int)((x >> 33) % 20) + 2;
+        const char *c = PICK(colour), *a = PICK(animal), *nm = PICK(name), *t = PICK(things), *pl = PICK(place);
+        fprintf(f, "The %s %s of %s saw %d %s near the %s.%s", c, a, nm, count, t, pl, w % 96 == 84 ? "\n" : " ");
+    }
+#undef PICK
+    fprintf(f, "\n");
+}
+
+
+// Writes the F16 and BF16 fixtures and their F32 twins under dir (paths[type][twin]), unless
+// each is given by the environment (the seed's RETRO_TINY_F16_FIXTURE with its twin
+// RETRO_TINY_FIXTURE, RETRO_TINY_BF16_FIXTURE with RETRO_TINY_BF16_CONTROL_FIXTURE), and the
+// rows: CTX tokens each, the tiny corpus then templated sentences, in the dataset's seeded
+// order. 0 on success.
+static int prec_setup(const char *dir, int64_t steps, char paths[2][2][256], bool made[2][2], batches *b) {
+    static const char *const env[2][2] = {{"RETRO_TINY_F16_FIXTURE", "RETRO_TINY_FIXTURE"},
+                                          {"RETRO_TINY_BF16_FIXTURE", "RETRO_TINY_BF16_CONTROL_FIXTURE"}};
+    const uint32_t types[2] = {RG_TYPE_F16, RG_TYPE_BF16};
+    rg_error err = {0};
+    for (int t = 0; t < 2; t++)
+        for (int tw = 0; tw < 2; tw++) {
+            const char *given = getenv(env[t][tw]);
+            made[t][tw] = !(given && *given);
+            if (!made[t][tw]) {
+                snprintf(paths[t][tw], 256, "%s", given);
+                continue;
+            }
+            snprintf(paths[t][tw], 256, "%s/tiny-%s%s.gguf", dir, t ? "bf16" : "f16", tw ? "-twin" : "");
+            rg_tiny_config tc = {.arch = "qwen2", .type = types[t], .seed = 42, .twin_f32 = tw == 1};
+            if (rg_tiny_write(&tc, paths[t][tw], &err)) {
+                printf("make tiny: %s\n", err.msg);
+                return 1;
+            }
+        }
+    // A stream the model learns but cannot memorise in the run, so the loss stays well above
+    // zero and a relative gap means something.
+    char corpus[300];
+    snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
+    FILE *cf = fopen(corpus, "w");
+    if (!cf) return 1;
+    fwrite(rg_tiny_corpus, 1, rg_tiny_corpus_len, cf);
+    write_sentences(cf, (steps > 100 ? steps : 100) * CTX / 3);
+    fclose(cf);
+    rg_model *m0 = NULL;
+    rg_tokenizer *tok = NULL;
+    rg_dataset *d = NULL;
+    rg_data_opts dopt = {.ctx = CTX, .pack = true, .seed = 7};
+    if (rg_model_load(&m0, paths[0][1], &err) || rg_tokenizer_load(&tok, m0->file, &err) ||
+        rg_dataset_load(&d, corpus, tok, NULL, &dopt, &err)) {
+        printf("data: %s\n", err.msg);
+        return 1;
+    }
+    b->n = rg_dataset_n_rows(d, 0);
+    b->ids = malloc(sizeof(int32_t) * CTX * b->n), b->labels = malloc(sizeof(int32_t) * CTX * b->n);
+    b->pos = malloc(sizeof(int32_t) * CTX * b->n), b->seg = malloc(sizeof(int32_t) * CTX * b->n);
+    for (int64_t k = 0; k < b->n; k++)
+        rg_dataset_row(d, 0, 0, k, b->ids + k * CTX, b->labels + k * CTX, b->pos + k * CTX, b->seg + k * CTX);
+    rg_dataset_free(d);
+    rg_tokenizer_free(tok);
+    rg_model_free(m0);
+    unlink(corpus);
+    return 0;
+}
+
+static void prec_cleanup(const char *dir, char paths[2][2][256], bool made[2][2], batches *b) {
+    for (int t = 0; t < 2; t++)
+        for (int tw = 0; tw < 2; tw++)
+            if (made[t][tw]) unlink(paths[t][tw]);
+    rmdir(dir);
+    free(b->ids), free(b->labels), free(b->pos), free(b->seg);
+}
+
+// One cell of the tables: storage half/twin (paths), optimizer, mode (master or in place).
+typedef struct prec_cell {
+    double grad, off, loss, smooth, final_loss;
+    int64_t n_elems;
+} prec_cell;
+
+static int prec_measure(const prec_cfg *pc, char paths[2][256], int opt, bool master, int64_t steps,
+                        const batches *b, prec_cell *out) {
+    runner h, f;
+    rg_error err = {0};
+    if (runner_make(&h, pc, paths[0], opt, master, steps) || runner_make(&f, pc, paths[1], opt, false, steps)) return 1;
+    // section 4.1 and 4.2 on batch 0 from the identical initial weights
+    step(&h, b, 0, false);
+    step(&f, b, 0, false);
+    out->grad = grad_gap(&h, &f, &out->n_elems);
+    double gn, lr;
+    bool sk;
+    if (rg_train_state_step(h.s, &gn, &lr, &sk, &err) || rg_train_state_step(f.s, &gn, &lr, &sk, &err) ||
+        rg_train_state_sync_host(h.s, &err) || rg_train_state_sync_host(f.s, &err)) {
+        printf("step: %s\n", err.msg);
+        return 1;
+    }
+    out->off = off_grid(&h, &f);
+    runner_free(&h);
+    runner_free(&f);
+    // section 4.3: two free runs over the same batches
+    if (runner_make(&h, pc, paths[0], opt, master, steps) || runner_make(&f, pc, paths[1], opt, false, steps)) return 1;
+    double lh = 0, lf = 0, sh = 0, sf = 0;
+    const int64_t tail = steps < 100 ? steps / 4 + 1 : 100;
+    for (int64_t k = 0; k < steps; k++) {
+        lh = step(&h, b, k, true);
+        lf = step(&f, b, k, true);
+        if (k >= steps - tail) sh += lh, sf += lf;
+    }
+    out->loss = fabs(lh - lf) / lf;
+    out->final_loss = lf;
+    out->smooth = fabs(sh - sf) / sf;
+    runner_free(&h);
+    runner_free(&f);
+    return 0;
+}
+
+#endif
