@@ -134,6 +134,74 @@ static void test_full_bf16_sr_tensor_path(void) { compare(RG_TRAIN_FULL, RG_TYPE
 static void test_full_f16_master_tensor_path(void) { compare(RG_TRAIN_FULL, RG_TYPE_F16, true, "tensor"); }
 static void test_lora_bf16_base_tensor_path(void) { compare(RG_TRAIN_LORA, RG_TYPE_BF16, false, "tensor"); }
 
+// RETRO_CUDA_GRAPHS=1: the step graph and the optimizer graph's two ranges are captured once and
+// replayed (the loss scale and the step scalars are read from device memory, so they do not
+// change a launch), and the run's losses, norms and weights are the same bits as without graphs.
+static void run_rows(rg_train_state *s, double *losses, double *norms, rg_error *err) {
+    for (int step = 0; step < STEPS; step++) {
+        double l = 0, a, lr;
+        bool sk;
+        for (int r = 0; r < ROWS_PER_STEP; r++) {
+            RG_CHECK(tt_micro(&ROWS, s, step * ROWS_PER_STEP + r, &a, err) == RG_OK, "row: %s", err->msg);
+            l += a;
+        }
+        losses[step] = l;
+        RG_CHECK(rg_train_state_step(s, &norms[step], &lr, &sk, err) == RG_OK && !sk, "step: %s", err->msg);
+    }
+}
+
+static void test_training_steps_replay_graphs(void) {
+    char why[256];
+    if (rg_cuda_device_count(why, sizeof why) <= 0) RG_SKIP("no CUDA device: %s", why);
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/rg_test_train_device_g_%d.gguf", (int)getpid());
+    rg_tiny_config tc = {.arch = "qwen2", .type = RG_TYPE_BF16, .seed = 11};
+    rg_error err = {0};
+    rg_model *m = tt_tiny(path, &tc, RG_TYPE_F32, &err);
+    RG_REQUIRE(m, "tiny model: %s", err.msg);
+    rg_train_config c = tt_config(RG_TRAIN_FULL, T);
+    c.batch_size = ROWS_PER_STEP;
+    c.clip_grad_norm = 0.5;
+    double loss[2][STEPS], norm[2][STEPS];
+    rg_train_state *s[2] = {NULL, NULL};
+    const char *env = getenv("RETRO_CUDA_GRAPHS");
+    char *saved = env ? strdup(env) : NULL;  // the suite also runs whole with RETRO_CUDA_GRAPHS=1
+    for (int g = 0; g < 2; g++) {
+        if (g) setenv("RETRO_CUDA_GRAPHS", "1", 1);
+        else unsetenv("RETRO_CUDA_GRAPHS");
+        RG_REQUIRE(rg_train_state_create_on(&s[g], m, &c, STEPS, 0, RG_DEVICE_CUDA, &err) == RG_OK, "%s", err.msg);
+        run_rows(s[g], loss[g], norm[g], &err);
+        RG_CHECK(rg_train_state_sync_host(s[g], &err) == RG_OK, "sync: %s", err.msg);
+    }
+    if (saved) setenv("RETRO_CUDA_GRAPHS", saved, 1);
+    else unsetenv("RETRO_CUDA_GRAPHS");
+    free(saved);
+    rg_exec_stats a, o;
+    rg_train_state_exec_stats(s[1], &a, &o);
+    printf("    with graphs: step graph %llu captures, %llu replays of %d rows; optimizer %llu captures, %llu replays "
+           "of %d range runs; parameter uploads %llu + %llu\n",
+           (unsigned long long)a.graph_captures, (unsigned long long)a.graph_launches, STEPS * ROWS_PER_STEP,
+           (unsigned long long)o.graph_captures, (unsigned long long)o.graph_launches, 2 * STEPS,
+           (unsigned long long)a.param_copies, (unsigned long long)o.param_copies);
+    RG_CHECK(a.graph_captures == 1 && a.graph_launches == (uint64_t)(STEPS * ROWS_PER_STEP - 1),
+             "the step graph: %llu captures, %llu replays (expected 1 and %d)", (unsigned long long)a.graph_captures,
+             (unsigned long long)a.graph_launches, STEPS * ROWS_PER_STEP - 1);
+    // The optimizer graph runs as two ranges per step: the norms, then the update and the zeroing.
+    RG_CHECK(o.graph_captures == 2 && o.graph_launches == (uint64_t)(2 * (STEPS - 1)),
+             "the optimizer's ranges: %llu captures, %llu replays (expected 2 and %d)",
+             (unsigned long long)o.graph_captures, (unsigned long long)o.graph_launches, 2 * (STEPS - 1));
+    int same = 1;
+    for (int k = 0; k < STEPS; k++) same &= loss[0][k] == loss[1][k] && norm[0][k] == norm[1][k];
+    for (int k = 0; k < s[0]->n_tensors; k++) {
+        const rg_train_tensor *x = &s[0]->tensors[k], *y = &s[1]->tensors[k];
+        same &= memcmp(x->w, y->w, (size_t)x->nel * rg_type_get(x->type)->type_size) == 0;
+    }
+    RG_CHECK(same, "with graphs the losses, norms or weights differ from the run without");
+    for (int g = 0; g < 2; g++) rg_train_state_free(s[g]);
+    rg_model_free(m);
+    unlink(path);
+}
+
 // What the device does not train yet is refused with the reason, not run wrongly.
 static void test_refusals_name_the_reason(void) {
     char why[256];
@@ -163,6 +231,7 @@ static const rg_test_case cases[] = {
     RG_TEST(test_full_bf16_sr_tensor_path),
     RG_TEST(test_full_f16_master_tensor_path),
     RG_TEST(test_lora_bf16_base_tensor_path),
+    RG_TEST(test_training_steps_replay_graphs),
     RG_TEST(test_refusals_name_the_reason),
     {0},
 };

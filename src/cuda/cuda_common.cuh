@@ -50,6 +50,18 @@ extern "C" {
 #define RG_SHARED_DYN RGH_SHARED_DYN
 #endif
 
+// The node's fp/ip in device memory, for a cell registered with device_params (graph/backend.h):
+// the executor uploads them before each run, so a kernel that reads them there stays valid in
+// a captured CUDA graph when they change. An error when the executor gave none.
+static inline rg_status rg_cu_params(const rg_exec_ctx *c, const rg_node *n, const rg_node_params **out,
+                                     rg_error *err) {
+    *out = c->params;
+    if (!c->params)
+        return rg_fail(err, RG_ERR_ARG, "cuda %s '%s': no device copy of the node's parameters", rg_op_defs[n->op].name,
+                       n->t.name);
+    return RG_OK;
+}
+
 // The coordinates of element i of a packed 4-D shape ne (ne[0] fastest) in c[0..3].
 __device__ static inline void rg_cu_unravel4(int64_t i, const int64_t ne[4], int64_t c[4]) {
     c[0] = i % ne[0], i /= ne[0];

@@ -820,22 +820,22 @@ CELL(get_rows_back, run_get_rows_back(ctx, n, err))
 }  // namespace
 
 void rg_cu_register_elementwise(rg_op_col *col) {
-    col[RG_OP_FILL] = rg_op_col{cell_fill, sup_fill, NULL, "f32, f16, bf16"};
-    col[RG_OP_SUB] = rg_op_col{cell_sub, sup_ew<true, false>, NULL, "f32"};
-    col[RG_OP_MUL] = rg_op_col{cell_mul, sup_ew<true, false>, NULL, "f32"};
-    col[RG_OP_SCALE] = rg_op_col{cell_scale, sup_ew<false, true>, NULL, "f32"};
-    col[RG_OP_SILU] = rg_op_col{cell_silu, sup_ew<false, true>, NULL, "f32"};
-    col[RG_OP_SILU_BACK] = rg_op_col{cell_silu_back, sup_ew<true, true>, NULL, "f32"};
-    col[RG_OP_SWIGLU] = rg_op_col{cell_swiglu, sup_ew<true, true>, NULL, "f32"};
-    col[RG_OP_REPEAT] = rg_op_col{cell_repeat, sup_repeat, NULL, "f32"};
-    col[RG_OP_REPEAT_BACK] = rg_op_col{cell_repeat_back, sup_repeat_back, NULL, "f32"};
-    col[RG_OP_SUM] = rg_op_col{cell_sum, sup_sum, sum_work, "f32"};
-    col[RG_OP_MEAN] = rg_op_col{cell_mean, sup_sum, sum_work, "f32"};
-    col[RG_OP_SUM_ROWS] = rg_op_col{cell_sum_rows, sup_sum_rows, NULL, "f32"};
-    col[RG_OP_CONT] = rg_op_col{cell_cont, sup_cont, NULL, "any"};
-    col[RG_OP_CPY] = rg_op_col{cell_cpy, sup_cpy, NULL, "f32, f16, bf16"};
-    col[RG_OP_VIEW_BACK] = rg_op_col{cell_view_back, sup_view_back, NULL, "f32"};
-    col[RG_OP_CPY_INTO] = rg_op_col{cell_cpy_into, sup_cpy_into, NULL, "f32, f16, bf16"};
-    col[RG_OP_GET_ROWS] = rg_op_col{cell_get_rows, sup_get_rows, NULL, "f32, f16, bf16"};
-    col[RG_OP_GET_ROWS_BACK] = rg_op_col{cell_get_rows_back, sup_get_rows_back, NULL, "f32"};
+    col[RG_OP_FILL] = rg_op_col{cell_fill, sup_fill, NULL, "f32, f16, bf16", false};
+    col[RG_OP_SUB] = rg_op_col{cell_sub, sup_ew<true, false>, NULL, "f32", false};
+    col[RG_OP_MUL] = rg_op_col{cell_mul, sup_ew<true, false>, NULL, "f32", false};
+    col[RG_OP_SCALE] = rg_op_col{cell_scale, sup_ew<false, true>, NULL, "f32", false};
+    col[RG_OP_SILU] = rg_op_col{cell_silu, sup_ew<false, true>, NULL, "f32", false};
+    col[RG_OP_SILU_BACK] = rg_op_col{cell_silu_back, sup_ew<true, true>, NULL, "f32", false};
+    col[RG_OP_SWIGLU] = rg_op_col{cell_swiglu, sup_ew<true, true>, NULL, "f32", false};
+    col[RG_OP_REPEAT] = rg_op_col{cell_repeat, sup_repeat, NULL, "f32", false};
+    col[RG_OP_REPEAT_BACK] = rg_op_col{cell_repeat_back, sup_repeat_back, NULL, "f32", false};
+    col[RG_OP_SUM] = rg_op_col{cell_sum, sup_sum, sum_work, "f32", false};
+    col[RG_OP_MEAN] = rg_op_col{cell_mean, sup_sum, sum_work, "f32", false};
+    col[RG_OP_SUM_ROWS] = rg_op_col{cell_sum_rows, sup_sum_rows, NULL, "f32", false};
+    col[RG_OP_CONT] = rg_op_col{cell_cont, sup_cont, NULL, "any", false};
+    col[RG_OP_CPY] = rg_op_col{cell_cpy, sup_cpy, NULL, "f32, f16, bf16", false};
+    col[RG_OP_VIEW_BACK] = rg_op_col{cell_view_back, sup_view_back, NULL, "f32", false};
+    col[RG_OP_CPY_INTO] = rg_op_col{cell_cpy_into, sup_cpy_into, NULL, "f32, f16, bf16", false};
+    col[RG_OP_GET_ROWS] = rg_op_col{cell_get_rows, sup_get_rows, NULL, "f32, f16, bf16", false};
+    col[RG_OP_GET_ROWS_BACK] = rg_op_col{cell_get_rows_back, sup_get_rows_back, NULL, "f32", false};
 }

@@ -286,7 +286,8 @@ __device__ double ce_inv_n(const int32_t *labels, int32_t ignore, int64_t V, int
 // One block: L = (float)(sum_t term_t * inv_n), the terms added thread-strided then
 // as a tree (an order that depends only on T and the block size); 0 without valid tokens.
 __global__ void ce_total_kernel(const double *terms, const int32_t *labels, int32_t ignore, int64_t V, int64_t T,
-                                float inv_n_given, float *loss) {
+                                const rg_node_params *prm, float *loss) {
+    const float inv_n_given = prm->fp[0];
     RG_SHARED(double, sh_sum, 32);
     RG_SHARED(long long, sh_cnt, 32);
     double sum = 0.0;
@@ -299,7 +300,8 @@ __global__ void ce_total_kernel(const double *terms, const int32_t *labels, int3
 
 // One block: coef = dL * inv_n (double) into *coef, for the backward's rows.
 __global__ void ce_coef_kernel(const float *dl, const int32_t *labels, int32_t ignore, int64_t V, int64_t T,
-                               float inv_n_given, double *coef) {
+                               const rg_node_params *prm, double *coef) {
+    const float inv_n_given = prm->fp[0];
     RG_SHARED(long long, sh_cnt, 32);
     long long cnt;
     const double inv_n = ce_inv_n(labels, ignore, V, T, inv_n_given, sh_cnt, &cnt);
@@ -515,8 +517,10 @@ rg_status run_cross_entropy_loss(rg_cuda_ctx *ctx, const rg_exec_ctx *c, const r
     RG_LAUNCH(ce_rows_kernel, blocks_for(T, 1), row_threads(V), 0, ctx->stream, f32_at(n->src[0]), geom_of(z), labels,
               ignore, V, T, (double *)terms);
     CU_LAUNCHED();
-    RG_LAUNCH(ce_total_kernel, 1, NORM_THREADS, 0, ctx->stream, (const double *)terms, labels, ignore, V, T,
-              n->fp[0], (float *)n->t.data);
+    const rg_node_params *prm;
+    RG_TRY(rg_cu_params(c, n, &prm, err));
+    RG_LAUNCH(ce_total_kernel, 1, NORM_THREADS, 0, ctx->stream, (const double *)terms, labels, ignore, V, T, prm,
+              (float *)n->t.data);
     CU_LAUNCHED();
     return RG_OK;
 }
@@ -527,8 +531,10 @@ rg_status run_cross_entropy_loss_back(rg_cuda_ctx *ctx, const rg_exec_ctx *c, co
     const int32_t *labels = (const int32_t *)n->src[2]->t.data, ignore = (int32_t)n->ip[0];
     void *coef = NULL;
     RG_TRY(scratch_of(c, n, ce_work(n, 1), &coef, err));
-    RG_LAUNCH(ce_coef_kernel, 1, NORM_THREADS, 0, ctx->stream, f32_at(n->src[0]), labels, ignore, V, T,
-              n->fp[0], (double *)coef);
+    const rg_node_params *prm;
+    RG_TRY(rg_cu_params(c, n, &prm, err));
+    RG_LAUNCH(ce_coef_kernel, 1, NORM_THREADS, 0, ctx->stream, f32_at(n->src[0]), labels, ignore, V, T, prm,
+              (double *)coef);
     CU_LAUNCHED();
     RG_LAUNCH(ce_back_kernel, blocks_for(T, 1), row_threads(V), 0, ctx->stream, f32_at(n->src[1]), geom_of(z), labels,
               ignore, V, T, (const double *)coef, (float *)n->t.data);
@@ -663,13 +669,14 @@ NORM_CELL(attn_decode)
 }  // namespace
 
 void rg_cu_register_norm(rg_op_col *col) {
-    col[RG_OP_RMS_NORM] = rg_op_col{cell_rms_norm, sup_rms_norm, NULL, "f32"};
-    col[RG_OP_RMS_NORM_BACK] = rg_op_col{cell_rms_norm_back, sup_rms_norm_back, NULL, "f32"};
-    col[RG_OP_ROPE] = rg_op_col{cell_rope, sup_rope, rope_work, "f32"};
-    col[RG_OP_ROPE_BACK] = rg_op_col{cell_rope, sup_rope, rope_work, "f32"};
-    col[RG_OP_SOFT_MAX_BACK] = rg_op_col{cell_soft_max_back, sup_soft_max_back, NULL, "f32"};
-    col[RG_OP_CROSS_ENTROPY_LOSS] = rg_op_col{cell_cross_entropy_loss, sup_cross_entropy_loss, ce_work, "f32"};
+    col[RG_OP_RMS_NORM] = rg_op_col{cell_rms_norm, sup_rms_norm, NULL, "f32", false};
+    col[RG_OP_RMS_NORM_BACK] = rg_op_col{cell_rms_norm_back, sup_rms_norm_back, NULL, "f32", false};
+    col[RG_OP_ROPE] = rg_op_col{cell_rope, sup_rope, rope_work, "f32", false};
+    col[RG_OP_ROPE_BACK] = rg_op_col{cell_rope, sup_rope, rope_work, "f32", false};
+    col[RG_OP_SOFT_MAX_BACK] = rg_op_col{cell_soft_max_back, sup_soft_max_back, NULL, "f32", false};
+    // The loss scale (fp[0]) changes from row to row: read on the device (rg_cu_params).
+    col[RG_OP_CROSS_ENTROPY_LOSS] = rg_op_col{cell_cross_entropy_loss, sup_cross_entropy_loss, ce_work, "f32", true};
     col[RG_OP_CROSS_ENTROPY_LOSS_BACK] =
-        rg_op_col{cell_cross_entropy_loss_back, sup_cross_entropy_loss_back, ce_work, "f32"};
-    col[RG_OP_ATTN_DECODE] = rg_op_col{cell_attn_decode, sup_attn_decode, attn_decode_work, "f32, f16"};
+        rg_op_col{cell_cross_entropy_loss_back, sup_cross_entropy_loss_back, ce_work, "f32", true};
+    col[RG_OP_ATTN_DECODE] = rg_op_col{cell_attn_decode, sup_attn_decode, attn_decode_work, "f32, f16", false};
 }

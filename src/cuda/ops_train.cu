@@ -99,7 +99,9 @@ struct op_add_i64 {
 };
 
 // lce_inv_n: *inv_n = fp0 when fp0 > 0, else 1 / (the labels that are not ignored), 0 when none. One block.
-__global__ static void lce_inv_n_kernel(const int32_t *labels, int64_t T, int32_t ignore, float fp0, double *inv_n) {
+__global__ static void lce_inv_n_kernel(const int32_t *labels, int64_t T, int32_t ignore, const rg_node_params *prm,
+                                        double *inv_n) {
+    const float fp0 = prm->fp[0];
     RG_SHARED(long long, sh_cnt, 32);
     long long cnt = 0;
     for (int64_t t = threadIdx.x; t < T; t += blockDim.x) cnt += labels[t] != ignore;
@@ -222,7 +224,11 @@ __device__ static inline float sgd_one(float th, float g, const optim_par &p) {
 // i >> 2, as rg_sr_*_row draws them. theta: the parameter as it is; out: where it goes (normally
 // the same bytes); master: f32 master of a half parameter (updated, then stored by RNE), or NULL.
 __global__ static void optim_kernel(const void *theta, void *out, float *master, const float *grad, float *m,
-                                    float *v, int64_t n, uint32_t type, int adamw, sr_key key, optim_par p) {
+                                    float *v, int64_t n, uint32_t type, int adamw, const rg_node_params *prm) {
+    // The node's scalars and SR key (ip: seed, step, tensor id), read where the executor put them.
+    optim_par p;
+    for (int k = 0; k < 8; k++) p.fp[k] = prm->fp[k];
+    const sr_key key = {(uint64_t)prm->ip[0], (uint32_t)prm->ip[1], (uint32_t)prm->ip[2]};
     const int64_t quads = (n + 3) / 4;
     for (int64_t q = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; q < quads; q += (int64_t)gridDim.x * blockDim.x) {
         uint32_t r[4] = {0, 0, 0, 0};
@@ -596,7 +602,9 @@ static rg_status run_linear_ce(rg_cuda_ctx *ctx, const rg_node *n, const rg_exec
     const float *H = (const float *)n->src[1]->t.data;
     const int32_t *labels = (const int32_t *)n->src[2]->t.data;
     const int32_t ignore = (int32_t)n->ip[0];
-    RG_LAUNCH(lce_inv_n_kernel, 1, THREADS, 0, ctx->stream, labels, g.T, ignore, n->fp[0], L.inv_n);
+    const rg_node_params *prm;
+    RG_TRY(rg_cu_params(c, n, &prm, err));
+    RG_LAUNCH(lce_inv_n_kernel, 1, THREADS, 0, ctx->stream, labels, g.T, ignore, prm, L.inv_n);
     CU_LAUNCHED();
     for (int64_t v0 = 0; v0 < g.V; v0 += g.chunk) {
         const int64_t nv = g.V - v0 < g.chunk ? g.V - v0 : g.chunk;
@@ -627,7 +635,9 @@ static rg_status run_linear_ce_back(rg_cuda_ctx *ctx, const rg_node *n, const rg
     const int32_t *labels = (const int32_t *)fwd->src[2]->t.data;
     const int32_t ignore = (int32_t)n->ip[0];
     float *dh = (float *)n->t.data, *dw = n->src[3] ? (float *)n->src[3]->t.data : NULL;
-    RG_LAUNCH(lce_inv_n_kernel, 1, THREADS, 0, ctx->stream, labels, g.T, ignore, n->fp[0], L.inv_n);
+    const rg_node_params *prm;
+    RG_TRY(rg_cu_params(c, n, &prm, err));
+    RG_LAUNCH(lce_inv_n_kernel, 1, THREADS, 0, ctx->stream, labels, g.T, ignore, prm, L.inv_n);
     CU_LAUNCHED();
     const float one = 1.0f, zero = 0.0f;
     for (int64_t v0 = 0; v0 < g.V; v0 += g.chunk) {
@@ -672,17 +682,15 @@ static bool sup_optim(const rg_node *n) {
 }
 
 static rg_status run_optim(rg_cuda_ctx *ctx, const rg_node *n, const rg_exec_ctx *c, rg_error *err) {
-    (void)c;
     const bool adamw = n->op == RG_OP_ADAMW;
     const rg_node *master = rg_optim_master(n);
     const int64_t count = rg_tensor_nelements(&n->src[0]->t);
-    optim_par p;
-    memcpy(p.fp, n->fp, sizeof p.fp);
-    sr_key key = {(uint64_t)n->ip[0], (uint32_t)n->ip[1], (uint32_t)n->ip[2]};
+    const rg_node_params *prm;
+    RG_TRY(rg_cu_params(c, n, &prm, err));
     RG_LAUNCH(optim_kernel, grid_for((count + 3) / 4, THREADS), THREADS, 0, ctx->stream,
               (const void *)n->src[0]->t.data, n->t.data, master ? (float *)master->t.data : (float *)NULL,
               (const float *)n->src[1]->t.data, adamw ? (float *)n->src[2]->t.data : (float *)NULL,
-              adamw ? (float *)n->src[3]->t.data : (float *)NULL, count, n->src[0]->t.type, adamw ? 1 : 0, key, p);
+              adamw ? (float *)n->src[3]->t.data : (float *)NULL, count, n->src[0]->t.type, adamw ? 1 : 0, prm);
     CU_LAUNCHED();
     return RG_OK;
 }
@@ -700,10 +708,11 @@ static rg_status cell(rg_exec_ctx *c, rg_node *n, rg_error *err) {
 }
 
 void rg_cu_register_train(rg_op_col *col) {
-    col[RG_OP_OUT_PROD] = rg_op_col{cell<run_out_prod>, sup_out_prod, NULL, "f32, f16, bf16"};
-    col[RG_OP_LINEAR_CE] = rg_op_col{cell<run_linear_ce>, sup_linear_ce, work_linear_ce, "f32, f16, bf16"};
+    col[RG_OP_OUT_PROD] = rg_op_col{cell<run_out_prod>, sup_out_prod, NULL, "f32, f16, bf16", false};
+    // The loss scales and the optimizer's step scalars change from run to run: read on the device.
+    col[RG_OP_LINEAR_CE] = rg_op_col{cell<run_linear_ce>, sup_linear_ce, work_linear_ce, "f32, f16, bf16", true};
     col[RG_OP_LINEAR_CE_BACK] =
-        rg_op_col{cell<run_linear_ce_back>, sup_linear_ce_back, work_linear_ce_back, "f32, f16, bf16"};
-    col[RG_OP_ADAMW] = rg_op_col{cell<run_optim>, sup_optim, NULL, "f32, f16, bf16"};
-    col[RG_OP_SGD] = rg_op_col{cell<run_optim>, sup_optim, NULL, "f32, f16, bf16"};
+        rg_op_col{cell<run_linear_ce_back>, sup_linear_ce_back, work_linear_ce_back, "f32, f16, bf16", true};
+    col[RG_OP_ADAMW] = rg_op_col{cell<run_optim>, sup_optim, NULL, "f32, f16, bf16", true};
+    col[RG_OP_SGD] = rg_op_col{cell<run_optim>, sup_optim, NULL, "f32, f16, bf16", true};
 }

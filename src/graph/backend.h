@@ -34,6 +34,11 @@ typedef struct rg_op_col {
     rg_cell_supports_fn supports;  // NULL: every node of the op (types, strides) runs
     rg_cell_work_fn work;          // NULL: no scratch
     const char *types;             // the types the report lists ("f32, f16, bf16"); NULL without a kernel
+    // The kernel reads the node's fp/ip from rg_exec_ctx.params (this backend's memory, uploaded
+    // by the executor before each run when they changed) instead of taking them as launch
+    // arguments: a loss scale or an optimizer's step scalars that change from run to run then
+    // leave a captured CUDA graph valid (exec.c's signature skips them).
+    bool device_params;
 } rg_op_col;
 
 // The cell of op on backend b (zeroed when the backend is not built, or for views).

@@ -31,12 +31,24 @@ struct rg_exec {
     void **dev_of;          // the device copy of a device-homed external leaf (own or from `resident`)
     rg_resident *resident;  // device copies that outlive the exec (rg_exec_opts.resident), or NULL
     int copy_cursor;        // index into sched.copies of the next copy (runs move forward)
-    // RETRO_CUDA_GRAPHS=1: a whole run captured once and replayed (run_graphed).
+    // RETRO_CUDA_GRAPHS=1: runs of a node range captured once and replayed (run_graphed), one
+    // slot per range (a training run's optimizer graph runs as two ranges a step).
     bool graphs;
-    void *graph;            // the captured run, or NULL
-    uint64_t graph_sig;     // the signature it was captured with
-    uint64_t last_sig;      // the signature of the last whole run (captured at its second sight)
+    struct exec_graph {
+        int from, to;       // the range; to == 0: the slot is free
+        void *graph;        // the captured run, or NULL
+        uint64_t graph_sig; // the signature it was captured with
+        uint64_t last_sig;  // the signature of the last run of the range (captured at its second sight)
+    } gslot[4];
     rg_exec_stats stats;
+    // Node parameters the device's kernels read from its memory (rg_op_col.device_params): a
+    // slot per such node (param_slot[id], -1 for the others), the block on the device and the
+    // copy last uploaded.
+    int *param_slot;
+    int n_params;
+    rg_node_params *params_sent;
+    void *params_dev;
+    bool params_valid;
     // The last device loss the run's finiteness check downloaded: rg_exec_read of that node
     // returns it instead of copying the same 4 bytes again (one read-back per row, not two).
     const rg_node *loss_node;
@@ -46,6 +58,8 @@ struct rg_exec {
     bool int8_activations;
     rg_exec_profile *prof;
 };
+
+static rg_status params_setup(rg_exec *ex, rg_error *err);
 
 // Grows *p (capacity *cap) to hold `need` bytes, 64-byte aligned; false when out of memory.
 static bool mem_reserve(void **p, size_t *cap, size_t need) {
@@ -281,6 +295,7 @@ static rg_status create_device(rg_exec *ex, const rg_exec_opts *opts, rg_error *
     rg_backend *d = ex->dev;
     st = d->vt->alloc(d, ex->dplan.buffer_bytes ? ex->dplan.buffer_bytes : 64, &ex->dbuffer, err);
     if (!st && ex->dplan.scratch_bytes) st = d->vt->alloc(d, ex->dplan.scratch_bytes, &ex->dscratch, err);
+    if (!st) st = params_setup(ex, err);
     for (int i = 0; i < n && !st; i++) {
         rg_node *x = g->nodes[i];
         if (x->view_of || x->backend != (int)d->vt->id) continue;
@@ -427,6 +442,45 @@ static rg_status do_copies(rg_exec *ex, int i, bool after, rg_error *err) {
 // Runs node n's kernel on its backend. Sources homed on the other backend are read
 // (and, for in-place writers, written) through their mirrors: their data pointers
 // point there for the length of the call.
+// The device-read parameters (rg_op_col.device_params): a slot for each node on the device
+// whose cell reads its fp/ip from device memory.
+static rg_status params_setup(rg_exec *ex, rg_error *err) {
+    rg_graph *g = ex->g;
+    ex->param_slot = malloc(sizeof(int) * (size_t)(g->n_nodes ? g->n_nodes : 1));
+    if (!ex->param_slot) return rg_fail(err, RG_ERR_NOMEM, "exec: out of memory");
+    for (int i = 0; i < g->n_nodes; i++) {
+        const rg_node *n = g->nodes[i];
+        ex->param_slot[i] = -1;
+        if (n->op == RG_OP_NONE || rg_op_defs[n->op].is_view || n->backend != (int)ex->dev->vt->id) continue;
+        if (ex->dev->vt->cell(n->op).device_params) ex->param_slot[i] = ex->n_params++;
+    }
+    if (!ex->n_params) return RG_OK;
+    ex->params_sent = calloc((size_t)ex->n_params, sizeof *ex->params_sent);
+    if (!ex->params_sent) return rg_fail(err, RG_ERR_NOMEM, "exec: out of memory");
+    return ex->dev->vt->alloc(ex->dev, sizeof(rg_node_params) * (size_t)ex->n_params, &ex->params_dev, err);
+}
+
+// Before a run: the parameters as the nodes hold them now, uploaded in one copy when any changed.
+static rg_status params_upload(rg_exec *ex, rg_error *err) {
+    if (!ex->n_params) return RG_OK;
+    bool changed = !ex->params_valid;
+    for (int i = 0; i < ex->g->n_nodes; i++) {
+        const int k = ex->param_slot[i];
+        if (k < 0) continue;
+        const rg_node *n = ex->g->nodes[i];
+        rg_node_params p;
+        memcpy(p.ip, n->ip, sizeof p.ip), memcpy(p.fp, n->fp, sizeof p.fp);
+        if (memcmp(&p, &ex->params_sent[k], sizeof p)) ex->params_sent[k] = p, changed = true;
+    }
+    if (!changed) return RG_OK;
+    const size_t bytes = sizeof(rg_node_params) * (size_t)ex->n_params;
+    rg_status st = ex->dev->vt->upload(ex->dev, ex->params_dev, ex->params_sent, bytes, err);
+    if (st) return st;
+    ex->params_valid = true;
+    ex->stats.param_copies++, ex->stats.param_bytes += bytes;
+    return RG_OK;
+}
+
 static rg_status run_node(rg_exec *ex, rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     rg_backend *b = backend_of(ex, n);
     const rg_op_col cell = b == rg_backend_cpu() ? rg_op_cell(RG_BACKEND_CPU, n->op) : b->vt->cell(n->op);
@@ -453,6 +507,9 @@ static rg_status run_node(rg_exec *ex, rg_exec_ctx *ctx, rg_node *n, rg_error *e
     rg_exec_ctx c = *ctx;
     c.backend = b == rg_backend_cpu() ? NULL : b;
     if (c.backend) c.scratch = ex->dscratch, c.scratch_size = ex->dplan.scratch_bytes;
+    c.params = NULL;
+    if (c.backend && ex->param_slot && ex->param_slot[n->id] >= 0)
+        c.params = (const rg_node_params *)ex->params_dev + ex->param_slot[n->id];
     rg_status st = cell.run(&c, n, err);
     n->t.data = saved_out;
     for (int q = k - 1; q >= 0; q--) r[q]->t.data = saved[q];
@@ -479,7 +536,7 @@ static const float *host_values(rg_exec *ex, const rg_node *n, float **tmp) {
 // start, checking each node's output right after its kernel.
 static void first_non_finite(rg_exec *ex, int upto, char *buf, size_t cap) {
     rg_graph *g = ex->g;
-    rg_exec_ctx ctx = {ex->pool, ex->scratch, ex->plan.scratch_bytes, ex->int8_activations, NULL};
+    rg_exec_ctx ctx = {ex->pool, ex->scratch, ex->plan.scratch_bytes, ex->int8_activations, NULL, NULL};
     rg_error ignored;
     ex->copy_cursor = 0;
     for (int i = 0; i <= upto; i++) {
@@ -558,13 +615,14 @@ static rg_status upload_inputs(rg_exec *ex, int from, int to, rg_error *err) {
 // ---------------------------------------------------------------------------
 // CUDA Graphs (RETRO_CUDA_GRAPHS=1). A graph replays kernel launches with the arguments they
 // had when captured, so a run is captured only when everything a launch reads from the host
-// side is the same as in the previous whole run: every kernel node's op, parameters (fp, ip),
-// bytes, shapes and strides and those of its sources (the signature). It is captured at the
-// second run with a signature and replayed while the signature holds; a changed parameter
-// (a loss scale, an optimizer's step scalars, a view moved by a decode step) runs the nodes
-// again and is captured again once it repeats. Only whole runs of a graph that is resident
-// on the device (no fallback, no copy) are captured: a CPU node cannot be part of a CUDA
-// graph. The inputs are uploaded before the launch and the loss read after it, as without
+// side is the same as in the previous run of the same node range: every kernel node's op,
+// parameters (fp, ip; except those its cell reads from device memory, rg_op_col.device_params:
+// the loss scales and the optimizer's step scalars, uploaded before each run), bytes, shapes
+// and strides and those of its sources (the signature). A range is captured at its second run
+// with a signature and replayed while the signature holds; a changed parameter (a view moved
+// by a decode step) runs the nodes again and is captured again once it repeats. Only graphs
+// resident on the device (no fallback, no copy) are captured: a CPU node cannot be part of a
+// CUDA graph. The inputs are uploaded before the launch and the loss read after it, as without
 // graphs, so the bits are the same.
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n) {
@@ -573,12 +631,14 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
     return h;
 }
 
-static uint64_t run_signature(const rg_exec *ex) {
+static uint64_t run_signature(const rg_exec *ex, int from, int to) {
     uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < ex->g->n_nodes; i++) {
+    for (int i = from; i < to; i++) {
         const rg_node *n = ex->g->nodes[i];
         if (n->op == RG_OP_NONE || rg_op_defs[n->op].is_view) continue;
-        h = fnv(h, &n->op, sizeof n->op), h = fnv(h, n->fp, sizeof n->fp), h = fnv(h, n->ip, sizeof n->ip);
+        h = fnv(h, &n->op, sizeof n->op);
+        if (!ex->param_slot || ex->param_slot[i] < 0)  // device-read parameters do not change a launch
+            h = fnv(h, n->fp, sizeof n->fp), h = fnv(h, n->ip, sizeof n->ip);
         h = fnv(h, &n->t.data, sizeof n->t.data), h = fnv(h, n->t.ne, sizeof n->t.ne), h = fnv(h, n->t.nb, sizeof n->t.nb);
         for (int s = 0; s < RG_MAX_SRC; s++) {
             const rg_node *x = n->src[s];
@@ -591,13 +651,13 @@ static uint64_t run_signature(const rg_exec *ex) {
 }
 
 static bool can_graph(const rg_exec *ex, int from, int to) {
-    return ex->graphs && ex->dev && ex->dev->vt->graph_begin && !ex->prof && from == 0 && to == ex->g->n_nodes &&
+    return ex->graphs && ex->dev && ex->dev->vt->graph_begin && !ex->prof && from < to &&
            ex->sched.n_copies == 0 && ex->sched.n_fallback == 0 && ex->sched.n_on[RG_BACKEND_CPU] == 0;
 }
 
 // The loss check of a run that did not go node by node.
-static rg_status check_losses(rg_exec *ex, rg_error *err) {
-    for (int i = 0; i < ex->g->n_nodes; i++) {
+static rg_status check_losses(rg_exec *ex, int from, int to, rg_error *err) {
+    for (int i = from; i < to; i++) {
         rg_node *n = ex->g->nodes[i];
         if (!(n->flags & RG_NODE_LOSS)) continue;
         float loss;
@@ -614,20 +674,28 @@ static rg_status check_losses(rg_exec *ex, rg_error *err) {
     return RG_OK;
 }
 
-// A whole resident run through a CUDA graph; *done = false when it must run node by node.
-static rg_status run_graphed(rg_exec *ex, bool *done, rg_error *err) {
+// A resident run of nodes [from, to) through a CUDA graph; *done = false when it must run node
+// by node (the first run with these parameters, or no free slot for the range).
+static rg_status run_graphed(rg_exec *ex, int from, int to, bool *done, rg_error *err) {
     *done = false;
-    const uint64_t sig = run_signature(ex);
+    struct exec_graph *gs = NULL;
+    const int n_slots = (int)(sizeof ex->gslot / sizeof ex->gslot[0]);
+    for (int k = 0; k < n_slots && !gs; k++)
+        if (ex->gslot[k].to && ex->gslot[k].from == from && ex->gslot[k].to == to) gs = &ex->gslot[k];
+    for (int k = 0; k < n_slots && !gs; k++)
+        if (!ex->gslot[k].to) gs = &ex->gslot[k], gs->from = from, gs->to = to, gs->last_sig = 0;
+    if (!gs) return RG_OK;
+    const uint64_t sig = run_signature(ex, from, to);
     rg_backend *d = ex->dev;
     rg_status st = RG_OK;
-    if (ex->graph && ex->graph_sig != sig) {
-        d->vt->graph_free(d, ex->graph);
-        ex->graph = NULL;
+    if (gs->graph && gs->graph_sig != sig) {
+        d->vt->graph_free(d, gs->graph);
+        gs->graph = NULL;
     }
-    if (!ex->graph && sig == ex->last_sig) {  // the second run with these parameters: capture it
+    if (!gs->graph && sig == gs->last_sig) {  // the second run with these parameters: capture it
         if ((st = d->vt->sync(d, err)) || (st = d->vt->graph_begin(d, err))) return st;
-        rg_exec_ctx ctx = {ex->pool, ex->scratch, ex->plan.scratch_bytes, ex->int8_activations, NULL};
-        for (int i = 0; i < ex->g->n_nodes && !st; i++) {
+        rg_exec_ctx ctx = {ex->pool, ex->scratch, ex->plan.scratch_bytes, ex->int8_activations, NULL, NULL};
+        for (int i = from; i < to && !st; i++) {
             rg_node *n = ex->g->nodes[i];
             if (n->op == RG_OP_NONE || rg_op_defs[n->op].is_view) continue;
             st = run_node(ex, &ctx, n, err);
@@ -639,29 +707,33 @@ static rg_status run_graphed(rg_exec *ex, bool *done, rg_error *err) {
             if (graph) d->vt->graph_free(d, graph);
             return st ? st : se;
         }
-        ex->graph = graph, ex->graph_sig = sig;
+        gs->graph = graph, gs->graph_sig = sig;
         ex->stats.graph_captures++;
     }
-    ex->last_sig = sig;
-    if (!ex->graph) return RG_OK;  // the first run with these parameters: node by node
-    if ((st = upload_inputs(ex, 0, ex->g->n_nodes, err)) || (st = d->vt->graph_launch(d, ex->graph, err)) ||
+    gs->last_sig = sig;
+    if (!gs->graph) return RG_OK;  // the first run with these parameters: node by node
+    if ((st = upload_inputs(ex, from, to, err)) || (st = d->vt->graph_launch(d, gs->graph, err)) ||
         (st = d->vt->sync(d, err)))
         return st;
     ex->stats.graph_launches++;
     *done = true;
-    return check_losses(ex, err);
+    return check_losses(ex, from, to, err);
 }
 
 rg_status rg_exec_run(rg_exec *ex, int from, int to, rg_error *err) {
     rg_graph *g = ex->g;
     if (to < 0 || to > g->n_nodes) to = g->n_nodes;
     if (from < 0) from = 0;
-    rg_exec_ctx ctx = {ex->pool, ex->scratch, ex->plan.scratch_bytes, ex->int8_activations, NULL};
+    rg_exec_ctx ctx = {ex->pool, ex->scratch, ex->plan.scratch_bytes, ex->int8_activations, NULL, NULL};
     const double t_run = ex->prof ? now_s() : 0;
     ex->loss_node = NULL;  // a run may change any loss
+    if (ex->dev) {
+        rg_status st = params_upload(ex, err);
+        if (st) return st;
+    }
     if (can_graph(ex, from, to)) {
         bool done;
-        rg_status st = run_graphed(ex, &done, err);
+        rg_status st = run_graphed(ex, from, to, &done, err);
         if (st || done) return st;
     }
     if (ex->dev) {
@@ -821,12 +893,15 @@ void rg_exec_free(rg_exec *ex) {
         for (int i = 0; i < g->n_nodes; i++)
             if (g->nodes[i]->view_of && g->nodes[i]->view_of->t.data)
                 g->nodes[i]->t.data = (char *)g->nodes[i]->view_of->t.data + g->nodes[i]->t.view_offs;
-        if (ex->graph) ex->dev->vt->graph_free(ex->dev, ex->graph);
+        for (size_t k = 0; k < sizeof ex->gslot / sizeof ex->gslot[0]; k++)
+            if (ex->gslot[k].graph) ex->dev->vt->graph_free(ex->dev, ex->gslot[k].graph);
         if (ex->dbuffer) ex->dev->vt->release(ex->dev, ex->dbuffer);
         if (ex->dscratch) ex->dev->vt->release(ex->dev, ex->dscratch);
+        if (ex->params_dev) ex->dev->vt->release(ex->dev, ex->params_dev);
         if (ex->own_dev) rg_backend_free(ex->dev);
     }
     free(ex->mirror), free(ex->host_of), free(ex->staging), free(ex->dev_own), free(ex->dev_of);
+    free(ex->param_slot), free(ex->params_sent);
     rg_schedule_free(&ex->sched);
     if (ex->own_pool) rg_threadpool_free(ex->pool);
     if (ex->own_mem) {

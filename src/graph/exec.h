@@ -88,6 +88,7 @@ typedef struct rg_exec_stats {
     uint64_t output_copies, output_bytes;  // the loss, rg_exec_read, rg_exec_download_leaves
     uint64_t setup_copies, setup_bytes;    // leaves uploaded once, when the exec was made
     uint64_t graph_captures, graph_launches;  // RETRO_CUDA_GRAPHS=1: runs captured, runs replayed
+    uint64_t param_copies, param_bytes;    // the device-read node parameters, uploaded when they changed
 } rg_exec_stats;
 
 typedef struct rg_exec rg_exec;

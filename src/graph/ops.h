@@ -16,7 +16,16 @@ typedef struct rg_exec_ctx {
     size_t scratch_size;
     bool int8_activations;  // rg_exec_opts.int8_activations (inference only)
     struct rg_backend *backend;  // the backend running the node (its context: backend->impl); NULL: the CPU
+    // For a cell with device_params (graph/backend.h): the node's fp and ip in the backend's
+    // memory, current for this run; NULL otherwise.
+    const struct rg_node_params *params;
 } rg_exec_ctx;
+
+// A node's parameters as one block (the layout of rg_node's ip and fp).
+typedef struct rg_node_params {
+    int64_t ip[8];
+    float fp[8];
+} rg_node_params;
 
 // A CPU kernel: reads n->src[i]->t (bytes bound; strides honoured as the op's
 // row in ops.c says), writes n->t.data (contiguous, n->t.nb). Returns RG_OK or
