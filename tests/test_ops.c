@@ -1343,7 +1343,7 @@ static void ref_linear_ce_back(const tcase *c, double *const *x, double *y) {
 // the sign of g, so no output is a cancellation and a per-element rtol of
 // 2e-6 is meaningful for theta, m and v alike.
 static int gen_optim(tcase *c, uint32_t type, int v, bool adamw) {
-    if (v > 1) return 0;
+    if (v > (adamw ? 1 : 3)) return 0;
     const int64_t n = 37;  // 32 for the vector loop, 5 for the tail
     tin *th = in_rand(c, "theta", RG_TYPE_F32, n, 1, 1, 1, 1.0, false);
     tin *g = in_rand(c, "grad", RG_TYPE_F32, n, 1, 1, 1, 1.0, false);
@@ -1365,9 +1365,23 @@ static int gen_optim(tcase *c, uint32_t type, int v, bool adamw) {
         label(c, type, v == 0 ? "t=3 decay clip" : "t=1");
         c->n_out = 3 * n;
     } else {
-        const double s[3] = {v == 0 ? 0.1 : 0.05, v == 0 ? 0.01 : 0.0, v == 0 ? 0.5 : 1.0};
-        for (int k = 0; k < 3; k++) c->fp[k] = (double)(float)s[k];
-        label(c, type, v == 0 ? "decay clip" : "plain");
+        // v 2, 3: with a momentum buffer (mu 0.9), its first step (b = g) and a later one; the
+        // buffer has the sign of the step's g, so b = mu b + g is no cancellation either.
+        const int e = v % 2;
+        const double s[5] = {e == 0 ? 0.1 : 0.05, e == 0 ? 0.01 : 0.0, e == 0 ? 0.5 : 1.0, v >= 2 ? 0.9 : 0.0,
+                             v == 2 ? 1.0 : 0.0};
+        for (int k = 0; k < 5; k++) c->fp[k] = (double)(float)s[k];
+        if (v >= 2) {
+            tin *b = in_rand(c, "buf", RG_TYPE_F32, n, 1, 1, 1, 0.1, false);
+            for (int64_t i = 0; i < n; i++) {
+                const double gi = g->val[i] * c->fp[2] + c->fp[1] * th->val[i];
+                set_f32(b, i, copysign(fabs(b->val[i]), gi));
+            }
+            c->n_out = 2 * n;
+        }
+        static const char *const names[4] = {"decay clip", "plain", "momentum first step, decay clip",
+                                             "momentum step 3, plain"};
+        label(c, type, names[v]);
     }
     return 1;
 }
@@ -1382,7 +1396,11 @@ static int build_adamw(rg_graph *g, rg_node *const *in, const tcase *c, rg_node 
 }
 static int build_sgd(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
     out[0] = rg_sgd(g, in[0], in[1], (float)c->fp[0], (float)c->fp[1], (float)c->fp[2]);
-    return 1;
+    if (c->n_in < 3) return 1;
+    out[0] = rg_sgd_momentum(g, out[0], in[2], (float)c->fp[3]);
+    if (out[0]) out[0]->fp[4] = (float)c->fp[4];
+    out[1] = in[2];
+    return 2;
 }
 static void ref_adamw(const tcase *c, double *const *x, double *y) {
     const int64_t n = c->out_ne[0];
@@ -1398,7 +1416,12 @@ static void ref_adamw(const tcase *c, double *const *x, double *y) {
     }
 }
 static void ref_sgd(const tcase *c, double *const *x, double *y) {
-    for (int64_t i = 0; i < c->out_ne[0]; i++) y[i] = x[0][i] - c->fp[0] * (x[1][i] * c->fp[2] + c->fp[1] * x[0][i]);
+    const int64_t n = c->out_ne[0];
+    for (int64_t i = 0; i < n; i++) {
+        double g = x[1][i] * c->fp[2] + c->fp[1] * x[0][i];
+        if (c->n_in >= 3) g = c->fp[4] == 1.0 ? g : c->fp[3] * x[2][i] + g, y[n + i] = g;  // the momentum buffer
+        y[i] = x[0][i] - c->fp[0] * g;
+    }
 }
 
 // ATTN_DECODE: q [Dh, H, T] against the first n_kv rows of a KV cache of C

@@ -50,7 +50,7 @@ static double value_at(const rg_train_tensor *t, int64_t i) {
 
 static const tt_rows ROWS = {.T = T, .split = 30, .mod = 7, .rem = 3, .mul = 0x9E3779B9u, .add = 3};
 
-static void compare(rg_train_method method, uint32_t type, bool master, const char *half_gemm) {
+static void compare_cfg(rg_train_method method, uint32_t type, bool master, const char *half_gemm, int optimizer) {
     char why[256];
     if (rg_cuda_device_count(why, sizeof why) <= 0) RG_SKIP("no CUDA device: %s", why);
     const bool tensor = type != RG_TYPE_F32 && !strcmp(half_gemm, "tensor");
@@ -67,6 +67,7 @@ static void compare(rg_train_method method, uint32_t type, bool master, const ch
     c.batch_size = ROWS_PER_STEP;
     c.master_weights = master;
     c.clip_grad_norm = 0.5;  // clipping is active on these gradients
+    if (optimizer == RG_OPTIM_SGD) c.optimizer = RG_OPTIM_SGD, c.momentum = 0.9, c.lr = 0.05;
     rg_train_state *cpu = NULL, *dev = NULL;
     RG_REQUIRE(rg_train_state_create_on(&cpu, m, &c, STEPS, 0, RG_DEVICE_CPU, &err) == RG_OK, "cpu: %s", err.msg);
     rg_status st = rg_train_state_create_on(&dev, m, &c, STEPS, 0, RG_DEVICE_CUDA, &err);
@@ -86,8 +87,9 @@ static void compare(rg_train_method method, uint32_t type, bool master, const ch
         RG_REQUIRE(rg_train_state_step(cpu, &nc, &lrc, &skc, &err) == RG_OK, "cpu step: %s", err.msg);
         RG_REQUIRE(rg_train_state_step(dev, &nd, &lrd, &skd, &err) == RG_OK, "cuda step: %s", err.msg);
         const double el = fabs(ld - lc) / fabs(lc), en = fabs(nd - nc) / nc;
-        printf("    %s %s%s%s step %d: loss cpu %.7f cuda %.7f (rel %.1e), grad norm %.6f vs %.6f (rel %.1e)\n",
-               method == RG_TRAIN_FULL ? "full" : "lora", rg_type_get(type)->name, master ? " master" : "",
+        printf("    %s%s %s%s%s step %d: loss cpu %.7f cuda %.7f (rel %.1e), grad norm %.6f vs %.6f (rel %.1e)\n",
+               method == RG_TRAIN_FULL ? "full" : "lora", optimizer == RG_OPTIM_SGD ? " sgd+momentum" : "",
+               rg_type_get(type)->name, master ? " master" : "",
                tensor ? " tensor path" : "", step, lc, ld, el, nc, nd, en);
         worst_loss = fmax(worst_loss, el), worst_norm = fmax(worst_norm, en);
         RG_CHECK(!skc && !skd && lrc == lrd, "step %d: skipped %d %d, lr %g %g", step, skc, skd, lrc, lrd);
@@ -124,6 +126,10 @@ static void compare(rg_train_method method, uint32_t type, bool master, const ch
     rg_model_free(m);
     unlink(path);
     unsetenv("RETRO_CUDA_HALF_GEMM");
+}
+
+static void compare(rg_train_method method, uint32_t type, bool master, const char *half_gemm) {
+    compare_cfg(method, type, master, half_gemm, RG_OPTIM_ADAMW);
 }
 
 static void test_full_f32_on_cuda(void) { compare(RG_TRAIN_FULL, RG_TYPE_F32, false, "tensor"); }
@@ -202,26 +208,10 @@ static void test_training_steps_replay_graphs(void) {
     unlink(path);
 }
 
-// What the device does not train yet is refused with the reason, not run wrongly.
-static void test_refusals_name_the_reason(void) {
-    char why[256];
-    if (rg_cuda_device_count(why, sizeof why) <= 0) RG_SKIP("no CUDA device: %s", why);
-    char path[256];
-    snprintf(path, sizeof path, "/tmp/rg_test_train_device_r_%d.gguf", (int)getpid());
-    rg_tiny_config tc = {.arch = "qwen2", .type = RG_TYPE_F32, .seed = 11};
-    rg_error err = {0};
-    rg_model *m = tt_tiny(path, &tc, RG_TYPE_F32, &err);
-    RG_REQUIRE(m, "tiny model: %s", err.msg);
-    rg_train_config c = tt_config(RG_TRAIN_LORA, T);
-    c.optimizer = RG_OPTIM_SGD;
-    c.momentum = 0.9;
-    rg_train_state *s = NULL;
-    rg_status st = rg_train_state_create_on(&s, m, &c, STEPS, 0, RG_DEVICE_CUDA, &err);
-    printf("    sgd momentum: %s\n", err.msg);
-    RG_CHECK(st == RG_ERR_UNSUPPORTED && !s && strstr(err.msg, "momentum"), "%d '%s'", st, err.msg);
-    rg_model_free(m);
-    unlink(path);
-}
+// SGD with momentum: the heavy-ball buffer lives on the device and is updated in place by the
+// SGD node, with the host step's first-step rule (b = g at t = 1).
+static void test_sgd_momentum_on_cuda(void) { compare_cfg(RG_TRAIN_FULL, RG_TYPE_F32, false, "tensor", RG_OPTIM_SGD); }
+static void test_lora_sgd_momentum_on_cuda(void) { compare_cfg(RG_TRAIN_LORA, RG_TYPE_F32, false, "tensor", RG_OPTIM_SGD); }
 
 static const rg_test_case cases[] = {
     RG_TEST(test_full_f32_on_cuda),
@@ -232,7 +222,8 @@ static const rg_test_case cases[] = {
     RG_TEST(test_full_f16_master_tensor_path),
     RG_TEST(test_lora_bf16_base_tensor_path),
     RG_TEST(test_training_steps_replay_graphs),
-    RG_TEST(test_refusals_name_the_reason),
+    RG_TEST(test_sgd_momentum_on_cuda),
+    RG_TEST(test_lora_sgd_momentum_on_cuda),
     {0},
 };
 

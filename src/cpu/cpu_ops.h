@@ -49,6 +49,8 @@ rg_status cpu_sgd(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 // trainer's host step): out may alias theta; fp as in the ADAMW / SGD nodes.
 void rg_adamw_row(float *out, const float *theta, const float *grad, float *m, float *v, int64_t n, const float fp[8]);
 void rg_sgd_row(float *out, const float *theta, const float *grad, int64_t n, const float fp[8]);
+// SGD with a momentum buffer b (updated in place): fp as rg_sgd_row's, fp[3] mu, fp[4] first.
+void rg_sgd_momentum_row(float *out, const float *theta, const float *grad, float *b, int64_t n, const float fp[8]);
 // The f32 theta of elements [i0, i0 + n) of a parameter stored as `type` with
 // an optional f32 master: the master itself, the f32 weight itself, or the
 // exact upcast of the half weight into buf[n]. Updated in place, it is stored

@@ -83,7 +83,8 @@ typedef struct optim_job {
     void *out;                  // [nel] the updated parameter (normally the parameter's own bytes)
     const void *theta;          // [nel] the parameter as it is (f32, or f16/bf16 with type)
     const float *grad;          // [nel]
-    float *m, *v;               // [nel] AdamW moments, updated in place
+    float *m, *v;               // [nel] AdamW moments, or in m SGD's momentum buffer (NULL: none); updated in place
+    bool adamw;
     float *master;              // [nel] f32 master of a half parameter, or NULL
     uint32_t type;              // the parameter's type
     int64_t nel;
@@ -122,7 +123,8 @@ static void half_range(const optim_job *j, int64_t i0, int64_t i1) {
     for (int64_t c0 = i0; c0 < i1; c0 += HALF_CHUNK) {
         const int64_t n = i1 - c0 < HALF_CHUNK ? i1 - c0 : HALF_CHUNK;
         float *th = rg_optim_theta(j->type, j->theta, j->master, c0, n, buf);
-        if (j->m) rg_adamw_row(th, th, j->grad + c0, j->m + c0, j->v + c0, n, j->fp);
+        if (j->adamw) rg_adamw_row(th, th, j->grad + c0, j->m + c0, j->v + c0, n, j->fp);
+        else if (j->m) rg_sgd_momentum_row(th, th, j->grad + c0, j->m + c0, n, j->fp);
         else rg_sgd_row(th, th, j->grad + c0, n, j->fp);
         rg_optim_store(j->type, j->out, c0, th, n, j->master != NULL, (uint64_t)j->ip[0], (uint32_t)j->ip[1],
                        (uint32_t)j->ip[2]);
@@ -186,7 +188,8 @@ static void adamw_range(void *p, int ith, int nth) {
 static optim_job job_of(const rg_node *n, int64_t nel, bool adamw) {
     const rg_node *master = rg_optim_master(n);
     optim_job j = {.out = n->t.data, .theta = n->src[0]->t.data, .grad = n->src[1]->t.data,
-                   .m = adamw ? n->src[2]->t.data : NULL, .v = adamw ? n->src[3]->t.data : NULL,
+                   .m = adamw ? n->src[2]->t.data : n->src[3] ? n->src[3]->t.data : NULL,
+                   .v = adamw ? n->src[3]->t.data : NULL, .adamw = adamw,
                    .master = master ? master->t.data : NULL, .type = n->src[0]->t.type, .nel = nel, .fp = n->fp,
                    .ip = n->ip};
     return j;
@@ -218,12 +221,31 @@ void rg_sgd_row(float *out, const float *theta, const float *grad, int64_t n, co
     }
 }
 
+// fp[3] mu, fp[4] first (exactly 1: the first step). torch.optim.SGD's heavy ball with
+// dampening 0 and no nesterov, in §1.3's canonical f32:
+//   g = grad*clip;  g = fma(wd, theta, g);  b = first ? g : fma(1, g, mu*b);  theta = fma(-lr, b, theta)
+void rg_sgd_momentum_row(float *out, const float *theta, const float *grad, float *b, int64_t n, const float fp[8]) {
+    const float lr = fp[0], wd = fp[1], clip = fp[2], mu = fp[3];
+    const bool first = fp[4] == 1.0f;
+    for (int64_t i = 0; i < n; i++) {
+        float g = grad[i];
+        const float th = theta[i];
+        if (clip != 1.0f) g = g * clip;
+        if (wd != 0.0f) g = fmaf(wd, th, g);
+        const float bi = first ? g : fmaf(1.0f, g, mu * b[i]);
+        b[i] = bi;
+        out[i] = fmaf(-lr, bi, th);
+    }
+}
+
 static void sgd_range(void *p, int ith, int nth) {
     const optim_job *j = p;
     int64_t i0, i1;
     rg_split_range(j->nel, ith, nth, &i0, &i1);
     if (i1 <= i0) return;
     if (j->type != RG_TYPE_F32) half_range(j, i0, i1);
+    else if (j->m)
+        rg_sgd_momentum_row((float *)j->out + i0, (const float *)j->theta + i0, j->grad + i0, j->m + i0, i1 - i0, j->fp);
     else rg_sgd_row((float *)j->out + i0, (const float *)j->theta + i0, j->grad + i0, i1 - i0, j->fp);
 }
 
@@ -231,6 +253,7 @@ rg_status cpu_sgd(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     static const char *const names[2] = {"param", "grad"};
     int64_t nel = 0;
     rg_status st = optim_check("sgd", n, names, 2, &nel, err);
+    if (!st && n->src[3]) st = need_contig("sgd", n, &n->src[3]->t, "momentum buffer", RG_TYPE_F32, nel, err);
     if (st || nel == 0) return st;
     optim_job j = job_of(n, nel, false);
     rg_threadpool_run(ctx ? ctx->pool : NULL, sgd_range, &j);

@@ -39,7 +39,8 @@
 //                   same bits. f32 parameters; f16/bf16 ones stored back by stochastic rounding
 //                   with sround_bits.h's keyed words (Philox4x32-10 keyed by (seed, step,
 //                   tensor id, element)), or by RNE (half_bits.h) of an f32 master updated in
-//                   place: the functions the CPU runs, so bit for bit too.
+//                   place: the functions the CPU runs, so bit for bit too. SGD with a momentum
+//                   buffer (src[3]) updates it in place as rg_sgd_momentum_row does.
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
@@ -210,11 +211,16 @@ __device__ static inline float adamw_one(float th, float g, float *m, float *v, 
     return __fmaf_rn(-step, __fdiv_rn(mi, den), th);
 }
 
-// ops_optim.c's rg_sgd_row for one element.
-__device__ static inline float sgd_one(float th, float g, const optim_par &p) {
+// ops_optim.c's rg_sgd_row for one element; with a momentum buffer b, rg_sgd_momentum_row's
+// (fp[3] mu, fp[4] first).
+__device__ static inline float sgd_one(float th, float g, float *b, const optim_par &p) {
     const float lr = p.fp[0], wd = p.fp[1], clip = p.fp[2];
     if (clip != 1.0f) g = __fmul_rn(g, clip);
     if (wd != 0.0f) g = __fmaf_rn(wd, th, g);
+    if (b) {
+        g = p.fp[4] == 1.0f ? g : __fmaf_rn(1.0f, g, __fmul_rn(p.fp[3], *b));
+        *b = g;
+    }
     return __fmaf_rn(-lr, g, th);
 }
 
@@ -241,7 +247,7 @@ __global__ static void optim_kernel(const void *theta, void *out, float *master,
             else if (type == RG_TYPE_F32) th = ((const float *)theta)[i];
             else if (type == RG_TYPE_F16) th = __uint_as_float(rg_f32_bits_from_f16(((const uint16_t *)theta)[i]));
             else th = __uint_as_float(rg_f32_bits_from_bf16(((const uint16_t *)theta)[i]));
-            th = adamw ? adamw_one(th, grad[i], m + i, v + i, p) : sgd_one(th, grad[i], p);
+            th = adamw ? adamw_one(th, grad[i], m + i, v + i, p) : sgd_one(th, grad[i], m ? m + i : NULL, p);
             if (type == RG_TYPE_F32) {
                 ((float *)out)[i] = th;
                 continue;
@@ -673,7 +679,8 @@ static bool sup_optim(const rg_node *n) {
         return false;
     const rg_node *master = rg_optim_master(n);
     if (master && t == RG_TYPE_F32) return false;
-    const rg_node *state[4] = {n->src[1], n->op == RG_OP_ADAMW ? n->src[2] : NULL,
+    // AdamW's moments; SGD's momentum buffer (src[3]) when it has one
+    const rg_node *state[4] = {n->src[1], n->op == RG_OP_ADAMW ? n->src[2] : n->src[3],
                                n->op == RG_OP_ADAMW ? n->src[3] : NULL, master};
     if (n->op == RG_OP_ADAMW && (!state[1] || !state[2])) return false;
     for (int i = 0; i < 4; i++)
@@ -689,7 +696,8 @@ static rg_status run_optim(rg_cuda_ctx *ctx, const rg_node *n, const rg_exec_ctx
     RG_TRY(rg_cu_params(c, n, &prm, err));
     RG_LAUNCH(optim_kernel, grid_for((count + 3) / 4, THREADS), THREADS, 0, ctx->stream,
               (const void *)n->src[0]->t.data, n->t.data, master ? (float *)master->t.data : (float *)NULL,
-              (const float *)n->src[1]->t.data, adamw ? (float *)n->src[2]->t.data : (float *)NULL,
+              (const float *)n->src[1]->t.data,
+              adamw ? (float *)n->src[2]->t.data : n->src[3] ? (float *)n->src[3]->t.data : (float *)NULL,
               adamw ? (float *)n->src[3]->t.data : (float *)NULL, count, n->src[0]->t.type, adamw ? 1 : 0, prm);
     CU_LAUNCHED();
     return RG_OK;

@@ -624,6 +624,20 @@ rg_node *rg_sgd_half(rg_graph *g, rg_node *param, rg_node *grad, float lr, float
     return sgd_node(g, param, grad, lr, weight_decay, clip, h);
 }
 
+rg_node *rg_sgd_momentum(rg_graph *g, rg_node *sgd, rg_node *buf, float momentum) {
+    REQUIRE(sgd, buf);
+    char s1[96], s2[96];
+    if (sgd->op != RG_OP_SGD) return fail(g, RG_ERR_ARG, "sgd_momentum: %s is not an sgd node", shape(sgd, s1));
+    if (!is_f32(buf) || !same_shape(buf, sgd->src[0]) || !rg_tensor_is_contiguous(&buf->t))
+        return fail(g, RG_ERR_ARG, "sgd_momentum: the buffer %s must be contiguous f32 shaped like the parameter %s",
+                    shape(buf, s2), shape(sgd->src[0], s1));
+    if (!(momentum > 0.0f) || !(momentum < 1.0f))
+        return fail(g, RG_ERR_ARG, "sgd_momentum: momentum %g is not in (0, 1)", (double)momentum);
+    sgd->src[3] = buf;
+    sgd->fp[3] = momentum, sgd->fp[4] = 1.0f;
+    return sgd;
+}
+
 // A copy of n (op, shape, strides, parameters) reading src[] instead of n's
 // sources; a view shares the bytes of view_of. Graph rewrites (recompute.c)
 // append these and then reorder the node list.

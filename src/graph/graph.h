@@ -63,7 +63,9 @@ typedef enum rg_op {
                              // 1-beta2, eps, decay, sqrt(bc2), clip. param f32, or f16/bf16 stored back from the f32
                              // update: with a master (src[4], f32) by RNE of the updated master, without by stochastic
                              // rounding keyed by ip[0] seed, ip[1] step, ip[2] tensor id (training.md §2, §3)
-    RG_OP_SGD,               // (param, grad, master or NULL) -> param updated in place; fp: lr, weight decay, clip;
+    RG_OP_SGD,               // (param, grad, master or NULL, buf or NULL) -> param updated in place; fp: lr, weight
+                             // decay, clip, momentum mu, first (1: the first step, buf = g); with buf (src[3], f32,
+                             // updated in place) the heavy-ball step of torch.optim.SGD (dampening 0, no nesterov);
                              // param types, master (src[2]) and ip as ADAMW
     RG_OP_CPY_INTO,          // (a, dst) -> a's values written into dst's bytes (dst: a view of a leaf, any strides,
                              // f32/f16/bf16); the node is that window (a KV-cache write). Runs in creation order.
@@ -219,6 +221,10 @@ rg_node *rg_adamw_half(rg_graph *g, rg_node *param, rg_node *grad, rg_node *m, r
                        const rg_optim_half *h);
 rg_node *rg_sgd_half(rg_graph *g, rg_node *param, rg_node *grad, float lr, float weight_decay, float clip,
                      const rg_optim_half *h);
+// Gives an SGD node a momentum buffer (f32, the parameter's shape, updated in place) and mu:
+// b = first ? g : mu b + g, theta -= lr b (g after clip and weight decay). `first` (fp[4]) is
+// set per step by the caller. Returns sgd, or NULL with the graph's error set.
+rg_node *rg_sgd_momentum(rg_graph *g, rg_node *sgd, rg_node *buf, float momentum);
 
 // Marks the node as the loss and appends the backward graph: every parameter
 // the loss depends on gets param->grad (flagged RG_NODE_GRAD | RG_NODE_OUTPUT).

@@ -31,6 +31,7 @@ int rg_node_writes_src(const rg_node *n, rg_node **out) {
     case RG_OP_SGD:
         out[k++] = n->src[0];
         if (n->op == RG_OP_ADAMW) out[k++] = n->src[2], out[k++] = n->src[3];
+        else if (n->src[3]) out[k++] = n->src[3];  // SGD's momentum buffer
         if (rg_optim_master(n)) out[k++] = rg_optim_master(n);
         break;
     case RG_OP_LINEAR_CE_BACK:

@@ -79,25 +79,8 @@ typedef struct update_job {
     rg_train_tensor *t;
     const rg_optim_step *s;
     float fp[8];        // the row kernel's scalars, computed once in double and cast (§2.6)
-    float sgd_mom;      // μ as f32
     int64_t n_chunks;
 } update_job;
-
-// SGD with momentum (§1.3 canonical f32, dampening 0, no nesterov):
-//   g = grad*clip; g = fma(wd, theta, g); b = (t == 1) ? g : fma(1, g, mu*b); theta = fma(-lr, b, theta)
-static void sgd_momentum_row(float *out, const float *theta, const float *grad, float *b, int64_t n, const float fp[8],
-                             float mu, int64_t t) {
-    const float lr = fp[0], wd = fp[1], clip = fp[2];
-    for (int64_t i = 0; i < n; i++) {
-        float g = grad[i];
-        const float th = theta[i];
-        if (clip != 1.0f) g = g * clip;
-        if (wd != 0.0f) g = fmaf(wd, th, g);
-        const float bi = t == 1 ? g : fmaf(1.0f, g, mu * b[i]);
-        b[i] = bi;
-        out[i] = fmaf(-lr, bi, th);
-    }
-}
 
 static void update_range(void *p, int ith, int nth) {
     update_job *j = p;
@@ -112,7 +95,7 @@ static void update_range(void *p, int ith, int nth) {
         float *th = rg_optim_theta(t->type, t->w, t->master, i0, n, theta);
         const float *g = t->grad + i0;
         if (s->optimizer == 0) rg_adamw_row(th, th, g, t->m + i0, t->v + i0, n, j->fp);
-        else if (t->m) sgd_momentum_row(th, th, g, t->m + i0, n, j->fp, j->sgd_mom, s->t);
+        else if (t->m) rg_sgd_momentum_row(th, th, g, t->m + i0, n, j->fp);  // the graph op's row (ops_optim.c)
         else rg_sgd_row(th, th, g, n, j->fp);
         rg_optim_store(t->type, t->w, i0, th, n, t->master != NULL, s->seed, (uint32_t)s->t, t->id);
     }
@@ -145,7 +128,8 @@ rg_status rg_optim_apply(rg_train_tensor *ts, int n, const rg_optim_step *s, rg_
             j.fp[0] = (float)s->lr;
             j.fp[1] = (float)wd;
             j.fp[2] = s->clip;
-            j.sgd_mom = (float)s->momentum;
+            j.fp[3] = (float)s->momentum;
+            j.fp[4] = s->t == 1 ? 1.0f : 0.0f;  // the first step: b = g
         }
         if (j.n_chunks > 1) rg_threadpool_run(pool, update_range, &j);
         else update_range(&j, 0, 1);

@@ -20,8 +20,8 @@
 // double on the host, against the CPU's double blocks), so runs agree with the CPU's within
 // roundoff, not bit for bit. F16/BF16 weights are stored back by the same stochastic
 // rounding (keyed by seed, step, tensor id, element) or master-weight RNE as the host step,
-// so given the same gradients the stored weights are the same bits. SGD with momentum has
-// no graph op yet and is refused with the reason.
+// so given the same gradients the stored weights are the same bits. SGD with momentum keeps
+// its heavy-ball buffer (the host's t->m) on the device, updated by the SGD node in place.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,19 +42,6 @@ typedef struct rg_train_device {
     int seg_norms, seg_upd;    // node indices ending the first two segments
     float *sq_host;            // [n_tensors]
 } rg_train_device;
-
-static rg_status refuse(const char *what, rg_error *err) {
-    return rg_fail(err, RG_ERR_UNSUPPORTED,
-                   "train --device cuda: %s is not trained on the device yet (AdamW, and SGD without momentum, "
-                   "are); use --device cpu",
-                   what);
-}
-
-rg_status rg_train_device_check(const rg_train_state *s, rg_error *err) {
-    const rg_train_config *c = &s->cfg;
-    if (c->optimizer == RG_OPTIM_SGD && c->momentum != 0.0) return refuse("SGD with momentum", err);
-    return RG_OK;
-}
 
 // acc_k += grad_k at the end of the step graph, into the accumulator leaves (grad_bufs).
 rg_status rg_train_device_add_accumulation(rg_train_state *s, rg_error *err) {
@@ -98,6 +85,9 @@ static rg_status build_optimizer(rg_train_state *s, rg_train_device *d, rg_error
             d->upd[k] = is_half ? rg_adamw_half(g, w, acc[k], m, v, &one, &half) : rg_adamw(g, w, acc[k], m, v, &one);
         } else {
             d->upd[k] = is_half ? rg_sgd_half(g, w, acc[k], 0.0f, 0.0f, 1.0f, &half) : rg_sgd(g, w, acc[k], 0.0f, 0.0f, 1.0f);
+            if (s->cfg.momentum != 0.0)  // the heavy-ball buffer: the host step's t->m, resident like AdamW's moments
+                rg_sgd_momentum(g, d->upd[k], rg_leaf(g, "sgd_buf", RG_TYPE_F32, t->n_dims, t->ne, t->m),
+                                (float)s->cfg.momentum);
         }
         if (d->upd[k]) d->upd[k]->flags |= RG_NODE_OUTPUT;
     }
@@ -196,6 +186,7 @@ rg_status rg_train_device_update(rg_train_state *s, const rg_optim_step *os, rg_
             u->fp[6] = (float)sqrt(bc2), u->fp[7] = os->clip;
         } else {
             u->fp[0] = (float)os->lr, u->fp[1] = (float)wd, u->fp[2] = os->clip;
+            u->fp[3] = (float)os->momentum, u->fp[4] = os->t == 1 ? 1.0f : 0.0f;  // as rg_optim_apply sets them
         }
         u->ip[1] = (int64_t)(uint32_t)os->t;  // the SR key's step (half weights; unused for F32)
     }

@@ -365,7 +365,7 @@ rg_status rg_train_state_create_on(rg_train_state **out, const rg_model *m, cons
     }
     if (device != RG_DEVICE_CPU) {
         for (int k = 0; k < s->n_tensors; k++) memset(s->grad_bufs[k], 0, (size_t)s->tensors[k].nel * 4);
-        if ((st = rg_train_device_check(s, err)) || (st = rg_train_device_add_accumulation(s, err)) ||
+        if ((st = rg_train_device_add_accumulation(s, err)) ||
             (st = rg_train_device_create(s, device, err))) {
             rg_train_state_free(s);
             return st;

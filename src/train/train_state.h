@@ -134,7 +134,6 @@ void rg_train_state_set_profile(rg_train_state *s, rg_exec_profile *p);
 void rg_train_state_exec_stats(const rg_train_state *s, rg_exec_stats *step, rg_exec_stats *optim);
 
 // train_device.c's side of the state (internal).
-rg_status rg_train_device_check(const rg_train_state *s, rg_error *err);
 rg_status rg_train_device_add_accumulation(rg_train_state *s, rg_error *err);
 rg_status rg_train_device_create(rg_train_state *s, rg_device device, rg_error *err);
 void rg_train_device_free(rg_train_state *s);
