@@ -47,6 +47,7 @@
 #include <string.h>
 
 #include "base/rng.h"
+#include "cpu/ssm_math.h"
 #include "cuda/cuda.h"
 #include "graph/backend.h"
 #include "graph/exec.h"
@@ -100,6 +101,7 @@ typedef struct op_entry {
     ref_fn ref_fd;   // NULL: ref
     int metric;
     double fwd_tol;
+    bool cuda_bits;  // the CUDA kernel makes the CPU's operations in its order: cuda_parity wants equal bits
 } op_entry;
 
 static bool quick(void) {
@@ -1459,6 +1461,8 @@ static void ref_attn_decode(const tcase *c, double *const *x, double *y) {
     free(p);
 }
 
+#include "ops_ssm_rows.h"
+
 // ---------------------------------------------------------------------------
 // The table: one row per op (u = 2^-24, the f32 unit roundoff).
 //   types, case generator, builder, reference, FD reference, error measure, bound
@@ -1512,6 +1516,13 @@ static const op_entry entries[RG_OP_COUNT] = {
     [RG_OP_LINEAR_CE_BACK] = {T_LCE, gen_linear_ce_back, build_linear_ce_back, ref_linear_ce_back, NULL, M_NORM, 2e-6},
     // attention over a KV cache: f32 dot products of Dh <= 64 and n_kv <= 150 terms (the weights sum to 1), the 2-ulp exp
     [RG_OP_ATTN_DECODE] = {T_ATTN, gen_attn_decode, build_attn_decode, ref_attn_decode, NULL, M_NORM, 1e-5},
+    // the state-space family (ops_ssm_rows.h): the conv's f32 sums of K <= 8 products (dc in double): (K-1) u;
+    // step, decay, slope: one rounding of a double value; the scan: f32 recurrences over T <= 70 tokens
+    [RG_OP_SSM_CONV] = {T_F32, gen_ssm_conv, build_ssm_conv, ref_ssm_conv, NULL, M_ABS, 1e-6, true},
+    [RG_OP_SSM_CONV_BACK] = {T_F32, gen_ssm_conv_back, build_ssm_conv_back, ref_ssm_conv_back, NULL, M_ABS, 1e-6, true},
+    [RG_OP_SSM_DT] = {T_F32, gen_ssm_dt, build_ssm_dt, ref_ssm_dt, NULL, M_ELEM, 2.4e-7, true},
+    [RG_OP_SSM_SCAN] = {T_F32, gen_ssm_scan, build_ssm_scan, ref_ssm_scan, NULL, M_NORM, 2e-6, true},
+    [RG_OP_SSM_SCAN_BACK] = {T_F32, gen_ssm_scan_back, build_ssm_scan_back, ref_ssm_scan_back, NULL, M_NORM, 2e-6, true},
 };
 
 // ---------------------------------------------------------------------------
@@ -1953,7 +1964,8 @@ static void test_cuda_parity(void) {
     X(view, VIEW) X(permute, PERMUTE) X(transpose, TRANSPOSE) X(view_back, VIEW_BACK) X(cont, CONT) X(cpy, CPY)    \
     X(cross_entropy_loss, CROSS_ENTROPY_LOSS) X(cross_entropy_loss_back, CROSS_ENTROPY_LOSS_BACK)                  \
     X(adamw, ADAMW) X(sgd, SGD) X(cpy_into, CPY_INTO) X(linear_ce, LINEAR_CE) X(linear_ce_back, LINEAR_CE_BACK) \
-    X(attn_decode, ATTN_DECODE)
+    X(attn_decode, ATTN_DECODE) X(ssm_conv, SSM_CONV) X(ssm_conv_back, SSM_CONV_BACK) X(ssm_dt, SSM_DT)             \
+    X(ssm_scan, SSM_SCAN) X(ssm_scan_back, SSM_SCAN_BACK)
 
 #define X_FN(lc, UC) \
     static void test_##lc(void) { run_op(RG_OP_##UC); }
@@ -2064,7 +2076,8 @@ static void test_linear_ce_unfused(void) {
 }
 
 #define X_CASE(lc, UC) {#lc, test_##lc},
-static const rg_test_case cases[] = {RG_TEST(test_table), OP_LIST(X_CASE) RG_TEST(test_linear_ce_unfused),
-                                     RG_TEST(test_cuda_parity), {0}};
+static const rg_test_case cases[] = {RG_TEST(test_table),          OP_LIST(X_CASE) RG_TEST(test_linear_ce_unfused),
+                                     RG_TEST(test_ssm_scan_sequential), RG_TEST(test_ssm_errors),
+                                     RG_TEST(test_cuda_parity),          {0}};
 
 int main(int argc, char **argv) { return rg_test_run(argc, argv, cases); }
