@@ -1794,7 +1794,8 @@ static void run_op(rg_op op) {
 // the gradients of the same loss as "bwd" (the backward graph runs on the device too)
 // against the CPU's within BWD_TOL. One table line per row. An (op, type) the CUDA column
 // does not take is a MISSING row and fails the suite: every op must have a CUDA kernel
-// for every type the CPU accepts, except quantized weights (a later issue).
+// for every type the CPU accepts, except quantized weights (a later issue). Rows marked
+// cuda_bits must also give the CPU's bits exactly.
 
 static bool is_quantized(uint32_t t) { return rg_type_get(t)->quantized; }
 
@@ -1833,6 +1834,12 @@ static void parity_line(const char *op, const tcase *c, const char *check, doubl
     printf("    %-24s %-28s %-4s max|d| %-9.2e err %-9.2e tol %-8.1e %s%s\n", op, c->label, check, abs_err, err, tol,
            ok ? "ok" : "FAIL", note);
     RG_CHECK(ok, "cuda %s %s %s: %.3e exceeds %.1e", op, c->label, check, err, tol);
+}
+
+// An op whose CUDA kernel makes the CPU's operations in its order (op_entry.cuda_bits) must
+// give the CPU's bits, within its tolerance or not.
+static void parity_bits(const op_entry *e, const char *op, const tcase *c, const char *check, double max_diff) {
+    if (e->cuda_bits) RG_CHECK(max_diff == 0, "cuda %s %s %s: not the CPU's bits (max|d| %.3e)", op, c->label, check, max_diff);
 }
 
 static double max_abs_diff(const double *a, const double *b, int64_t n) {
@@ -1890,8 +1897,10 @@ static void parity_case(rg_op op, const op_entry *e, tcase *c, void *arg) {
         const double fe = fwd_error(e->metric, gpu, cpu, ref, mag, n);
         char note[64] = "";
         if (st_gpu.nodes_fallback) snprintf(note, sizeof note, " (%d nodes fell back)", st_gpu.nodes_fallback);
-        parity_line(name, c, "fwd", max_abs_diff(gpu, cpu, n), fe, tol, note);
+        const double d = max_abs_diff(gpu, cpu, n);
+        parity_line(name, c, "fwd", d, fe, tol, note);
         tally->failed += !(fe <= tol);
+        parity_bits(e, name, c, "fwd", d);
     }
     for (int k = 0; k < MAX_IN; k++) free(ax[k]);
     free(cpu), free(gpu), free(ref), free(mag);
@@ -1929,6 +1938,7 @@ static void parity_case(rg_op op, const op_entry *e, tcase *c, void *arg) {
         if (st_gpu.nodes_fallback) snprintf(note, sizeof note, " (%d nodes fell back)", st_gpu.nodes_fallback);
         parity_line(name, c, "bwd", d, be, BWD_TOL, note);
         tally->failed += !(be <= BWD_TOL);
+        parity_bits(e, name, c, "bwd", d);
     }
     free(gc), free(gg), free(wf);
     rg_graph_free(g);

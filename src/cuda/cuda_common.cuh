@@ -57,9 +57,11 @@ extern "C" {
 //   ops_norm.cu         RMS_NORM(_BACK), ROPE(_BACK), SOFT_MAX_BACK, CROSS_ENTROPY_LOSS(_BACK),
 //                       ATTN_DECODE
 //   ops_train.cu        OUT_PROD, LINEAR_CE(_BACK), ADAMW, SGD
+//   ops_ssm.cu          SSM_CONV(_BACK), SSM_DT, SSM_SCAN(_BACK)
 void rg_cu_register_elementwise(rg_op_col *col);
 void rg_cu_register_norm(rg_op_col *col);
 void rg_cu_register_train(rg_op_col *col);
+void rg_cu_register_ssm(rg_op_col *col);
 
 // The context of the backend running a node (its kernels get rg_exec_ctx from the executor).
 static inline rg_cuda_ctx *rg_cu_ctx(const rg_exec_ctx *c) { return (rg_cuda_ctx *)c->backend->impl; }
@@ -113,6 +115,24 @@ rg_status rg_cublas_fail(rg_error *err, const struct rg_node *n, const char *cal
         rg_status rg_s_ = (expr);       \
         if (rg_s_ != RG_OK) return rg_s_; \
     } while (0)
+
+// The executor's device scratch for node n: at least `bytes` (the cell's work size), or an error.
+static inline rg_status rg_cu_scratch(const rg_exec_ctx *c, const rg_node *n, size_t bytes, void **out, rg_error *err) {
+    if (!c->scratch || c->scratch_size < bytes)
+        return rg_fail(err, RG_ERR_ARG, "cuda %s '%s': device scratch of %zu bytes is below the %zu needed",
+                       rg_op_name(n->op), n->t.name, c->scratch ? c->scratch_size : (size_t)0, bytes);
+    *out = c->scratch;
+    return RG_OK;
+}
+
+// A cell that sets the device, then queues run_<fn_>(ctx, c, n, err)'s work (the executor
+// synchronizes where host code needs the bytes). For a family file's anonymous namespace.
+#define RG_CU_CELL(fn_)                                               \
+    rg_status cell_##fn_(rg_exec_ctx *c, rg_node *n, rg_error *err) { \
+        rg_cuda_ctx *ctx = rg_cu_ctx(c);                              \
+        CU_TRY(cudaSetDevice(ctx->device));                           \
+        return run_##fn_(ctx, c, n, err);                             \
+    }
 
 // A device buffer of at least `bytes` in pool slot `slot` (grown, never shrunk).
 rg_status rg_cuda_pool_get(rg_cuda_ctx *ctx, int slot, size_t bytes, void **out, const struct rg_node *n,

@@ -46,6 +46,7 @@
 #define rg_cu_register_elementwise RG_CUDA_TWIN(register_elementwise)
 #define rg_cu_register_norm RG_CUDA_TWIN(register_norm)
 #define rg_cu_register_train RG_CUDA_TWIN(register_train)
+#define rg_cu_register_ssm RG_CUDA_TWIN(register_ssm)
 #endif
 
 #include "cuda/cuda.h"
