@@ -263,6 +263,11 @@ enum { RG_SSM_CONV_Y = 0, RG_SSM_CONV_STATE = 1 };
 enum { RG_SSM_CONV_BACK_DX = 0, RG_SSM_CONV_BACK_DSTATE = 1, RG_SSM_CONV_BACK_DC = 2 };
 enum { RG_SSM_SCAN_Y = 0, RG_SSM_SCAN_STATE = 1 };
 enum { RG_SSM_SCAN_BACK_DXBC = 0, RG_SSM_SCAN_BACK_DDT = 1, RG_SSM_SCAN_BACK_DA = 2, RG_SSM_SCAN_BACK_DSTATE = 3 };
+// How the layers use them (no model code yet): LFM2's short conv (architectures.md §2.5) is
+// Z = C ⊙ part 0 of ssm_conv(B ⊙ X, conv.weight, state, seg); Mamba-2 (§3.3) is xBC' =
+// silu(part 0 of ssm_conv(xBC, conv1d.weight, state, seg) + conv1d.bias), then
+// y = part 0 of ssm_scan(xBC', dt_raw + dt_bias, ssm_a, state, seg) + x ⊙ ssm_d, then the
+// gate and the grouped norm. Part 1 of either op is the next chunk's state.
 
 // Optimizer steps, in place on a parameter (the node aliases its bytes).
 // The host computes the per-step scalars in double (training.md §1.2); see the
