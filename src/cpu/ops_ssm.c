@@ -181,6 +181,8 @@ rg_status cpu_ssm_conv_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
         return rg_fail(err, RG_ERR_ARG, "ssm_conv_back '%s': d must be contiguous, the forward's %lld values", n->t.name,
                        (long long)pf.total);
     const rg_tensor *x = &n->src[1]->t;
+    if (x->nb[0] != sizeof(float) && x->ne[0] > 1)
+        return rg_fail(err, RG_ERR_ARG, "ssm_conv_back '%s': x needs packed rows", n->t.name);
     conv_job j = {.x = x, .c = n->src[2]->t.data, .state = n->src[3] ? n->src[3]->t.data : NULL, .seg = n->src[4],
                   .C = x->ne[0], .T = x->ne[1], .S = x->ne[2], .K = n->src[2]->t.ne[0]};
     const float *d = n->src[0]->t.data;
