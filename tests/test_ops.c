@@ -47,6 +47,7 @@
 #include <string.h>
 
 #include "base/rng.h"
+#include "cpu/ssm_math.h"
 #include "cuda/cuda.h"
 #include "graph/backend.h"
 #include "graph/exec.h"
@@ -100,6 +101,7 @@ typedef struct op_entry {
     ref_fn ref_fd;   // NULL: ref
     int metric;
     double fwd_tol;
+    bool cuda_bits;  // the CUDA kernel makes the CPU's operations in its order: cuda_parity wants equal bits
 } op_entry;
 
 static bool quick(void) {
@@ -1482,6 +1484,8 @@ static void ref_attn_decode(const tcase *c, double *const *x, double *y) {
     free(p);
 }
 
+#include "ops_ssm_rows.h"
+
 // ---------------------------------------------------------------------------
 // The table: one row per op (u = 2^-24, the f32 unit roundoff).
 //   types, case generator, builder, reference, FD reference, error measure, bound
@@ -1535,6 +1539,13 @@ static const op_entry entries[RG_OP_COUNT] = {
     [RG_OP_LINEAR_CE_BACK] = {T_LCE, gen_linear_ce_back, build_linear_ce_back, ref_linear_ce_back, NULL, M_NORM, 2e-6},
     // attention over a KV cache: f32 dot products of Dh <= 64 and n_kv <= 150 terms (the weights sum to 1), the 2-ulp exp
     [RG_OP_ATTN_DECODE] = {T_ATTN, gen_attn_decode, build_attn_decode, ref_attn_decode, NULL, M_NORM, 1e-5},
+    // the state-space family (ops_ssm_rows.h): the conv's f32 sums of K <= 8 products (dc in double): (K-1) u;
+    // step, decay, slope: one rounding of a double value; the scan: f32 recurrences over T <= 70 tokens
+    [RG_OP_SSM_CONV] = {T_F32, gen_ssm_conv, build_ssm_conv, ref_ssm_conv, NULL, M_ABS, 1e-6, true},
+    [RG_OP_SSM_CONV_BACK] = {T_F32, gen_ssm_conv_back, build_ssm_conv_back, ref_ssm_conv_back, NULL, M_ABS, 1e-6, true},
+    [RG_OP_SSM_DT] = {T_F32, gen_ssm_dt, build_ssm_dt, ref_ssm_dt, NULL, M_ELEM, 2.4e-7, true},
+    [RG_OP_SSM_SCAN] = {T_F32, gen_ssm_scan, build_ssm_scan, ref_ssm_scan, NULL, M_NORM, 2e-6, true},
+    [RG_OP_SSM_SCAN_BACK] = {T_F32, gen_ssm_scan_back, build_ssm_scan_back, ref_ssm_scan_back, NULL, M_NORM, 2e-6, true},
 };
 
 // ---------------------------------------------------------------------------
@@ -1806,7 +1817,8 @@ static void run_op(rg_op op) {
 // the gradients of the same loss as "bwd" (the backward graph runs on the device too)
 // against the CPU's within BWD_TOL. One table line per row. An (op, type) the CUDA column
 // does not take is a MISSING row and fails the suite: every op must have a CUDA kernel
-// for every type the CPU accepts, except quantized weights (a later issue).
+// for every type the CPU accepts, except quantized weights (a later issue). Rows marked
+// cuda_bits must also give the CPU's bits exactly.
 
 static bool is_quantized(uint32_t t) { return rg_type_get(t)->quantized; }
 
@@ -1845,6 +1857,12 @@ static void parity_line(const char *op, const tcase *c, const char *check, doubl
     printf("    %-24s %-28s %-4s max|d| %-9.2e err %-9.2e tol %-8.1e %s%s\n", op, c->label, check, abs_err, err, tol,
            ok ? "ok" : "FAIL", note);
     RG_CHECK(ok, "cuda %s %s %s: %.3e exceeds %.1e", op, c->label, check, err, tol);
+}
+
+// An op whose CUDA kernel makes the CPU's operations in its order (op_entry.cuda_bits) must
+// give the CPU's bits, within its tolerance or not.
+static void parity_bits(const op_entry *e, const char *op, const tcase *c, const char *check, double max_diff) {
+    if (e->cuda_bits) RG_CHECK(max_diff == 0, "cuda %s %s %s: not the CPU's bits (max|d| %.3e)", op, c->label, check, max_diff);
 }
 
 static double max_abs_diff(const double *a, const double *b, int64_t n) {
@@ -1917,9 +1935,11 @@ static void parity_case(rg_op op, const op_entry *e, tcase *c, void *arg) {
         const double fe = fwd_error(e->metric, gpu, cpu, ref, mag, n);
         char note[96] = "";
         if (st_gpu.nodes_fallback) snprintf(note, sizeof note, " (%d nodes fell back)", st_gpu.nodes_fallback);
+        const double d = max_abs_diff(gpu, cpu, n);
         if (unit) snprintf(note + strlen(note), sizeof note - strlen(note), " (tensor path, u %.1e)", unit);
-        parity_line(name, c, "fwd", max_abs_diff(gpu, cpu, n), fe, tol, note);
+        parity_line(name, c, "fwd", d, fe, tol, note);
         tally->failed += !(fe <= tol);
+        parity_bits(e, name, c, "fwd", d);
     }
     for (int k = 0; k < MAX_IN; k++) free(ax[k]);
     free(cpu), free(gpu), free(ref), free(mag);
@@ -1958,6 +1978,7 @@ static void parity_case(rg_op op, const op_entry *e, tcase *c, void *arg) {
         if (unit) snprintf(note + strlen(note), sizeof note - strlen(note), " (tensor path, u %.1e)", unit);
         parity_line(name, c, "bwd", d, be, bwd_tol, note);
         tally->failed += !(be <= bwd_tol);
+        parity_bits(e, name, c, "bwd", d);
     }
     free(gc), free(gg), free(wf);
     rg_graph_free(g);
@@ -1997,7 +2018,8 @@ static void test_cuda_parity(void) {
     X(view, VIEW) X(permute, PERMUTE) X(transpose, TRANSPOSE) X(view_back, VIEW_BACK) X(cont, CONT) X(cpy, CPY)    \
     X(cross_entropy_loss, CROSS_ENTROPY_LOSS) X(cross_entropy_loss_back, CROSS_ENTROPY_LOSS_BACK)                  \
     X(adamw, ADAMW) X(sgd, SGD) X(cpy_into, CPY_INTO) X(linear_ce, LINEAR_CE) X(linear_ce_back, LINEAR_CE_BACK) \
-    X(attn_decode, ATTN_DECODE)
+    X(attn_decode, ATTN_DECODE) X(ssm_conv, SSM_CONV) X(ssm_conv_back, SSM_CONV_BACK) X(ssm_dt, SSM_DT)             \
+    X(ssm_scan, SSM_SCAN) X(ssm_scan_back, SSM_SCAN_BACK)
 
 #define X_FN(lc, UC) \
     static void test_##lc(void) { run_op(RG_OP_##UC); }
@@ -2108,7 +2130,8 @@ static void test_linear_ce_unfused(void) {
 }
 
 #define X_CASE(lc, UC) {#lc, test_##lc},
-static const rg_test_case cases[] = {RG_TEST(test_table), OP_LIST(X_CASE) RG_TEST(test_linear_ce_unfused),
-                                     RG_TEST(test_cuda_parity), {0}};
+static const rg_test_case cases[] = {RG_TEST(test_table),          OP_LIST(X_CASE) RG_TEST(test_linear_ce_unfused),
+                                     RG_TEST(test_ssm_scan_sequential), RG_TEST(test_ssm_errors),
+                                     RG_TEST(test_cuda_parity),          {0}};
 
 int main(int argc, char **argv) { return rg_test_run(argc, argv, cases); }

@@ -85,5 +85,14 @@ int64_t rg_linear_ce_chunk(const rg_node *n, int64_t V, int64_t T);
 // ops_attn_decode.c: ATTN_DECODE, attention of new queries against a KV cache (generation)
 rg_status cpu_attn_decode(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 size_t cpu_attn_decode_work(const rg_node *n, int n_threads);
+// ops_ssm.c: SSM_CONV(_BACK), SSM_DT; ops_ssm_scan.c: SSM_SCAN(_BACK) (graph.h, the state-space family)
+rg_status cpu_ssm_conv(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+rg_status cpu_ssm_conv_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+size_t cpu_ssm_conv_back_work(const rg_node *n, int n_threads);
+rg_status cpu_ssm_dt(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+rg_status cpu_ssm_scan(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+size_t cpu_ssm_scan_work(const rg_node *n, int n_threads);
+rg_status cpu_ssm_scan_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+size_t cpu_ssm_scan_back_work(const rg_node *n, int n_threads);
 
 #endif

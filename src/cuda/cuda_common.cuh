@@ -76,9 +76,11 @@ __device__ static inline void rg_cu_unravel4(int64_t i, const int64_t ne[4], int
 //   ops_norm.cu         RMS_NORM(_BACK), ROPE(_BACK), SOFT_MAX_BACK, CROSS_ENTROPY_LOSS(_BACK),
 //                       ATTN_DECODE
 //   ops_train.cu        OUT_PROD, LINEAR_CE(_BACK), ADAMW, SGD
+//   ops_ssm.cu          SSM_CONV(_BACK), SSM_DT, SSM_SCAN(_BACK)
 void rg_cu_register_elementwise(rg_op_col *col);
 void rg_cu_register_norm(rg_op_col *col);
 void rg_cu_register_train(rg_op_col *col);
+void rg_cu_register_ssm(rg_op_col *col);
 
 // The context of the backend running a node (its kernels get rg_exec_ctx from the executor).
 static inline rg_cuda_ctx *rg_cu_ctx(const rg_exec_ctx *c) { return (rg_cuda_ctx *)c->backend->impl; }
@@ -147,6 +149,24 @@ rg_status rg_cu_gemm_half(rg_cuda_ctx *ctx, const struct rg_node *n, cublasOpera
                           int64_t m, int64_t nn, int64_t k, const void *A, int64_t lda, int64_t sa, const void *B,
                           int64_t ldb, int64_t sb, float *C, int64_t ldc, int64_t sc, int64_t batch, uint32_t type,
                           rg_error *err);
+
+// The executor's device scratch for node n: at least `bytes` (the cell's work size), or an error.
+static inline rg_status rg_cu_scratch(const rg_exec_ctx *c, const rg_node *n, size_t bytes, void **out, rg_error *err) {
+    if (!c->scratch || c->scratch_size < bytes)
+        return rg_fail(err, RG_ERR_ARG, "cuda %s '%s': device scratch of %zu bytes is below the %zu needed",
+                       rg_op_name(n->op), n->t.name, c->scratch ? c->scratch_size : (size_t)0, bytes);
+    *out = c->scratch;
+    return RG_OK;
+}
+
+// A cell that sets the device, then queues run_<fn_>(ctx, c, n, err)'s work (the executor
+// synchronizes where host code needs the bytes). For a family file's anonymous namespace.
+#define RG_CU_CELL(fn_)                                               \
+    rg_status cell_##fn_(rg_exec_ctx *c, rg_node *n, rg_error *err) { \
+        rg_cuda_ctx *ctx = rg_cu_ctx(c);                              \
+        CU_TRY(cudaSetDevice(ctx->device));                           \
+        return run_##fn_(ctx, c, n, err);                             \
+    }
 
 // A device buffer of at least `bytes` in pool slot `slot` (grown, never shrunk).
 rg_status rg_cuda_pool_get(rg_cuda_ctx *ctx, int slot, size_t bytes, void **out, const struct rg_node *n,

@@ -48,6 +48,7 @@
 #define rg_cu_register_train RG_CUDA_TWIN(register_train)
 #define rg_cu_narrow RG_CUDA_TWIN(narrow)
 #define rg_cu_gemm_half RG_CUDA_TWIN(gemm_half)
+#define rg_cu_register_ssm RG_CUDA_TWIN(register_ssm)
 #endif
 
 #include "cuda/cuda.h"

@@ -435,15 +435,6 @@ row_geom geom_of(const rg_tensor *t) {
 
 const float *f32_at(const rg_node *s) { return (const float *)s->t.data; }
 
-// The executor's device scratch for this node: at least `bytes` (the cell's work size).
-rg_status scratch_of(const rg_exec_ctx *c, const rg_node *n, size_t bytes, void **out, rg_error *err) {
-    if (!c->scratch || c->scratch_size < bytes)
-        return rg_fail(err, RG_ERR_ARG, "cuda %s '%s': device scratch of %zu bytes is below the %zu needed",
-                       rg_op_name(n->op), n->t.name, c->scratch ? c->scratch_size : (size_t)0, bytes);
-    *out = c->scratch;
-    return RG_OK;
-}
-
 rg_status run_rms_norm(rg_cuda_ctx *ctx, const rg_exec_ctx *c, const rg_node *n, rg_error *err) {
     (void)c;
     const rg_tensor *x = &n->src[0]->t;
@@ -476,7 +467,7 @@ rg_status run_rope(rg_cuda_ctx *ctx, const rg_exec_ctx *c, const rg_node *n, rg_
     float *cs = NULL;
     if (half > 0) {
         void *p = NULL;
-        RG_TRY(scratch_of(c, n, rope_work(n, 1), &p, err));
+        RG_TRY(rg_cu_scratch(c, n, rope_work(n, 1), &p, err));
         cs = (float *)p;
         const float sign = n->op == RG_OP_ROPE_BACK ? -1.0f : 1.0f;
         RG_LAUNCH(rope_table_kernel, blocks_for(T * half, NORM_THREADS), NORM_THREADS, 0, ctx->stream,
@@ -513,7 +504,7 @@ rg_status run_cross_entropy_loss(rg_cuda_ctx *ctx, const rg_exec_ctx *c, const r
     const int64_t V = z->ne[0], T = rg_tensor_nrows(z);
     const int32_t *labels = (const int32_t *)n->src[1]->t.data, ignore = (int32_t)n->ip[0];
     void *terms = NULL;
-    RG_TRY(scratch_of(c, n, ce_work(n, 1), &terms, err));
+    RG_TRY(rg_cu_scratch(c, n, ce_work(n, 1), &terms, err));
     RG_LAUNCH(ce_rows_kernel, blocks_for(T, 1), row_threads(V), 0, ctx->stream, f32_at(n->src[0]), geom_of(z), labels,
               ignore, V, T, (double *)terms);
     CU_LAUNCHED();
@@ -530,7 +521,7 @@ rg_status run_cross_entropy_loss_back(rg_cuda_ctx *ctx, const rg_exec_ctx *c, co
     const int64_t V = z->ne[0], T = rg_tensor_nrows(z);
     const int32_t *labels = (const int32_t *)n->src[2]->t.data, ignore = (int32_t)n->ip[0];
     void *coef = NULL;
-    RG_TRY(scratch_of(c, n, ce_work(n, 1), &coef, err));
+    RG_TRY(rg_cu_scratch(c, n, ce_work(n, 1), &coef, err));
     const rg_node_params *prm;
     RG_TRY(rg_cu_params(c, n, &prm, err));
     RG_LAUNCH(ce_coef_kernel, 1, NORM_THREADS, 0, ctx->stream, f32_at(n->src[0]), labels, ignore, V, T, prm,
@@ -557,7 +548,7 @@ rg_status run_attn_decode(rg_cuda_ctx *ctx, const rg_exec_ctx *c, const rg_node 
     const int64_t k_s1 = (int64_t)(k->nb[1] / es), k_s2 = (int64_t)(k->nb[2] / es);
     const int64_t v_s1 = (int64_t)(vt->nb[1] / es), v_s2 = (int64_t)(vt->nb[2] / es);
     void *p = NULL;
-    RG_TRY(scratch_of(c, n, attn_decode_work(n, 1), &p, err));
+    RG_TRY(rg_cu_scratch(c, n, attn_decode_work(n, 1), &p, err));
     float *part = (float *)p;
     const unsigned items = blocks_for(T * H * n_ch, 1);
     if (k->type == RG_TYPE_F16)
@@ -651,20 +642,14 @@ bool sup_attn_decode(const rg_node *n) {
            k->t.ne[3] == 1 && vt->t.ne[3] == 1;
 }
 
-// The cells: set the device, then queue the work (the executor synchronizes where host code needs bytes).
-#define NORM_CELL(fn_)                                                       \
-    rg_status cell_##fn_(rg_exec_ctx *c, rg_node *n, rg_error *err) {        \
-        rg_cuda_ctx *ctx = rg_cu_ctx(c);                                     \
-        CU_TRY(cudaSetDevice(ctx->device));                                  \
-        return run_##fn_(ctx, c, n, err);                                    \
-    }
-NORM_CELL(rms_norm)
-NORM_CELL(rms_norm_back)
-NORM_CELL(rope)
-NORM_CELL(soft_max_back)
-NORM_CELL(cross_entropy_loss)
-NORM_CELL(cross_entropy_loss_back)
-NORM_CELL(attn_decode)
+// The cells (cuda_common.cuh).
+RG_CU_CELL(rms_norm)
+RG_CU_CELL(rms_norm_back)
+RG_CU_CELL(rope)
+RG_CU_CELL(soft_max_back)
+RG_CU_CELL(cross_entropy_loss)
+RG_CU_CELL(cross_entropy_loss_back)
+RG_CU_CELL(attn_decode)
 
 }  // namespace
 

@@ -81,6 +81,16 @@ typedef enum rg_op {
                              // views of a KV cache) -> [Dh, H, T] f32: softmax(fp[0] * q.k_j) weighted sum of v_j per
                              // head, causal (query t sees keys j <= n_kv - T + t), head h reads kv head h / (H / Hkv).
                              // Inference only (no backward): the KV-cached path of forward.c
+    // The state-space family (Mamba-2's xBC conv and selective scan, LFM2's short conv); packed
+    // outputs (graph/pack.h) and their views: rg_ssm_* below, with the shapes and the rules.
+    RG_OP_SSM_CONV,          // (x [C, T, S], c [K, C], state [C, K-1, S] or NULL, seg I32 [T] or [T, S] or NULL)
+                             // -> packed [y [C, T, S], final state [C, K-1, S]]
+    RG_OP_SSM_CONV_BACK,     // (d like SSM_CONV's output, x, c, state or NULL, seg or NULL) -> packed [dx, dstate, dc]
+    RG_OP_SSM_DT,            // (dt [H, T, S], A [1, H] or [H], seg or NULL) -> [H, T, S, 3]: step, decay, slope
+    RG_OP_SSM_SCAN,          // (xBC [P*H + 2*G*N, T, S], dt [H, T, S], A, state [N, P, H, S] or NULL, seg or NULL)
+                             // ip: head_dim P, d_state N, n_group G -> packed [y [P, H, T, S], final state [N, P, H, S]]
+    RG_OP_SSM_SCAN_BACK,     // (d like SSM_SCAN's output, xBC, SSM_DT's output, A, state or NULL) ip as SSM_SCAN
+                             // -> packed [dxBC, ddt [H, T, S], dA (A's shape), dstate [N, P, H, S]]
     RG_OP_COUNT,
 } rg_op;
 
@@ -188,6 +198,79 @@ rg_node *rg_linear_ce_back_dw(rg_graph *g, rg_node *back);
 // scores, scale, causal mask, softmax and weighted sum of MUL_MAT, SOFT_MAX,
 // MUL_MAT. Returns [Dh, H, T]. No gradient.
 rg_node *rg_attn_decode(rg_graph *g, rg_node *q, rg_node *k, rg_node *vt, float scale);
+
+// ---------------------------------------------------------------------------
+// The state-space family (architectures.md §2.5, §3.3-3.7; training.md §8). Names: C
+// channels (d_inner, Mamba-2's conv_dim), T tokens per sequence, S sequences (n_seqs),
+// K taps (d_conv), H heads, P head_dim, N d_state, G n_group. All f32; seg I32.
+// A node with several results packs them in its one 1-D output (graph/pack.h), and
+// rg_ssm_part(g, node, i) is part i as a view (contiguous, the part's shape); the
+// gradients of the parts used downstream reach the packed node through the views.
+//
+// Documents (training.md §8.4): seg, when given, is a per-token document id, I32 [T]
+// (the same for every sequence) or [T, S]. Token t > 0 starts a document where
+// seg[t] != seg[t-1]; there the conv's taps and the scan's state before t are zero, so
+// nothing, forward or backward, crosses the boundary. The incoming state feeds only
+// the first document of the chunk (token 0 never starts one: a fresh sequence passes
+// a zero state, or NULL).
+//
+// SSM_CONV: the depthwise causal conv1d over a state prepended to the chunk, in x's own
+// layout (ggml's SSM_CONV reads concat(state, x^T) [K-1+T, C, S]; the same sums here):
+//   x      [C, T, S]    f32, packed rows (nb[0] = 4), any row strides (a view of zxbcdt)
+//   c      [K, C]       the kernel, ggml's layout: c[k, ch] at k + K*ch; K (d_conv) 2..8
+//   state  [C, K-1, S]  the K-1 columns of x before the chunk (the previous chunk's final
+//                       state as it is, no transpose), or NULL for zeros
+//   seg    I32 [T] or [T, S], or NULL
+// Let u(tau) = x[:, tau] for tau >= 0 and state[:, K-1+tau] for -(K-1) <= tau < 0. Then
+//   part 0  y [C, T, S]           y[ch, t] = sum_{k=0..K-1} c[k, ch] * u(t-(K-1)+k)[ch]
+//           (tap K-1 is the current token; in f32, k in order; no bias, no activation)
+//   part 1  state [C, K-1, S]     u(T-(K-1)+j) for j = 0..K-2: the last K-1 columns of
+//           concat(state, x), which feed the next chunk (generation); columns before the
+//           last document's start are 0.
+// With seg, a tap u(tau) of token t reads 0 when tau is before the document of t.
+rg_node *rg_ssm_conv(rg_graph *g, rg_node *x, rg_node *c, rg_node *state, rg_node *seg);
+// SSM_CONV_BACK: d is the gradient of the whole SSM_CONV output (y's and the final
+// state's); the other sources are the forward's. Packed: part 0 dx [C, T, S], part 1
+// dstate [C, K-1, S] (computed, as zeros' gradient, also when state is NULL), part 2
+// dc [K, C] (summed over tokens and sequences in double).
+rg_node *rg_ssm_conv_back(rg_graph *g, rg_node *d, rg_node *x, rg_node *c, rg_node *state, rg_node *seg);
+// SSM_DT: the per-token quantities of the scan (architectures.md §3.3 step 4, training.md
+// §8.2), made by the scan inside and by this op for its backward:
+//   dt [H, T, S]   with dt_bias already added (a broadcast ADD before the scan)
+//   A  [1, H] or [H]  (GGUF's ssm_a, A = -exp(A_log))
+// -> [H, T, S, 3]: [..., 0] step = softplus(dt) (dt itself above 20), [..., 1] decay =
+// exp(step * A) (0 at a document start), [..., 2] slope = d step / d dt = sigmoid(dt)
+// (1 above 20); each evaluated in double and rounded once. No gradient.
+rg_node *rg_ssm_dt(rg_graph *g, rg_node *dt, rg_node *A, rg_node *seg);
+// SSM_SCAN: Mamba-2's selective scan (ggml's SSM_SCAN for mamba2; softplus inside,
+// dt_bias and the D skip outside as ADD and MUL):
+//   xBC    [P*H + 2*G*N, T, S]  the conv's output as it is: x [P, H] (head h's lanes at
+//          h*P), then B [N, G], then C [N, G] per token; contiguous
+//   dt     [H, T, S] (dt_bias added);  A [1, H] or [H];  state [N, P, H, S] or NULL (zeros)
+// Head h uses group h / (H/G). Per head, with step, decay as SSM_DT's and S_{-1} = state:
+//   S_t[n, p] = decay_t * S_{t-1}[n, p] + B_t[n] * (x_t[p] * step_t)
+//   y_t[p]    = sum_n S_t[n, p] * C_t[n]          (f32, n in order)
+//   part 0  y [P, H, T, S] (without the D term);  part 1  the final state S_{T-1} [N, P, H, S]
+// Mamba-1's per-element A [N, H] is refused.
+rg_node *rg_ssm_scan(rg_graph *g, rg_node *xbc, rg_node *dt, rg_node *A, rg_node *state, rg_node *seg,
+                     int64_t head_dim, int64_t d_state, int64_t n_group);
+// SSM_SCAN_BACK (training.md §8.2, §8.4): d is the gradient of the whole SSM_SCAN output (y's
+// and the final state's), dta = rg_ssm_dt(dt, A, seg) of the forward's dt, A and seg. Packed:
+// part 0 dxBC (dx, then dB and dC summed over each group's heads), part 1 ddt [H, T, S],
+// part 2 dA (A's shape), part 3 dstate [N, P, H, S] (also when state is NULL).
+rg_node *rg_ssm_scan_back(rg_graph *g, rg_node *d, rg_node *xbc, rg_node *dta, rg_node *A, rg_node *state,
+                          int64_t head_dim, int64_t d_state, int64_t n_group);
+// Part i of an SSM_CONV, SSM_CONV_BACK, SSM_SCAN or SSM_SCAN_BACK node (graph/pack.h).
+rg_node *rg_ssm_part(rg_graph *g, rg_node *packed, int part);
+enum { RG_SSM_CONV_Y = 0, RG_SSM_CONV_STATE = 1 };
+enum { RG_SSM_CONV_BACK_DX = 0, RG_SSM_CONV_BACK_DSTATE = 1, RG_SSM_CONV_BACK_DC = 2 };
+enum { RG_SSM_SCAN_Y = 0, RG_SSM_SCAN_STATE = 1 };
+enum { RG_SSM_SCAN_BACK_DXBC = 0, RG_SSM_SCAN_BACK_DDT = 1, RG_SSM_SCAN_BACK_DA = 2, RG_SSM_SCAN_BACK_DSTATE = 3 };
+// How the layers use them (no model code yet): LFM2's short conv (architectures.md §2.5) is
+// Z = C ⊙ part 0 of ssm_conv(B ⊙ X, conv.weight, state, seg); Mamba-2 (§3.3) is xBC' =
+// silu(part 0 of ssm_conv(xBC, conv1d.weight, state, seg) + conv1d.bias), then
+// y = part 0 of ssm_scan(xBC', dt_raw + dt_bias, ssm_a, state, seg) + x ⊙ ssm_d, then the
+// gate and the grouped norm. Part 1 of either op is the next chunk's state.
 
 // Optimizer steps, in place on a parameter (the node aliases its bytes).
 // The host computes the per-step scalars in double (training.md §1.2); see the

@@ -3,6 +3,7 @@
 
 #include "base/error.h"
 #include "cpu/cpu_ops.h"
+#include "graph/pack.h"
 
 // Shorthands for backward rules: n is the node, dy its gradient.
 #define SRC(i) (n->src[i])
@@ -184,6 +185,32 @@ static rg_status bw_linear_ce(rg_graph *g, rg_node *n, rg_error *err) {
     return RG_OK;
 }
 
+// SSM_CONV (graph.h): SSM_CONV_BACK makes dx, dstate and dc from the gradient of the
+// whole packed output (y's and the final state's) in one pass (training.md §8.1).
+static rg_status bw_ssm_conv(rg_graph *g, rg_node *n, rg_error *err) {
+    if (!NEEDS(0) && !NEEDS(1) && !NEEDS(2)) return RG_OK;
+    rg_node *b = rg_ssm_conv_back(g, n->grad, SRC(0), SRC(1), SRC(2), SRC(3));
+    ADD_GRAD(0, rg_ssm_part(g, b, RG_SSM_CONV_BACK_DX));
+    ADD_GRAD(1, rg_ssm_part(g, b, RG_SSM_CONV_BACK_DC));
+    ADD_GRAD(2, rg_ssm_part(g, b, RG_SSM_CONV_BACK_DSTATE));
+    return RG_OK;
+}
+
+// SSM_SCAN: SSM_DT remakes the forward's step, decay (with the document resets) and
+// slope, and SSM_SCAN_BACK makes dxBC, ddt, dA and dstate from the gradient of the whole
+// packed output in one pass (training.md §8.2, §8.4). SSM_DT stands between them because
+// a node reads at most RG_MAX_SRC sources.
+static rg_status bw_ssm_scan(rg_graph *g, rg_node *n, rg_error *err) {
+    if (!NEEDS(0) && !NEEDS(1) && !NEEDS(2) && !NEEDS(3)) return RG_OK;
+    rg_node *dta = rg_ssm_dt(g, SRC(1), SRC(2), SRC(4));
+    rg_node *b = rg_ssm_scan_back(g, n->grad, SRC(0), dta, SRC(2), SRC(3), n->ip[0], n->ip[1], n->ip[2]);
+    ADD_GRAD(0, rg_ssm_part(g, b, RG_SSM_SCAN_BACK_DXBC));
+    ADD_GRAD(1, rg_ssm_part(g, b, RG_SSM_SCAN_BACK_DDT));
+    ADD_GRAD(2, rg_ssm_part(g, b, RG_SSM_SCAN_BACK_DA));
+    ADD_GRAD(3, rg_ssm_part(g, b, RG_SSM_SCAN_BACK_DSTATE));
+    return RG_OK;
+}
+
 static bool plain_f32(const rg_node *n) {
     for (int i = 0; i < RG_MAX_SRC; i++)
         if (n->src[i] && n->src[i]->t.type != RG_TYPE_F32 && n->src[i]->t.type != RG_TYPE_I32) return false;
@@ -258,4 +285,9 @@ const rg_op_def rg_op_defs[RG_OP_COUNT] = {
     [RG_OP_LINEAR_CE] = OP("linear_ce", 3, 3, cpu_linear_ce, cpu_linear_ce_work, any_types, bw_linear_ce, false),
     [RG_OP_LINEAR_CE_BACK] = OP("linear_ce_back", 3, 4, cpu_linear_ce_back, cpu_linear_ce_back_work, any_types, NULL, false),
     [RG_OP_ATTN_DECODE] = OP("attn_decode", 3, 3, cpu_attn_decode, cpu_attn_decode_work, attn_decode_types, NULL, false),
+    [RG_OP_SSM_CONV] = OP("ssm_conv", 2, 4, cpu_ssm_conv, NULL, plain_f32, bw_ssm_conv, false),
+    [RG_OP_SSM_CONV_BACK] = OP("ssm_conv_back", 3, 5, cpu_ssm_conv_back, cpu_ssm_conv_back_work, plain_f32, NULL, false),
+    [RG_OP_SSM_DT] = OP("ssm_dt", 2, 3, cpu_ssm_dt, NULL, plain_f32, NULL, false),
+    [RG_OP_SSM_SCAN] = OP("ssm_scan", 3, 5, cpu_ssm_scan, cpu_ssm_scan_work, plain_f32, bw_ssm_scan, false),
+    [RG_OP_SSM_SCAN_BACK] = OP("ssm_scan_back", 4, 5, cpu_ssm_scan_back, cpu_ssm_scan_back_work, plain_f32, NULL, false),
 };
