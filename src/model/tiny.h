@@ -34,6 +34,7 @@ enum {
     RG_TINY_N_CTX = 256,
     RG_TINY_N_VOCAB = 512,   // 256 bytes + merges + 3 ChatML specials
     RG_TINY_QWEN3_HEAD_DIM = 128,  // llama and qwen2: n_embd / n_head = 64
+    RG_TINY_MAX_LAYER = 128,       // the most layers a shape may have
 };
 
 // The dimensions of a model: the tiny fixtures', or a real model's with random weights
