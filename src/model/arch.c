@@ -10,10 +10,10 @@
 #include "base/error.h"
 #include "model/model.h"
 
-extern const rg_arch rg_arch_llama, rg_arch_qwen2, rg_arch_qwen3;
+extern const rg_arch rg_arch_llama, rg_arch_qwen2, rg_arch_qwen3, rg_arch_lfm2, rg_arch_mamba2;
 
-const rg_arch *const rg_archs[] = {&rg_arch_llama, &rg_arch_qwen2, &rg_arch_qwen3, NULL};
-const char *const rg_model_archs = "llama, qwen2, qwen3";
+const rg_arch *const rg_archs[] = {&rg_arch_llama, &rg_arch_qwen2, &rg_arch_qwen3, &rg_arch_lfm2, &rg_arch_mamba2, NULL};
+const char *const rg_model_archs = "llama, qwen2, qwen3, lfm2, mamba2";
 
 const rg_arch *rg_arch_find(const char *name, size_t len) {
     for (int i = 0; rg_archs[i]; i++)

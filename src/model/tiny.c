@@ -16,7 +16,7 @@
 #include "text/bpe_train.h"
 #include "text/tiny_corpus.h"
 
-const char *const rg_tiny_archs[] = {"llama", "qwen2", "qwen3", NULL};
+const char *const rg_tiny_archs[] = {"llama", "qwen2", "qwen3", "lfm2", "mamba2", NULL};
 
 const rg_tiny_shape rg_tiny_shapes[] = {
     {"tiny", "the test fixtures", RG_TINY_N_EMBD, RG_TINY_N_LAYER, RG_TINY_N_HEAD, RG_TINY_N_HEAD_KV, RG_TINY_N_FF,
@@ -65,13 +65,31 @@ static const char chatml_template[] =
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
 
+// LFM2's: the BOS text first, an optional system turn, ChatML turns, tool responses wrapped.
+static const char lfm2_template[] =
+    "{{- bos_token -}}{%- set ns = namespace(system_prompt=\"\") -%}"
+    "{%- if messages[0][\"role\"] == \"system\" -%}{%- set ns.system_prompt = messages[0][\"content\"] -%}"
+    "{%- set messages = messages[1:] -%}{%- endif -%}"
+    "{%- if ns.system_prompt -%}{{- \"<|im_start|>system\\n\" + ns.system_prompt + \"<|im_end|>\\n\" -}}{%- endif -%}"
+    "{%- for message in messages -%}{{- \"<|im_start|>\" + message[\"role\"] + \"\\n\" -}}"
+    "{%- set content = message[\"content\"] -%}{%- if message[\"role\"] == \"tool\" -%}"
+    "{%- set content = \"<|tool_response_start|>\" + content + \"<|tool_response_end|>\" -%}{%- endif -%}"
+    "{{- content + \"<|im_end|>\\n\" -}}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- \"<|im_start|>assistant\\n\" -}}{%- endif -%}";
+
 static const tiny_vocab vocab_chatml = {"qwen2", {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}, 2, 0, 0, false,
                                         chatml_template};
+static const tiny_vocab vocab_lfm2 = {
+    "lfm2", {"<|pad|>", "<|startoftext|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"}, 4, 0, 1, true,
+    lfm2_template};
+static const tiny_vocab vocab_neox = {"gpt-2", {"<|endoftext|>", "<|padding|>"}, 0, 1, 0, false, NULL};
 
 static const tiny_arch tiny_arch_table[] = {
     {"llama", 0, 10000.0f, 1e-5f, false, &vocab_chatml, 0, false, 0, 0},
     {"qwen2", 0, 1000000.0f, 1e-6f, false, &vocab_chatml, 0, false, 0, 0},
     {"qwen3", RG_TINY_QWEN3_HEAD_DIM, 1000000.0f, 1e-6f, false, &vocab_chatml, 0, false, 0, 0},
+    {"lfm2", 0, 1000000.0f, 1e-5f, true, &vocab_lfm2, 3, true, 0, 0},
+    {"mamba2", 0, 0.0f, 1e-5f, true, &vocab_neox, 4, false, 16, 64},
 };
 
 // Rounds v through the storage type, so an F32 twin holds the same values.
