@@ -73,6 +73,7 @@ if build_or_fail release build -DRG_WERROR=ON; then
   run_suite "gguf python reference" python3 tests/python/test_gguf_reference.py build
   run_suite "types against gguf-py" python3 tests/python/test_quant_reference.py build
   run_suite "lora adapter against gguf-py" python3 tests/python/test_adapter_reference.py build
+  run_suite "architecture tables against gguf-py" python3 tests/python/test_arch_reference.py build
   run_suite "speed comparison tool" python3 tests/python/test_speed_tools.py build
 fi
 

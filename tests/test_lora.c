@@ -275,8 +275,8 @@ static void runtime_vs_merged(const char *target) {
     rg_model *mm = NULL, *mq = NULL;
     RG_REQUIRE(rg_model_load(&mm, mpath, &err) == RG_OK, "%s", err.msg);
     for (int64_t il = 0; il < mm->hp.n_layer; il++)
-        RG_CHECK(mm->layers[il].wq->type == RG_TYPE_F32 && mm->layers[il].ffn_down->type == RG_TYPE_F32,
-                 "the F32-merged model has a %s weight", rg_type_get(mm->layers[il].ffn_down->type)->name);
+        RG_CHECK(mm->layers[il].t[RG_ROLE_ATTN_Q]->type == RG_TYPE_F32 && mm->layers[il].t[RG_ROLE_FFN_DOWN]->type == RG_TYPE_F32,
+                 "the F32-merged model has a %s weight", rg_type_get(mm->layers[il].t[RG_ROLE_FFN_DOWN]->type)->name);
     const int64_t V = m->hp.n_vocab;
     int32_t ids[T];
     make_ids(ids, V);

@@ -31,6 +31,7 @@
 #include "graph/ops.h"
 #include "model/forward.h"
 #include "model/lora.h"
+#include "model/state.h"
 
 // Weights in huge pages. Generating a token streams every weight once (92 MB
 // for SmolLM2 Q4_1), and with the file's 4 KiB pages each page costs a TLB
@@ -75,9 +76,10 @@ typedef struct decode_graph {
 struct rg_session {
     const rg_model *m;
     rg_session_opts opts;
-    rg_kv_cache cache;
+    rg_model_state state;   // what each layer keeps: the KV cache of attention layers, recurrent state
     rg_threadpool *pool;
     int64_t n_past;
+    bool state_lost;        // the recurrent state no longer matches n_past (see rg_session_eval)
     decode_graph dec;   // g == NULL: none
     weight_copy wc;
     rg_exec_mem mem;    // the batch graphs' buffer and scratch, kept between evaluations
@@ -157,7 +159,7 @@ rg_status rg_session_create(rg_session **out, const rg_model *m, const rg_sessio
     s->opts = *opts;
     if (s->opts.n_ctx <= 0) s->opts.n_ctx = m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096;
     if (s->opts.n_batch <= 0) s->opts.n_batch = 256;
-    rg_status st = rg_kv_cache_init(&s->cache, m, s->opts.n_ctx, RG_TYPE_F16, err);
+    rg_status st = rg_model_state_init(&s->state, m, s->opts.n_ctx, RG_TYPE_F16, err);
     if (!st) st = rg_threadpool_create(&s->pool, opts->n_threads, err);
     const char *hp_env = getenv("RETRO_WEIGHTS_HUGEPAGES");
     if (!st && s->opts.device == RG_DEVICE_CPU && hp_env && !strcmp(hp_env, "1")) weight_copy_make(&s->wc, m);
@@ -178,7 +180,7 @@ void rg_session_free(rg_session *s) {
     rg_backend_free(s->dev);
     weight_copy_free(&s->wc);
     rg_exec_mem_free(&s->mem);
-    rg_kv_cache_free(&s->cache);
+    rg_model_state_free(&s->state);
     rg_threadpool_free(s->pool);
     free(s);
 }
@@ -188,6 +190,12 @@ int64_t rg_session_n_ctx(const rg_session *s) { return s->opts.n_ctx; }
 const rg_model *rg_session_model(const rg_session *s) { return s->m; }
 
 void rg_session_truncate(rg_session *s, int64_t n_past) {
+    if (n_past == 0) {
+        rg_model_state_reset(&s->state);  // a fresh sequence
+        s->state_lost = false;
+    } else if (n_past > 0 && n_past < s->n_past && rg_model_state_recurrent(&s->state)) {
+        s->state_lost = true;  // the recurrent state holds every token: it cannot be rewound
+    }
     if (n_past >= 0 && n_past < s->n_past) s->n_past = n_past;
 }
 
@@ -204,7 +212,7 @@ static rg_status build_graph(rg_session *s, int64_t n, int64_t n_past, bool all,
     if (!st && s->opts.lora) st = rg_lora_attach(g, s->opts.lora, &w, s->opts.lora_scale, false, err);
     *ids_n = rg_leaf(g, "ids", RG_TYPE_I32, 1, &n, NULL);
     *pos_n = rg_leaf(g, "pos", RG_TYPE_I32, 1, &n, NULL);
-    *out = st ? NULL : rg_model_forward_kv(g, m, &w, *ids_n, *pos_n, &s->cache, n_past, !all);
+    *out = st ? NULL : rg_model_forward_kv(g, m, &w, *ids_n, *pos_n, &s->state, n_past, !all);
     if (!st && !*out) st = rg_graph_error(g, err);
     if (!st) (*out)->flags |= RG_NODE_OUTPUT;
     if (!st) weight_copy_bind(&s->wc, g);
@@ -301,7 +309,8 @@ static void decode_graph_patch(decode_graph *d, int64_t p) {
 
 // One token at position n_past through the decode graph; *used = false when
 // there is none for this position (the caller builds one graph as usual).
-static rg_status eval_token(rg_session *s, const int32_t *id, float *logits, bool *used, rg_error *err) {
+// *ran: the graph started running (so it may have written the state).
+static rg_status eval_token(rg_session *s, const int32_t *id, float *logits, bool *used, bool *ran, rg_error *err) {
     decode_graph *d = &s->dec;
     *used = false;
     if (!d->g || s->n_past < d->lo || s->n_past > d->hi) {
@@ -317,17 +326,20 @@ static rg_status eval_token(rg_session *s, const int32_t *id, float *logits, boo
     decode_graph_patch(d, s->n_past);
     *(int32_t *)rg_exec_input(d->ex, d->ids) = *id;
     *(int32_t *)rg_exec_input(d->ex, d->pos) = (int32_t)s->n_past;
+    *ran = true;
     rg_status st = rg_exec_run(d->ex, 0, -1, err);
     if (!st && logits) st = rg_exec_read(d->ex, d->out, logits, (size_t)rg_tensor_nelements(&d->out->t) * sizeof(float), err);
     if (!st) s->n_past += 1;
     return st;
 }
 
-// One batch: tokens ids[0..n) at positions n_past.., logits of the last or all.
-static rg_status eval_batch(rg_session *s, const int32_t *ids, int64_t n, float *logits, bool all, rg_error *err) {
+// One batch: tokens ids[0..n) at positions n_past.., logits of the last or all; *ran as eval_token's.
+static rg_status eval_batch(rg_session *s, const int32_t *ids, int64_t n, float *logits, bool all, bool *ran,
+                            rg_error *err) {
+    *ran = false;
     if (n == 1) {
         bool used;
-        rg_status st = eval_token(s, ids, logits, &used, err);
+        rg_status st = eval_token(s, ids, logits, &used, ran, err);
         if (used || st) return st;
     }
     rg_graph *g;
@@ -344,6 +356,7 @@ static rg_status eval_batch(rg_session *s, const int32_t *ids, int64_t n, float 
         memcpy(rg_exec_input(ex, ids_n), ids, (size_t)n * sizeof(int32_t));
         int32_t *p = rg_exec_input(ex, pos_n);
         for (int64_t i = 0; i < n; i++) p[i] = (int32_t)(s->n_past + i);
+        *ran = true;
         st = rg_exec_run(ex, 0, -1, err);
     }
     if (!st && logits) st = rg_exec_read(ex, out, logits, (size_t)rg_tensor_nelements(&out->t) * sizeof(float), err);
@@ -363,6 +376,17 @@ rg_status rg_session_eval(rg_session *s, const int32_t *ids, int64_t n, float *l
         if (ids[i] < 0 || ids[i] >= V)
             return rg_fail(err, RG_ERR_ARG, "session: token id %d at position %lld is outside the vocabulary of %lld",
                            ids[i], (long long)i, (long long)V);
+    // Recurrent state (short conv, SSM) holds every token seen and cannot be rewound. A call of several tokens
+    // saves it and puts it back when it fails; a single token (generation, where the copy would cost as much as
+    // the step) that fails once its graph ran leaves it lost. Attention layers have nothing to save: rows past
+    // n_past are ignored.
+    const bool recurrent = rg_model_state_recurrent(&s->state);
+    if (s->state_lost)
+        return rg_fail(err, RG_ERR_ARG, "session: the recurrent state of this %s model does not match position %lld "
+                       "(a truncation or a failed evaluation); truncate to 0 and evaluate the sequence again",
+                       s->m->hp.arch_name, (long long)s->n_past);
+    rg_status saved = recurrent && n > 1 ? rg_model_state_save(&s->state, err) : RG_OK;
+    if (saved) return saved;
     int64_t start_past = s->n_past;
     for (int64_t off = 0; off < n; off += s->opts.n_batch) {
         int64_t b = n - off < s->opts.n_batch ? n - off : s->opts.n_batch;
@@ -370,9 +394,12 @@ rg_status rg_session_eval(rg_session *s, const int32_t *ids, int64_t n, float *l
         float *dst = NULL;
         if (logits && all_logits) dst = logits + off * V;
         else if (logits && last_batch) dst = logits;
-        rg_status st = eval_batch(s, ids + off, b, dst, all_logits != 0, err);
+        bool ran;
+        rg_status st = eval_batch(s, ids + off, b, dst, all_logits != 0, &ran, err);
         if (st) {
             s->n_past = start_past;  // a failed call changes nothing
+            if (recurrent && n > 1) rg_model_state_restore(&s->state);
+            else if (recurrent && ran) s->state_lost = true;
             return st;
         }
     }

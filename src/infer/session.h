@@ -33,11 +33,15 @@ void rg_session_free(rg_session *s);
 
 // Evaluates n tokens after the cached ones. logits: NULL, or [n_vocab] for the
 // last token (all_logits == 0), or [n_vocab, n] for every token (all_logits == 1).
-// Fails, changing nothing, when n_past + n would exceed n_ctx (names both numbers).
+// Fails, changing nothing, when n_past + n would exceed n_ctx (names both numbers);
+// any failure leaves n_past as it was (a single token of a model with recurrent
+// state leaves that state lost: the next call says so).
 rg_status rg_session_eval(rg_session *s, const int32_t *ids, int64_t n, float *logits, int all_logits, rg_error *err);
 int64_t rg_session_n_past(const rg_session *s);
 int64_t rg_session_n_ctx(const rg_session *s);
-// Forgets the cache from position n_past on (0: start over).
+// Forgets the cache from position n_past on (0: start over, the recurrent state of short-conv and SSM layers
+// zeroed). Recurrent state cannot be rewound: truncating it to 0 < n_past makes the next evaluation fail,
+// saying so, until a truncation to 0.
 void rg_session_truncate(rg_session *s, int64_t n_past);
 const rg_model *rg_session_model(const rg_session *s);
 

@@ -1,5 +1,5 @@
-// forward.h - the llama-family forward pass as a graph (architectures.md §1.3):
-// token ids and positions in, logits out. The weights are graph nodes chosen
+// forward.h - a model's forward pass as a graph: token ids and positions in,
+// logits out; each layer is built by its kinds (model/layer.h). The weights are graph nodes chosen
 // by the caller: frozen leaves over the mapped file for inference, trainable
 // parameters for a full fine-tune, or frozen leaves wrapped with LoRA.
 #ifndef RG_MODEL_FORWARD_H
@@ -9,12 +9,11 @@
 #include "model/model.h"
 
 typedef struct rg_layer_nodes {
-    rg_node *attn_norm, *wq, *wk, *wv, *wo, *bq, *bk, *bv, *bo, *q_norm, *k_norm;
-    rg_node *ffn_norm, *ffn_gate, *ffn_up, *ffn_down;
-    // LoRA (model/lora.h, rg_lora_attach): per target q, k, v, o, gate, up, down (RG_LORA_TARGET_*),
+    rg_node *w[RG_N_ROLES];   // the layer's weights by role (model/arch.h), NULL where it has none
+    // LoRA (model/lora.h, rg_lora_attach): per target (RG_LORA_TARGET_*, the arch table's lora column),
     // A [n_in, rank] and B [rank, n_out] or NULL; a projection with both becomes
     // W x + lora_scale * B(A x). lora_scale 0: none (the graph is the plain one).
-    rg_node *lora_a[7], *lora_b[7];
+    rg_node *lora_a[RG_LORA_N_TARGETS], *lora_b[RG_LORA_N_TARGETS];
     float lora_scale;
 } rg_layer_nodes;
 
@@ -25,18 +24,10 @@ typedef struct rg_model_nodes {
 
 // Frozen leaves over the model's mapped tensors (never written).
 rg_status rg_model_leaf_nodes(rg_graph *g, const rg_model *m, rg_model_nodes *w, rg_error *err);
+// A frozen leaf over one mapped tensor (NULL for NULL).
+rg_node *rg_model_leaf(rg_graph *g, const rg_gguf_tensor *t);
 
-// A KV cache: per layer, keys [head_dim, n_ctx, n_head_kv] and values stored
-// transposed [n_ctx, head_dim, n_head_kv], so both are read by MUL_MAT with
-// contiguous rows. F32 or F16.
-typedef struct rg_kv_cache {
-    int64_t n_ctx, n_layer, head_dim, n_head_kv;
-    uint32_t type;
-    void **k, **v;   // [n_layer] buffers
-} rg_kv_cache;
-
-rg_status rg_kv_cache_init(rg_kv_cache *c, const rg_model *m, int64_t n_ctx, uint32_t type, rg_error *err);
-void rg_kv_cache_free(rg_kv_cache *c);
+struct rg_model_state;
 
 // ids, pos: I32 [n_tokens]. mask: NULL, or F32 [n_tokens, n_tokens] added to
 // the scores (0 or -inf; packing boundaries), always combined with the causal
@@ -54,10 +45,10 @@ rg_node *rg_model_forward_bounds(rg_graph *g, const rg_model *m, const rg_model_
 // rg_model_forward_bounds (may be NULL).
 rg_node *rg_model_forward_hidden(rg_graph *g, const rg_model *m, const rg_model_nodes *w, rg_node *ids, rg_node *pos,
                                  rg_node *mask, rg_node **bounds);
-// The same with a cache: the n_tokens new keys and values are written at
-// positions n_past.. and attention reads all n_past + n_tokens cached ones.
-// last_only: logits [n_vocab, 1] for the last token (generation).
+// The same with the per-layer state (model/state.h): attention layers write the n_tokens new keys and values at
+// positions n_past.. and read all n_past + n_tokens cached ones. last_only: logits [n_vocab, 1] for the last
+// token (generation).
 rg_node *rg_model_forward_kv(rg_graph *g, const rg_model *m, const rg_model_nodes *w, rg_node *ids, rg_node *pos,
-                             rg_kv_cache *cache, int64_t n_past, bool last_only);
+                             struct rg_model_state *state, int64_t n_past, bool last_only);
 
 #endif

@@ -39,31 +39,19 @@ rg_status rg_lora_parse_targets(const char *list, uint32_t *mask, rg_error *err)
     return RG_OK;
 }
 
-// The base tensor a target adapts in layer il.
-static const rg_gguf_tensor *target_tensor(const rg_model *m, int64_t il, int t) {
-    const rg_layer *L = &m->layers[il];
-    switch (t) {
-    case RG_LORA_TARGET_Q: return L->wq;
-    case RG_LORA_TARGET_K: return L->wk;
-    case RG_LORA_TARGET_V: return L->wv;
-    case RG_LORA_TARGET_O: return L->wo;
-    case RG_LORA_TARGET_GATE: return L->ffn_gate;
-    case RG_LORA_TARGET_UP: return L->ffn_up;
-    case RG_LORA_TARGET_DOWN: return L->ffn_down;
-    default: return NULL;
-    }
+// ", attn_q, attn_k, ..." (" none yet" when the architecture has none): the names of its LoRA targets.
+static void targets_list(const rg_arch *a, char *buf, size_t cap) {
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int t = 0; t < RG_LORA_N_TARGETS && o < cap; t++)
+        if (rg_arch_lora_row(a, t)) o += (size_t)snprintf(buf + o, cap - o, "%s %s", o ? "," : "", target_names[t]);
+    if (!o) snprintf(buf, cap, " none yet");
 }
 
-static rg_node **layer_weight_node(rg_layer_nodes *N, int t) {
-    switch (t) {
-    case RG_LORA_TARGET_Q: return &N->wq;
-    case RG_LORA_TARGET_K: return &N->wk;
-    case RG_LORA_TARGET_V: return &N->wv;
-    case RG_LORA_TARGET_O: return &N->wo;
-    case RG_LORA_TARGET_GATE: return &N->ffn_gate;
-    case RG_LORA_TARGET_UP: return &N->ffn_up;
-    default: return &N->ffn_down;
-    }
+// The base tensor a target adapts in layer il (the arch table's lora column), NULL where the layer has none.
+static const rg_gguf_tensor *target_tensor(const rg_model *m, int64_t il, int t) {
+    const rg_arch_tensor *row = rg_arch_lora_row(m->arch, t);
+    return row ? m->layers[il].t[row->role] : NULL;
 }
 
 static rg_lora *lora_new(const rg_model *m, rg_error *err) {
@@ -75,6 +63,7 @@ static rg_lora *lora_new(const rg_model *m, rg_error *err) {
         return NULL;
     }
     l->n_layer = m->hp.n_layer;
+    l->arch = m->arch;
     return l;
 }
 
@@ -115,17 +104,19 @@ rg_status rg_lora_init(rg_lora **out, const rg_model *m, int64_t rank, float alp
     rg_lora *l = lora_new(m, err);
     if (!l) return RG_ERR_NOMEM;
     l->rank = rank, l->alpha = alpha, l->targets = targets;
+    int64_t n_pairs = 0;
     for (int64_t il = 0; il < m->hp.n_layer; il++) {
         for (int t = 0; t < RG_LORA_N_TARGETS; t++) {
             if (!(targets & (1u << t))) continue;
             const rg_gguf_tensor *w = target_tensor(m, il, t);
+            if (!w) continue;  // not in this layer's kinds (lfm2's conv layers have no attn_q)
             rg_lora_pair *p = &l->pairs[il * RG_LORA_N_TARGETS + t];
-            rg_status s = w ? pair_alloc(p, w, rank, err)
-                            : rg_fail(err, RG_ERR_ARG, "lora: layer %lld has no %s tensor", (long long)il, target_names[t]);
+            rg_status s = pair_alloc(p, w, rank, err);
             if (s) {
                 rg_lora_free(l);
                 return s;
             }
+            n_pairs++;
             // PEFT's kaiming_uniform_(a=sqrt 5): bound = 1/sqrt(fan_in); U in [0, 1) from 24 bits.
             const float bound = (float)(1.0 / sqrt((double)p->n_in));
             const uint32_t tensor_id = (uint32_t)(il * RG_LORA_N_TARGETS + t);
@@ -139,6 +130,13 @@ rg_status rg_lora_init(rg_lora **out, const rg_model *m, int64_t rank, float alp
                 }
             }
         }
+    }
+    if (!n_pairs) {
+        char list[160];
+        targets_list(m->arch, list, sizeof list);
+        rg_lora_free(l);
+        return rg_fail(err, RG_ERR_ARG, "lora: this %s model has none of the targeted projections (mask 0x%x); its "
+                       "LoRA targets:%s", m->hp.arch_name, targets, list);
     }
     *out = l;
     return RG_OK;
@@ -228,10 +226,12 @@ static rg_status load_pairs(rg_lora *l, const rg_gguf *f, const rg_model *m, flo
         int64_t il;
         int tg;
         if (!find_target(m, base, &il, &tg)) {
-            if (rg_gguf_find_tensor(m->file, base))
-                return rg_fail(err, RG_ERR_UNSUPPORTED,
-                               "%s: tensor '%s': LoRA on '%s' is not supported (only attn_q, attn_k, attn_v, attn_output, "
-                               "ffn_gate, ffn_up, ffn_down)", f->path, t->name, base);
+            if (rg_gguf_find_tensor(m->file, base)) {
+                char list[160];
+                targets_list(m->arch, list, sizeof list);
+                return rg_fail(err, RG_ERR_UNSUPPORTED, "%s: tensor '%s': LoRA on '%s' is not supported (only%s)",
+                               f->path, t->name, base, list);
+            }
             return rg_fail(err, RG_ERR_ARG, "%s: tensor '%s': the base tensor '%s' does not exist in the model %s (wrong base model?)",
                            f->path, t->name, base, m->file->path);
         }
@@ -336,7 +336,8 @@ rg_status rg_lora_attach(rg_graph *g, const rg_lora *l, rg_model_nodes *w, float
         for (int t = 0; t < RG_LORA_N_TARGETS; t++) {
             const rg_lora_pair *p = &l->pairs[il * RG_LORA_N_TARGETS + t];
             if (!p->a) continue;
-            rg_node *W = *layer_weight_node(N, t);
+            const rg_arch_tensor *row = rg_arch_lora_row(l->arch, t);
+            rg_node *W = row ? N->w[row->role] : NULL;
             if (!W || W->t.ne[0] != p->n_in || W->t.ne[1] != p->n_out)
                 return rg_fail(err, RG_ERR_ARG, "lora attach: '%s' is [%lld, %lld] in the adapter but %s in the graph",
                                p->name, (long long)p->n_in, (long long)p->n_out, W ? "of another shape" : "missing");

@@ -18,7 +18,8 @@
 //           read a missing or zero alpha as alpha = rank, which gives the same s.
 //   llama.cpp skips "*_norm.weight" tensors in adapters and swaps A/B for
 //   token_embd; we skip the former too and refuse LoRA on any tensor that is not
-//   one of the seven projections below (token_embd, output: not supported).
+//   one of the projections the architecture's table gives a target (token_embd,
+//   output: not supported).
 //
 // Spec: shared/spec/training.md §5.9 (shapes, scale, PEFT's initialisation, merge).
 #ifndef RG_MODEL_LORA_H
@@ -31,8 +32,8 @@
 #include "model/forward.h"
 #include "model/model.h"
 
-enum { RG_LORA_TARGET_Q, RG_LORA_TARGET_K, RG_LORA_TARGET_V, RG_LORA_TARGET_O, RG_LORA_TARGET_GATE,
-       RG_LORA_TARGET_UP, RG_LORA_TARGET_DOWN, RG_LORA_N_TARGETS };   // bit i of a target mask = target i
+// The targets RG_LORA_TARGET_* (bit i of a target mask = target i) are declared in model/arch.h: each
+// architecture's table says which of its tensors a target adapts.
 
 #define RG_LORA_TARGETS_ALL ((1u << RG_LORA_N_TARGETS) - 1u)
 
@@ -46,6 +47,7 @@ typedef struct rg_lora_pair {
 typedef struct rg_lora {
     int64_t rank; float alpha; uint32_t targets; // mask
     int64_t n_layer;
+    const rg_arch *arch;       // the architecture of the model it was made or read for
     rg_lora_pair *pairs;       // [n_layer * RG_LORA_N_TARGETS], .a == NULL where not targeted
 } rg_lora;
 

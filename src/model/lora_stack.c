@@ -15,6 +15,9 @@ rg_status rg_lora_stack(rg_lora **out, rg_lora *const *ls, const float *scales, 
         if (ls[i]->n_layer != n_layer)
             return rg_fail(err, RG_ERR_ARG, "lora: adapter %d has %lld layers, adapter 1 has %lld", i + 1,
                            (long long)ls[i]->n_layer, (long long)n_layer);
+        if (ls[i]->arch != ls[0]->arch)
+            return rg_fail(err, RG_ERR_ARG, "lora: adapter %d is for %s, adapter 1 for %s", i + 1,
+                           ls[i]->arch ? ls[i]->arch->name : "?", ls[0]->arch ? ls[0]->arch->name : "?");
         rank += ls[i]->rank;
         targets |= ls[i]->targets;
     }
@@ -41,7 +44,7 @@ rg_status rg_lora_stack(rg_lora **out, rg_lora *const *ls, const float *scales, 
         free(l);
         return rg_fail(err, RG_ERR_NOMEM, "lora: out of memory stacking %d adapters", n);
     }
-    l->rank = rank, l->alpha = (float)rank, l->targets = targets, l->n_layer = n_layer;
+    l->rank = rank, l->alpha = (float)rank, l->targets = targets, l->n_layer = n_layer, l->arch = ls[0]->arch;
     for (int64_t p = 0; p < n_pair; p++) {
         const rg_lora_pair *shape = NULL;
         for (int i = 0; i < n && !shape; i++)

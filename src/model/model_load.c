@@ -1,5 +1,7 @@
-// model_load.c - hyperparameters and tensors of llama-family models
-// (architectures.md §0.3, §1): read, checked against each other, never copied.
+// model_load.c - a model read by its architecture's table (model/arch.h): the
+// keys (scalars, or per-layer arrays where the table allows them), the layer
+// kinds, then every tensor the layers' kinds have, each checked against its
+// shape rule. Tensors are used in place from the mapping, never copied.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,64 +10,133 @@
 #include "base/error.h"
 #include "model/model.h"
 
-const char *const rg_model_archs = "llama, qwen2, qwen3";
-
 typedef struct loader {
-    rg_gguf *g;
-    const char *arch;
+    const rg_gguf *g;
+    const rg_arch *a;
+    rg_hparams *hp;
+    rg_layer *layers;    // NULL while the scalar keys are read
     rg_error *err;
 } loader;
 
-static rg_status get_u(loader *l, const char *suffix, int64_t *out, bool required, int64_t def) {
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", l->arch, suffix);
-    const rg_gguf_kv *kv = rg_gguf_find(l->g, key);
-    if (!kv) {
-        if (required) return rg_fail(l->err, RG_ERR_FORMAT, "%s: required key '%s' is missing", l->g->path, key);
-        *out = def;
-        return RG_OK;
-    }
-    // Per-layer arrays (one value per layer) are accepted when all layers agree.
-    uint64_t v;
-    if (!rg_gguf_kv_u64(kv, 0, &v) || v > (uint64_t)INT32_MAX)
-        return rg_fail(l->err, RG_ERR_FORMAT, "%s: key '%s' must be a non-negative integer", l->g->path, key);
-    for (uint64_t i = 1; kv->type == RG_GGUF_ARRAY && i < kv->n; i++) {
-        uint64_t w;
-        if (!rg_gguf_kv_u64(kv, i, &w) || w != v)
+static void set_value(loader *l, const rg_arch_key *k, int64_t il, double v) {
+    char *hp = (char *)l->hp;
+    if (k->flags & RG_KEY_FLOAT) *(float *)(hp + k->hp) = (float)v;
+    else if (il < 0) *(int64_t *)(hp + k->hp) = (int64_t)v;
+    else *(int64_t *)((char *)&l->layers[il] + k->layer) = (int64_t)v;
+}
+
+// One integer key: a scalar, or an array of block_count values where the table allows one per layer (the scalar
+// field then holds the largest); any other array must hold one value (llama.cpp writes some keys so).
+static rg_status read_int(loader *l, const rg_arch_key *k, const char *key, const rg_gguf_kv *kv) {
+    const bool per_layer = k->layer >= 0;
+    const int64_t n_layer = l->hp->n_layer;
+    if (kv->type == RG_GGUF_ARRAY && per_layer && kv->n != (uint64_t)n_layer)
+        return rg_fail(l->err, RG_ERR_FORMAT, "%s: key '%s' has %llu values but %s.block_count is %lld (one per layer)",
+                       l->g->path, key, (unsigned long long)kv->n, l->a->name, (long long)n_layer);
+    const uint64_t n = kv->type == RG_GGUF_ARRAY ? kv->n : 1;
+    uint64_t first = 0, max = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t v;
+        if (!rg_gguf_kv_u64(kv, i, &v) || v > (uint64_t)INT32_MAX)
+            return rg_fail(l->err, RG_ERR_FORMAT, "%s: key '%s' must be a non-negative integer", l->g->path, key);
+        if (i == 0) first = v;
+        if (v > max) max = v;
+        if (!per_layer && v != first)
             return rg_fail(l->err, RG_ERR_UNSUPPORTED, "%s: key '%s' varies per layer, which this loader does not support",
                            l->g->path, key);
+        if (per_layer) set_value(l, k, kv->type == RG_GGUF_ARRAY ? (int64_t)i : -1, (double)v);
     }
-    *out = (int64_t)v;
+    if (kv->n == 0 && kv->type == RG_GGUF_ARRAY)
+        return rg_fail(l->err, RG_ERR_FORMAT, "%s: key '%s' is an empty array", l->g->path, key);
+    if (per_layer && kv->type != RG_GGUF_ARRAY)
+        for (int64_t il = 0; il < n_layer; il++) set_value(l, k, il, (double)first);
+    set_value(l, k, -1, (double)(per_layer ? max : first));
     return RG_OK;
 }
 
-static rg_status get_f(loader *l, const char *suffix, float *out, bool required, float def) {
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", l->arch, suffix);
-    double d;
-    rg_status s = rg_gguf_get_f64(l->g, key, &d, l->err);
-    if (s == RG_ERR_NOT_FOUND && !required) {
-        *out = def;
-        return RG_OK;
+// Reads the keys of the table: per_layer selects the pass (scalars first: block_count sizes the layers).
+static rg_status read_keys(loader *l, bool per_layer) {
+    for (int i = 0; i < l->a->n_keys; i++) {
+        const rg_arch_key *k = &l->a->keys[i];
+        if ((k->flags & RG_KEY_UNREAD) || (k->layer >= 0) != per_layer) continue;
+        char key[128];
+        snprintf(key, sizeof key, "%s.%s", l->a->name, k->suffix);
+        const rg_gguf_kv *kv = rg_gguf_find(l->g, key);
+        if (!kv) {
+            if (k->flags & RG_KEY_REQUIRED)
+                return rg_fail(l->err, RG_ERR_FORMAT, "%s: required key '%s' is missing", l->g->path, key);
+            const double v = (k->flags & RG_KEY_DERIVED) ? -1.0 : k->def;
+            set_value(l, k, -1, v);
+            for (int64_t il = 0; per_layer && il < l->hp->n_layer; il++) set_value(l, k, il, v);
+            continue;
+        }
+        if (k->flags & RG_KEY_FLOAT) {
+            double d;
+            rg_status s = rg_gguf_get_f64(l->g, key, &d, l->err);
+            if (s) return s;
+            if (!isfinite(d)) return rg_fail(l->err, RG_ERR_FORMAT, "%s: key '%s' is not finite", l->g->path, key);
+            set_value(l, k, -1, d);
+            continue;
+        }
+        rg_status s = read_int(l, k, key, kv);
+        if (s) return s;
     }
-    if (s == RG_ERR_NOT_FOUND) return rg_fail(l->err, RG_ERR_FORMAT, "%s: required key '%s' is missing", l->g->path, key);
+    return RG_OK;
+}
+
+static rg_status read_hparams(loader *l, rg_layer **layers_out) {
+    rg_hparams *hp = l->hp;
+    memset(hp, 0, sizeof *hp);
+    snprintf(hp->arch_name, sizeof hp->arch_name, "%s", l->a->name);
+    hp->rope_mode = l->a->rope_mode;
+    rg_status s = read_keys(l, false);
     if (s) return s;
-    if (!isfinite(d)) return rg_fail(l->err, RG_ERR_FORMAT, "%s: key '%s' is not finite", l->g->path, key);
-    *out = (float)d;
-    return RG_OK;
+    if (hp->n_layer <= 0 || hp->n_layer > 100000)
+        return rg_fail(l->err, RG_ERR_FORMAT, "%s: %s.block_count is %lld, expected 1..100000", l->g->path, l->a->name,
+                       (long long)hp->n_layer);
+    l->layers = calloc((size_t)hp->n_layer, sizeof *l->layers);
+    *layers_out = l->layers;
+    if (!l->layers) return rg_fail(l->err, RG_ERR_NOMEM, "%s: out of memory", l->g->path);
+    if ((s = read_keys(l, true))) return s;
+    for (int64_t il = 0; il < hp->n_layer; il++) l->a->layer_kinds(hp, &l->layers[il], il);
+    return l->a->check_hparams(l->g->path, hp, l->layers, l->err);
 }
 
-// A tensor with exactly the expected shape (ne in ggml order; trailing 1s implied).
-static rg_status tensor(loader *l, const char *name, bool required, int n_dims, int64_t ne0, int64_t ne1,
-                        const rg_gguf_tensor **out) {
-    const rg_gguf_tensor *t = rg_gguf_find_tensor(l->g, name);
-    *out = t;
-    if (!t) return required ? rg_fail(l->err, RG_ERR_FORMAT, "%s: tensor '%s' is missing", l->g->path, name) : RG_OK;
-    int64_t want[4] = {ne0, n_dims > 1 ? ne1 : 1, 1, 1};
-    if (t->ne[0] != want[0] || t->ne[1] != want[1] || t->ne[2] != 1 || t->ne[3] != 1)
-        return rg_fail(l->err, RG_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
-                       l->g->path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
-                       (long long)t->ne[3], (long long)want[0], (long long)want[1]);
+rg_status rg_model_read_hparams(const rg_gguf *g, const rg_arch *a, rg_hparams *hp, rg_layer **layers, rg_error *err) {
+    loader l = {g, a, hp, NULL, err};
+    *layers = NULL;
+    rg_status s = read_hparams(&l, layers);
+    if (s) {
+        free(*layers);
+        *layers = NULL;
+    }
+    return s;
+}
+
+// The tensor of row t (layer il, or -1 for a global one): present with exactly the shape of its rule (trailing 1s
+// implied), or absent where the row is optional. Every error names the tensor and the expected shape.
+static rg_status find_tensor(loader *l, const rg_arch_tensor *t, int64_t il, const rg_gguf_tensor **out) {
+    const rg_layer *L = il >= 0 ? &l->layers[il] : NULL;
+    char name[96], alt[96] = "", want_s[320];
+    snprintf(name, sizeof name, t->name, (int)il);
+    if (t->alt_name) snprintf(alt, sizeof alt, t->alt_name, (int)il);
+    const rg_gguf_tensor *x = rg_gguf_find_tensor(l->g, name);
+    if (!x && t->alt_name) x = rg_gguf_find_tensor(l->g, alt);
+    *out = x;
+    rg_arch_shape_str(t, l->hp, L, want_s, sizeof want_s);
+    if (!x) {
+        if (!rg_arch_tensor_required(l->a, t)) return RG_OK;
+        return rg_fail(l->err, RG_ERR_FORMAT, "%s: tensor '%s'%s%s%s is missing (expected %s)", l->g->path, name,
+                       t->alt_name ? " (or '" : "", alt, t->alt_name ? "')" : "", want_s);
+    }
+    int64_t want[4];
+    rg_arch_shape(t, l->hp, L, want);
+    if (x->ne[0] != want[0] || x->ne[1] != want[1] || x->ne[2] != want[2] || x->ne[3] != want[3])
+        return rg_fail(l->err, RG_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected %s", l->g->path,
+                       x->name, (long long)x->ne[0], (long long)x->ne[1], (long long)x->ne[2], (long long)x->ne[3], want_s);
+    if ((t->flags & RG_T_F32) && x->type != RG_TYPE_F32 && x->type != RG_TYPE_F16 && x->type != RG_TYPE_BF16)
+        return rg_fail(l->err, RG_ERR_UNSUPPORTED, "%s: tensor '%s' is %s; an elementwise weight must be f32, f16 or bf16",
+                       l->g->path, x->name, rg_type_get(x->type)->name);
     return RG_OK;
 }
 
@@ -75,47 +146,16 @@ static rg_status load(rg_model *m, rg_error *err) {
     rg_status s = rg_gguf_get_str(g, "general.architecture", &arch, err);
     if (s == RG_ERR_NOT_FOUND) return rg_fail(err, RG_ERR_FORMAT, "%s: no general.architecture key: not a model file", g->path);
     if (s) return s;
-    rg_hparams *hp = &m->hp;
-    snprintf(hp->arch_name, sizeof hp->arch_name, "%.*s", (int)(arch.len < 31 ? arch.len : 31), arch.ptr);
-    if (rg_gguf_str_eq(arch, "llama")) hp->arch = RG_ARCH_LLAMA, hp->rope_mode = 0;
-    else if (rg_gguf_str_eq(arch, "qwen2")) hp->arch = RG_ARCH_QWEN2, hp->rope_mode = 2;
-    else if (rg_gguf_str_eq(arch, "qwen3")) hp->arch = RG_ARCH_QWEN3, hp->rope_mode = 2;
-    else
+    m->arch = rg_arch_find(arch.ptr, arch.len);
+    if (!m->arch)
         return rg_fail(err, RG_ERR_UNSUPPORTED, "%s: architecture '%.*s' is not supported (supported: %s)", g->path,
                        (int)(arch.len > 40 ? 40 : arch.len), arch.ptr, rg_model_archs);
-    loader l = {g, hp->arch_name, err};
-    if ((s = get_u(&l, "context_length", &hp->n_ctx_train, true, 0))) return s;
-    if ((s = get_u(&l, "embedding_length", &hp->n_embd, true, 0))) return s;
-    if ((s = get_u(&l, "block_count", &hp->n_layer, true, 0))) return s;
-    if ((s = get_u(&l, "feed_forward_length", &hp->n_ff, true, 0))) return s;
-    if ((s = get_u(&l, "attention.head_count", &hp->n_head, true, 0))) return s;
-    if ((s = get_u(&l, "attention.head_count_kv", &hp->n_head_kv, false, hp->n_head))) return s;
-    if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->n_ff <= 0 ||
-        hp->n_head % hp->n_head_kv || hp->n_layer > 100000)
-        return rg_fail(err, RG_ERR_FORMAT, "%s: hyperparameters do not fit together (n_embd %lld, n_layer %lld, n_head %lld, "
-                       "n_head_kv %lld, n_ff %lld)", g->path, (long long)hp->n_embd, (long long)hp->n_layer,
-                       (long long)hp->n_head, (long long)hp->n_head_kv, (long long)hp->n_ff);
-    int64_t key_len, value_len;
-    if ((s = get_u(&l, "attention.key_length", &key_len, false, hp->n_embd / hp->n_head))) return s;
-    if ((s = get_u(&l, "attention.value_length", &value_len, false, key_len))) return s;
-    if (key_len != value_len || key_len <= 0)
-        return rg_fail(err, RG_ERR_UNSUPPORTED, "%s: key_length %lld and value_length %lld must be equal", g->path,
-                       (long long)key_len, (long long)value_len);
-    hp->head_dim = key_len;
-    if ((s = get_u(&l, "rope.dimension_count", &hp->n_rot, false, hp->head_dim))) return s;
-    if (hp->n_rot != hp->head_dim)
-        return rg_fail(err, RG_ERR_UNSUPPORTED, "%s: rope.dimension_count %lld differs from the head size %lld", g->path,
-                       (long long)hp->n_rot, (long long)hp->head_dim);
-    if ((s = get_f(&l, "rope.freq_base", &hp->rope_freq_base, false, 10000.0f))) return s;
-    float factor;
-    if ((s = get_f(&l, "rope.scaling.factor", &factor, false, 0.0f))) return s;
-    hp->rope_freq_scale = factor > 0 ? 1.0f / factor : 1.0f;
-    if ((s = get_f(&l, "attention.layer_norm_rms_epsilon", &hp->norm_eps, true, 0))) return s;
-    if ((s = get_f(&l, "attention.scale", &hp->attn_scale, false, 0.0f))) return s;
-    if (hp->attn_scale == 0) hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    rg_hparams *hp = &m->hp;
+    loader l = {g, m->arch, hp, NULL, err};
+    if ((s = read_hparams(&l, &m->layers))) return s;
 
-    const int64_t d = hp->n_embd, q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
     // The vocabulary size is the embedding's second dimension.
+    const int64_t d = hp->n_embd;
     const rg_gguf_tensor *te = rg_gguf_find_tensor(g, "token_embd.weight");
     if (!te) return rg_fail(err, RG_ERR_FORMAT, "%s: tensor 'token_embd.weight' is missing", g->path);
     if (te->ne[0] != d || te->ne[1] <= 0 || te->ne[2] != 1 || te->ne[3] != 1)
@@ -123,34 +163,23 @@ static rg_status load(rg_model *m, rg_error *err) {
                        "[n_embd = %lld, n_vocab]", g->path, (long long)te->ne[0], (long long)te->ne[1],
                        (long long)te->ne[2], (long long)te->ne[3], (long long)d);
     hp->n_vocab = te->ne[1];
-    m->tok_embd = te;
-    if ((s = tensor(&l, "output_norm.weight", true, 1, d, 0, &m->out_norm))) return s;
-    if ((s = tensor(&l, "output.weight", false, 2, d, hp->n_vocab, &m->output))) return s;
+    if (m->arch->check_tensors && (s = m->arch->check_tensors(m, err))) return s;
+    for (int i = 0; i < m->arch->n_global; i++) {
+        const rg_arch_tensor *t = &m->arch->global[i];
+        const rg_gguf_tensor *x;
+        if ((s = find_tensor(&l, t, -1, &x))) return s;
+        if (t->role == RG_ROLE_TOKEN_EMBD) m->tok_embd = x;
+        else if (t->role == RG_ROLE_OUTPUT_NORM) m->out_norm = x;
+        else if (t->role == RG_ROLE_OUTPUT) m->output = x;
+    }
     hp->tied = m->output == NULL;
     if (hp->tied) m->output = m->tok_embd;
-    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
-    if (!m->layers) return rg_fail(err, RG_ERR_NOMEM, "%s: out of memory", g->path);
     for (int64_t il = 0; il < hp->n_layer; il++) {
         rg_layer *L = &m->layers[il];
-        char name[96];
-#define T(field, suffix, req, nd, a, b) \
-        (snprintf(name, sizeof name, "blk.%lld.%s", (long long)il, suffix), s = tensor(&l, name, req, nd, a, b, &L->field))
-        if (T(attn_norm, "attn_norm.weight", true, 1, d, 0)) return s;
-        if (T(wq, "attn_q.weight", true, 2, d, q_dim)) return s;
-        if (T(wk, "attn_k.weight", true, 2, d, kv_dim)) return s;
-        if (T(wv, "attn_v.weight", true, 2, d, kv_dim)) return s;
-        if (T(wo, "attn_output.weight", true, 2, q_dim, d)) return s;
-        if (T(bq, "attn_q.bias", hp->arch == RG_ARCH_QWEN2, 1, q_dim, 0)) return s;
-        if (T(bk, "attn_k.bias", hp->arch == RG_ARCH_QWEN2, 1, kv_dim, 0)) return s;
-        if (T(bv, "attn_v.bias", hp->arch == RG_ARCH_QWEN2, 1, kv_dim, 0)) return s;
-        if (T(bo, "attn_output.bias", false, 1, d, 0)) return s;
-        if (T(q_norm, "attn_q_norm.weight", hp->arch == RG_ARCH_QWEN3, 1, hp->head_dim, 0)) return s;
-        if (T(k_norm, "attn_k_norm.weight", hp->arch == RG_ARCH_QWEN3, 1, hp->head_dim, 0)) return s;
-        if (T(ffn_norm, "ffn_norm.weight", true, 1, d, 0)) return s;
-        if (T(ffn_gate, "ffn_gate.weight", true, 2, d, hp->n_ff)) return s;
-        if (T(ffn_up, "ffn_up.weight", true, 2, d, hp->n_ff)) return s;
-        if (T(ffn_down, "ffn_down.weight", true, 2, hp->n_ff, d)) return s;
-#undef T
+        for (int i = 0; i < m->arch->n_tensors; i++) {
+            const rg_arch_tensor *t = &m->arch->tensors[i];
+            if (rg_arch_tensor_in_layer(t, L) && (s = find_tensor(&l, t, il, &L->t[t->role]))) return s;
+        }
     }
     return RG_OK;
 }

@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "base/threadpool.h"
 #include "gguf/gguf.h"
+#include "model/model.h"
 #include "model/quantize_rules.h"
 #include "tensor/quant/quant.h"
 
@@ -63,20 +64,30 @@ rg_status rg_quant_set_file_keys(rg_gguf *out, const rg_quant_target *target, rg
 
 rg_status rg_quant_plan_types(const rg_gguf *in, const rg_quant_target *target, bool pure, uint32_t *types,
                               uint64_t *order, rg_error *err) {
-    // What the rules need from the model.
+    // What the rules need from the model: a known architecture's keys through its table (layer 0's value of a
+    // per-layer array, as llama.cpp's n_head_kv() reads it), any other file's by their generic names.
     rg_quant_state st = {0};
     st.pure = pure;
     st.has_output = rg_gguf_find_tensor(in, "output.weight") != NULL;
     rg_gguf_str arch = {0, NULL};
+    const rg_arch *a = NULL;
     if (rg_gguf_get_str(in, "general.architecture", &arch, NULL) == RG_OK && arch.len < 64) {
+        a = rg_arch_find(arch.ptr, arch.len);
+        rg_hparams hp;
+        rg_layer *layers = NULL;
         char key[160];
         uint64_t v;
-        snprintf(key, sizeof key, "%.*s.block_count", (int)arch.len, arch.ptr);
-        if (rg_gguf_get_u64(in, key, &v, NULL) == RG_OK && v < 100000) st.n_layer = (int)v;
-        snprintf(key, sizeof key, "%.*s.attention.head_count", (int)arch.len, arch.ptr);
-        if (rg_gguf_get_u64(in, key, &v, NULL) == RG_OK && v < 100000) st.n_head = (int)v;
-        snprintf(key, sizeof key, "%.*s.attention.head_count_kv", (int)arch.len, arch.ptr);
-        st.n_head_kv = rg_gguf_get_u64(in, key, &v, NULL) == RG_OK && v < 100000 ? (int)v : st.n_head;
+        if (a && rg_model_read_hparams(in, a, &hp, &layers, NULL) == RG_OK) {
+            st.n_layer = (int)hp.n_layer, st.n_head = (int)layers[0].n_head, st.n_head_kv = (int)layers[0].n_head_kv;
+        } else {
+            snprintf(key, sizeof key, "%.*s.block_count", (int)arch.len, arch.ptr);
+            if (rg_gguf_get_u64(in, key, &v, NULL) == RG_OK && v < 100000) st.n_layer = (int)v;
+            snprintf(key, sizeof key, "%.*s.attention.head_count", (int)arch.len, arch.ptr);
+            if (rg_gguf_get_u64(in, key, &v, NULL) == RG_OK && v < 100000) st.n_head = (int)v;
+            snprintf(key, sizeof key, "%.*s.attention.head_count_kv", (int)arch.len, arch.ptr);
+            st.n_head_kv = rg_gguf_get_u64(in, key, &v, NULL) == RG_OK && v < 100000 ? (int)v : st.n_head;
+        }
+        free(layers);
         snprintf(key, sizeof key, "%.*s.expert_count", (int)arch.len, arch.ptr);
         if (rg_gguf_get_u64(in, key, &v, NULL) == RG_OK && v < 100000) st.n_expert = (int)v;
     }
@@ -94,6 +105,11 @@ rg_status rg_quant_plan_types(const rg_gguf *in, const rg_quant_target *target, 
         if (order) order[i] = k;
         types[k] = t->type;
         if (!rg_quant_tensor_is_quantizable(t->name, (int)t->n_dims)) continue;
+        // The architecture's small elementwise weights (conv kernels, the SSM's A and D) stay as they are: the
+        // loader takes them in float only.
+        int64_t il;
+        const rg_arch_tensor *row = a ? rg_arch_tensor_of(a, t->name, &il) : NULL;
+        if (row && (row->flags & RG_T_F32)) continue;
         int type = rg_quant_choose_type(target, &st, t->name, t->ne[0], err);
         if (type < 0) {
             free(plan);

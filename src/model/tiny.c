@@ -1,5 +1,6 @@
-// tiny.c - build the tiny llama, qwen2 and qwen3 fixtures (spec architectures.md
-// §1, §1.4, §5), with the keys and tensors llama.cpp's converter writes for each.
+// tiny.c - build the tiny fixtures of every architecture (spec architectures.md
+// §1-3, §5): the keys and tensors of its table (model/arch.h) that llama.cpp's
+// converter writes, in its order, so a fixture loads by the same rules.
 #include "model/tiny.h"
 
 #include <math.h>
@@ -10,11 +11,12 @@
 #include "base/error.h"
 #include "base/rng.h"
 #include "base/threadpool.h"
+#include "model/model.h"
 #include "tensor/half.h"
 #include "text/bpe_train.h"
 #include "text/tiny_corpus.h"
 
-const char *const rg_tiny_archs[] = {"llama", "qwen2", "qwen3", NULL};
+const char *const rg_tiny_archs[] = {"llama", "qwen2", "qwen3", "lfm2", "mamba2", NULL};
 
 const rg_tiny_shape rg_tiny_shapes[] = {
     {"tiny", "the test fixtures", RG_TINY_N_EMBD, RG_TINY_N_LAYER, RG_TINY_N_HEAD, RG_TINY_N_HEAD_KV, RG_TINY_N_FF,
@@ -30,23 +32,28 @@ const rg_tiny_shape *rg_tiny_shape_find(const char *name) {
     return NULL;
 }
 
-// What distinguishes the three architectures in a file. The rope type is not
-// stored: readers take it from general.architecture (llama NORMAL, qwen NEOX).
+// The tokenizer a fixture carries: the tiny vocabulary with these special tokens appended (so fewer merges),
+// and the chat template of its family.
+typedef struct tiny_vocab {
+    const char *pre;              // tokenizer.ggml.pre
+    const char *specials[6];      // CONTROL tokens after the bytes and merges, NULL-terminated
+    int eos, pad, bos;            // indices into specials
+    bool add_bos;
+    const char *chat_template;    // NULL: none (a base model)
+} tiny_vocab;
+
+// What the writer chooses per architecture; the keys and tensors come from its table. The rope type is not
+// stored: readers take it from general.architecture.
 typedef struct tiny_arch {
     const char *name;
     int64_t head_dim;      // qwen3 declares 128 (key_length), whatever n_embd / n_head is; 0: n_embd / n_head
-    bool qkv_bias;         // qwen2: attn_{q,k,v}.bias
-    bool qk_norm;          // qwen3: attn_{q,k}_norm.weight [head_dim]
-    bool key_length;       // qwen3: attention.key_length / value_length (the converter writes HF's head_dim)
-    bool rope_dims_vocab;  // llama: rope.dimension_count and vocab_size
     float freq_base, norm_eps;
+    bool tied;             // always tied, as the released models are
+    const tiny_vocab *vocab;
+    int64_t n_conv;        // conv kernel length (lfm2, mamba2), 0: none
+    bool conv_even;        // lfm2: the even layers are short convolutions (head_count_kv 0), the odd ones attention
+    int64_t ssm_state, ssm_head_dim;  // mamba2: N and P, with D_in = 2 n_embd and one group; 0: no SSM
 } tiny_arch;
-
-static const tiny_arch tiny_arch_table[] = {
-    {"llama", 0, false, false, false, true, 10000.0f, 1e-5f},
-    {"qwen2", 0, true, false, false, false, 1000000.0f, 1e-6f},
-    {"qwen3", RG_TINY_QWEN3_HEAD_DIM, false, true, true, false, 1000000.0f, 1e-6f},
-};
 
 // ChatML as Qwen2 writes it: a default system turn when none is given.
 static const char chatml_template[] =
@@ -57,6 +64,33 @@ static const char chatml_template[] =
     "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+
+// LFM2's: the BOS text first, an optional system turn, ChatML turns, tool responses wrapped.
+static const char lfm2_template[] =
+    "{{- bos_token -}}{%- set ns = namespace(system_prompt=\"\") -%}"
+    "{%- if messages[0][\"role\"] == \"system\" -%}{%- set ns.system_prompt = messages[0][\"content\"] -%}"
+    "{%- set messages = messages[1:] -%}{%- endif -%}"
+    "{%- if ns.system_prompt -%}{{- \"<|im_start|>system\\n\" + ns.system_prompt + \"<|im_end|>\\n\" -}}{%- endif -%}"
+    "{%- for message in messages -%}{{- \"<|im_start|>\" + message[\"role\"] + \"\\n\" -}}"
+    "{%- set content = message[\"content\"] -%}{%- if message[\"role\"] == \"tool\" -%}"
+    "{%- set content = \"<|tool_response_start|>\" + content + \"<|tool_response_end|>\" -%}{%- endif -%}"
+    "{{- content + \"<|im_end|>\\n\" -}}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- \"<|im_start|>assistant\\n\" -}}{%- endif -%}";
+
+static const tiny_vocab vocab_chatml = {"qwen2", {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}, 2, 0, 0, false,
+                                        chatml_template};
+static const tiny_vocab vocab_lfm2 = {
+    "lfm2", {"<|pad|>", "<|startoftext|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"}, 4, 0, 1, true,
+    lfm2_template};
+static const tiny_vocab vocab_neox = {"gpt-2", {"<|endoftext|>", "<|padding|>"}, 0, 1, 0, false, NULL};
+
+static const tiny_arch tiny_arch_table[] = {
+    {"llama", 0, 10000.0f, 1e-5f, false, &vocab_chatml, 0, false, 0, 0},
+    {"qwen2", 0, 1000000.0f, 1e-6f, false, &vocab_chatml, 0, false, 0, 0},
+    {"qwen3", RG_TINY_QWEN3_HEAD_DIM, 1000000.0f, 1e-6f, false, &vocab_chatml, 0, false, 0, 0},
+    {"lfm2", 0, 1000000.0f, 1e-5f, true, &vocab_lfm2, 3, true, 0, 0},
+    {"mamba2", 0, 0.0f, 1e-5f, true, &vocab_neox, 4, false, 16, 64},
+};
 
 // Rounds v through the storage type, so an F32 twin holds the same values.
 static float round_to(uint32_t type, float v) {
@@ -74,20 +108,29 @@ typedef struct tiny_recipe {
     uint32_t value_type, store_type;
 } tiny_recipe;
 
-static bool ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && !strcmp(s + n - k, suffix);
-}
-
-// Matrices take the configured type; 1-D tensors (norms, biases) stay F32 as converters write
-// them. Norm weights are 1 + small noise in the tiny shape (so their gradients matter), 1 in
-// the large ones.
+// Matrices take the configured type; the table's small elementwise weights (norms, biases, conv kernels, the SSM's
+// A and D) stay F32 as converters write them. Norm weights are 1 + small noise in the tiny shape (so their gradients
+// matter), 1 in the large ones; the SSM's A is negative (it is -exp(A_log)), its D near 1, its dt bias near -3
+// (softplus 0.05).
 static tiny_recipe recipe_of(const rg_tiny_config *cfg, const rg_tiny_shape *sh, const rg_gguf_tensor *t,
                              uint64_t index) {
-    tiny_recipe r = {cfg->seed, index, 0.0f, 0.02f, t->n_dims == 2 ? cfg->type : RG_TYPE_F32, t->type};
-    if (!strcmp(t->name, "token_embd.weight")) r.std = sh->embd_std;
-    else if (ends_with(t->name, "norm.weight")) r.mean = 1.0f, r.std = sh->norm_std;
-    else if (ends_with(t->name, ".bias")) r.std = 0.01f;
+    const rg_arch *a = rg_arch_find(cfg->arch, strlen(cfg->arch));
+    int64_t il;
+    const rg_arch_tensor *row = a ? rg_arch_tensor_of(a, t->name, &il) : NULL;
+    const bool f32 = !row || (row->flags & RG_T_F32);
+    tiny_recipe r = {cfg->seed, index, 0.0f, 0.02f, f32 ? RG_TYPE_F32 : cfg->type, t->type};
+    switch (row ? row->role : RG_N_ROLES) {
+    case RG_ROLE_TOKEN_EMBD: r.std = sh->embd_std; break;
+    case RG_ROLE_OUTPUT_NORM: case RG_ROLE_ATTN_NORM: case RG_ROLE_ATTN_Q_NORM: case RG_ROLE_ATTN_K_NORM:
+    case RG_ROLE_FFN_NORM: case RG_ROLE_SSM_NORM: r.mean = 1.0f, r.std = sh->norm_std; break;
+    case RG_ROLE_ATTN_Q_B: case RG_ROLE_ATTN_K_B: case RG_ROLE_ATTN_V_B: case RG_ROLE_ATTN_O_B: case RG_ROLE_SSM_CONV_B:
+        r.std = 0.01f; break;
+    case RG_ROLE_CONV_KERNEL: case RG_ROLE_SSM_CONV: r.std = 0.2f; break;
+    case RG_ROLE_SSM_A: r.mean = -1.0f, r.std = 0.1f; break;
+    case RG_ROLE_SSM_D: r.mean = 1.0f, r.std = 0.1f; break;
+    case RG_ROLE_SSM_DT_B: r.mean = -3.0f, r.std = 0.5f; break;
+    default: break;
+    }
     return r;
 }
 
@@ -158,29 +201,30 @@ static rg_status set_padded_tokens(rg_gguf *g, const rg_bpe_vocab *v, int64_t n_
     return s;
 }
 
-static rg_status add_tokenizer(rg_gguf *g, int64_t n_vocab, rg_error *err) {
+static rg_status add_tokenizer(rg_gguf *g, const tiny_vocab *tv, int64_t n_vocab, rg_error *err) {
     rg_bpe_vocab v;
     char msg[256] = "";
-    int n_merges = RG_TINY_N_VOCAB - 256 - 3;
+    int n_specials = 0;
+    while (n_specials < 6 && tv->specials[n_specials]) n_specials++;
+    int n_merges = RG_TINY_N_VOCAB - 256 - n_specials;
     if (rg_bpe_train(rg_tiny_corpus, rg_tiny_corpus_len, n_merges, &v, msg, sizeof msg) != 0)
         return rg_fail(err, RG_ERR_NOMEM, "make-tiny: tokenizer training failed: %s", msg);
     rg_status s = RG_OK;
-    int32_t endoftext = rg_bpe_vocab_add(&v, "<|endoftext|>", 3);
-    int32_t im_start = rg_bpe_vocab_add(&v, "<|im_start|>", 3);
-    int32_t im_end = rg_bpe_vocab_add(&v, "<|im_end|>", 3);
-    if (endoftext < 0 || im_start < 0 || im_end < 0) s = rg_fail(err, RG_ERR_NOMEM, "make-tiny: out of memory");
-    else if (v.n_tokens != RG_TINY_N_VOCAB)
+    int32_t id[6];
+    for (int i = 0; i < n_specials && !s; i++)
+        if ((id[i] = rg_bpe_vocab_add(&v, tv->specials[i], 3)) < 0) s = rg_fail(err, RG_ERR_NOMEM, "make-tiny: out of memory");
+    if (!s && v.n_tokens != RG_TINY_N_VOCAB)
         s = rg_fail(err, RG_ERR_FORMAT, "make-tiny: tokenizer has %d tokens, expected %d (corpus too small?)",
                     v.n_tokens, RG_TINY_N_VOCAB);
     if (!s) s = rg_gguf_set_str(g, "tokenizer.ggml.model", "gpt2", err);
-    if (!s) s = rg_gguf_set_str(g, "tokenizer.ggml.pre", "qwen2", err);
+    if (!s) s = rg_gguf_set_str(g, "tokenizer.ggml.pre", tv->pre, err);
     if (!s) s = set_padded_tokens(g, &v, n_vocab, err);
     if (!s) s = rg_gguf_set_str_array(g, "tokenizer.ggml.merges", (const char *const *)v.merges, (uint64_t)v.n_merges, err);
-    if (!s) s = rg_gguf_set_u32(g, "tokenizer.ggml.eos_token_id", (uint32_t)im_end, err);
-    if (!s) s = rg_gguf_set_u32(g, "tokenizer.ggml.padding_token_id", (uint32_t)endoftext, err);
-    if (!s) s = rg_gguf_set_u32(g, "tokenizer.ggml.bos_token_id", (uint32_t)endoftext, err);
-    if (!s) s = rg_gguf_set_bool(g, "tokenizer.ggml.add_bos_token", false, err);
-    if (!s) s = rg_gguf_set_str(g, "tokenizer.chat_template", chatml_template, err);
+    if (!s) s = rg_gguf_set_u32(g, "tokenizer.ggml.eos_token_id", (uint32_t)id[tv->eos], err);
+    if (!s) s = rg_gguf_set_u32(g, "tokenizer.ggml.padding_token_id", (uint32_t)id[tv->pad], err);
+    if (!s) s = rg_gguf_set_u32(g, "tokenizer.ggml.bos_token_id", (uint32_t)id[tv->bos], err);
+    if (!s) s = rg_gguf_set_bool(g, "tokenizer.ggml.add_bos_token", tv->add_bos, err);
+    if (!s && tv->chat_template) s = rg_gguf_set_str(g, "tokenizer.chat_template", tv->chat_template, err);
     rg_bpe_vocab_free(&v);
     return s;
 }
@@ -189,20 +233,63 @@ static uint32_t file_type_of(uint32_t type) {
     return type == RG_TYPE_F16 ? 1 : type == RG_TYPE_BF16 ? 32 : 0;
 }
 
-static bool tied_of(const rg_tiny_config *cfg, const rg_tiny_shape *sh) { return cfg->tied || sh->tied; }
-
-static int64_t head_dim_of(const tiny_arch *a, const rg_tiny_shape *sh) {
-    return a->head_dim ? a->head_dim : sh->n_embd / sh->n_head;
+static bool tied_of(const rg_tiny_config *cfg, const tiny_arch *a, const rg_tiny_shape *sh) {
+    return cfg->tied || sh->tied || a->tied;
 }
 
-// The general.* keys, then the keys a converter writes for arch `a` under "<arch>.".
-static rg_status add_keys(const rg_tiny_config *cfg, const tiny_arch *a, const rg_tiny_shape *sh, rg_gguf *g,
-                          rg_error *err) {
-    const int64_t Dh = head_dim_of(a, sh);
+// A fixture's hyperparameters, as a loader reads them back: the shape's dimensions and the writer's choices.
+typedef struct tiny_model {
+    rg_hparams hp;
+    rg_layer *layers;  // [hp.n_layer]
+} tiny_model;
+
+static rg_status tiny_model_make(tiny_model *tm, const rg_arch *arch, const tiny_arch *a, const rg_tiny_shape *sh,
+                                 rg_error *err) {
+    rg_hparams *hp = &tm->hp;
+    memset(hp, 0, sizeof *hp);
+    const bool ssm = a->ssm_state > 0;  // no attention and no FFN: their keys are 0
+    hp->n_vocab = sh->n_vocab, hp->n_ctx_train = sh->n_ctx, hp->n_embd = sh->n_embd, hp->n_layer = sh->n_layer;
+    hp->n_head = ssm ? 0 : sh->n_head, hp->n_head_kv = ssm ? 0 : sh->n_head_kv, hp->n_ff = ssm ? 0 : sh->n_ff;
+    hp->head_dim = hp->value_length = hp->n_rot = a->head_dim ? a->head_dim : sh->n_embd / sh->n_head;
+    hp->rope_freq_base = sh->freq_base > 0 ? sh->freq_base : a->freq_base;
+    hp->norm_eps = a->norm_eps;
+    hp->n_conv = a->n_conv;
+    if (ssm) {
+        hp->ssm_inner = 2 * sh->n_embd, hp->ssm_state = a->ssm_state, hp->ssm_groups = 1;
+        hp->ssm_heads = hp->ssm_inner / a->ssm_head_dim;
+    }
+    tm->layers = calloc((size_t)sh->n_layer, sizeof *tm->layers);
+    if (!tm->layers) return rg_fail(err, RG_ERR_NOMEM, "make-tiny: out of memory");
+    for (int64_t il = 0; il < sh->n_layer; il++) {
+        rg_layer *L = &tm->layers[il];
+        L->n_head = hp->n_head, L->n_ff = hp->n_ff;
+        L->n_head_kv = a->conv_even && il % 2 == 0 ? 0 : hp->n_head_kv;
+        arch->layer_kinds(hp, L, il);
+    }
+    return RG_OK;
+}
+
+// One key of the table: its scalar, or (RG_KEY_ARRAY) one INT32 per layer as llama.cpp's converter writes them.
+static rg_status add_key(rg_gguf *g, const rg_arch *arch, const rg_arch_key *k, const tiny_model *tm, rg_error *err) {
+    char key[96];
+    snprintf(key, sizeof key, "%s.%s", arch->name, k->suffix);
+    const char *hp = (const char *)&tm->hp;
+    if (k->flags & RG_KEY_FLOAT) return rg_gguf_set_f32(g, key, *(const float *)(hp + k->hp), err);
+    if (!(k->flags & RG_KEY_ARRAY)) return rg_gguf_set_u32(g, key, (uint32_t)*(const int64_t *)(hp + k->hp), err);
+    int32_t v[RG_TINY_MAX_LAYER];
+    const int64_t n = tm->hp.n_layer;
+    if (n > RG_TINY_MAX_LAYER) return rg_fail(err, RG_ERR_ARG, "make-tiny: %lld layers for '%s'", (long long)n, key);
+    for (int64_t il = 0; il < n; il++) v[il] = (int32_t)*(const int64_t *)((const char *)&tm->layers[il] + k->layer);
+    return rg_gguf_set_array(g, key, RG_GGUF_I32, v, (uint64_t)n, err);
+}
+
+// The general.* keys, then the table's keys a converter writes for the architecture, in the table's order.
+static rg_status add_keys(const rg_tiny_config *cfg, const rg_arch *arch, const tiny_arch *a, const rg_tiny_shape *sh,
+                          const tiny_model *tm, rg_gguf *g, rg_error *err) {
     const bool tiny = !strcmp(sh->name, "tiny");
-    char name[128], key[96];
+    char name[128];
     snprintf(name, sizeof name, "retrograd %s%s %s %s%s%s", sh->name, tiny ? "" : "-shape", a->name,
-             rg_type_get(cfg->type)->name, cfg->twin_f32 ? " (f32 twin)" : "", tied_of(cfg, sh) ? " tied" : "");
+             rg_type_get(cfg->type)->name, cfg->twin_f32 ? " (f32 twin)" : "", tied_of(cfg, a, sh) ? " tied" : "");
     uint32_t stored = cfg->twin_f32 ? RG_TYPE_F32 : cfg->type;
     rg_status s = rg_gguf_set_str(g, "general.architecture", a->name, err);
     if (!s) s = rg_gguf_set_str(g, "general.type", "model", err);
@@ -215,60 +302,41 @@ static rg_status add_keys(const rg_tiny_config *cfg, const tiny_arch *a, const r
     }
     if (!s) s = rg_gguf_set_u32(g, "general.file_type", file_type_of(stored), err);
     if (!s) s = rg_gguf_set_u64(g, "general.seed", cfg->seed, err);
-#define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", a->name, suffix), key)
-    if (!s) s = rg_gguf_set_u32(g, KEY("block_count"), (uint32_t)sh->n_layer, err);
-    if (!s) s = rg_gguf_set_u32(g, KEY("context_length"), (uint32_t)sh->n_ctx, err);
-    if (!s) s = rg_gguf_set_u32(g, KEY("embedding_length"), (uint32_t)sh->n_embd, err);
-    if (!s) s = rg_gguf_set_u32(g, KEY("feed_forward_length"), (uint32_t)sh->n_ff, err);
-    if (!s) s = rg_gguf_set_u32(g, KEY("attention.head_count"), (uint32_t)sh->n_head, err);
-    if (!s) s = rg_gguf_set_u32(g, KEY("attention.head_count_kv"), (uint32_t)sh->n_head_kv, err);
-    if (!s) s = rg_gguf_set_f32(g, KEY("rope.freq_base"), sh->freq_base > 0 ? sh->freq_base : a->freq_base, err);
-    if (!s) s = rg_gguf_set_f32(g, KEY("attention.layer_norm_rms_epsilon"), a->norm_eps, err);
-    if (!s && a->key_length) s = rg_gguf_set_u32(g, KEY("attention.key_length"), (uint32_t)Dh, err);
-    if (!s && a->key_length) s = rg_gguf_set_u32(g, KEY("attention.value_length"), (uint32_t)Dh, err);
-    if (!s && a->rope_dims_vocab) s = rg_gguf_set_u32(g, KEY("rope.dimension_count"), (uint32_t)Dh, err);
-    if (!s && a->rope_dims_vocab) s = rg_gguf_set_u32(g, KEY("vocab_size"), (uint32_t)sh->n_vocab, err);
-#undef KEY
-    return s ? s : add_tokenizer(g, sh->n_vocab, err);
+    for (int i = 0; i < arch->n_keys && !s; i++) {
+        const rg_arch_key *k = &arch->keys[i];
+        if ((k->flags & RG_KEY_REQUIRED) || (k->written & arch->features)) s = add_key(g, arch, k, tm, err);
+    }
+    return s ? s : add_tokenizer(g, a->vocab, sh->n_vocab, err);
 }
 
 // A tensor info without data, in the type its values are stored as.
-static rg_status add_info(rg_gguf *g, const rg_tiny_config *cfg, const char *name, int n_dims, int64_t ne0, int64_t ne1,
-                          rg_error *err) {
-    const uint32_t type = cfg->twin_f32 || n_dims != 2 ? RG_TYPE_F32 : cfg->type;
-    return rg_gguf_add_tensor(g, name, type, (uint32_t)n_dims, (int64_t[]){ne0, ne1}, NULL, err);
+static rg_status add_info(rg_gguf *g, const rg_tiny_config *cfg, const rg_arch_tensor *t, int64_t il,
+                          const tiny_model *tm, rg_error *err) {
+    char name[96];
+    snprintf(name, sizeof name, t->name, (int)il);
+    int64_t ne[4];
+    const int n_dims = rg_arch_shape(t, &tm->hp, il >= 0 ? &tm->layers[il] : NULL, ne);
+    const uint32_t type = cfg->twin_f32 || (t->flags & RG_T_F32) ? RG_TYPE_F32 : cfg->type;
+    return rg_gguf_add_tensor(g, name, type, (uint32_t)n_dims, ne, NULL, err);
 }
 
-// The tensors in the converter's order. For llama the converter permutes the rows of attn_q /
-// attn_k for NORMAL rope; random weights need no permutation: they are the permuted rows of
-// some HF model, which is what transformers recovers when it undoes the permutation.
-static rg_status add_tensors(const rg_tiny_config *cfg, const tiny_arch *a, const rg_tiny_shape *sh, rg_gguf *g,
-                             rg_error *err) {
-    const int64_t d = sh->n_embd, H = sh->n_head, Hkv = sh->n_head_kv, F = sh->n_ff, V = sh->n_vocab;
-    const int64_t Dh = head_dim_of(a, sh);
-    rg_status s = add_info(g, cfg, "token_embd.weight", 2, d, V, err);
-    if (!s) s = add_info(g, cfg, "output_norm.weight", 1, d, 1, err);
-    if (!s && !tied_of(cfg, sh)) s = add_info(g, cfg, "output.weight", 2, d, V, err);
-    for (int64_t il = 0; il < sh->n_layer && !s; il++) {
-        char n[64];
-#define T(suffix, dims, ne0, ne1) \
-    (snprintf(n, sizeof n, "blk.%lld.%s", (long long)il, suffix), s = s ? s : add_info(g, cfg, n, dims, ne0, ne1, err))
-        T("attn_norm.weight", 1, d, 1);
-        T("attn_q.weight", 2, d, H * Dh);
-        if (a->qkv_bias) T("attn_q.bias", 1, H * Dh, 1);
-        T("attn_k.weight", 2, d, Hkv * Dh);
-        if (a->qkv_bias) T("attn_k.bias", 1, Hkv * Dh, 1);
-        T("attn_v.weight", 2, d, Hkv * Dh);
-        if (a->qkv_bias) T("attn_v.bias", 1, Hkv * Dh, 1);
-        if (a->qk_norm) T("attn_q_norm.weight", 1, Dh, 1);
-        if (a->qk_norm) T("attn_k_norm.weight", 1, Dh, 1);
-        T("attn_output.weight", 2, H * Dh, d);
-        T("ffn_norm.weight", 1, d, 1);
-        T("ffn_gate.weight", 2, d, F);
-        T("ffn_up.weight", 2, d, F);
-        T("ffn_down.weight", 2, F, d);
-#undef T
+// The tensors the architecture requires (and the head unless tied), in the converter's order. For llama the
+// converter permutes the rows of attn_q / attn_k for NORMAL rope; random weights need no permutation: they are
+// the permuted rows of some HF model, which is what transformers recovers when it undoes the permutation.
+static rg_status add_tensors(const rg_tiny_config *cfg, const rg_arch *arch, const tiny_arch *a,
+                             const rg_tiny_shape *sh, const tiny_model *tm, rg_gguf *g, rg_error *err) {
+    rg_status s = RG_OK;
+    for (int i = 0; i < arch->n_global && !s; i++) {
+        const rg_arch_tensor *t = &arch->global[i];
+        bool head = t->role == RG_ROLE_OUTPUT && !tied_of(cfg, a, sh);
+        if (rg_arch_tensor_required(arch, t) || head) s = add_info(g, cfg, t, -1, tm, err);
     }
+    for (int64_t il = 0; il < tm->hp.n_layer && !s; il++)
+        for (int i = 0; i < arch->n_tensors && !s; i++) {
+            const rg_arch_tensor *t = &arch->tensors[arch->write_order ? arch->write_order[i] : i];
+            if (rg_arch_tensor_in_layer(t, &tm->layers[il]) && rg_arch_tensor_required(arch, t))
+                s = add_info(g, cfg, t, il, tm, err);
+        }
     return s;
 }
 
@@ -278,13 +346,16 @@ static rg_status check_config(const rg_tiny_config *cfg, const tiny_arch **arch,
     for (size_t i = 0; i < sizeof tiny_arch_table / sizeof tiny_arch_table[0]; i++)
         if (cfg->arch && strcmp(cfg->arch, tiny_arch_table[i].name) == 0) *arch = &tiny_arch_table[i];
     if (!*arch)
-        return rg_fail(err, RG_ERR_ARG, "make-tiny: unknown architecture '%s' (supported: llama, qwen2, qwen3)",
-                       cfg->arch ? cfg->arch : "(none)");
+        return rg_fail(err, RG_ERR_ARG, "make-tiny: unknown architecture '%s' (supported: %s)",
+                       cfg->arch ? cfg->arch : "(none)", rg_model_archs);
     if (!(*shape = rg_tiny_shape_find(cfg->shape)))
         return rg_fail(err, RG_ERR_ARG, "make-tiny: unknown shape '%s' (supported: tiny, smollm2, 1b)", cfg->shape);
     if (cfg->type != RG_TYPE_F32 && cfg->type != RG_TYPE_F16 && cfg->type != RG_TYPE_BF16)
         return rg_fail(err, RG_ERR_ARG, "make-tiny: type %s is not supported yet (f32, f16, bf16)",
                        rg_type_get(cfg->type)->name);
+    if ((*shape)->n_layer > RG_TINY_MAX_LAYER)
+        return rg_fail(err, RG_ERR_ARG, "make-tiny: shape '%s' has %lld layers, more than %d", cfg->shape,
+                       (long long)(*shape)->n_layer, RG_TINY_MAX_LAYER);
     return RG_OK;
 }
 
@@ -294,10 +365,14 @@ rg_status rg_tiny_plan(const rg_tiny_config *cfg, rg_gguf **out, rg_error *err) 
     const rg_tiny_shape *sh = NULL;
     rg_status s = check_config(cfg, &a, &sh, err);
     if (s) return s;
+    const rg_arch *arch = rg_arch_find(a->name, strlen(a->name));
+    tiny_model tm = {0};
     rg_gguf *g = rg_gguf_new();
     if (!g) return rg_fail(err, RG_ERR_NOMEM, "make-tiny: out of memory");
-    s = add_keys(cfg, a, sh, g, err);
-    if (!s) s = add_tensors(cfg, a, sh, g, err);
+    s = tiny_model_make(&tm, arch, a, sh, err);
+    if (!s) s = add_keys(cfg, arch, a, sh, &tm, g, err);
+    if (!s) s = add_tensors(cfg, arch, a, sh, &tm, g, err);
+    free(tm.layers);
     if (s) {
         rg_gguf_free(g);
         return s;

@@ -13,11 +13,11 @@
 #include "gguf/gguf.h"
 
 typedef struct rg_tiny_config {
-    const char *arch;    // "llama", "qwen2" or "qwen3"
+    const char *arch;    // "llama", "qwen2", "qwen3", "lfm2" or "mamba2"
     uint32_t type;       // storage type of the matrices: RG_TYPE_F32, F16 or BF16
     uint64_t seed;
     bool twin_f32;       // values rounded to `type` but stored as F32 (the F32 twin)
-    bool tied;           // no output.weight: the head reuses token_embd
+    bool tied;           // no output.weight: the head reuses token_embd (lfm2 and mamba2 always, as released)
     const char *shape;   // NULL or "tiny": the fixtures' dimensions below; or a name of rg_tiny_shapes
     int n_threads;       // threads that make the values (rg_tiny_write, rg_tiny_build); <= 0: all cores
 } rg_tiny_config;
@@ -25,6 +25,10 @@ typedef struct rg_tiny_config {
 // The hyperparameters of the tiny models (read them back from the file, not from here).
 // llama: no biases, NORMAL rope. qwen2: q/k/v biases, NEOX rope. qwen3: no biases, per-head
 // q/k RMSNorm, NEOX rope, head_dim 128 (so n_head * head_dim = 512 != n_embd, as in Qwen3-0.6B).
+// lfm2: short-conv layers (kernel 3) at even indices and attention (per-head q/k norms) at odd
+// ones, the final norm as token_embd_norm, tied, LFM2's specials and chat template. mamba2:
+// inner size 2 n_embd, heads of 64, state size 16, one group, kernel 4, tied, GPT-NeoX-like
+// specials and no chat template.
 enum {
     RG_TINY_N_EMBD = 256,  // a multiple of 256, so K-quant and IQ fixtures use their types unchanged
     RG_TINY_N_LAYER = 2,
@@ -34,6 +38,7 @@ enum {
     RG_TINY_N_CTX = 256,
     RG_TINY_N_VOCAB = 512,   // 256 bytes + merges + 3 ChatML specials
     RG_TINY_QWEN3_HEAD_DIM = 128,  // llama and qwen2: n_embd / n_head = 64
+    RG_TINY_MAX_LAYER = 128,       // the most layers a shape may have
 };
 
 // The dimensions of a model: the tiny fixtures', or a real model's with random weights

@@ -23,8 +23,9 @@ static double mib(size_t b) { return (double)b / 1048576.0; }
 
 // ---------------------------------------------------------------------------
 // Full fine-tuning: every model tensor becomes a parameter over a copy in its
-// own type. The visit order (embeddings, output norm, output, then each layer
-// in the order of rg_layer) fixes the tensor ids.
+// own type, except those the architecture's table marks frozen (leaves over the
+// mapping). The visit order (the table's global rows, then each layer's rows in
+// slot order) fixes the tensor ids.
 typedef struct full_builder {
     rg_train_state *s;
     rg_graph *g;
@@ -71,25 +72,24 @@ static rg_node *full_param(full_builder *b, const rg_gguf_tensor *t) {
 
 static rg_status full_nodes(rg_train_state *s, rg_graph *g, rg_model_nodes *w, rg_error *err) {
     const rg_model *m = s->model;
+    const rg_arch *a = m->arch;
     full_builder b = {.s = s, .g = g, .err = err};
-    w->tok_embd = full_param(&b, m->tok_embd);
-    w->out_norm = full_param(&b, m->out_norm);
-    w->output = m->hp.tied ? w->tok_embd : full_param(&b, m->output);
+    for (int i = 0; i < a->n_global; i++) {
+        const rg_arch_tensor *t = &a->global[i];
+        if (t->role == RG_ROLE_TOKEN_EMBD) w->tok_embd = full_param(&b, m->tok_embd);
+        else if (t->role == RG_ROLE_OUTPUT_NORM) w->out_norm = full_param(&b, m->out_norm);
+        else if (t->role == RG_ROLE_OUTPUT) w->output = m->hp.tied ? w->tok_embd : full_param(&b, m->output);
+    }
     w->layers = rg_arena_alloc(&g->arena, sizeof *w->layers * (size_t)m->hp.n_layer, 8);
     if (!w->layers) return rg_fail(err, RG_ERR_NOMEM, "train: out of memory");
     memset(w->layers, 0, sizeof *w->layers * (size_t)m->hp.n_layer);
     for (int64_t il = 0; il < m->hp.n_layer && !b.st; il++) {
         const rg_layer *L = &m->layers[il];
         rg_layer_nodes *N = &w->layers[il];
-        N->attn_norm = full_param(&b, L->attn_norm);
-        N->wq = full_param(&b, L->wq), N->bq = full_param(&b, L->bq);
-        N->wk = full_param(&b, L->wk), N->bk = full_param(&b, L->bk);
-        N->wv = full_param(&b, L->wv), N->bv = full_param(&b, L->bv);
-        N->wo = full_param(&b, L->wo), N->bo = full_param(&b, L->bo);
-        N->q_norm = full_param(&b, L->q_norm), N->k_norm = full_param(&b, L->k_norm);
-        N->ffn_norm = full_param(&b, L->ffn_norm);
-        N->ffn_gate = full_param(&b, L->ffn_gate), N->ffn_up = full_param(&b, L->ffn_up);
-        N->ffn_down = full_param(&b, L->ffn_down);
+        for (int i = 0; i < a->n_tensors; i++) {
+            const rg_arch_tensor *t = &a->tensors[i];
+            N->w[t->role] = (t->flags & RG_T_FROZEN) ? rg_model_leaf(g, L->t[t->role]) : full_param(&b, L->t[t->role]);
+        }
     }
     if (b.st) return b.st;
     return rg_graph_error(g, err);
@@ -178,7 +178,9 @@ static rg_status check_checkpoints(const rg_train_state *s, rg_error *err) {
     return RG_OK;
 }
 
-static size_t model_tensor_count(const rg_model *m) { return 3 + (size_t)m->hp.n_layer * 15; }
+static size_t model_tensor_count(const rg_model *m) {
+    return (size_t)m->arch->n_global + (size_t)m->hp.n_layer * (size_t)m->arch->n_tensors;
+}
 
 static size_t physical_memory(void) {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);

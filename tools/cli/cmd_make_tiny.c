@@ -14,7 +14,7 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: retrograd make-tiny --arch ARCH --type TYPE -o OUT.gguf [--shape SHAPE] [--seed S] [--twin-f32]\n"
                "                          [--tied] [--dry-run]\n"
-               "  --arch ARCH    architecture: llama, qwen2 or qwen3\n"
+               "  --arch ARCH    architecture: llama, qwen2, qwen3, lfm2 or mamba2\n"
                "  --type TYPE    storage type of the weight matrices: f32, f16, bf16, or any type or mixture of\n"
                "                 `retrograd quantize` (q4_0, q4_k_m, iq4_xs, ...), applied to the f32 model;\n"
                "                 norms and biases stay f32\n"

@@ -1,0 +1,47 @@
+// layer.c - see layer.h: the kinds' table and what their builders share.
+#include "model/layer.h"
+
+#include <stdio.h>
+
+#include "base/error.h"
+
+const rg_layer_kind_desc *rg_layer_kind_get(rg_layer_kind k) {
+    switch (k) {
+    case RG_KIND_ATTN: return &rg_layer_attn;
+    case RG_KIND_SHORTCONV: return &rg_layer_shortconv;
+    case RG_KIND_SSM: return &rg_layer_ssm;
+    case RG_KIND_FFN: return &rg_layer_ffn;
+    default: return NULL;
+    }
+}
+
+rg_node *rg_layer_f32(rg_graph *g, rg_node *n) {
+    if (!n || n->t.type == RG_TYPE_F32) return n;
+    return rg_cpy(g, n, RG_TYPE_F32);
+}
+
+rg_node *rg_layer_norm(rg_graph *g, rg_node *x, rg_node *w, float eps) {
+    return rg_mul(g, rg_rms_norm(g, x, eps), rg_layer_f32(g, w));
+}
+
+rg_node *rg_layer_linear(const rg_layer_ctx *c, rg_role w, rg_role b, rg_node *x) {
+    rg_graph *g = c->g;
+    const rg_layer_nodes *L = c->w;
+    rg_node *y = rg_mul_mat(g, L->w[w], x);                          // [n_out, T]
+    const int t = rg_arch_lora_target(c->m->arch, w);
+    if (L->lora_scale != 0.0f && t >= 0 && L->lora_a[t] && L->lora_b[t]) {
+        rg_node *ax = rg_mul_mat(g, L->lora_a[t], x);                // [rank, T]
+        rg_node *bax = rg_mul_mat(g, L->lora_b[t], ax);              // [n_out, T]
+        y = rg_add(g, y, rg_scale(g, bax, L->lora_scale));
+    }
+    rg_node *bias = b < RG_N_ROLES ? L->w[b] : NULL;
+    return bias ? rg_add(g, y, rg_layer_f32(g, bias)) : y;
+}
+
+rg_node *rg_layer_unsupported(const rg_layer_ctx *c, const char *kind, const char *needs) {
+    rg_graph *g = c->g;
+    if (g->err.status == RG_OK)
+        rg_fail(&g->err, RG_ERR_UNSUPPORTED, "%s layer %lld (%s): not yet supported: needs %s", c->m->hp.arch_name,
+                (long long)c->il, kind, needs);
+    return NULL;
+}

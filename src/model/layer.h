@@ -1,0 +1,60 @@
+// layer.h - the kinds of layer (model/arch.h's rg_layer_kind): for each, a
+// graph builder and the state it keeps between evaluations. The forward
+// (forward.c) calls a layer's mixer kind, then its FFN kind; the session
+// (infer/session.c, through model/state.c) allocates what their state
+// descriptions say.
+#ifndef RG_MODEL_LAYER_H
+#define RG_MODEL_LAYER_H
+
+#include "model/forward.h"
+#include "model/state.h"
+
+// What a builder sees of one layer.
+typedef struct rg_layer_ctx {
+    rg_graph *g;
+    const rg_model *m;
+    int64_t il;
+    const rg_layer *layer;      // the model's layer: kinds and per-layer sizes
+    const rg_layer_nodes *w;    // its weight nodes by role, and LoRA
+    rg_node *pos;               // I32 [n_tokens]
+    rg_node *mask;              // F32 [n_tokens, n_tokens] added to attention scores, or NULL
+    rg_layer_state *state;      // the layer's buffers (NULL: no cache, a full pass)
+    int state_first;            // this kind's first buffer in state (the mixer's come first, then the FFN's)
+    int64_t n_past;             // tokens already in the state
+    int64_t n_ctx;              // tokens the per-token buffers hold
+} rg_layer_ctx;
+
+// One buffer of a kind's state: elements per cached token (the KV cache, in the state's token type) or per
+// sequence (recurrent state, F32), as a function of the hyperparameters and the layer.
+typedef struct rg_state_buf {
+    const char *name;
+    bool per_token;
+    int64_t (*elements)(const rg_hparams *hp, const rg_layer *L);
+} rg_state_buf;
+
+typedef struct rg_layer_kind_desc {
+    const char *name;           // "attention", "short conv", "ssm", "ffn"
+    // x [n_embd, T] -> x + the kind's residual branch (its own pre-norm included); NULL with the graph's
+    // error set when it cannot be built.
+    rg_node *(*build)(const rg_layer_ctx *c, rg_node *x);
+    int n_state;
+    const rg_state_buf *state;
+} rg_layer_kind_desc;
+
+// The description of a kind; NULL for RG_KIND_NONE.
+const rg_layer_kind_desc *rg_layer_kind_get(rg_layer_kind k);
+
+extern const rg_layer_kind_desc rg_layer_attn, rg_layer_shortconv, rg_layer_ssm, rg_layer_ffn;
+
+// Shared by the builders. Norm weights and biases are F32 in converted files; third-party files may store them
+// as F16/BF16, which elementwise ops take after a cast.
+rg_node *rg_layer_f32(rg_graph *g, rg_node *n);
+// RMSNorm over the innermost dimension times the weight.
+rg_node *rg_layer_norm(rg_graph *g, rg_node *x, rg_node *w, float eps);
+// W x (+ lora_scale * B(A x) when the layer has a LoRA pair for W's role) (+ bias): roles of the weight and bias
+// (RG_N_ROLES: none).
+rg_node *rg_layer_linear(const rg_layer_ctx *c, rg_role w, rg_role b, rg_node *x);
+// Sets the graph's error: the kind cannot be built yet, naming the layer and what it needs.
+rg_node *rg_layer_unsupported(const rg_layer_ctx *c, const char *kind, const char *needs);
+
+#endif

@@ -1,0 +1,68 @@
+// layer_attn.c - the attention mixer (architectures.md §0.4, §1.3, §1.5, §2.6):
+// x + Wo attention(RoPE(norm_q(Wq h + bq)), RoPE(norm_k(Wk h + bk)), Wv h + bv)
+// with h = RMSNorm(x; attn_norm), causal GQA, the per-head q/k norms where the
+// layer has them (qwen3, lfm2). Its state is the KV cache: keys [Dh, n_ctx, Hkv]
+// and values stored transposed [n_ctx, Dh, Hkv], so both feed MUL_MAT with
+// packed rows (a single cached token takes ATTN_DECODE on the same views).
+// d = n_embd, T = n_tokens, Dh = head_dim, H / Hkv = the layer's query / kv heads.
+#include "model/layer.h"
+
+static int64_t kv_elements(const rg_hparams *hp, const rg_layer *L) { return hp->head_dim * L->n_head_kv; }
+
+static const rg_state_buf attn_state[] = {
+    {"k", true, kv_elements},   // [Dh, n_ctx, Hkv]
+    {"v", true, kv_elements},   // [n_ctx, Dh, Hkv]
+};
+
+static rg_node *build(const rg_layer_ctx *c, rg_node *x) {
+    rg_graph *g = c->g;
+    const rg_hparams *hp = &c->m->hp;
+    const rg_layer_nodes *L = c->w;
+    const int64_t T = x->t.ne[1], Dh = hp->head_dim, H = c->layer->n_head, Hkv = c->layer->n_head_kv;
+    const rg_layer_state *cache = c->state;
+    const int64_t n_past = c->n_past, n_kv = cache ? n_past + T : T;
+    rg_node *h = rg_layer_norm(g, x, L->w[RG_ROLE_ATTN_NORM], hp->norm_eps);                           // [d, T]
+    rg_node *q = rg_reshape(g, rg_layer_linear(c, RG_ROLE_ATTN_Q, RG_ROLE_ATTN_Q_B, h), 3, (int64_t[]){Dh, H, T});    // [Dh, H, T]
+    rg_node *k = rg_reshape(g, rg_layer_linear(c, RG_ROLE_ATTN_K, RG_ROLE_ATTN_K_B, h), 3, (int64_t[]){Dh, Hkv, T});  // [Dh, Hkv, T]
+    rg_node *v = rg_reshape(g, rg_layer_linear(c, RG_ROLE_ATTN_V, RG_ROLE_ATTN_V_B, h), 3, (int64_t[]){Dh, Hkv, T});  // [Dh, Hkv, T]
+    if (L->w[RG_ROLE_ATTN_Q_NORM]) q = rg_layer_norm(g, q, L->w[RG_ROLE_ATTN_Q_NORM], hp->norm_eps);  // per head, over Dh
+    if (L->w[RG_ROLE_ATTN_K_NORM]) k = rg_layer_norm(g, k, L->w[RG_ROLE_ATTN_K_NORM], hp->norm_eps);
+    q = rg_rope(g, q, c->pos, (int)hp->n_rot, hp->rope_mode, hp->rope_freq_base, hp->rope_freq_scale);
+    k = rg_rope(g, k, c->pos, (int)hp->n_rot, hp->rope_mode, hp->rope_freq_base, hp->rope_freq_scale);
+    rg_node *Q = rg_permute(g, q, 0, 2, 1, 3);                   // [Dh, T, H]
+    rg_node *K, *Vt;
+    if (cache) {
+        // Write the new rows, then read every cached row: the reads are created
+        // after the writes, and execution follows creation order.
+        const int kb = c->state_first, vb = c->state_first + 1;   // attn_state's k and v
+        const uint32_t type = cache->type[kb];
+        const size_t es = rg_type_get(type)->type_size;
+        const int64_t C = c->n_ctx;
+        rg_node *kc = rg_leaf(g, "cache_k", type, 3, (int64_t[]){Dh, C, Hkv}, cache->buf[kb]);
+        rg_node *vc = rg_leaf(g, "cache_v", type, 3, (int64_t[]){C, Dh, Hkv}, cache->buf[vb]);
+        rg_node *kw = rg_view(g, kc, 3, (int64_t[]){Dh, T, Hkv}, (size_t[]){es, Dh * es, Dh * C * es},
+                              (size_t)(n_past * Dh) * es);
+        rg_cpy_into(g, rg_permute(g, k, 0, 2, 1, 3), kw);        // [Dh, T, Hkv] at rows n_past..
+        rg_node *vw = rg_view(g, vc, 3, (int64_t[]){T, Dh, Hkv}, (size_t[]){es, C * es, Dh * C * es},
+                              (size_t)n_past * es);
+        rg_cpy_into(g, rg_permute(g, v, 1, 2, 0, 3), vw);        // [T, Dh, Hkv] at columns n_past..
+        K = rg_view(g, kc, 3, (int64_t[]){Dh, n_kv, Hkv}, (size_t[]){es, Dh * es, Dh * C * es}, 0);   // [Dh, n_kv, Hkv]
+        Vt = rg_view(g, vc, 3, (int64_t[]){n_kv, Dh, Hkv}, (size_t[]){es, C * es, Dh * C * es}, 0);  // [n_kv, Dh, Hkv]
+    } else {
+        K = rg_permute(g, k, 0, 2, 1, 3);                        // [Dh, T, Hkv]
+        Vt = rg_cont(g, rg_permute(g, v, 1, 2, 0, 3));           // [T, Dh, Hkv]
+    }
+    rg_node *o;
+    if (cache && T == 1) {
+        // A generated token: scores, softmax and weighted sum in one op (ops_attn_decode.c).
+        o = rg_reshape(g, rg_attn_decode(g, q, K, Vt, hp->attn_scale), 2, (int64_t[]){Dh * H, T});  // [Dh*H, T]
+    } else {
+        rg_node *kq = rg_mul_mat(g, K, Q);                       // [n_kv, T, H]; head h reads kv head h / (H/Hkv)
+        kq = rg_soft_max(g, kq, c->mask, true, hp->attn_scale, 0.0f);  // causal: key j <= n_past + query i
+        o = rg_mul_mat(g, Vt, kq);                               // [Dh, T, H]
+        o = rg_reshape(g, rg_cont(g, rg_permute(g, o, 0, 2, 1, 3)), 2, (int64_t[]){Dh * H, T});  // [Dh*H, T]
+    }
+    return rg_add(g, x, rg_layer_linear(c, RG_ROLE_ATTN_O, RG_ROLE_ATTN_O_B, o));  // [d, T]
+}
+
+const rg_layer_kind_desc rg_layer_attn = {"attention", build, 2, attn_state};
