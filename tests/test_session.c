@@ -126,6 +126,50 @@ static void check_type_cuda(uint32_t type, bool tied) {
 static void test_cuda_f32(void) { check_type_cuda(RG_TYPE_F32, false); }
 static void test_cuda_f16_tied(void) { check_type_cuda(RG_TYPE_F16, true); }
 
+// RETRO_CUDA_GRAPHS=1 on the device: the single-token graph is captured once and replayed for
+// every later token (the cache window's offset and the number of cached keys are read from
+// device memory, so a step that moves them does not change a launch), with the same logits,
+// bit for bit, as the same tokens without graphs.
+static void test_cuda_decode_graph_replayed(void) {
+    char why[256];
+    if (rg_cuda_device_count(why, sizeof why) <= 0) RG_SKIP("no CUDA device: %s", why);
+    char path[64];
+    rg_model *m = tiny(RG_TYPE_F16, true, path);
+    RG_REQUIRE(m, "model");
+    const int64_t V = m->hp.n_vocab;
+    enum { N = 12 };
+    float *lg[2] = {malloc(sizeof(float) * V * N), malloc(sizeof(float) * V * N)};
+    const char *env = getenv("RETRO_CUDA_GRAPHS");
+    char *saved = env ? strdup(env) : NULL;
+    rg_exec_stats st = {0};
+    rg_error err = {0};
+    for (int g = 0; g < 2; g++) {
+        if (g) setenv("RETRO_CUDA_GRAPHS", "1", 1);
+        else unsetenv("RETRO_CUDA_GRAPHS");
+        rg_session *s;
+        rg_session_opts so = {.n_ctx = 64, .n_threads = 2, .device = RG_DEVICE_CUDA};
+        RG_REQUIRE(rg_session_create(&s, m, &so, &err) == RG_OK, "%s", err.msg);
+        for (int i = 0; i < N; i++) {
+            const int32_t id = (i * 53 + 7) % (int32_t)V;
+            RG_REQUIRE(rg_session_eval(s, &id, 1, lg[g] + (size_t)i * V, 0, &err) == RG_OK, "%s", err.msg);
+        }
+        if (g) st = rg_session_decode_stats(s);
+        rg_session_free(s);
+    }
+    if (saved) setenv("RETRO_CUDA_GRAPHS", saved, 1);
+    else unsetenv("RETRO_CUDA_GRAPHS");
+    free(saved);
+    printf("    decode with graphs: %llu captures, %llu replays of %d tokens, %llu parameter uploads\n",
+           (unsigned long long)st.graph_captures, (unsigned long long)st.graph_launches, N,
+           (unsigned long long)st.param_copies);
+    RG_CHECK(st.graph_captures == 1 && st.graph_launches == N - 1, "decode graph: %llu captures, %llu replays",
+             (unsigned long long)st.graph_captures, (unsigned long long)st.graph_launches);
+    RG_CHECK(memcmp(lg[0], lg[1], sizeof(float) * V * N) == 0, "the logits with graphs differ from those without");
+    free(lg[0]), free(lg[1]);
+    rg_model_free(m);
+    unlink(path);
+}
+
 static void test_f32(void) { check_type(RG_TYPE_F32, false); }
 static void test_f16_tied(void) { check_type(RG_TYPE_F16, true); }
 static void test_bf16(void) { check_type(RG_TYPE_BF16, false); }
@@ -180,6 +224,7 @@ static const rg_test_case cases[] = {
     RG_TEST(test_f32),
     RG_TEST(test_cuda_f32),
     RG_TEST(test_cuda_f16_tied),
+    RG_TEST(test_cuda_decode_graph_replayed),
     RG_TEST(test_f16_tied),
     RG_TEST(test_bf16),
     RG_TEST(test_q4_0_prompt_matches_decode),

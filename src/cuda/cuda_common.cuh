@@ -62,6 +62,18 @@ static inline rg_status rg_cu_params(const rg_exec_ctx *c, const rg_node *n, con
     return RG_OK;
 }
 
+// A cell of the CUDA column (graph/backend.h's rg_op_col): its kernel, support rule, scratch,
+// the types the report lists, and whether it reads its parameters (and its moving geometry)
+// from device memory.
+static inline rg_op_col rg_cu_col(rg_kernel_fn run, rg_cell_supports_fn supports, rg_cell_work_fn work,
+                                  const char *types, bool device_params = false,
+                                  void (*geometry)(const rg_node *, int64_t *) = NULL) {
+    rg_op_col c;
+    c.run = run, c.supports = supports, c.work = work, c.types = types;
+    c.device_params = device_params, c.geometry = geometry;
+    return c;
+}
+
 // The coordinates of element i of a packed 4-D shape ne (ne[0] fastest) in c[0..3].
 __device__ static inline void rg_cu_unravel4(int64_t i, const int64_t ne[4], int64_t c[4]) {
     c[0] = i % ne[0], i /= ne[0];

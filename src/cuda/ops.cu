@@ -467,9 +467,9 @@ static bool cuda_column_ready;
 
 extern "C" const struct rg_op_col *rg_cuda_column(void) {
     if (!cuda_column_ready) {  // C++ has no designated array initializers: filled once
-        cuda_column[RG_OP_ADD] = rg_op_col{cell_add, sup_add, NULL, "f32", false};
-        cuda_column[RG_OP_MUL_MAT] = rg_op_col{cell_mul_mat, sup_mul_mat, NULL, "f32, f16, bf16", false};
-        cuda_column[RG_OP_SOFT_MAX] = rg_op_col{cell_soft_max, sup_soft_max, NULL, "f32", false};
+        cuda_column[RG_OP_ADD] = rg_cu_col(cell_add, sup_add, NULL, "f32");
+        cuda_column[RG_OP_MUL_MAT] = rg_cu_col(cell_mul_mat, sup_mul_mat, NULL, "f32, f16, bf16");
+        cuda_column[RG_OP_SOFT_MAX] = rg_cu_col(cell_soft_max, sup_soft_max, NULL, "f32");
         rg_cu_register_elementwise(cuda_column);
         rg_cu_register_norm(cuda_column);
         rg_cu_register_train(cuda_column);

@@ -246,8 +246,11 @@ struct copy_geom {
 };
 
 // copy_bits: the element's bytes (T is the element size).
+// dst_off (device memory, or NULL): bytes added to dst, read when the kernel runs (CPY_INTO's
+// window offset, so that a captured decode step stays valid when the window moves).
 template <class T>
-__global__ void copy_bits_kernel(const char *src, char *dst, copy_geom g, int64_t n) {
+__global__ void copy_bits_kernel(const char *src, char *dst, copy_geom g, int64_t n, const int64_t *dst_off) {
+    if (dst_off) dst += *dst_off;
     GRID_STRIDE(k, n) {
         int64_t i[4];
         unravel(k, g.ne, i);
@@ -257,7 +260,8 @@ __global__ void copy_bits_kernel(const char *src, char *dst, copy_geom g, int64_
 
 // copy_convert: the element's value through f32 (exact widening, RNE narrowing).
 __global__ void copy_convert_kernel(const char *src, uint32_t stype, char *dst, uint32_t dtype, copy_geom g,
-                                    int64_t n) {
+                                    int64_t n, const int64_t *dst_off) {
+    if (dst_off) dst += *dst_off;
     GRID_STRIDE(k, n) {
         int64_t i[4];
         unravel(k, g.ne, i);
@@ -552,14 +556,14 @@ bool sup_ew(const rg_node *n) {
 // CONT, CPY, REPEAT, VIEW_BACK, CPY_INTO: one walk (copy_geom), bits or values.
 
 rg_status launch_copy(rg_cuda_ctx *ctx, const rg_node *n, const char *src, uint32_t stype, char *dst, uint32_t dtype,
-                      size_t esz, bool bits, const copy_geom &g, rg_error *err) {
+                      size_t esz, bool bits, const copy_geom &g, rg_error *err, const int64_t *dst_off = NULL) {
     const int64_t count = g.ne[0] * g.ne[1] * g.ne[2] * g.ne[3];
     const unsigned grid = blocks_for(count);
-    if (!bits) RG_LAUNCH(copy_convert_kernel, grid, THREADS, 0, ctx->stream, src, stype, dst, dtype, g, count);
-    else if (esz == 1) RG_LAUNCH(copy_bits_kernel<uint8_t>, grid, THREADS, 0, ctx->stream, src, dst, g, count);
-    else if (esz == 2) RG_LAUNCH(copy_bits_kernel<uint16_t>, grid, THREADS, 0, ctx->stream, src, dst, g, count);
-    else if (esz == 4) RG_LAUNCH(copy_bits_kernel<uint32_t>, grid, THREADS, 0, ctx->stream, src, dst, g, count);
-    else RG_LAUNCH(copy_bits_kernel<uint64_t>, grid, THREADS, 0, ctx->stream, src, dst, g, count);
+    if (!bits) RG_LAUNCH(copy_convert_kernel, grid, THREADS, 0, ctx->stream, src, stype, dst, dtype, g, count, dst_off);
+    else if (esz == 1) RG_LAUNCH(copy_bits_kernel<uint8_t>, grid, THREADS, 0, ctx->stream, src, dst, g, count, dst_off);
+    else if (esz == 2) RG_LAUNCH(copy_bits_kernel<uint16_t>, grid, THREADS, 0, ctx->stream, src, dst, g, count, dst_off);
+    else if (esz == 4) RG_LAUNCH(copy_bits_kernel<uint32_t>, grid, THREADS, 0, ctx->stream, src, dst, g, count, dst_off);
+    else RG_LAUNCH(copy_bits_kernel<uint64_t>, grid, THREADS, 0, ctx->stream, src, dst, g, count, dst_off);
     CU_LAUNCHED();
     return RG_OK;
 }
@@ -646,15 +650,22 @@ bool sup_view_back(const rg_node *n) {
 }
 
 // CPY_INTO: the node is the window (its strides), a's elements written there.
-// Bits where the CPU copies bits: the same type, and f32 or both sides packed.
-rg_status run_cpy_into(rg_cuda_ctx *ctx, const rg_node *n, rg_error *err) {
+// Bits where the CPU copies bits: the same type, and f32 or both sides packed. The window's
+// offset in its owner comes from the node's parameters on the device (geom[0] = view_offs),
+// so a decode step that moves the window keeps a captured graph valid.
+void cpy_into_geometry(const rg_node *n, int64_t geom[4]) { geom[0] = (int64_t)n->t.view_offs; }
+
+rg_status run_cpy_into(rg_cuda_ctx *ctx, const rg_exec_ctx *c, const rg_node *n, rg_error *err) {
     const rg_tensor *a = &n->src[0]->t, *d = &n->t;
     const size_t esz = elem_size(d->type);
     const bool bits = a->type == d->type && (d->type == RG_TYPE_F32 || (a->nb[0] == esz && d->nb[0] == esz));
     copy_geom g;
     for (int i = 0; i < 4; i++)
         g.ne[i] = g.sne[i] = a->ne[i], g.snb[i] = (int64_t)a->nb[i], g.dnb[i] = (int64_t)d->nb[i];
-    return launch_copy(ctx, n, (const char *)a->data, a->type, (char *)d->data, d->type, esz, bits, g, err);
+    const rg_node_params *prm;
+    RG_TRY(rg_cu_params(c, n, &prm, err));
+    char *base = (char *)d->data - n->t.view_offs;  // the owner's bytes (or its mirror's on this device)
+    return launch_copy(ctx, n, (const char *)a->data, a->type, base, d->type, esz, bits, g, err, &prm->geom[0]);
 }
 
 bool sup_cpy_into(const rg_node *n) {
@@ -812,7 +823,7 @@ CELL(sum_rows, run_sum_rows(ctx, n, err))
 CELL(cont, run_copy(ctx, n, err))
 CELL(cpy, run_copy(ctx, n, err))
 CELL(view_back, run_view_back(ctx, n, err))
-CELL(cpy_into, run_cpy_into(ctx, n, err))
+CELL(cpy_into, run_cpy_into(ctx, c, n, err))
 CELL(get_rows, run_get_rows(ctx, n, err))
 CELL(get_rows_back, run_get_rows_back(ctx, n, err))
 #undef CELL
@@ -820,22 +831,23 @@ CELL(get_rows_back, run_get_rows_back(ctx, n, err))
 }  // namespace
 
 void rg_cu_register_elementwise(rg_op_col *col) {
-    col[RG_OP_FILL] = rg_op_col{cell_fill, sup_fill, NULL, "f32, f16, bf16", false};
-    col[RG_OP_SUB] = rg_op_col{cell_sub, sup_ew<true, false>, NULL, "f32", false};
-    col[RG_OP_MUL] = rg_op_col{cell_mul, sup_ew<true, false>, NULL, "f32", false};
-    col[RG_OP_SCALE] = rg_op_col{cell_scale, sup_ew<false, true>, NULL, "f32", false};
-    col[RG_OP_SILU] = rg_op_col{cell_silu, sup_ew<false, true>, NULL, "f32", false};
-    col[RG_OP_SILU_BACK] = rg_op_col{cell_silu_back, sup_ew<true, true>, NULL, "f32", false};
-    col[RG_OP_SWIGLU] = rg_op_col{cell_swiglu, sup_ew<true, true>, NULL, "f32", false};
-    col[RG_OP_REPEAT] = rg_op_col{cell_repeat, sup_repeat, NULL, "f32", false};
-    col[RG_OP_REPEAT_BACK] = rg_op_col{cell_repeat_back, sup_repeat_back, NULL, "f32", false};
-    col[RG_OP_SUM] = rg_op_col{cell_sum, sup_sum, sum_work, "f32", false};
-    col[RG_OP_MEAN] = rg_op_col{cell_mean, sup_sum, sum_work, "f32", false};
-    col[RG_OP_SUM_ROWS] = rg_op_col{cell_sum_rows, sup_sum_rows, NULL, "f32", false};
-    col[RG_OP_CONT] = rg_op_col{cell_cont, sup_cont, NULL, "any", false};
-    col[RG_OP_CPY] = rg_op_col{cell_cpy, sup_cpy, NULL, "f32, f16, bf16", false};
-    col[RG_OP_VIEW_BACK] = rg_op_col{cell_view_back, sup_view_back, NULL, "f32", false};
-    col[RG_OP_CPY_INTO] = rg_op_col{cell_cpy_into, sup_cpy_into, NULL, "f32, f16, bf16", false};
-    col[RG_OP_GET_ROWS] = rg_op_col{cell_get_rows, sup_get_rows, NULL, "f32, f16, bf16", false};
-    col[RG_OP_GET_ROWS_BACK] = rg_op_col{cell_get_rows_back, sup_get_rows_back, NULL, "f32", false};
+    col[RG_OP_FILL] = rg_cu_col(cell_fill, sup_fill, NULL, "f32, f16, bf16");
+    col[RG_OP_SUB] = rg_cu_col(cell_sub, sup_ew<true, false>, NULL, "f32");
+    col[RG_OP_MUL] = rg_cu_col(cell_mul, sup_ew<true, false>, NULL, "f32");
+    col[RG_OP_SCALE] = rg_cu_col(cell_scale, sup_ew<false, true>, NULL, "f32");
+    col[RG_OP_SILU] = rg_cu_col(cell_silu, sup_ew<false, true>, NULL, "f32");
+    col[RG_OP_SILU_BACK] = rg_cu_col(cell_silu_back, sup_ew<true, true>, NULL, "f32");
+    col[RG_OP_SWIGLU] = rg_cu_col(cell_swiglu, sup_ew<true, true>, NULL, "f32");
+    col[RG_OP_REPEAT] = rg_cu_col(cell_repeat, sup_repeat, NULL, "f32");
+    col[RG_OP_REPEAT_BACK] = rg_cu_col(cell_repeat_back, sup_repeat_back, NULL, "f32");
+    col[RG_OP_SUM] = rg_cu_col(cell_sum, sup_sum, sum_work, "f32");
+    col[RG_OP_MEAN] = rg_cu_col(cell_mean, sup_sum, sum_work, "f32");
+    col[RG_OP_SUM_ROWS] = rg_cu_col(cell_sum_rows, sup_sum_rows, NULL, "f32");
+    col[RG_OP_CONT] = rg_cu_col(cell_cont, sup_cont, NULL, "any");
+    col[RG_OP_CPY] = rg_cu_col(cell_cpy, sup_cpy, NULL, "f32, f16, bf16");
+    col[RG_OP_VIEW_BACK] = rg_cu_col(cell_view_back, sup_view_back, NULL, "f32");
+    // The window's offset read on the device: a decode step's moved cache window keeps a graph valid.
+    col[RG_OP_CPY_INTO] = rg_cu_col(cell_cpy_into, sup_cpy_into, NULL, "f32, f16, bf16", true, cpy_into_geometry);
+    col[RG_OP_GET_ROWS] = rg_cu_col(cell_get_rows, sup_get_rows, NULL, "f32, f16, bf16");
+    col[RG_OP_GET_ROWS_BACK] = rg_cu_col(cell_get_rows_back, sup_get_rows_back, NULL, "f32");
 }

@@ -348,8 +348,9 @@ __device__ inline float kv_f32(__half v) { return __half2float(v); }
 
 template <class KV>
 __global__ void attn_chunks_kernel(const float *q, const KV *k, int64_t k_s1, int64_t k_s2, const KV *vt, int64_t v_s1,
-                                   int64_t v_s2, float *part, int64_t Dh, int64_t H, int64_t G, int64_t T, int64_t n_kv,
-                                   int64_t n_ch, float scale) {
+                                   int64_t v_s2, float *part, int64_t Dh, int64_t H, int64_t G, int64_t T,
+                                   const rg_node_params *prm, int64_t n_ch, float scale) {
+    const int64_t n_kv = prm->geom[0];  // the keys cached now; n_ch chunks cover the most there can be
     RG_SHARED(float, sq, AD_MAX_DH);
     RG_SHARED(float, sp, AD_CH);
     RG_SHARED(float, sh_max, 32);
@@ -392,9 +393,9 @@ __global__ void attn_chunks_kernel(const float *q, const KV *k, int64_t k_s1, in
 
 // The merge, one block per (t, h), threads across d, the chunks in chunk order in double:
 //   y_d = (float)(sum_c e_c o_c[d] / sum_c e_c l_c),  e_c = exp(m_c - M),  M = max_c m_c.
-__global__ void attn_merge_kernel(const float *part, float *y, int64_t Dh, int64_t H, int64_t T, int64_t n_kv,
-                                  int64_t n_ch) {
-    const int64_t pf = Dh + 2;
+__global__ void attn_merge_kernel(const float *part, float *y, int64_t Dh, int64_t H, int64_t T,
+                                  const rg_node_params *prm, int64_t n_ch) {
+    const int64_t pf = Dh + 2, n_kv = prm->geom[0];
     for (int64_t r = blockIdx.x; r < T * H; r += gridDim.x) {  // r = t * H + h
         const int64_t vis = n_kv - T + 1 + r / H, nc = (vis + AD_CH - 1) / AD_CH;
         const float *pc = part + r * n_ch * pf;
@@ -533,18 +534,32 @@ rg_status run_cross_entropy_loss_back(rg_cuda_ctx *ctx, const rg_exec_ctx *c, co
     return RG_OK;
 }
 
+// The most keys the node's cache views can show: the row length of the transposed values
+// (their dim-1 stride; a KV cache's n_ctx), at least the keys shown now. The launch and the
+// scratch are sized by it, so a decode step that moves the views (only n_kv, in the node's
+// parameters, changes) keeps a captured CUDA graph valid.
+static int64_t attn_decode_max_kv(const rg_node *n) {
+    const rg_tensor *k = &n->src[1]->t, *vt = &n->src[2]->t;
+    const int64_t es = k->type == RG_TYPE_F16 ? 2 : 4, rows = vt->ne[1] > 1 ? (int64_t)vt->nb[1] / es : k->ne[1];
+    return rows > k->ne[1] ? rows : k->ne[1];
+}
+
+void attn_decode_geometry(const rg_node *n, int64_t geom[4]) { geom[0] = n->src[1]->t.ne[1]; }
+
 size_t attn_decode_work(const rg_node *n, int n_threads) {
     (void)n_threads;
     const rg_tensor *q = &n->src[0]->t;
-    const int64_t n_ch = (n->src[1]->t.ne[1] + AD_CH - 1) / AD_CH;
+    const int64_t n_ch = (attn_decode_max_kv(n) + AD_CH - 1) / AD_CH;
     return (size_t)(q->ne[1] * q->ne[2] * n_ch * (q->ne[0] + 2)) * sizeof(float);
 }
 
 rg_status run_attn_decode(rg_cuda_ctx *ctx, const rg_exec_ctx *c, const rg_node *n, rg_error *err) {
     const rg_tensor *q = &n->src[0]->t, *k = &n->src[1]->t, *vt = &n->src[2]->t;
-    const int64_t Dh = q->ne[0], H = q->ne[1], T = q->ne[2], n_kv = k->ne[1], Hkv = k->ne[2];
-    const int64_t n_ch = (n_kv + AD_CH - 1) / AD_CH;
+    const int64_t Dh = q->ne[0], H = q->ne[1], T = q->ne[2], Hkv = k->ne[2];
+    const int64_t n_ch = (attn_decode_max_kv(n) + AD_CH - 1) / AD_CH;
     const size_t es = k->type == RG_TYPE_F16 ? 2 : 4;
+    const rg_node_params *prm;
+    RG_TRY(rg_cu_params(c, n, &prm, err));
     const int64_t k_s1 = (int64_t)(k->nb[1] / es), k_s2 = (int64_t)(k->nb[2] / es);
     const int64_t v_s1 = (int64_t)(vt->nb[1] / es), v_s2 = (int64_t)(vt->nb[2] / es);
     void *p = NULL;
@@ -554,13 +569,13 @@ rg_status run_attn_decode(rg_cuda_ctx *ctx, const rg_exec_ctx *c, const rg_node 
     if (k->type == RG_TYPE_F16)
         RG_LAUNCH(attn_chunks_kernel<__half>, items, AD_CH, 0, ctx->stream, f32_at(n->src[0]),
                   (const __half *)k->data, k_s1, k_s2, (const __half *)vt->data, v_s1, v_s2, part, Dh, H, H / Hkv, T,
-                  n_kv, n_ch, n->fp[0]);
+                  prm, n_ch, n->fp[0]);
     else
         RG_LAUNCH(attn_chunks_kernel<float>, items, AD_CH, 0, ctx->stream, f32_at(n->src[0]), (const float *)k->data,
-                  k_s1, k_s2, (const float *)vt->data, v_s1, v_s2, part, Dh, H, H / Hkv, T, n_kv, n_ch, n->fp[0]);
+                  k_s1, k_s2, (const float *)vt->data, v_s1, v_s2, part, Dh, H, H / Hkv, T, prm, n_ch, n->fp[0]);
     CU_LAUNCHED();
     RG_LAUNCH(attn_merge_kernel, blocks_for(T * H, 1), row_threads(Dh), 0, ctx->stream, (const float *)part,
-              (float *)n->t.data, Dh, H, T, n_kv, n_ch);
+              (float *)n->t.data, Dh, H, T, prm, n_ch);
     CU_LAUNCHED();
     return RG_OK;
 }
@@ -654,14 +669,16 @@ RG_CU_CELL(attn_decode)
 }  // namespace
 
 void rg_cu_register_norm(rg_op_col *col) {
-    col[RG_OP_RMS_NORM] = rg_op_col{cell_rms_norm, sup_rms_norm, NULL, "f32", false};
-    col[RG_OP_RMS_NORM_BACK] = rg_op_col{cell_rms_norm_back, sup_rms_norm_back, NULL, "f32", false};
-    col[RG_OP_ROPE] = rg_op_col{cell_rope, sup_rope, rope_work, "f32", false};
-    col[RG_OP_ROPE_BACK] = rg_op_col{cell_rope, sup_rope, rope_work, "f32", false};
-    col[RG_OP_SOFT_MAX_BACK] = rg_op_col{cell_soft_max_back, sup_soft_max_back, NULL, "f32", false};
+    col[RG_OP_RMS_NORM] = rg_cu_col(cell_rms_norm, sup_rms_norm, NULL, "f32");
+    col[RG_OP_RMS_NORM_BACK] = rg_cu_col(cell_rms_norm_back, sup_rms_norm_back, NULL, "f32");
+    col[RG_OP_ROPE] = rg_cu_col(cell_rope, sup_rope, rope_work, "f32");
+    col[RG_OP_ROPE_BACK] = rg_cu_col(cell_rope, sup_rope, rope_work, "f32");
+    col[RG_OP_SOFT_MAX_BACK] = rg_cu_col(cell_soft_max_back, sup_soft_max_back, NULL, "f32");
     // The loss scale (fp[0]) changes from row to row: read on the device (rg_cu_params).
-    col[RG_OP_CROSS_ENTROPY_LOSS] = rg_op_col{cell_cross_entropy_loss, sup_cross_entropy_loss, ce_work, "f32", true};
+    col[RG_OP_CROSS_ENTROPY_LOSS] = rg_cu_col(cell_cross_entropy_loss, sup_cross_entropy_loss, ce_work, "f32", true);
     col[RG_OP_CROSS_ENTROPY_LOSS_BACK] =
-        rg_op_col{cell_cross_entropy_loss_back, sup_cross_entropy_loss_back, ce_work, "f32", true};
-    col[RG_OP_ATTN_DECODE] = rg_op_col{cell_attn_decode, sup_attn_decode, attn_decode_work, "f32, f16", false};
+        rg_cu_col(cell_cross_entropy_loss_back, sup_cross_entropy_loss_back, ce_work, "f32", true);
+    // n_kv (a decode step's position) read on the device: a captured decode graph stays valid.
+    col[RG_OP_ATTN_DECODE] =
+        rg_cu_col(cell_attn_decode, sup_attn_decode, attn_decode_work, "f32, f16", true, attn_decode_geometry);
 }

@@ -532,6 +532,6 @@ SSM_CELLS(SSM_CELL_DEFINE)
 }  // namespace
 
 void rg_cu_register_ssm(rg_op_col *col) {
-#define SSM_CELL_SET(op_, fn_, work_) col[RG_OP_##op_] = rg_op_col{cell_##fn_, sup_##fn_, work_, "f32", false};
+#define SSM_CELL_SET(op_, fn_, work_) col[RG_OP_##op_] = rg_cu_col(cell_##fn_, sup_##fn_, work_, "f32");
     SSM_CELLS(SSM_CELL_SET)
 }

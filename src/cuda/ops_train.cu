@@ -716,11 +716,11 @@ static rg_status cell(rg_exec_ctx *c, rg_node *n, rg_error *err) {
 }
 
 void rg_cu_register_train(rg_op_col *col) {
-    col[RG_OP_OUT_PROD] = rg_op_col{cell<run_out_prod>, sup_out_prod, NULL, "f32, f16, bf16", false};
+    col[RG_OP_OUT_PROD] = rg_cu_col(cell<run_out_prod>, sup_out_prod, NULL, "f32, f16, bf16");
     // The loss scales and the optimizer's step scalars change from run to run: read on the device.
-    col[RG_OP_LINEAR_CE] = rg_op_col{cell<run_linear_ce>, sup_linear_ce, work_linear_ce, "f32, f16, bf16", true};
+    col[RG_OP_LINEAR_CE] = rg_cu_col(cell<run_linear_ce>, sup_linear_ce, work_linear_ce, "f32, f16, bf16", true);
     col[RG_OP_LINEAR_CE_BACK] =
-        rg_op_col{cell<run_linear_ce_back>, sup_linear_ce_back, work_linear_ce_back, "f32, f16, bf16", true};
-    col[RG_OP_ADAMW] = rg_op_col{cell<run_optim>, sup_optim, NULL, "f32, f16, bf16", true};
-    col[RG_OP_SGD] = rg_op_col{cell<run_optim>, sup_optim, NULL, "f32, f16, bf16", true};
+        rg_cu_col(cell<run_linear_ce_back>, sup_linear_ce_back, work_linear_ce_back, "f32, f16, bf16", true);
+    col[RG_OP_ADAMW] = rg_cu_col(cell<run_optim>, sup_optim, NULL, "f32, f16, bf16", true);
+    col[RG_OP_SGD] = rg_cu_col(cell<run_optim>, sup_optim, NULL, "f32, f16, bf16", true);
 }

@@ -39,6 +39,11 @@ typedef struct rg_op_col {
     // arguments: a loss scale or an optimizer's step scalars that change from run to run then
     // leave a captured CUDA graph valid (exec.c's signature skips them).
     bool device_params;
+    // With device_params: the node's geometry that moves between runs (a decode step's cache
+    // position) put into rg_node_params.geom for the kernel, which then sizes its launch only
+    // from what stays fixed (the strides and the views' owners); exec.c's signature then reads
+    // a view's owner and strides instead of its offset and shape. NULL: none.
+    void (*geometry)(const rg_node *n, int64_t geom[4]);
 } rg_op_col;
 
 // The cell of op on backend b (zeroed when the backend is not built, or for views).

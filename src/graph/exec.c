@@ -469,7 +469,10 @@ static rg_status params_upload(rg_exec *ex, rg_error *err) {
         if (k < 0) continue;
         const rg_node *n = ex->g->nodes[i];
         rg_node_params p;
+        memset(&p, 0, sizeof p);
         memcpy(p.ip, n->ip, sizeof p.ip), memcpy(p.fp, n->fp, sizeof p.fp);
+        const rg_op_col cell = ex->dev->vt->cell(n->op);
+        if (cell.geometry) cell.geometry(n, p.geom);
         if (memcmp(&p, &ex->params_sent[k], sizeof p)) ex->params_sent[k] = p, changed = true;
     }
     if (!changed) return RG_OK;
@@ -631,12 +634,27 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
     return h;
 }
 
+// A tensor of a node whose cell reads its moving geometry from device memory: the bytes it
+// starts from (a view's owner: its offset is in the parameters) and its strides; its own
+// data and shape for one that is not a view.
+static uint64_t fnv_fixed(uint64_t h, const rg_node *x) {
+    const char *base = (const char *)x->t.data - (x->view_of ? x->t.view_offs : 0);
+    h = fnv(h, &base, sizeof base), h = fnv(h, x->t.nb, sizeof x->t.nb);
+    return x->view_of ? h : fnv(h, x->t.ne, sizeof x->t.ne);
+}
+
 static uint64_t run_signature(const rg_exec *ex, int from, int to) {
     uint64_t h = 1469598103934665603ull;
     for (int i = from; i < to; i++) {
         const rg_node *n = ex->g->nodes[i];
         if (n->op == RG_OP_NONE || rg_op_defs[n->op].is_view) continue;
         h = fnv(h, &n->op, sizeof n->op);
+        if (ex->param_slot && ex->param_slot[i] >= 0 && ex->dev->vt->cell(n->op).geometry) {
+            h = fnv_fixed(h, n);
+            for (int s = 0; s < RG_MAX_SRC; s++)
+                if (n->src[s]) h = fnv_fixed(h, n->src[s]);
+            continue;
+        }
         if (!ex->param_slot || ex->param_slot[i] < 0)  // device-read parameters do not change a launch
             h = fnv(h, n->fp, sizeof n->fp), h = fnv(h, n->ip, sizeof n->ip);
         h = fnv(h, &n->t.data, sizeof n->t.data), h = fnv(h, n->t.ne, sizeof n->t.ne), h = fnv(h, n->t.nb, sizeof n->t.nb);

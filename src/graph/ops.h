@@ -25,6 +25,7 @@ typedef struct rg_exec_ctx {
 typedef struct rg_node_params {
     int64_t ip[8];
     float fp[8];
+    int64_t geom[4];  // the cell's geometry (rg_op_col.geometry), zeros without one
 } rg_node_params;
 
 // A CPU kernel: reads n->src[i]->t (bytes bound; strides honoured as the op's

@@ -187,6 +187,11 @@ void rg_session_free(rg_session *s) {
 
 int64_t rg_session_n_past(const rg_session *s) { return s->n_past; }
 int64_t rg_session_n_ctx(const rg_session *s) { return s->opts.n_ctx; }
+rg_exec_stats rg_session_decode_stats(const rg_session *s) {
+    const rg_exec_stats none = {0};
+    return s->dec.ex ? rg_exec_get_stats(s->dec.ex) : none;
+}
+
 const rg_model *rg_session_model(const rg_session *s) { return s->m; }
 
 void rg_session_truncate(rg_session *s, int64_t n_past) {

@@ -44,5 +44,9 @@ int64_t rg_session_n_ctx(const rg_session *s);
 // saying so, until a truncation to 0.
 void rg_session_truncate(rg_session *s, int64_t n_past);
 const rg_model *rg_session_model(const rg_session *s);
+// What the single-token graph's executor has done so far (graph/exec.h's counters: its CUDA
+// graph captures and replays under RETRO_CUDA_GRAPHS=1, its copies); zeros before the first
+// single-token step.
+rg_exec_stats rg_session_decode_stats(const rg_session *s);
 
 #endif
