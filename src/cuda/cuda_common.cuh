@@ -74,6 +74,35 @@ static inline rg_op_col rg_cu_col(rg_kernel_fn run, rg_cell_supports_fn supports
     return c;
 }
 
+// Reductions over a warp and over a block whose size is a multiple of 32 (<= 1024); every
+// thread gets the result. The xor butterfly hands every lane the same value (op is
+// commutative), then warp 0 combines the warps' results the same way, so the order depends
+// only on the block size. `sh` holds 32 values of T; the leading barrier lets a kernel call
+// block_reduce back to back and in a loop. One copy for every family file.
+struct rg_cu_add {
+    template <class T>
+    __device__ T operator()(T a, T b) const { return a + b; }
+};
+struct rg_cu_max_f32 {  // operands are never NaN: each thread's own max skips NaN, as the CPU's `if (z > mx)`
+    __device__ float operator()(float a, float b) const { return b > a ? b : a; }
+};
+
+template <class T, class Op>
+__device__ static inline T rg_cu_warp_reduce(T v, Op op) {
+    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+    return v;
+}
+
+template <class T, class Op>
+__device__ static inline T rg_cu_block_reduce(T v, T identity, T *sh, Op op) {
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = rg_cu_warp_reduce(v, op);
+    __syncthreads();
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    return rg_cu_warp_reduce(lane < nw ? sh[lane] : identity, op);
+}
+
 // The coordinates of element i of a packed 4-D shape ne (ne[0] fastest) in c[0..3].
 __device__ static inline void rg_cu_unravel4(int64_t i, const int64_t ne[4], int64_t c[4]) {
     c[0] = i % ne[0], i /= ne[0];

@@ -98,40 +98,6 @@ __global__ static void widen_bf16_kernel(const uint16_t *src, int64_t ld, int64_
     }
 }
 
-// Block reductions for blockDim.x a multiple of 32 (<= 1024). Every thread
-// gets the result. `sh` holds 32 values; the leading barrier makes it safe to
-// call these again in a loop.
-__device__ static inline float warp_max_f32(float v) {
-    for (int o = 16; o > 0; o >>= 1) {
-        const float w = __shfl_xor_sync(0xFFFFFFFFu, v, o);
-        if (w > v) v = w;  // as the CPU's `if (z > mx)`: a NaN never wins
-    }
-    return v;
-}
-
-__device__ static inline double warp_sum_f64(double v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-    return v;
-}
-
-__device__ static float block_max_f32(float v, float *sh) {
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = warp_max_f32(v);
-    __syncthreads();
-    if (lane == 0) sh[wid] = v;
-    __syncthreads();
-    return warp_max_f32(lane < nw ? sh[lane] : -INFINITY);
-}
-
-__device__ static double block_sum_f64(double v, double *sh) {
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = warp_sum_f64(v);
-    __syncthreads();
-    if (lane == 0) sh[wid] = v;
-    __syncthreads();
-    return warp_sum_f64(lane < nw ? sh[lane] : 0.0);
-}
-
 // soft_max_f32: one block per row r of a [n_kv, T, H, B] (rows contiguous,
 // nrows = T*H*B), query i = r % T:
 //   z_k = scale * a_k;  z_k = softcap * tanhf(z_k / softcap) when softcap > 0;
@@ -162,7 +128,7 @@ __global__ static void soft_max_f32_kernel(const float *a, const float *mask, fl
             yr[k] = z;
             if (z > mx) mx = z;
         }
-        mx = block_max_f32(mx, sh_max);
+        mx = rg_cu_block_reduce(mx, -INFINITY, sh_max, rg_cu_max_f32());  // a NaN never wins
         if (mx == -INFINITY) {  // every key masked: zeros, no NaN (the same branch in every thread)
             for (int64_t k = threadIdx.x; k < n_kv; k += blockDim.x) yr[k] = 0.0f;
             continue;
@@ -173,7 +139,7 @@ __global__ static void soft_max_f32_kernel(const float *a, const float *mask, fl
             yr[k] = e;
             sum += (double)e;
         }
-        sum = block_sum_f64(sum, sh_sum);
+        sum = rg_cu_block_reduce(sum, 0.0, sh_sum, rg_cu_add());
         const double inv = 1.0 / sum;
         for (int64_t k = threadIdx.x; k < end; k += blockDim.x) yr[k] = (float)__dmul_rn((double)yr[k], inv);
         for (int64_t k = end + threadIdx.x; k < n_kv; k += blockDim.x) yr[k] = 0.0f;

@@ -72,34 +72,6 @@ __device__ inline int64_t row_offset(const row_geom &g, int64_t r) {
     return i1 * g.s1 + (i23 % g.ne2) * g.s2 + (i23 / g.ne2) * g.s3;
 }
 
-// Reductions over a block whose size is a multiple of 32 (<= 1024); every thread
-// gets the result. `sh` holds 32 values of T; the leading barrier lets a kernel
-// call them back to back and in a loop. The xor butterfly hands every lane the
-// same value (op is commutative), so the result depends only on the block size.
-struct op_add {
-    template <class T>
-    __device__ T operator()(T a, T b) const { return a + b; }
-};
-struct op_max {  // operands are never NaN: each thread's own max skips NaN, as the CPU's `if (z > mx)`
-    __device__ float operator()(float a, float b) const { return b > a ? b : a; }
-};
-
-template <class T, class Op>
-__device__ T warp_reduce(T v, Op op) {
-    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-    return v;
-}
-
-template <class T, class Op>
-__device__ T block_reduce(T v, T identity, T *sh, Op op) {
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = warp_reduce(v, op);
-    __syncthreads();
-    if (lane == 0) sh[wid] = v;
-    __syncthreads();
-    return warp_reduce(lane < nw ? sh[lane] : identity, op);
-}
-
 // exp(-|a|) exactly as rg_exp_neg_abs (cpu/exp_poly.h): every step one rounded
 // IEEE operation, in the same order, so the bits are the CPU's.
 __device__ inline float exp_neg_abs(float a) {
@@ -129,7 +101,7 @@ __global__ void rms_norm_kernel(const float *x, row_geom gx, float *y, int64_t n
         float *yr = y + r * n;                    // [n]; may be xr (in place): each thread rewrites what it read
         double ss = 0.0;
         for (int64_t k = threadIdx.x; k < n; k += blockDim.x) ss = __dadd_rn(ss, __dmul_rn(xr[k], xr[k]));
-        ss = block_reduce(ss, 0.0, sh, op_add());
+        ss = rg_cu_block_reduce(ss, 0.0, sh, rg_cu_add());
         const float scale = (float)__ddiv_rn(1.0, __dsqrt_rn(__dadd_rn(__ddiv_rn(ss, (double)n), eps)));
         for (int64_t k = threadIdx.x; k < n; k += blockDim.x) yr[k] = __fmul_rn(xr[k], scale);
     }
@@ -148,8 +120,8 @@ __global__ void rms_norm_back_kernel(const float *dy, row_geom gdy, const float 
             ss = __dadd_rn(ss, __dmul_rn(xr[k], xr[k]));
             sdx = __dadd_rn(sdx, __dmul_rn(dyr[k], xr[k]));
         }
-        ss = block_reduce(ss, 0.0, sh, op_add());
-        sdx = block_reduce(sdx, 0.0, sh, op_add());
+        ss = rg_cu_block_reduce(ss, 0.0, sh, rg_cu_add());
+        sdx = rg_cu_block_reduce(sdx, 0.0, sh, rg_cu_add());
         const double rr = __ddiv_rn(1.0, __dsqrt_rn(__dadd_rn(__ddiv_rn(ss, (double)n), eps)));
         const double c = __dmul_rn(__ddiv_rn(__dmul_rn(__dmul_rn(rr, rr), rr), (double)n), sdx);
         for (int64_t k = threadIdx.x; k < n; k += blockDim.x)
@@ -211,7 +183,7 @@ __global__ void soft_max_back_kernel(const float *dy, row_geom gdy, const float 
         float *dar = da + r * n;                                                 // [n]
         double s = 0.0;
         for (int64_t k = threadIdx.x; k < n; k += blockDim.x) s = __dadd_rn(s, __dmul_rn(yr[k], dyr[k]));
-        s = block_reduce(s, 0.0, sh, op_add());
+        s = rg_cu_block_reduce(s, 0.0, sh, rg_cu_add());
         for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
             double g = __dmul_rn(__dmul_rn(yr[k], __dsub_rn(dyr[k], s)), (double)scale);
             if (ar) {
@@ -234,7 +206,7 @@ __device__ void ce_row_max_sumexp(const float *z, float *e, int64_t V, float *sh
     float mx = -INFINITY;
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
         if (z[v] > mx) mx = z[v];
-    mx = block_reduce(mx, -INFINITY, sh_max, op_max());
+    mx = rg_cu_block_reduce(mx, -INFINITY, sh_max, rg_cu_max_f32());
     double sum = 0.0;
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
         const float x = exp_neg_abs(__fsub_rn(z[v], mx));
@@ -242,7 +214,7 @@ __device__ void ce_row_max_sumexp(const float *z, float *e, int64_t V, float *sh
         sum = __dadd_rn(sum, (double)x);
     }
     *mx_out = mx;
-    *sum_out = block_reduce(sum, 0.0, sh_sum, op_add());
+    *sum_out = rg_cu_block_reduce(sum, 0.0, sh_sum, rg_cu_add());
 }
 
 // Per token t (one block per row): term_t = (max + log sum) - Z[label_t, t] in double,
@@ -276,8 +248,8 @@ __device__ double ce_inv_n(const int32_t *labels, int32_t ignore, int64_t V, int
         cnt += label != ignore;
         bad += label != ignore && (label < 0 || label >= V);
     }
-    cnt = block_reduce(cnt, 0LL, sh, op_add());
-    bad = block_reduce(bad, 0LL, sh, op_add());
+    cnt = rg_cu_block_reduce(cnt, 0LL, sh, rg_cu_add());
+    bad = rg_cu_block_reduce(bad, 0LL, sh, rg_cu_add());
     *cnt_out = cnt;
     if (bad) return (double)NAN;
     return inv_n_given > 0.0f ? (double)inv_n_given : cnt > 0 ? __ddiv_rn(1.0, (double)cnt) : 0.0;
@@ -292,7 +264,7 @@ __global__ void ce_total_kernel(const double *terms, const int32_t *labels, int3
     RG_SHARED(long long, sh_cnt, 32);
     double sum = 0.0;
     for (int64_t t = threadIdx.x; t < T; t += blockDim.x) sum = __dadd_rn(sum, terms[t]);
-    sum = block_reduce(sum, 0.0, sh_sum, op_add());
+    sum = rg_cu_block_reduce(sum, 0.0, sh_sum, rg_cu_add());
     long long cnt;
     const double inv_n = ce_inv_n(labels, ignore, V, T, inv_n_given, sh_cnt, &cnt);
     if (threadIdx.x == 0) *loss = cnt == 0 ? 0.0f : (float)__dmul_rn(sum, inv_n);
@@ -369,14 +341,14 @@ __global__ void attn_chunks_kernel(const float *q, const KV *k, int64_t k_s1, in
             const KV *kr = k + kvh * k_s2 + (j0 + i) * k_s1;  // [Dh]
             float acc = 0.0f;
             for (int64_t d = lane; d < Dh; d += 32) acc = __fmaf_rn(kv_f32(kr[d]), sq[d], acc);
-            acc = warp_reduce(acc, op_add());
+            acc = rg_cu_warp_reduce(acc, rg_cu_add());
             if (lane == 0) sp[i] = __fmul_rn(acc, scale);
         }
         __syncthreads();
         const float z = (int64_t)threadIdx.x < n ? sp[threadIdx.x] : -INFINITY;
-        const float m = block_reduce(z > -INFINITY ? z : -INFINITY, -INFINITY, sh_max, op_max());  // NaN skipped
+        const float m = rg_cu_block_reduce(z > -INFINITY ? z : -INFINITY, -INFINITY, sh_max, rg_cu_max_f32());  // NaN skipped
         const float p = (int64_t)threadIdx.x < n ? exp_neg_abs(__fsub_rn(z, m)) : 0.0f;
-        const double l = block_reduce((double)p, 0.0, sh_sum, op_add());
+        const double l = rg_cu_block_reduce((double)p, 0.0, sh_sum, rg_cu_add());
         if ((int64_t)threadIdx.x < n) sp[threadIdx.x] = p;
         __syncthreads();
         float *out = part + ((t * H + h) * n_ch + c) * (Dh + 2);
@@ -384,7 +356,7 @@ __global__ void attn_chunks_kernel(const float *q, const KV *k, int64_t k_s1, in
             const KV *vr = vt + kvh * v_s2 + d * v_s1 + j0;  // [n]
             float acc = 0.0f;
             for (int64_t i = lane; i < n; i += 32) acc = __fmaf_rn(sp[i], kv_f32(vr[i]), acc);
-            acc = warp_reduce(acc, op_add());
+            acc = rg_cu_warp_reduce(acc, rg_cu_add());
             if (lane == 0) out[2 + d] = acc;
         }
         if (threadIdx.x == 0) out[0] = m, out[1] = (float)l;

@@ -72,32 +72,6 @@ __global__ static void widen_half_kernel(const uint16_t *src, int64_t s0, int64_
     }
 }
 
-// Block-wide reduction for blockDim.x a multiple of 32 (<= 1024): xor shuffles
-// within each warp, then warp 0 combines the warps' results the same way, so
-// the combination order is fixed by the shape alone; every thread gets the
-// result. sh holds 32 values; the leading barrier makes a call in a loop safe.
-template <class T, class Op>
-__device__ static T block_reduce(T v, T *sh, T identity, Op op) {
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-    __syncthreads();
-    if (lane == 0) sh[wid] = v;
-    __syncthreads();
-    v = lane < nw ? sh[lane] : identity;
-    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-    return v;
-}
-
-// The per-thread values never hold a NaN (each is a running `if (z > mx)` from -inf, as the CPU's).
-struct op_max_f32 {
-    __device__ float operator()(float a, float b) const { return b > a ? b : a; }
-};
-struct op_add_f64 {
-    __device__ double operator()(double a, double b) const { return __dadd_rn(a, b); }
-};
-struct op_add_i64 {
-    __device__ long long operator()(long long a, long long b) const { return a + b; }
-};
 
 // lce_inv_n: *inv_n = fp0 when fp0 > 0, else 1 / (the labels that are not ignored), 0 when none. One block.
 __global__ static void lce_inv_n_kernel(const int32_t *labels, int64_t T, int32_t ignore, const rg_node_params *prm,
@@ -106,7 +80,7 @@ __global__ static void lce_inv_n_kernel(const int32_t *labels, int64_t T, int32_
     RG_SHARED(long long, sh_cnt, 32);
     long long cnt = 0;
     for (int64_t t = threadIdx.x; t < T; t += blockDim.x) cnt += labels[t] != ignore;
-    cnt = block_reduce(cnt, sh_cnt, 0LL, op_add_i64());
+    cnt = rg_cu_block_reduce(cnt, 0LL, sh_cnt, rg_cu_add());
     if (threadIdx.x == 0) *inv_n = fp0 > 0.0f ? (double)fp0 : cnt > 0 ? __ddiv_rn(1.0, (double)cnt) : 0.0;
 }
 
@@ -127,10 +101,10 @@ __global__ static void lce_chunk_lse_kernel(const float *z, int64_t ldz, int64_t
         float mc = -INFINITY;
         for (int64_t v = threadIdx.x; v < nv; v += blockDim.x)
             if (zr[v] > mc) mc = zr[v];
-        mc = block_reduce(mc, sh_max, -INFINITY, op_max_f32());
+        mc = rg_cu_block_reduce(mc, -INFINITY, sh_max, rg_cu_max_f32());
         double sc = 0.0;
         for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) sc = __dadd_rn(sc, (double)expf(__fsub_rn(zr[v], mc)));
-        sc = block_reduce(sc, sh_sum, 0.0, op_add_f64());
+        sc = rg_cu_block_reduce(sc, 0.0, sh_sum, rg_cu_add());
         if (threadIdx.x != 0) continue;
         if (first) {
             m[t] = mc, s[t] = sc, zt[t] = NAN;
@@ -161,7 +135,7 @@ __global__ static void lce_finish_kernel(const float *m, const double *s, const 
         out[1 + t] = (float)lse;
         sum = __dadd_rn(sum, __dsub_rn(lse, (double)zt[t]));
     }
-    sum = block_reduce(sum, sh_sum, 0.0, op_add_f64());
+    sum = rg_cu_block_reduce(sum, 0.0, sh_sum, rg_cu_add());
     if (threadIdx.x == 0) out[0] = (float)__dmul_rn(sum, *inv_n);
 }
 
