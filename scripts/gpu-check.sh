@@ -19,6 +19,8 @@
 #      as the host execution)
 #   5. make-tiny --shape smollm2 and --shape 1b in BF16 into a temporary folder, timed and
 #      checked with info (the benchmarks make their F32 and F16 files there as they need them)
+#   5b. retrograd train on the smollm2 shape's BF16 file on the CPU and on the device (tensor
+#      path and RETRO_CUDA_HALF_GEMM=f32), 3 steps: the per-step losses against the CPU's
 #   6. device benchmarks (RG_BENCH_DEVICE=cuda): bench_train's tiny and smollm2 shape rows
 #      (2 timed steps, each row with a profiled step: time per op, fallbacks, copies);
 #      bench_generate on the smollm2 and 1b BF16 files, and once with the profile; bench_train's
@@ -205,6 +207,37 @@ if [ "$dry" = 1 ]; then
 else
   make_shape 1b
 fi
+
+# 5b. Training on the device against the CPU on the same file: `retrograd train` on the
+# smollm2 shape's BF16 file (the tiny BF16 fixture under GPU_CHECK_DRY), full fine-tuning in
+# place, 3 steps of 128 tokens; per-step losses within 4u = 1.6e-2 relative on the tensor path
+# (RETRO_CUDA_HALF_GEMM=tensor rounds the activations to BF16; the CPU does not) and within
+# 1e-4 with the weights widened (RETRO_CUDA_HALF_GEMM=f32). Issue 13's "SmolLM2-135M
+# converted to BF16" check, on the shape (random weights: the device has no model files).
+train_compare() {
+  local f="$shapes/smollm2-bf16.gguf" data="$shapes/train.txt"
+  if [ "$dry" = 1 ]; then
+    f="$shapes/tiny-bf16-train.gguf"
+    "$bin" make-tiny --arch llama --type bf16 -o "$f" > /dev/null 2>&1 || { say "  train cpu vs cuda: FAIL - make-tiny"; failed_steps="$failed_steps train-compare"; return; }
+  fi
+  [ -f "$f" ] || { say "  train cpu vs cuda: skipped (no $f)"; skipped_steps="$skipped_steps train-compare"; return; }
+  for i in $(seq 1 400); do echo "The river $i runs past the mill and the bridge, where the grey heron waits for fish."; done > "$data"
+  local args=(train -m "$f" -d "$data" --set training.method=full --set training.ctx=128 --set training.batch_size=1
+              --set training.steps=3 --set training.eval_every=0 --set training.lr=1e-4 --progress lines)
+  run "train on the cpu" 150 train-cpu.log "$bin" "${args[@]}" -o "$shapes/train-cpu" || return 0
+  verdict "train on the cpu" "$rc" "$(grep -o 'done: [0-9]* steps' "$out/train-cpu.log" | tail -1)"
+  local mode tol
+  for mode in tensor f32; do
+    tol=1.6e-2; [ "$mode" = f32 ] && tol=1e-4
+    run "train on cuda ($mode)" 120 "train-cuda-$mode.log" env RETRO_CUDA_HALF_GEMM=$mode "$bin" "${args[@]}"       --device cuda -o "$shapes/train-cuda-$mode" || return 0
+    local cmp; cmp=$(paste <(grep -o '"loss":[0-9.e+-]*' "$shapes/train-cpu/train.jsonl" | cut -d: -f2) \
+                         <(grep -o '"loss":[0-9.e+-]*' "$shapes/train-cuda-$mode/train.jsonl" | cut -d: -f2) |
+      awk -v tol="$tol" '{ d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > w) w = r; if (r > tol) bad++; n++ }
+                         END { printf "%d steps, worst relative loss gap %.2e (bound %s)%s", n, w, tol, (n == 3 && !bad) ? "" : " BAD" }')
+    verdict "train on cuda ($mode)" "$([ "$rc" = 0 ] && [[ "$cmp" != *BAD* ]] && echo 0 || echo 1)" "$cmp"
+  done
+}
+train_compare
 
 # 6. The device benchmarks.
 dev=(RG_BENCH_DEVICE=cuda RG_BENCH_SHAPES="$shapes")
