@@ -76,8 +76,10 @@ void rg_cuda_graph_free(rg_cuda_ctx *ctx, void *graph);
 //                     at most u * sum |w x| (u = 2^-8 BF16, 2^-11 F16) plus F32 summation.
 //   f32               the weight widened to F32 (exact) and a pedantic-F32 SGEMM: the CPU's
 //                     values up to the summation order, at the F32 (non-tensor) rate.
-// LINEAR_CE's head is widened in both modes. Returns the mode, or -1 with `why` filled
-// when the variable holds anything else.
+// LINEAR_CE with a half head follows the same mode: h and the chunk's G rounded to the head's
+// type on the tensor path (an F16 G below 2^-14 keeps F16's subnormal spacing, 2^-24), its
+// chunks widened under f32. Returns the mode, or -1 with `why` filled when the variable holds
+// anything else.
 enum { RG_CUDA_HALF_GEMM_TENSOR = 0, RG_CUDA_HALF_GEMM_F32 = 1 };
 int rg_cuda_half_gemm_env(char *why, size_t why_cap);
 const char *rg_cuda_half_gemm_name(int mode);

@@ -183,13 +183,13 @@ rg_status rg_cublas_fail(rg_error *err, const struct rg_node *n, const char *cal
 // rounded to `type` (RG_TYPE_F16 or RG_TYPE_BF16) to nearest even, the bits of the CPU's
 // conversion. rg_cu_gemm_half: C_i = op(A_i) op(B_i) for i < batch (A_i = A + i sa, ...;
 // cuBLAS's column-major conventions), A and B in `type`, C F32, F32 accumulation on the
-// tensor cores.
+// tensor cores; C = op(A) op(B) + beta C.
 rg_status rg_cu_narrow(rg_cuda_ctx *ctx, const struct rg_node *n, const float *src, const int64_t ne[4],
                        const int64_t s[4], uint32_t type, uint16_t *dst, rg_error *err);
 rg_status rg_cu_gemm_half(rg_cuda_ctx *ctx, const struct rg_node *n, cublasOperation_t ta, cublasOperation_t tb,
                           int64_t m, int64_t nn, int64_t k, const void *A, int64_t lda, int64_t sa, const void *B,
                           int64_t ldb, int64_t sb, float *C, int64_t ldc, int64_t sc, int64_t batch, uint32_t type,
-                          rg_error *err);
+                          rg_error *err, float beta = 0.0f);
 
 // The executor's device scratch for node n: at least `bytes` (the cell's work size), or an error.
 static inline rg_status rg_cu_scratch(const rg_exec_ctx *c, const rg_node *n, size_t bytes, void **out, rg_error *err) {

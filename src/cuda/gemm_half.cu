@@ -49,26 +49,26 @@ rg_status rg_cu_narrow(rg_cuda_ctx *ctx, const struct rg_node *n, const float *s
 
 static bool fits(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
-rg_status rg_cu_gemm_half(rg_cuda_ctx *ctx, const struct rg_node *n, cublasOperation_t ta,
-                                     cublasOperation_t tb, int64_t m, int64_t nn, int64_t k, const void *A,
-                                     int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb, float *C,
-                                     int64_t ldc, int64_t sc, int64_t batch, uint32_t type, rg_error *err) {
+rg_status rg_cu_gemm_half(rg_cuda_ctx *ctx, const struct rg_node *n, cublasOperation_t ta, cublasOperation_t tb,
+                          int64_t m, int64_t nn, int64_t k, const void *A, int64_t lda, int64_t sa, const void *B,
+                          int64_t ldb, int64_t sb, float *C, int64_t ldc, int64_t sc, int64_t batch, uint32_t type,
+                          rg_error *err, float beta) {
     if (!fits(m) || !fits(nn) || !fits(k) || !fits(lda) || !fits(ldb) || !fits(ldc) || !fits(batch))
         return rg_fail(err, RG_ERR_UNSUPPORTED,
                        "cuda '%s': a half-precision product of m %lld n %lld k %lld (batch %lld) exceeds cuBLAS's int "
                        "sizes",
                        n ? n->t.name : "?", (long long)m, (long long)nn, (long long)k, (long long)batch);
     const cudaDataType dt = type == RG_TYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-    const float one = 1.0f, zero = 0.0f;
+    const float one = 1.0f;
     // The handle is pedantic for the F32 products; here the tensor cores are the point.
     CUBLAS_TRY(cublasSetMathMode(ctx->cublas, CUBLAS_DEFAULT_MATH));
     cublasStatus_t s;
     if (batch == 1)
-        s = cublasGemmEx(ctx->cublas, ta, tb, (int)m, (int)nn, (int)k, &one, A, dt, (int)lda, B, dt, (int)ldb, &zero, C,
+        s = cublasGemmEx(ctx->cublas, ta, tb, (int)m, (int)nn, (int)k, &one, A, dt, (int)lda, B, dt, (int)ldb, &beta, C,
                          CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     else
         s = cublasGemmStridedBatchedEx(ctx->cublas, ta, tb, (int)m, (int)nn, (int)k, &one, A, dt, (int)lda, sa, B, dt,
-                                       (int)ldb, sb, &zero, C, CUDA_R_32F, (int)ldc, sc, (int)batch,
+                                       (int)ldb, sb, &beta, C, CUDA_R_32F, (int)ldc, sc, (int)batch,
                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     const cublasStatus_t back = cublasSetMathMode(ctx->cublas, CUBLAS_PEDANTIC_MATH);
     if (s != CUBLAS_STATUS_SUCCESS)

@@ -16,7 +16,9 @@
 //                   f32 operands whose ip[0] names F16/BF16 (the weight gradient of a half
 //                   weight, from MUL_MAT's backward rule), take the tensor path instead: b
 //                   (and an f32 a) rounded to that type, F32 accumulation (gemm_half.cu).
-//   LINEAR_CE       w [d, V] f32/f16/bf16 (packed rows), h [d, T] f32, labels i32 [T] -> [T + 1]:
+//   LINEAR_CE       (a half w on the tensor path: h, and in the backward G, rounded to w's type
+//                   and multiplied on the tensor cores, gemm_half.cu; otherwise as follows)
+//                   w [d, V] f32/f16/bf16 (packed rows), h [d, T] f32, labels i32 [T] -> [T + 1]:
 //                   ops_linear_ce.c's algorithm with its chunk (rg_linear_ce_chunk): per
 //                   vocabulary chunk one SGEMM into the [T, chunk] scratch (a half w chunk
 //                   widened first), then one block per token: the chunk's max (f32), the sum of
@@ -494,10 +496,12 @@ static bool sup_linear_ce_back(const rg_node *n) {
     return !dw || (is_plain_f32(dw) && dw->t.ne[0] == g.d && dw->t.ne[1] == g.V && rg_tensor_nelements(&dw->t) == g.d * g.V);
 }
 
-// The device scratch: z [T, chunk] | a half w chunk widened [d, chunk] | (forward) m [T] f32,
-// s [T] f64, zt [T] f32 | inv_n f64.
+// The device scratch: z [T, chunk] | for a half w: its chunk widened [d, chunk] (RETRO_CUDA_HALF_GEMM=f32),
+// and h [d, T] and the chunk's G [T, chunk] rounded to w's type (the tensor path; both kept, so
+// the plan does not depend on the mode) | (forward) m [T] f32, s [T] f64, zt [T] f32 | inv_n f64.
 typedef struct lce_layout {
     float *z, *wf, *m, *zt;
+    uint16_t *hh, *gh;
     double *s, *inv_n;
     size_t total;
 } lce_layout;
@@ -515,6 +519,8 @@ static lce_layout lce_layout_of(void *base, const lce_geom *g, bool back) {
     LCE_PLACE(z, float, g->T * g->chunk);
     if (g->wtype != RG_TYPE_F32) {
         LCE_PLACE(wf, float, g->d * g->chunk);
+        LCE_PLACE(hh, uint16_t, g->d * g->T);
+        LCE_PLACE(gh, uint16_t, g->T * g->chunk);
     }
     if (!back) {
         LCE_PLACE(m, float, g->T);
@@ -561,10 +567,25 @@ static rg_status lce_weight_chunk(rg_cuda_ctx *ctx, const rg_node *n, const rg_t
     return widen(ctx, n, (const uint16_t *)w->data + v0 * g->ldw, 1, g->ldw, g->d, nv, g->wtype, L->wf, err);
 }
 
+// Whether a half head takes the tensor path (cuda.h): h and G rounded to its type, GemmEx.
+static bool lce_tensor(const rg_cuda_ctx *ctx, const lce_geom *g) {
+    return g->wtype != RG_TYPE_F32 && ctx->half_gemm == RG_CUDA_HALF_GEMM_TENSOR;
+}
+
+// The tensor path: h [d, T] (ldh) rounded to w's type into L->hh (packed, leading dimension d).
+static rg_status lce_round_h(rg_cuda_ctx *ctx, const rg_node *n, const float *H, const lce_geom *g,
+                             const lce_layout *L, rg_error *err) {
+    const int64_t ne[4] = {g->d, g->T, 1, 1}, s[4] = {1, g->ldh, 0, 0};
+    return rg_cu_narrow(ctx, n, H, ne, s, g->wtype, L->hh, err);
+}
+
 // The chunk's logits into L->z.
 static rg_status lce_logits(rg_cuda_ctx *ctx, const rg_node *n, const rg_tensor *w, const float *H, const lce_geom *g,
                             const lce_layout *L, int64_t v0, int64_t nv, const float **Wc, int64_t *ldw,
                             rg_error *err) {
+    if (lce_tensor(ctx, g))  // Zc = Wc^T Hh on the half columns as stored
+        return rg_cu_gemm_half(ctx, n, CUBLAS_OP_T, CUBLAS_OP_N, nv, g->T, g->d, (const uint16_t *)w->data + v0 * g->ldw,
+                               g->ldw, 0, L->hh, g->d, 0, L->z, g->chunk, 0, 1, g->wtype, err);
     RG_TRY(lce_weight_chunk(ctx, n, w, g, L, v0, nv, Wc, ldw, err));
     const float one = 1.0f, zero = 0.0f;
     CUBLAS_TRY(cublasSgemm(ctx->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nv, (int)g->T, (int)g->d, &one, *Wc, (int)*ldw,
@@ -586,6 +607,7 @@ static rg_status run_linear_ce(rg_cuda_ctx *ctx, const rg_node *n, const rg_exec
     RG_TRY(rg_cu_params(c, n, &prm, err));
     RG_LAUNCH(lce_inv_n_kernel, 1, THREADS, 0, ctx->stream, labels, g.T, ignore, prm, L.inv_n);
     CU_LAUNCHED();
+    if (lce_tensor(ctx, &g)) RG_TRY(lce_round_h(ctx, n, H, &g, &L, err));
     for (int64_t v0 = 0; v0 < g.V; v0 += g.chunk) {
         const int64_t nv = g.V - v0 < g.chunk ? g.V - v0 : g.chunk;
         const float *Wc;
@@ -620,6 +642,8 @@ static rg_status run_linear_ce_back(rg_cuda_ctx *ctx, const rg_node *n, const rg
     RG_LAUNCH(lce_inv_n_kernel, 1, THREADS, 0, ctx->stream, labels, g.T, ignore, prm, L.inv_n);
     CU_LAUNCHED();
     const float one = 1.0f, zero = 0.0f;
+    const bool tensor = lce_tensor(ctx, &g);
+    if (tensor) RG_TRY(lce_round_h(ctx, n, H, &g, &L, err));
     for (int64_t v0 = 0; v0 < g.V; v0 += g.chunk) {
         const int64_t nv = g.V - v0 < g.chunk ? g.V - v0 : g.chunk;
         const float *Wc;
@@ -628,6 +652,19 @@ static rg_status run_linear_ce_back(rg_cuda_ctx *ctx, const rg_node *n, const rg
         RG_LAUNCH(lce_chunk_grad_kernel, rows_grid(g.T), ROW_THREADS, 0, ctx->stream, L.z, g.chunk, nv, v0, g.T,
                   labels, ignore, lse, dy, (const double *)L.inv_n);
         CU_LAUNCHED();
+        if (tensor) {
+            // G (nv x T, leading dimension chunk) rounded to w's type, packed with leading dimension nv; then
+            // dh (+)= Wc Gh and dw_c = Hh Gh^T with F32 accumulation, as the F32 path below.
+            const int64_t ne[4] = {nv, g.T, 1, 1}, s[4] = {1, g.chunk, 0, 0};
+            RG_TRY(rg_cu_narrow(ctx, n, L.z, ne, s, g.wtype, L.gh, err));
+            RG_TRY(rg_cu_gemm_half(ctx, n, CUBLAS_OP_N, CUBLAS_OP_N, g.d, g.T, nv,
+                                   (const uint16_t *)w->data + v0 * g.ldw, g.ldw, 0, L.gh, nv, 0, dh, g.d, 0, 1,
+                                   g.wtype, err, v0 > 0 ? 1.0f : 0.0f));
+            if (dw)
+                RG_TRY(rg_cu_gemm_half(ctx, n, CUBLAS_OP_N, CUBLAS_OP_T, g.d, nv, g.T, L.hh, g.d, 0, L.gh, nv, 0,
+                                       dw + v0 * g.d, g.d, 0, 1, g.wtype, err));
+            continue;
+        }
         // dh (+)= Wc G: d x nv times nv x T
         CUBLAS_TRY(cublasSgemm(ctx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, (int)g.d, (int)g.T, (int)nv, &one, Wc, (int)ldw,
                                L.z, (int)g.chunk, v0 > 0 ? &one : &zero, dh, (int)g.d));
