@@ -20,10 +20,17 @@ const char *const rg_tiny_archs[] = {"llama", "qwen2", "qwen3", "lfm2", "mamba2"
 
 const rg_tiny_shape rg_tiny_shapes[] = {
     {"tiny", "the test fixtures", RG_TINY_N_EMBD, RG_TINY_N_LAYER, RG_TINY_N_HEAD, RG_TINY_N_HEAD_KV, RG_TINY_N_FF,
-     RG_TINY_N_VOCAB, RG_TINY_N_CTX, 0.0f, 0.05f, 0.05f, false},
-    {"smollm2", "SmolLM2-135M", 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, 0.02f, 0.0f, true},
-    {"1b", "Llama-3.2-1B", 2048, 16, 32, 8, 8192, 128256, 2048, 500000.0f, 0.02f, 0.0f, true},
-    {NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0.0f, false},
+     RG_TINY_N_VOCAB, RG_TINY_N_CTX, 0.0f, 0.05f, 0.05f, false, NULL, 0, 0, 0, 0},
+    {"smollm2", "SmolLM2-135M", 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, 0.02f, 0.0f, true, NULL, 0, 0, 0, 0},
+    {"1b", "Llama-3.2-1B", 2048, 16, 32, 8, 8192, 128256, 2048, 500000.0f, 0.02f, 0.0f, true, NULL, 0, 0, 0, 0},
+    // LFM2-350M's published config (the nearest released size to the seed's LFM2.5-230M): the
+    // attention layers by layer_types, the short convolutions elsewhere.
+    {"lfm2-350m", "LFM2-350M", 1024, 16, 16, 8, 4608, 65536, 32768, 1000000.0f, 0.02f, 0.0f, true, "lfm2",
+     (1u << 2) | (1u << 5) | (1u << 8) | (1u << 10) | (1u << 12) | (1u << 14), 0, 0, 0},
+    // state-spaces/mamba2-130m: d_model 768, 24 layers, d_state 128, headdim 64, expand 2, one group,
+    // the vocabulary padded to a multiple of 16.
+    {"mamba2-130m", "mamba2-130m", 768, 24, 0, 0, 0, 50288, 2048, 0.0f, 0.02f, 0.0f, true, "mamba2", 0, 128, 64, 1536},
+    {NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0.0f, false, NULL, 0, 0, 0, 0},
 };
 
 const rg_tiny_shape *rg_tiny_shape_find(const char *name) {
@@ -250,20 +257,22 @@ static rg_status tiny_model_make(tiny_model *tm, const rg_arch *arch, const tiny
     const bool ssm = a->ssm_state > 0;  // no attention and no FFN: their keys are 0
     hp->n_vocab = sh->n_vocab, hp->n_ctx_train = sh->n_ctx, hp->n_embd = sh->n_embd, hp->n_layer = sh->n_layer;
     hp->n_head = ssm ? 0 : sh->n_head, hp->n_head_kv = ssm ? 0 : sh->n_head_kv, hp->n_ff = ssm ? 0 : sh->n_ff;
-    hp->head_dim = hp->value_length = hp->n_rot = a->head_dim ? a->head_dim : sh->n_embd / sh->n_head;
+    hp->head_dim = hp->value_length = hp->n_rot = a->head_dim ? a->head_dim : ssm ? 0 : sh->n_embd / sh->n_head;
     hp->rope_freq_base = sh->freq_base > 0 ? sh->freq_base : a->freq_base;
     hp->norm_eps = a->norm_eps;
     hp->n_conv = a->n_conv;
     if (ssm) {
-        hp->ssm_inner = 2 * sh->n_embd, hp->ssm_state = a->ssm_state, hp->ssm_groups = 1;
-        hp->ssm_heads = hp->ssm_inner / a->ssm_head_dim;
+        hp->ssm_inner = sh->ssm_inner ? sh->ssm_inner : 2 * sh->n_embd;
+        hp->ssm_state = sh->ssm_state ? sh->ssm_state : a->ssm_state, hp->ssm_groups = 1;
+        hp->ssm_heads = hp->ssm_inner / (sh->ssm_head_dim ? sh->ssm_head_dim : a->ssm_head_dim);
     }
     tm->layers = calloc((size_t)sh->n_layer, sizeof *tm->layers);
     if (!tm->layers) return rg_fail(err, RG_ERR_NOMEM, "make-tiny: out of memory");
     for (int64_t il = 0; il < sh->n_layer; il++) {
         rg_layer *L = &tm->layers[il];
         L->n_head = hp->n_head, L->n_ff = hp->n_ff;
-        L->n_head_kv = a->conv_even && il % 2 == 0 ? 0 : hp->n_head_kv;
+        const bool conv = sh->attn_layers ? !(sh->attn_layers >> il & 1) : il % 2 == 0;
+        L->n_head_kv = a->conv_even && conv ? 0 : hp->n_head_kv;
         arch->layer_kinds(hp, L, il);
     }
     return RG_OK;
@@ -349,7 +358,14 @@ static rg_status check_config(const rg_tiny_config *cfg, const tiny_arch **arch,
         return rg_fail(err, RG_ERR_ARG, "make-tiny: unknown architecture '%s' (supported: %s)",
                        cfg->arch ? cfg->arch : "(none)", rg_model_archs);
     if (!(*shape = rg_tiny_shape_find(cfg->shape)))
-        return rg_fail(err, RG_ERR_ARG, "make-tiny: unknown shape '%s' (supported: tiny, smollm2, 1b)", cfg->shape);
+        return rg_fail(err, RG_ERR_ARG, "make-tiny: unknown shape '%s' (supported: tiny, smollm2, 1b, lfm2-350m, "
+                       "mamba2-130m)", cfg->shape);
+    const char *for_arch = (*shape)->arch;
+    const bool llama_family = !strcmp((*arch)->name, "llama") || !strcmp((*arch)->name, "qwen2") ||
+                              !strcmp((*arch)->name, "qwen3");
+    if (for_arch ? strcmp(for_arch, (*arch)->name) != 0 : !llama_family && strcmp((*shape)->name, "tiny") != 0)
+        return rg_fail(err, RG_ERR_ARG, "make-tiny: shape '%s' (%s) is for --arch %s, not %s", (*shape)->name,
+                       (*shape)->model, for_arch ? for_arch : "llama, qwen2 or qwen3", (*arch)->name);
     if (cfg->type != RG_TYPE_F32 && cfg->type != RG_TYPE_F16 && cfg->type != RG_TYPE_BF16)
         return rg_fail(err, RG_ERR_ARG, "make-tiny: type %s is not supported yet (f32, f16, bf16)",
                        rg_type_get(cfg->type)->name);

@@ -52,10 +52,19 @@ typedef struct rg_tiny_shape {
     float freq_base;     // rope base; 0: the architecture's (llama 1e4, qwen 1e6)
     float embd_std, norm_std;  // token_embd ~ N(0, embd_std); norms 1 + N(0, norm_std); matrices N(0, 0.02)
     bool tied;           // the head is token_embd whatever --tied says (both real models tie it)
+    // A hybrid model's shape: the one architecture it is for (NULL: the llama family), lfm2's
+    // attention layers (bit i: layer i; 0: the tiny pattern, odd layers) and mamba2's SSM sizes
+    // (state N, head P, inner size; 0: the tiny choices, N 16, P 64, 2 n_embd).
+    const char *arch;
+    uint64_t attn_layers;
+    int64_t ssm_state, ssm_head_dim, ssm_inner;
 } rg_tiny_shape;
 
-// "tiny" (the fixtures), "smollm2" (SmolLM2-135M: 576, 30 layers, 9/3 heads, 1536, 49152) and
-// "1b" (Llama-3.2-1B: 2048, 16 layers, 32/8 heads, 8192, 128256, context 2048), NULL-terminated.
+// "tiny" (the fixtures), "smollm2" (SmolLM2-135M: 576, 30 layers, 9/3 heads, 1536, 49152),
+// "1b" (Llama-3.2-1B: 2048, 16 layers, 32/8 heads, 8192, 128256, context 2048), "lfm2-350m"
+// (LFM2-350M: 1024, 16 layers with attention at 2, 5, 8, 10, 12, 14, 16/8 heads, 4608, 65536,
+// kernel 3) and "mamba2-130m" (mamba2-130m: 768, 24 layers, state 128, heads of 64, inner 1536,
+// one group, kernel 4, 50288), NULL-terminated.
 extern const rg_tiny_shape rg_tiny_shapes[];
 // The shape called name (NULL: "tiny"), or NULL when there is none.
 const rg_tiny_shape *rg_tiny_shape_find(const char *name);
