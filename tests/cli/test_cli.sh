@@ -49,6 +49,10 @@ for a in lfm2 mamba2; do
   expect "generate on $a"               0 "generation: 4 tokens"         -- "$bin" generate -m "$tmp/tiny-$a-q4.gguf" -p hi -n 4 --raw
   expect "perplexity on $a"             0 "Final estimate: PPL = [0-9]"  -- "$bin" perplexity -m "$tmp/tiny-$a.gguf" -f "$tmp/ppl.txt" -c 32
 done
+expect "make-tiny --groups 2 on mamba2" 0 "wrote .*\\(mamba2 f32"      -- "$bin" make-tiny --arch mamba2 --groups 2 --type f32 -o "$tmp/tiny-g2.gguf"
+expect "info: two SSM groups"           0 "blk.0.ssm_norm.weight +f32 +\\[256, 2\\]" -- "$bin" info "$tmp/tiny-g2.gguf"
+expect "make-tiny --groups 3 refused"   1 "3 SSM groups do not divide the 8 heads" -- "$bin" make-tiny --arch mamba2 --groups 3 --type f32 -o "$tmp/x.gguf"
+expect "make-tiny --groups on lfm2"     1 "SSM groups are mamba2's; lfm2 has none" -- "$bin" make-tiny --arch lfm2 --groups 2 --type f32 -o "$tmp/x.gguf"
 expect "make-tiny unknown type"         1 "--type 'q9_9' is not supported" -- "$bin" make-tiny --arch qwen2 --type q9_9 -o "$tmp/x.gguf"
 expect "make-tiny bad seed"             1 "--seed 'abc' is not"         -- "$bin" make-tiny --arch qwen2 --type f32 --seed abc -o "$tmp/x.gguf"
 expect "make-tiny into a missing dir"   1 "no/dir/x.gguf: cannot create" -- "$bin" make-tiny --arch qwen2 --type f32 -o "$tmp/no/dir/x.gguf"

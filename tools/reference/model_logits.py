@@ -53,6 +53,7 @@ TINY = [  # name, architecture, make-tiny arguments
     ("tiny-lfm2-q8_0", "lfm2", ["--type", "q8_0"]),
     ("tiny-mamba2-f32", "mamba2", ["--type", "f32"]),
     ("tiny-mamba2-q8_0", "mamba2", ["--type", "q8_0"]),
+    ("tiny-mamba2-g2-f32", "mamba2", ["--type", "f32", "--groups", "2"]),  # heads 0-3 and 4-7 share B, C; grouped norm
 ]
 SMOL_PROMPTS = [
     "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
