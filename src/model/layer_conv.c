@@ -22,19 +22,19 @@ static rg_node *build(const rg_layer_ctx *c, rg_node *x) {
     const rg_hparams *hp = &c->m->hp;
     const rg_layer_nodes *L = c->w;
     const int64_t d = hp->n_embd, T = x->t.ne[1];
-    rg_node *h = rg_layer_norm(g, x, L->w[RG_ROLE_ATTN_NORM], hp->norm_eps);          // [d, T]
-    rg_node *bcx = rg_layer_linear(c, RG_ROLE_CONV_IN, RG_N_ROLES, h);                // [3d, T]: B, C, X per token
+    rg_node *h = rg_layer_norm(g, x, L->w[RG_ROLE_ATTN_NORM], hp->norm_eps);                        // [d, T]
+    rg_node *bcx = rg_layer_linear(c, RG_ROLE_CONV_IN, RG_N_ROLES, h);                              // [3d, T]: B, C, X per token
     const size_t row = (size_t)(3 * d) * sizeof(float);
     rg_node *b = rg_view(g, bcx, 2, (int64_t[]){d, T}, (size_t[]){4, row}, 0);                      // [d, T]
     rg_node *cg = rg_view(g, bcx, 2, (int64_t[]){d, T}, (size_t[]){4, row}, (size_t)d * 4);         // [d, T]
     rg_node *xs = rg_view(g, bcx, 2, (int64_t[]){d, T}, (size_t[]){4, row}, (size_t)(2 * d) * 4);   // [d, T]
-    rg_node *bx = rg_reshape(g, rg_mul(g, b, xs), 3, (int64_t[]){d, T, 1});           // [d, T, 1]
+    rg_node *bx = rg_reshape(g, rg_mul(g, b, xs), 3, (int64_t[]){d, T, 1});                         // [d, T, 1]
     rg_node *state = rg_layer_state_leaf(c, 0, "conv_state", 3, (int64_t[]){d, hp->n_conv - 1, 1});  // [d, L-1, 1]
     rg_node *conv = rg_ssm_conv(g, bx, rg_layer_f32(g, L->w[RG_ROLE_CONV_KERNEL]), state, c->seg);
-    rg_node *y = rg_reshape(g, rg_ssm_part(g, conv, RG_SSM_CONV_Y), 2, (int64_t[]){d, T});         // [d, T]
-    if (state) rg_cpy_into(g, rg_ssm_part(g, conv, RG_SSM_CONV_STATE), state);        // the next chunk's window
-    rg_node *z = rg_mul(g, cg, y);                                                    // [d, T]
-    return rg_add(g, x, rg_layer_linear(c, RG_ROLE_CONV_OUT, RG_N_ROLES, z));         // [d, T]
+    rg_node *y = rg_reshape(g, rg_ssm_part(g, conv, RG_SSM_CONV_Y), 2, (int64_t[]){d, T});          // [d, T]
+    if (state) rg_cpy_into(g, rg_ssm_part(g, conv, RG_SSM_CONV_STATE), state);                      // the next chunk's window
+    rg_node *z = rg_mul(g, cg, y);                                                                  // [d, T]
+    return rg_add(g, x, rg_layer_linear(c, RG_ROLE_CONV_OUT, RG_N_ROLES, z));                       // [d, T]
 }
 
 const rg_layer_kind_desc rg_layer_shortconv = {"short conv", build, 1, conv_state};

@@ -35,32 +35,36 @@ static rg_node *build(const rg_layer_ctx *c, rg_node *x) {
     const rg_layer_nodes *L = c->w;
     const int64_t T = x->t.ne[1], D_in = hp->ssm_inner, N = hp->ssm_state, nh = hp->ssm_heads, G = hp->ssm_groups;
     const int64_t P = D_in / nh, Cc = conv_channels(hp), n_in = 2 * D_in + 2 * G * N + nh;
-    rg_node *h = rg_layer_norm(g, x, L->w[RG_ROLE_ATTN_NORM], hp->norm_eps);          // [d, T]
-    rg_node *zxbcdt = rg_layer_linear(c, RG_ROLE_SSM_IN, RG_N_ROLES, h);              // [n_in, T]: z, xBC, dt
+    rg_node *h = rg_layer_norm(g, x, L->w[RG_ROLE_ATTN_NORM], hp->norm_eps);                        // [d, T]
+    rg_node *zxbcdt = rg_layer_linear(c, RG_ROLE_SSM_IN, RG_N_ROLES, h);                            // [n_in, T]: z, xBC, dt
     const size_t row = (size_t)n_in * sizeof(float);
-    rg_node *z = rg_view(g, zxbcdt, 2, (int64_t[]){D_in, T}, (size_t[]){4, row}, 0);                    // [D_in, T]
-    rg_node *xbc = rg_view(g, zxbcdt, 3, (int64_t[]){Cc, T, 1}, (size_t[]){4, row, row * T}, (size_t)D_in * 4);  // [Cc, T, 1]
+    rg_node *z = rg_view(g, zxbcdt, 2, (int64_t[]){D_in, T}, (size_t[]){4, row}, 0);                // [D_in, T]
+    rg_node *xbc = rg_view(g, zxbcdt, 3, (int64_t[]){Cc, T, 1}, (size_t[]){4, row, row * T},
+                           (size_t)D_in * 4);                                                         // [Cc, T, 1]
     rg_node *dt = rg_view(g, zxbcdt, 2, (int64_t[]){nh, T}, (size_t[]){4, row}, (size_t)(D_in + Cc) * 4);  // [nh, T]
 
     rg_node *conv_st = rg_layer_state_leaf(c, 0, "conv_state", 3, (int64_t[]){Cc, hp->n_conv - 1, 1});  // [Cc, K-1, 1]
     rg_node *conv = rg_ssm_conv(g, xbc, rg_layer_f32(g, L->w[RG_ROLE_SSM_CONV]), conv_st, c->seg);
     if (conv_st) rg_cpy_into(g, rg_ssm_part(g, conv, RG_SSM_CONV_STATE), conv_st);
-    xbc = rg_silu(g, rg_add(g, rg_ssm_part(g, conv, RG_SSM_CONV_Y), rg_layer_f32(g, L->w[RG_ROLE_SSM_CONV_B])));  // [Cc, T, 1]
+    rg_node *conv_b = rg_layer_f32(g, L->w[RG_ROLE_SSM_CONV_B]);
+    xbc = rg_silu(g, rg_add(g, rg_ssm_part(g, conv, RG_SSM_CONV_Y), conv_b));                       // [Cc, T, 1]
 
     dt = rg_reshape(g, rg_add(g, dt, rg_layer_f32(g, L->w[RG_ROLE_SSM_DT_B])), 3, (int64_t[]){nh, T, 1});  // [nh, T, 1]
-    rg_node *ssm_st = rg_layer_state_leaf(c, 1, "ssm_state", 4, (int64_t[]){N, P, nh, 1});                 // [N, P, nh, 1]
+    rg_node *ssm_st = rg_layer_state_leaf(c, 1, "ssm_state", 4, (int64_t[]){N, P, nh, 1});          // [N, P, nh, 1]
     rg_node *scan = rg_ssm_scan(g, xbc, dt, rg_layer_f32(g, L->w[RG_ROLE_SSM_A]), ssm_st, c->seg, P, N, G);
     if (ssm_st) rg_cpy_into(g, rg_ssm_part(g, scan, RG_SSM_SCAN_STATE), ssm_st);
-    rg_node *y = rg_reshape(g, rg_ssm_part(g, scan, RG_SSM_SCAN_Y), 3, (int64_t[]){P, nh, T});             // [P, nh, T]
+    rg_node *y = rg_reshape(g, rg_ssm_part(g, scan, RG_SSM_SCAN_Y), 3, (int64_t[]){P, nh, T});      // [P, nh, T]
 
     // The D skip: y += x * D per head, x the conv output's first D_in lanes.
-    rg_node *xs = rg_view(g, xbc, 3, (int64_t[]){P, nh, T}, (size_t[]){4, (size_t)P * 4, (size_t)Cc * 4}, 0);  // [P, nh, T]
-    y = rg_add(g, y, rg_mul(g, xs, rg_layer_f32(g, L->w[RG_ROLE_SSM_D])));                                  // [P, nh, T]
+    rg_node *xs = rg_view(g, xbc, 3, (int64_t[]){P, nh, T}, (size_t[]){4, (size_t)P * 4, (size_t)Cc * 4},
+                          0);                                                                         // [P, nh, T]
+    y = rg_add(g, y, rg_mul(g, xs, rg_layer_f32(g, L->w[RG_ROLE_SSM_D])));                          // [P, nh, T]
     // The gate, then RMSNorm over each group of D_in/G lanes times ssm_norm [D_in/G, G].
-    y = rg_mul(g, rg_reshape(g, y, 2, (int64_t[]){D_in, T}), rg_silu(g, z));                               // [D_in, T]
-    y = rg_reshape(g, y, 3, (int64_t[]){D_in / G, G, T});                                                   // [D_in/G, G, T]
-    y = rg_reshape(g, rg_layer_norm(g, y, L->w[RG_ROLE_SSM_NORM], hp->norm_eps), 2, (int64_t[]){D_in, T});  // [D_in, T]
-    return rg_add(g, x, rg_layer_linear(c, RG_ROLE_SSM_OUT, RG_N_ROLES, y));                               // [d, T]
+    y = rg_mul(g, rg_reshape(g, y, 2, (int64_t[]){D_in, T}), rg_silu(g, z));                        // [D_in, T]
+    y = rg_reshape(g, y, 3, (int64_t[]){D_in / G, G, T});                                           // [D_in/G, G, T]
+    y = rg_layer_norm(g, y, L->w[RG_ROLE_SSM_NORM], hp->norm_eps);                                  // per group
+    y = rg_reshape(g, y, 2, (int64_t[]){D_in, T});                                                  // [D_in, T]
+    return rg_add(g, x, rg_layer_linear(c, RG_ROLE_SSM_OUT, RG_N_ROLES, y));                        // [d, T]
 }
 
 const rg_layer_kind_desc rg_layer_ssm = {"ssm", build, 2, ssm_state};

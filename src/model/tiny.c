@@ -255,7 +255,8 @@ static rg_status tiny_model_make(tiny_model *tm, const rg_tiny_config *cfg, cons
     hp->norm_eps = a->norm_eps;
     hp->n_conv = a->n_conv;
     if (ssm) {
-        hp->ssm_inner = 2 * sh->n_embd, hp->ssm_state = a->ssm_state, hp->ssm_groups = cfg->ssm_groups ? cfg->ssm_groups : 1;
+        hp->ssm_inner = 2 * sh->n_embd, hp->ssm_state = a->ssm_state;
+        hp->ssm_groups = cfg->ssm_groups ? cfg->ssm_groups : 1;
         hp->ssm_heads = hp->ssm_inner / a->ssm_head_dim;
     }
     tm->layers = calloc((size_t)sh->n_layer, sizeof *tm->layers);

@@ -228,7 +228,7 @@ static rg_status build_step(rg_train_state *s, bool fused, bool recompute, rg_pl
         s->ce = rg_linear_ce(g, w.output, hn, s->labels, -100, 0);                           // [T + 1]
         s->loss = rg_linear_ce_loss(g, s->ce);
     } else {
-        rg_node *logits = rg_model_forward_bounds(g, m, &w, s->ids, s->pos, s->mask, s->seg, s->bounds);  // [n_vocab, T]
+        rg_node *logits = rg_model_forward_bounds(g, m, &w, s->ids, s->pos, s->mask, s->seg, s->bounds);  // [V, T]
         s->loss = s->ce = rg_cross_entropy_loss(g, logits, s->labels, -100);
     }
     if (s->eval_only) {
