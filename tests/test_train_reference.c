@@ -7,6 +7,9 @@
 //   train-grads-llama.ref, train-grads-qwen3.ref: the same for the tiny llama
 //                    (gradients of attn_q/attn_k in the GGUF's permuted row
 //                    order) and the tiny qwen3 (with attn_{q,k}_norm);
+//   train-grads-lfm2.ref, train-grads-mamba2.ref: the same for the tiny lfm2
+//                    (a short-conv and an attention layer) and mamba2 (the
+//                    SSM mixer; A frozen on both sides);
 //   train-adamw.ref  10 AdamW steps (decay on 2-D tensors, clip 1.0, cosine
 //                    with 3 warmup steps): per-step loss, pre-clip norm, lr;
 //                    then per tensor the norm of (final - initial) and 65
@@ -390,6 +393,9 @@ static void check_trajectory(const char *file, int optimizer) {
 static void test_reference_gradients(void) { check_gradients("train-grads.ref"); }
 static void test_reference_gradients_llama(void) { check_gradients("train-grads-llama.ref"); }
 static void test_reference_gradients_qwen3(void) { check_gradients("train-grads-qwen3.ref"); }
+// lfm2 (short conv: SSM_CONV's backward) and mamba2 (SSM_CONV, SSM_SCAN and SSM_DT's backward, A frozen on both sides).
+static void test_reference_gradients_lfm2(void) { check_gradients("train-grads-lfm2.ref"); }
+static void test_reference_gradients_mamba2(void) { check_gradients("train-grads-mamba2.ref"); }
 static void test_reference_adamw(void) { check_trajectory("train-adamw.ref", RG_OPTIM_ADAMW); }
 static void test_reference_sgd(void) { check_trajectory("train-sgd.ref", RG_OPTIM_SGD); }
 
@@ -397,6 +403,8 @@ static const rg_test_case cases[] = {
     RG_TEST(test_reference_gradients),
     RG_TEST(test_reference_gradients_llama),
     RG_TEST(test_reference_gradients_qwen3),
+    RG_TEST(test_reference_gradients_lfm2),
+    RG_TEST(test_reference_gradients_mamba2),
     RG_TEST(test_reference_adamw),
     RG_TEST(test_reference_sgd),
     {0},

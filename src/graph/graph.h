@@ -266,7 +266,7 @@ enum { RG_SSM_CONV_Y = 0, RG_SSM_CONV_STATE = 1 };
 enum { RG_SSM_CONV_BACK_DX = 0, RG_SSM_CONV_BACK_DSTATE = 1, RG_SSM_CONV_BACK_DC = 2 };
 enum { RG_SSM_SCAN_Y = 0, RG_SSM_SCAN_STATE = 1 };
 enum { RG_SSM_SCAN_BACK_DXBC = 0, RG_SSM_SCAN_BACK_DDT = 1, RG_SSM_SCAN_BACK_DA = 2, RG_SSM_SCAN_BACK_DSTATE = 3 };
-// How the layers use them (no model code yet): LFM2's short conv (architectures.md §2.5) is
+// How the layers use them (model/layer_conv.c, model/layer_ssm.c): LFM2's short conv (architectures.md §2.5) is
 // Z = C ⊙ part 0 of ssm_conv(B ⊙ X, conv.weight, state, seg); Mamba-2 (§3.3) is xBC' =
 // silu(part 0 of ssm_conv(xBC, conv1d.weight, state, seg) + conv1d.bias), then
 // y = part 0 of ssm_scan(xBC', dt_raw + dt_bias, ssm_a, state, seg) + x ⊙ ssm_d, then the

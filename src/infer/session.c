@@ -194,10 +194,25 @@ rg_exec_stats rg_session_decode_stats(const rg_session *s) {
 
 const rg_model *rg_session_model(const rg_session *s) { return s->m; }
 
+// On a device the recurrent state lives in the resident copies, which the graphs read and write: after the host
+// bytes change (a reset, a restore) they are uploaded again.
+static rg_status seq_state_upload(rg_session *s, rg_error *err) {
+    for (int64_t il = 0; s->resident && il < s->state.n_layer; il++) {
+        const rg_layer_state *ls = &s->state.layers[il];
+        for (int j = 0; j < ls->n_bufs; j++) {
+            if (ls->per_token[j]) continue;
+            rg_status st = rg_resident_refresh(s->resident, ls->buf[j], ls->bytes[j], err);
+            if (st) return st;
+        }
+    }
+    return RG_OK;
+}
+
 void rg_session_truncate(rg_session *s, int64_t n_past) {
     if (n_past == 0) {
         rg_model_state_reset(&s->state);  // a fresh sequence
-        s->state_lost = false;
+        rg_error ignored;
+        s->state_lost = seq_state_upload(s, &ignored) != RG_OK;  // the next call says the state is lost
     } else if (n_past > 0 && n_past < s->n_past && rg_model_state_recurrent(&s->state)) {
         s->state_lost = true;  // the recurrent state holds every token: it cannot be rewound
     }
@@ -390,7 +405,8 @@ rg_status rg_session_eval(rg_session *s, const int32_t *ids, int64_t n, float *l
         return rg_fail(err, RG_ERR_ARG, "session: the recurrent state of this %s model does not match position %lld "
                        "(a truncation or a failed evaluation); truncate to 0 and evaluate the sequence again",
                        s->m->hp.arch_name, (long long)s->n_past);
-    rg_status saved = recurrent && n > 1 ? rg_model_state_save(&s->state, err) : RG_OK;
+    rg_status saved = recurrent && n > 1 && s->resident ? rg_resident_sync_host(s->resident, err) : RG_OK;
+    if (!saved && recurrent && n > 1) saved = rg_model_state_save(&s->state, err);
     if (saved) return saved;
     int64_t start_past = s->n_past;
     for (int64_t off = 0; off < n; off += s->opts.n_batch) {
@@ -403,8 +419,11 @@ rg_status rg_session_eval(rg_session *s, const int32_t *ids, int64_t n, float *l
         rg_status st = eval_batch(s, ids + off, b, dst, all_logits != 0, &ran, err);
         if (st) {
             s->n_past = start_past;  // a failed call changes nothing
-            if (recurrent && n > 1) rg_model_state_restore(&s->state);
-            else if (recurrent && ran) s->state_lost = true;
+            rg_error ignored;
+            if (recurrent && n > 1) {
+                rg_model_state_restore(&s->state);
+                if (seq_state_upload(s, &ignored)) s->state_lost = true;
+            } else if (recurrent && ran) s->state_lost = true;
             return st;
         }
     }

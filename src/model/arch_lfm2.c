@@ -31,7 +31,7 @@ static const rg_arch_tensor global[] = {
 #define FFN RG_KIND_BIT(RG_KIND_FFN)
 #define REQ RG_FEAT_ALL
 
-// LoRA on the short convolution's projections waits for its forward (SSM_CONV); they have no target yet.
+// The short convolution's projections have no LoRA target yet.
 static const rg_arch_tensor tensors[] = {
     {RG_ROLE_ATTN_NORM, "blk.%d.attn_norm.weight", NULL, {RG_DIM_EMBD}, ATTN | CONV, REQ, RG_T_F32, -1},      // [d] HF operator_norm
     {RG_ROLE_ATTN_Q, "blk.%d.attn_q.weight", NULL, {RG_DIM_EMBD, RG_DIM_Q}, ATTN, REQ, 0, RG_LORA_TARGET_Q},   // [d, H*Dh]

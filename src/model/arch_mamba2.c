@@ -35,8 +35,8 @@ static const rg_arch_tensor global[] = {
 #define REQ RG_FEAT_ALL
 
 // A is stored as A = -exp(A_log): trained directly it can turn positive and the scan grow without bound, so a
-// full fine-tune keeps it (training A_log is the usual way, UNVERIFIED which is best). LoRA on in/out_proj waits
-// for the mixer's forward (SSM_SCAN); they have no target yet.
+// full fine-tune keeps it (training A_log is the usual way, UNVERIFIED which is best). in/out_proj have no LoRA
+// target yet.
 static const rg_arch_tensor tensors[] = {
     {RG_ROLE_ATTN_NORM, "blk.%d.attn_norm.weight", NULL, {RG_DIM_EMBD}, SSM, REQ, RG_T_F32, -1},            // [d]
     {RG_ROLE_SSM_IN, "blk.%d.ssm_in.weight", NULL, {RG_DIM_EMBD, RG_DIM_SSM_IN}, SSM, REQ, 0, -1},          // [d, 2D_in+2GN+nh]

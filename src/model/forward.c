@@ -29,7 +29,8 @@ rg_status rg_model_leaf_nodes(rg_graph *g, const rg_model *m, rg_model_nodes *w,
 }
 
 static rg_node *forward(rg_graph *g, const rg_model *m, const rg_model_nodes *w, rg_node *ids, rg_node *pos,
-                        rg_node *mask, rg_model_state *state, int64_t n_past, bool last_only, rg_node **bounds) {
+                        rg_node *mask, rg_node *seg, rg_model_state *state, int64_t n_past, bool last_only,
+                        rg_node **bounds) {
     const rg_hparams *hp = &m->hp;
     if (!ids || !pos) return NULL;
     const int64_t T = ids->t.ne[0];
@@ -39,6 +40,7 @@ static rg_node *forward(rg_graph *g, const rg_model *m, const rg_model_nodes *w,
         if (bounds) bounds[il] = x;
         const rg_layer *L = &m->layers[il];
         rg_layer_ctx c = {.g = g, .m = m, .il = il, .layer = L, .w = &w->layers[il], .pos = pos, .mask = mask,
+                          .seg = seg,
                           .state = state ? &state->layers[il] : NULL, .n_past = n_past, .n_ctx = state ? state->n_ctx : 0};
         const rg_layer_kind_desc *mixer = rg_layer_kind_get(L->mixer), *ffn = rg_layer_kind_get(L->ffn);
         x = mixer->build(&c, x);                                     // [d, T]
@@ -60,24 +62,24 @@ static rg_node *forward(rg_graph *g, const rg_model *m, const rg_model_nodes *w,
 
 rg_node *rg_model_forward(rg_graph *g, const rg_model *m, const rg_model_nodes *w, rg_node *ids, rg_node *pos,
                           rg_node *mask) {
-    return forward(g, m, w, ids, pos, mask, NULL, 0, false, NULL);
+    return forward(g, m, w, ids, pos, mask, NULL, NULL, 0, false, NULL);
 }
 
 rg_node *rg_model_forward_bounds(rg_graph *g, const rg_model *m, const rg_model_nodes *w, rg_node *ids, rg_node *pos,
-                                 rg_node *mask, rg_node **bounds) {
-    return forward(g, m, w, ids, pos, mask, NULL, 0, false, bounds);
+                                 rg_node *mask, rg_node *seg, rg_node **bounds) {
+    return forward(g, m, w, ids, pos, mask, seg, NULL, 0, false, bounds);
 }
 
 rg_node *rg_model_forward_kv(rg_graph *g, const rg_model *m, const rg_model_nodes *w, rg_node *ids, rg_node *pos,
                              rg_model_state *state, int64_t n_past, bool last_only) {
-    return forward(g, m, w, ids, pos, NULL, state, n_past, last_only, NULL);
+    return forward(g, m, w, ids, pos, NULL, NULL, state, n_past, last_only, NULL);
 }
 
 rg_node *rg_model_forward_hidden(rg_graph *g, const rg_model *m, const rg_model_nodes *w, rg_node *ids, rg_node *pos,
-                                 rg_node *mask, rg_node **bounds) {
+                                 rg_node *mask, rg_node *seg, rg_node **bounds) {
     rg_model_nodes hidden = *w;
     hidden.output = NULL;  // forward() stops at the final norm
-    rg_node *hn = forward(g, m, &hidden, ids, pos, mask, NULL, 0, false, bounds);
+    rg_node *hn = forward(g, m, &hidden, ids, pos, mask, seg, NULL, 0, false, bounds);
     if (hn) rg_node_set_name(hn, "result_norm");
     return hn;
 }

@@ -34,17 +34,20 @@ struct rg_model_state;
 // mask. Returns logits F32 [n_vocab, n_tokens], or NULL with the graph's error set.
 rg_node *rg_model_forward(rg_graph *g, const rg_model *m, const rg_model_nodes *w, rg_node *ids, rg_node *pos,
                           rg_node *mask);
-// The same, also returning the layer boundaries for activation recompute
-// (rg_graph_recompute): bounds[il] is layer il's input (bounds[0] the token
-// embeddings) and bounds[n_layer] the last layer's output; n_layer + 1 entries.
+// Training's forward over one packed row: the same, with seg (NULL, or I32
+// [n_tokens] document ids: the short conv and the SSM restart at each
+// document's start, as the mask does for attention, training.md 8.4) and the
+// layer boundaries for activation recompute (rg_graph_recompute): bounds[il]
+// is layer il's input (bounds[0] the token embeddings) and bounds[n_layer] the
+// last layer's output; n_layer + 1 entries.
 rg_node *rg_model_forward_bounds(rg_graph *g, const rg_model *m, const rg_model_nodes *w, rg_node *ids, rg_node *pos,
-                                 rg_node *mask, rg_node **bounds);
+                                 rg_node *mask, rg_node *seg, rg_node **bounds);
 // Training with the fused cross-entropy (rg_linear_ce): the same, stopping at
 // the final normed hidden states [n_embd, n_tokens]; the caller applies
-// w->output (the LM head, or tok_embd when tied) inside the loss. bounds as
-// rg_model_forward_bounds (may be NULL).
+// w->output (the LM head, or tok_embd when tied) inside the loss. seg and
+// bounds as rg_model_forward_bounds (may be NULL).
 rg_node *rg_model_forward_hidden(rg_graph *g, const rg_model *m, const rg_model_nodes *w, rg_node *ids, rg_node *pos,
-                                 rg_node *mask, rg_node **bounds);
+                                 rg_node *mask, rg_node *seg, rg_node **bounds);
 // The same with the per-layer state (model/state.h): attention layers write the n_tokens new keys and values at
 // positions n_past.. and read all n_past + n_tokens cached ones. last_only: logits [n_vocab, 1] for the last
 // token (generation).

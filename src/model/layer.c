@@ -38,10 +38,14 @@ rg_node *rg_layer_linear(const rg_layer_ctx *c, rg_role w, rg_role b, rg_node *x
     return bias ? rg_add(g, y, rg_layer_f32(g, bias)) : y;
 }
 
-rg_node *rg_layer_unsupported(const rg_layer_ctx *c, const char *kind, const char *needs) {
-    rg_graph *g = c->g;
-    if (g->err.status == RG_OK)
-        rg_fail(&g->err, RG_ERR_UNSUPPORTED, "%s layer %lld (%s): not yet supported: needs %s", c->m->hp.arch_name,
-                (long long)c->il, kind, needs);
-    return NULL;
+rg_node *rg_layer_state_leaf(const rg_layer_ctx *c, int i, const char *name, int n_dims, const int64_t *ne) {
+    if (!c->state) return NULL;
+    const int j = c->state_first + i;
+    rg_node *n = rg_leaf(c->g, name, c->state->type[j], n_dims, ne, c->state->buf[j]);
+    if (n && (size_t)rg_tensor_nelements(&n->t) * sizeof(float) != c->state->bytes[j]) {
+        rg_fail(&c->g->err, RG_ERR_ARG, "%s layer %lld: state buffer %s holds %zu bytes, not %zu", c->m->hp.arch_name,
+                (long long)c->il, name, c->state->bytes[j], (size_t)rg_tensor_nelements(&n->t) * sizeof(float));
+        return NULL;
+    }
+    return n;
 }

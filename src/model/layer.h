@@ -18,6 +18,8 @@ typedef struct rg_layer_ctx {
     const rg_layer_nodes *w;    // its weight nodes by role, and LoRA
     rg_node *pos;               // I32 [n_tokens]
     rg_node *mask;              // F32 [n_tokens, n_tokens] added to attention scores, or NULL
+    rg_node *seg;               // I32 [n_tokens] document ids (training's packed rows: the conv and scan restart at
+                                // each document, training.md 8.4), or NULL
     rg_layer_state *state;      // the layer's buffers (NULL: no cache, a full pass)
     int state_first;            // this kind's first buffer in state (the mixer's come first, then the FFN's)
     int64_t n_past;             // tokens already in the state
@@ -54,7 +56,7 @@ rg_node *rg_layer_norm(rg_graph *g, rg_node *x, rg_node *w, float eps);
 // W x (+ lora_scale * B(A x) when the layer has a LoRA pair for W's role) (+ bias): roles of the weight and bias
 // (RG_N_ROLES: none).
 rg_node *rg_layer_linear(const rg_layer_ctx *c, rg_role w, rg_role b, rg_node *x);
-// Sets the graph's error: the kind cannot be built yet, naming the layer and what it needs.
-rg_node *rg_layer_unsupported(const rg_layer_ctx *c, const char *kind, const char *needs);
+// A leaf over buffer i of this kind's state (F32, per sequence) with the given shape; NULL without a state.
+rg_node *rg_layer_state_leaf(const rg_layer_ctx *c, int i, const char *name, int n_dims, const int64_t *ne);
 
 #endif

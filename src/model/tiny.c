@@ -250,8 +250,8 @@ typedef struct tiny_model {
     rg_layer *layers;  // [hp.n_layer]
 } tiny_model;
 
-static rg_status tiny_model_make(tiny_model *tm, const rg_arch *arch, const tiny_arch *a, const rg_tiny_shape *sh,
-                                 rg_error *err) {
+static rg_status tiny_model_make(tiny_model *tm, const rg_tiny_config *cfg, const rg_arch *arch, const tiny_arch *a,
+                                 const rg_tiny_shape *sh, rg_error *err) {
     rg_hparams *hp = &tm->hp;
     memset(hp, 0, sizeof *hp);
     const bool ssm = a->ssm_state > 0;  // no attention and no FFN: their keys are 0
@@ -263,7 +263,8 @@ static rg_status tiny_model_make(tiny_model *tm, const rg_arch *arch, const tiny
     hp->n_conv = a->n_conv;
     if (ssm) {
         hp->ssm_inner = sh->ssm_inner ? sh->ssm_inner : 2 * sh->n_embd;
-        hp->ssm_state = sh->ssm_state ? sh->ssm_state : a->ssm_state, hp->ssm_groups = 1;
+        hp->ssm_state = sh->ssm_state ? sh->ssm_state : a->ssm_state;
+        hp->ssm_groups = cfg->ssm_groups ? cfg->ssm_groups : 1;
         hp->ssm_heads = hp->ssm_inner / (sh->ssm_head_dim ? sh->ssm_head_dim : a->ssm_head_dim);
     }
     tm->layers = calloc((size_t)sh->n_layer, sizeof *tm->layers);
@@ -369,6 +370,12 @@ static rg_status check_config(const rg_tiny_config *cfg, const tiny_arch **arch,
     if (cfg->type != RG_TYPE_F32 && cfg->type != RG_TYPE_F16 && cfg->type != RG_TYPE_BF16)
         return rg_fail(err, RG_ERR_ARG, "make-tiny: type %s is not supported yet (f32, f16, bf16)",
                        rg_type_get(cfg->type)->name);
+    if (cfg->ssm_groups && !(*arch)->ssm_state)
+        return rg_fail(err, RG_ERR_ARG, "make-tiny: SSM groups are mamba2's; %s has none", (*arch)->name);
+    const int64_t n_heads = (*arch)->ssm_state ? 2 * (*shape)->n_embd / (*arch)->ssm_head_dim : 0;
+    if (cfg->ssm_groups && (cfg->ssm_groups < 0 || n_heads % cfg->ssm_groups))
+        return rg_fail(err, RG_ERR_ARG, "make-tiny: %lld SSM groups do not divide the %lld heads",
+                       (long long)cfg->ssm_groups, (long long)n_heads);
     if ((*shape)->n_layer > RG_TINY_MAX_LAYER)
         return rg_fail(err, RG_ERR_ARG, "make-tiny: shape '%s' has %lld layers, more than %d", cfg->shape,
                        (long long)(*shape)->n_layer, RG_TINY_MAX_LAYER);
@@ -385,7 +392,7 @@ rg_status rg_tiny_plan(const rg_tiny_config *cfg, rg_gguf **out, rg_error *err) 
     tiny_model tm = {0};
     rg_gguf *g = rg_gguf_new();
     if (!g) return rg_fail(err, RG_ERR_NOMEM, "make-tiny: out of memory");
-    s = tiny_model_make(&tm, arch, a, sh, err);
+    s = tiny_model_make(&tm, cfg, arch, a, sh, err);
     if (!s) s = add_keys(cfg, arch, a, sh, &tm, g, err);
     if (!s) s = add_tensors(cfg, arch, a, sh, &tm, g, err);
     free(tm.layers);

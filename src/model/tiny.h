@@ -18,6 +18,7 @@ typedef struct rg_tiny_config {
     uint64_t seed;
     bool twin_f32;       // values rounded to `type` but stored as F32 (the F32 twin)
     bool tied;           // no output.weight: the head reuses token_embd (lfm2 and mamba2 always, as released)
+    int64_t ssm_groups;  // mamba2: the SSM's group count G (0: one); it must divide the 8 heads
     const char *shape;   // NULL or "tiny": the fixtures' dimensions below; or a name of rg_tiny_shapes
     int n_threads;       // threads that make the values (rg_tiny_write, rg_tiny_build); <= 0: all cores
 } rg_tiny_config;
@@ -27,7 +28,7 @@ typedef struct rg_tiny_config {
 // q/k RMSNorm, NEOX rope, head_dim 128 (so n_head * head_dim = 512 != n_embd, as in Qwen3-0.6B).
 // lfm2: short-conv layers (kernel 3) at even indices and attention (per-head q/k norms) at odd
 // ones, the final norm as token_embd_norm, tied, LFM2's specials and chat template. mamba2:
-// inner size 2 n_embd, heads of 64, state size 16, one group, kernel 4, tied, GPT-NeoX-like
+// inner size 2 n_embd, heads of 64, state size 16, one group (or ssm_groups), kernel 4, tied, GPT-NeoX-like
 // specials and no chat template.
 enum {
     RG_TINY_N_EMBD = 256,  // a multiple of 256, so K-quant and IQ fixtures use their types unchanged

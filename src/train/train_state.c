@@ -216,16 +216,19 @@ static rg_status build_step(rg_train_state *s, bool fused, bool recompute, rg_pl
     s->pos = rg_leaf(g, "pos", RG_TYPE_I32, 1, (int64_t[]){T}, NULL);
     s->labels = rg_leaf(g, "labels", RG_TYPE_I32, 1, (int64_t[]){T}, NULL);
     s->mask = rg_leaf(g, "doc_mask", RG_TYPE_F32, 2, (int64_t[]){T, T}, NULL);
+    s->seg = NULL;
+    for (int64_t il = 0; il < m->hp.n_layer && !s->seg; il++)  // recurrent layers restart at each document
+        if (m->layers[il].mixer != RG_KIND_ATTN) s->seg = rg_leaf(g, "doc_ids", RG_TYPE_I32, 1, (int64_t[]){T}, NULL);
     const int n_layer = (int)m->hp.n_layer;
     s->bounds = rg_arena_alloc(&g->arena, sizeof(rg_node *) * (size_t)(n_layer + 1), 8);
     s->ckpts = rg_arena_alloc(&g->arena, sizeof(rg_node *) * (size_t)n_layer, 8);
     if (!s->bounds || !s->ckpts) return rg_fail(err, RG_ERR_NOMEM, "train: out of memory");
     if (fused) {
-        rg_node *hn = rg_model_forward_hidden(g, m, &w, s->ids, s->pos, s->mask, s->bounds);  // [n_embd, T]
+        rg_node *hn = rg_model_forward_hidden(g, m, &w, s->ids, s->pos, s->mask, s->seg, s->bounds);  // [n_embd, T]
         s->ce = rg_linear_ce(g, w.output, hn, s->labels, -100, 0);                           // [T + 1]
         s->loss = rg_linear_ce_loss(g, s->ce);
     } else {
-        rg_node *logits = rg_model_forward_bounds(g, m, &w, s->ids, s->pos, s->mask, s->bounds);  // [n_vocab, T]
+        rg_node *logits = rg_model_forward_bounds(g, m, &w, s->ids, s->pos, s->mask, s->seg, s->bounds);  // [V, T]
         s->loss = s->ce = rg_cross_entropy_loss(g, logits, s->labels, -100);
     }
     if (s->eval_only) {
@@ -474,8 +477,10 @@ static void bind_row(rg_train_state *s, const int32_t *ids, const int32_t *label
     memcpy(rg_exec_input(s->ex, s->labels), labels, sizeof(int32_t) * (size_t)T);
     memcpy(rg_exec_input(s->ex, s->pos), pos, sizeof(int32_t) * (size_t)T);
     float *mask = rg_exec_input(s->ex, s->mask);  // [T keys, T queries]: query q reads keys of its own document only
-    for (int64_t q = 0; q < T; q++)
+    for (int64_t q = 0; mask && q < T; q++)       // (NULL: no attention layer reads it)
         for (int64_t k = 0; k < T; k++) mask[q * T + k] = seg[k] == seg[q] ? 0.0f : -INFINITY;
+    int32_t *doc = s->seg ? rg_exec_input(s->ex, s->seg) : NULL;
+    if (doc) memcpy(doc, seg, sizeof(int32_t) * (size_t)T);
 }
 
 static int64_t count_targets(const int32_t *labels, int64_t T) {

@@ -46,6 +46,7 @@ typedef struct rg_train_state {
     rg_exec *ex;
     rg_threadpool *pool;         // owned; shared by the graph and the optimizer
     rg_node *ids, *pos, *labels, *mask, *loss;  // [ctx] x3, [ctx, ctx], [1]
+    rg_node *seg;                // I32 [ctx] document ids for the short conv and SSM layers (NULL: the model has none)
     rg_node *ce;                 // the node whose fp[0] is the loss scale: the CROSS_ENTROPY_LOSS, or the LINEAR_CE
                                  // whose element 0 `loss` views (training.fused_ce)
     rg_node *loss_back;          // the cross-entropy's backward: carries the same 1/N as the loss

@@ -40,13 +40,19 @@ for a in llama qwen3; do
   expect "make-tiny --arch $a"          0 "wrote .*\\($a f32"           -- "$bin" make-tiny --arch $a --type f32 -o "$tmp/tiny-$a.gguf"
   expect "info of the tiny $a"          0 "architecture +$a"            -- "$bin" info "$tmp/tiny-$a.gguf"
 done
-# lfm2 and mamba2 load (their layers' ops are not there yet: generating says which it waits for).
+# lfm2 and mamba2: made, read, generated from and scored (the conv and SSM states carried between calls).
+for i in $(seq 1 20); do echo "Line $i: the quick brown fox jumps over the lazy dog."; done > "$tmp/ppl.txt"
 for a in lfm2 mamba2; do
   expect "make-tiny --arch $a"          0 "wrote .*\\($a f32"           -- "$bin" make-tiny --arch $a --type f32 -o "$tmp/tiny-$a.gguf"
   expect "info of the tiny $a"          0 "architecture +$a"            -- "$bin" info "$tmp/tiny-$a.gguf"
   expect "make-tiny --arch $a q4_k_m"   0 "wrote .*\\($a Q4_K_M"        -- "$bin" make-tiny --arch $a --type q4_k_m -o "$tmp/tiny-$a-q4.gguf"
-  expect "generate on $a names the ops it waits for" 1 "$a layer 0 \\((short conv|ssm)\\): not yet supported: needs SSM_CONV/SSM_SCAN ops" -- "$bin" generate -m "$tmp/tiny-$a-q4.gguf" -p hi -n 2
+  expect "generate on $a"               0 "generation: 4 tokens"         -- "$bin" generate -m "$tmp/tiny-$a-q4.gguf" -p hi -n 4 --raw
+  expect "perplexity on $a"             0 "Final estimate: PPL = [0-9]"  -- "$bin" perplexity -m "$tmp/tiny-$a.gguf" -f "$tmp/ppl.txt" -c 32
 done
+expect "make-tiny --groups 2 on mamba2" 0 "wrote .*\\(mamba2 f32"      -- "$bin" make-tiny --arch mamba2 --groups 2 --type f32 -o "$tmp/tiny-g2.gguf"
+expect "info: two SSM groups"           0 "blk.0.ssm_norm.weight +f32 +\\[256, 2\\]" -- "$bin" info "$tmp/tiny-g2.gguf"
+expect "make-tiny --groups 3 refused"   1 "3 SSM groups do not divide the 8 heads" -- "$bin" make-tiny --arch mamba2 --groups 3 --type f32 -o "$tmp/x.gguf"
+expect "make-tiny --groups on lfm2"     1 "SSM groups are mamba2's; lfm2 has none" -- "$bin" make-tiny --arch lfm2 --groups 2 --type f32 -o "$tmp/x.gguf"
 expect "make-tiny unknown type"         1 "--type 'q9_9' is not supported" -- "$bin" make-tiny --arch qwen2 --type q9_9 -o "$tmp/x.gguf"
 expect "make-tiny bad seed"             1 "--seed 'abc' is not"         -- "$bin" make-tiny --arch qwen2 --type f32 --seed abc -o "$tmp/x.gguf"
 expect "make-tiny into a missing dir"   1 "no/dir/x.gguf: cannot create" -- "$bin" make-tiny --arch qwen2 --type f32 -o "$tmp/no/dir/x.gguf"

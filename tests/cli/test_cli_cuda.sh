@@ -10,7 +10,9 @@
 #   - BF16 weights trained in place on the device: losses within 1e-4 of the CPU's, BF16 kept;
 #   - LoRA on a quantized base on the device (the base's products fall back to the CPU);
 #   - the memory line and report.json give the run's device memory (scratch_*) and the device's;
-#   - generate --device cuda answers; report names the host execution.
+#   - generate --device cuda answers; report names the host execution;
+#   - lfm2 and mamba2 full f32 on the device (SSM_CONV, SSM_SCAN and their backward): 3 per-step
+#     losses within 1e-5 of the CPU run's; generate --device cuda on both.
 set -u
 bin="$1/retrograd"
 tmp=$(mktemp -d)
@@ -84,6 +86,18 @@ expect "lora on q4_k_m on cuda" 0 "done: 4 steps" -- "$bin" train -m "$tmp/q4.gg
   --set training.lr=3e-3 --set training.ctx=64 --set training.steps=4 --progress lines --device cuda -o "$tmp/lora"
 expect "generate --device cuda" 0 "generation: [1-8] tokens" -- "$bin" generate -m "$tmp/cuda/model.gguf" \
   -p "What is 1 plus 2?" -n 8 --device cuda
+for i in $(seq 1 30); do echo "Line $i: the quick brown fox jumps over the lazy dog."; done > "$tmp/text.txt"
+for a in lfm2 mamba2; do
+  "$bin" make-tiny --arch $a --type f32 -o "$tmp/$a.gguf" >/dev/null
+  rec=(-m "$tmp/$a.gguf" -d "$tmp/text.txt" --set training.method=full --set training.lr=1e-3 --set training.ctx=48
+       --set training.batch_size=2 --set training.eval_every=0 --set training.steps=3 --progress lines)
+  "$bin" train "${rec[@]}" -o "$tmp/$a-cpu" >/dev/null 2>&1
+  expect "$a: train --device cuda" 0 "done: 3 steps" -- "$bin" train "${rec[@]}" --device cuda -o "$tmp/$a-cuda"
+  paste <(losses "$tmp/$a-cpu/train.jsonl") <(losses "$tmp/$a-cuda/train.jsonl") |
+    awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1) bad++; n++ } END { exit !(n == 3 && !bad) }'
+  check "$a: train --device cuda: 3 per-step losses within 1e-5 of the CPU's" $? "$(losses "$tmp/$a-cuda/train.jsonl" | tr '\n' ' ')"
+  expect "$a: generate --device cuda" 0 "generation: [1-4] tokens" -- "$bin" generate -m "$tmp/$a.gguf" -p "Line 1:" -n 4 --raw --device cuda
+done
 if [ "$RETRO_CUDA_HOST" = 1 ]; then
   expect "report names the host execution" 0 "host execution of the CUDA code" -- "$bin" report
 fi

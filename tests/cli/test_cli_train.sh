@@ -4,6 +4,8 @@
 #     quantized base: the loss falls, OUTDIR has its files, the result loads and generates;
 #   - the fused cross-entropy (training.fused_ce=on), alone and with layer recompute: the
 #     memory line says so and the loss falls;
+#   - lfm2 and mamba2: full fine-tunes whose loss falls and whose result generates, LoRA on
+#     lfm2's attention and FFN projections, mamba2's refusal (no LoRA target yet);
 #   - a run killed for real (SIGKILL) after a checkpoint and resumed with --resume ends with
 #     the same train.jsonl losses and the same bytes as the uninterrupted run;
 #   - bad input: unknown key (with a suggestion), wrong value type, invalid JSON line (file and
@@ -74,6 +76,23 @@ expect "full f32, layer recompute + fused cross-entropy" 0 "inputs kept in f32; 
 expect "lora: adapter.gguf is an adapter" 0 "adapter.type.*lora" -- "$bin" info "$tmp/lora/adapter.gguf"
 expect "lora: generate --lora" 0 "generation: [1-4] tokens" -- "$bin" generate -m "$tmp/q4.gguf" --lora "$tmp/lora/adapter.gguf" -p "What is 1 plus 2?" -n 4
 expect "lora: merge" 0 "" -- "$bin" merge -m "$tmp/q4.gguf" --lora "$tmp/lora/adapter.gguf" -o "$tmp/merged.gguf"
+
+# --- the recurrent architectures: lfm2 (short conv + attention), mamba2 (SSM) --------------------
+# Full fine-tunes and a LoRA run on lfm2's attention and FFN projections; packed rows restart the conv and the
+# scan at each document (test_train_hybrid checks the numbers). mamba2 (no chat template) trains on the text;
+# its mixer has no LoRA target yet.
+for a in lfm2 mamba2; do
+  data="$tmp/chat.jsonl"; [ $a = mamba2 ] && data="$tmp/text.txt"
+  "$bin" make-tiny --arch $a --type f32 -o "$tmp/$a.gguf" >/dev/null
+  expect "$a: full f32, 30 steps" 0 "done: 30 steps \(0 skipped\)" -- "$bin" train -m "$tmp/$a.gguf" -d "$data" -o "$tmp/$a-full" "${full[@]}" --set training.steps=30
+  falls "$tmp/$a-full/train.jsonl"; check "$a full: the loss falls by 30%" $? "$(first_loss "$tmp/$a-full/train.jsonl") -> $(last_loss "$tmp/$a-full/train.jsonl")"
+  expect "$a full: the result generates" 0 "generation: [1-4] tokens" -- "$bin" generate -m "$tmp/$a-full/model.gguf" -p "What is 1 plus 2?" -n 4 --raw
+done
+"$bin" make-tiny --arch lfm2 --type q8_0 -o "$tmp/lfm2-q8.gguf" >/dev/null
+expect "lfm2: lora on q8_0" 0 "done: 30 steps" -- "$bin" train -m "$tmp/lfm2-q8.gguf" -d "$tmp/chat.jsonl" -o "$tmp/lfm2-lora" "${lora[@]}" --set training.steps=30
+falls "$tmp/lfm2-lora/train.jsonl"; check "lfm2 lora: the loss falls by 30%" $? "$(first_loss "$tmp/lfm2-lora/train.jsonl") -> $(last_loss "$tmp/lfm2-lora/train.jsonl")"
+expect "lfm2 lora: generate --lora" 0 "generation: [1-4] tokens" -- "$bin" generate -m "$tmp/lfm2-q8.gguf" --lora "$tmp/lfm2-lora/adapter.gguf" -p "What is 1 plus 2?" -n 4
+expect "mamba2: lora has no target yet" 1 "this mamba2 model has none of the targeted projections" -- "$bin" train -m "$tmp/mamba2.gguf" -d "$tmp/text.txt" -o "$tmp/mamba2-lora" "${lora[@]}" --set training.steps=2
 
 # --- killed for real, then resumed ---------------------------------------------------------------
 run=(-m "$tmp/f32.gguf" -d "$tmp/chat.jsonl" "${full[@]}" --set training.steps=40 --set training.save_every=5)

@@ -13,7 +13,7 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: retrograd make-tiny --arch ARCH --type TYPE -o OUT.gguf [--shape SHAPE] [--seed S] [--twin-f32]\n"
-               "                          [--tied] [--dry-run]\n"
+               "                          [--tied] [--groups G] [--dry-run]\n"
                "  --arch ARCH    architecture: llama, qwen2, qwen3, lfm2 or mamba2\n"
                "  --type TYPE    storage type of the weight matrices: f32, f16, bf16, or any type or mixture of\n"
                "                 `retrograd quantize` (q4_0, q4_k_m, iq4_xs, ...), applied to the f32 model;\n"
@@ -27,16 +27,17 @@ static void usage(FILE *f) {
                "  --seed S       seed of the weights (default 42)\n"
                "  --twin-f32     the same values (rounded to TYPE) stored as f32: the twin of a half fixture\n"
                "  --tied         no output.weight: the head reuses token_embd.weight\n"
+               "  --groups G     mamba2: G groups of heads sharing B and C (default 1; G divides the heads)\n"
                "  --dry-run      print what `info` would show for the file, without making or writing it\n");
 }
 
-// --seed's value; false (message printed) when it is not a non-negative integer.
-static bool parse_seed(const char *s, uint64_t *out) {
+// An option's value; false (message printed) when it is not a non-negative integer.
+static bool parse_number(const char *opt, const char *s, uint64_t *out) {
     char *end;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
     if (errno || *end || s[0] == '-' || !s[0]) {
-        fprintf(stderr, "retrograd make-tiny: --seed '%s' is not a non-negative integer\n", s);
+        fprintf(stderr, "retrograd make-tiny: %s '%s' is not a non-negative integer\n", opt, s);
         return false;
     }
     *out = v;
@@ -72,7 +73,7 @@ int cmd_make_tiny(int argc, char **argv) {
         else if (!strcmp(a, "--tied")) cfg.tied = true;
         else if (!strcmp(a, "--dry-run")) dry = true;
         else if (!strcmp(a, "--arch") || !strcmp(a, "--type") || !strcmp(a, "-o") || !strcmp(a, "--seed") ||
-                 !strcmp(a, "--shape")) {
+                 !strcmp(a, "--shape") || !strcmp(a, "--groups")) {
             if (!next) {
                 fprintf(stderr, "retrograd make-tiny: %s needs a value\n", a);
                 return 2;
@@ -82,7 +83,11 @@ int cmd_make_tiny(int argc, char **argv) {
             else if (!strcmp(a, "--type")) type = next;
             else if (!strcmp(a, "-o")) out = next;
             else if (!strcmp(a, "--shape")) cfg.shape = next;
-            else if (!parse_seed(next, &cfg.seed)) return 2;
+            else if (!strcmp(a, "--groups")) {
+                uint64_t v;
+                if (!parse_number(a, next, &v) || v == 0) return 2;
+                cfg.ssm_groups = (int64_t)v;
+            } else if (!parse_number(a, next, &cfg.seed)) return 2;
         } else {
             fprintf(stderr, "retrograd make-tiny: unknown argument '%s'\n", a);
             usage(stderr);

@@ -4,10 +4,15 @@
     python3 tools/reference/model_logits.py BUILD_DIR OUT_DIR [SMOLLM2.gguf] [--arch A]...
 
 --arch A (repeatable) writes only the tiny fixtures of those architectures (llama, qwen2,
-qwen3), leaving the other fixtures in OUT_DIR as they are.
+qwen3, lfm2, mamba2), leaving the other fixtures in OUT_DIR as they are.
 
 transformers loads each GGUF file directly (dequantizing it), so the reference is
-independent of our loader. Writes one fixture per model to OUT_DIR:
+independent of our loader; it fails when any weight of the model was not in the file.
+transformers has no GGUF mapping for mamba2: there Mamba2ForCausalLM is made from a config
+read off the file's keys, and its weights are the file's tensors read by gguf-py
+(dequantized) with the layout conversions of llama.cpp's converter undone: conv1d.weight
+[K, conv_dim] -> (conv_dim, 1, K), A_log = log(-ssm_a) (the file stores A = -exp(A_log)),
+D and dt_bias as they are, ssm_norm [D_in/G, G] flattened to D_in; the head tied. Writes one fixture per model to OUT_DIR:
 
   <name>.ref : magic "RGRL", u32 version 1, u64 fnv1a64 of the GGUF bytes,
                u32 n_tokens, u32 n_vocab, u32 top_k (0 = every logit stored),
@@ -44,6 +49,11 @@ TINY = [  # name, architecture, make-tiny arguments
     ("tiny-llama-q8_0", "llama", ["--type", "q8_0"]),
     ("tiny-qwen3-f32", "qwen3", ["--type", "f32"]),
     ("tiny-qwen3-q8_0", "qwen3", ["--type", "q8_0"]),
+    ("tiny-lfm2-f32", "lfm2", ["--type", "f32"]),
+    ("tiny-lfm2-q8_0", "lfm2", ["--type", "q8_0"]),
+    ("tiny-mamba2-f32", "mamba2", ["--type", "f32"]),
+    ("tiny-mamba2-q8_0", "mamba2", ["--type", "q8_0"]),
+    ("tiny-mamba2-g2-f32", "mamba2", ["--type", "f32", "--groups", "2"]),  # heads 0-3 and 4-7 share B, C; grouped norm
 ]
 SMOL_PROMPTS = [
     "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
@@ -83,10 +93,62 @@ def check_head_dim(model, gguf):
         raise SystemExit(f"{gguf}: key_length {int(field.parts[-1][0])}, transformers head_dim {model.config.head_dim}")
 
 
+def mamba2_from_gguf(gguf):
+    """Mamba2ForCausalLM with the file's keys and tensors (transformers reads no mamba2 GGUF)."""
+    from gguf import dequantize
+    from transformers import Mamba2Config, Mamba2ForCausalLM
+    reader = GGUFReader(gguf)
+
+    def key(k):
+        return reader.fields["mamba2." + k].parts[-1][0].item()
+
+    tensors = {t.name: torch.from_numpy(np.array(dequantize(t.data, t.tensor_type), dtype=np.float32))
+               for t in reader.tensors}
+    d, n_inner, n_heads = key("embedding_length"), key("ssm.inner_size"), key("ssm.time_step_rank")
+    vocab = tensors["token_embd.weight"].shape[0]
+    cfg = Mamba2Config(vocab_size=vocab, hidden_size=d, state_size=key("ssm.state_size"), num_heads=n_heads,
+                       head_dim=n_inner // n_heads, n_groups=key("ssm.group_count"), expand=n_inner // d,
+                       conv_kernel=key("ssm.conv_kernel"), num_hidden_layers=key("block_count"),
+                       layer_norm_epsilon=key("attention.layer_norm_rms_epsilon"), use_bias=False,
+                       use_conv_bias=True, tie_word_embeddings="output.weight" not in tensors)
+    model = Mamba2ForCausalLM(cfg)
+    sd = {"backbone.embeddings.weight": tensors["token_embd.weight"],
+          "backbone.norm_f.weight": tensors["output_norm.weight"]}
+    if "output.weight" in tensors:
+        sd["lm_head.weight"] = tensors["output.weight"]
+    for i in range(cfg.num_hidden_layers):
+        b, h = f"blk.{i}.", f"backbone.layers.{i}."
+        sd[h + "norm.weight"] = tensors[b + "attn_norm.weight"]
+        sd[h + "mixer.in_proj.weight"] = tensors[b + "ssm_in.weight"]                # (n_in, d)
+        sd[h + "mixer.conv1d.weight"] = tensors[b + "ssm_conv1d.weight"].unsqueeze(1)  # (conv_dim, K) -> (conv_dim, 1, K)
+        sd[h + "mixer.conv1d.bias"] = tensors[b + "ssm_conv1d.bias"]
+        sd[h + "mixer.dt_bias"] = tensors[b + "ssm_dt.bias"]
+        A = tensors[b + "ssm_a"].reshape(-1).double()
+        if not bool((A < 0).all()):
+            raise SystemExit(f"{gguf}: {b}ssm_a has a value >= 0, not -exp(A_log)")
+        sd[h + "mixer.A_log"] = torch.log(-A).float()
+        sd[h + "mixer.D"] = tensors[b + "ssm_d"].reshape(-1)
+        sd[h + "mixer.norm.weight"] = tensors[b + "ssm_norm.weight"].reshape(-1)    # (G, D_in/G) -> D_in
+        sd[h + "mixer.out_proj.weight"] = tensors[b + "ssm_out.weight"]              # (d, D_in)
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    missing = [k for k in missing if not (k == "lm_head.weight" and cfg.tie_word_embeddings)]
+    if missing or unexpected:
+        raise SystemExit(f"{gguf}: weights missing {missing}, unexpected {unexpected}")
+    model.tie_weights()
+    return model
+
+
 def logits_of(gguf, ids):
     d, name = os.path.split(os.path.abspath(gguf))
-    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32)
-    check_head_dim(model, gguf)
+    arch = bytes(GGUFReader(gguf).fields["general.architecture"].parts[-1]).decode()
+    if arch == "mamba2":
+        model = mamba2_from_gguf(gguf)
+    else:
+        model, info = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32,
+                                                           output_loading_info=True)
+        if info["missing_keys"] or info["mismatched_keys"]:
+            raise SystemExit(f"{gguf}: transformers left weights unread: {info}")
+        check_head_dim(model, gguf)
     model.eval()
     with torch.no_grad():
         return model(torch.tensor([ids])).logits[0].float().numpy()

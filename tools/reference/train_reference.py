@@ -4,8 +4,10 @@
     python3 tools/reference/train_reference.py BUILD_DIR OUT_DIR [--arch A] [--f64-check]
 
 --arch qwen2 (the default) writes OUT_DIR/train-grads.ref, train-adamw.ref and train-sgd.ref;
---arch llama or qwen3 writes OUT_DIR/train-grads-llama.ref / train-grads-qwen3.ref (grads
-only). Text; the format is described byte by byte in tools/reference/README.md,
+--arch llama, qwen3, lfm2 or mamba2 writes OUT_DIR/train-grads-ARCH.ref (grads only).
+lfm2 loads through transformers' GGUF mapping; mamba2 is model_logits.py's Mamba2ForCausalLM
+made from the file (transformers has no mamba2 GGUF mapping), with A_log frozen: the file
+stores A = -exp(A_log) and our full fine-tune keeps it, so neither side trains it. Text; the format is described byte by byte in tools/reference/README.md,
 "Training fixtures".
 
 The model is `retrograd make-tiny --arch A --type f32` (default seed 42), loaded by
@@ -65,14 +67,32 @@ def fnv1a64(path):
     return h
 
 
+MAMBA2_NAMES = {  # Mamba2ForCausalLM's mixer modules -> GGUF (architectures.md 3.2)
+    "norm": "attn_norm", "mixer.in_proj": "ssm_in", "mixer.conv1d": "ssm_conv1d", "mixer.norm": "ssm_norm",
+    "mixer.out_proj": "ssm_out",
+}
+MAMBA2_BARE = {"mixer.dt_bias": "ssm_dt.bias", "mixer.D": "ssm_d", "mixer.A_log": "ssm_a"}
+
+
 def gguf_name(hf):
     """transformers parameter name -> GGUF tensor name."""
-    if hf == "model.embed_tokens.weight":
+    if hf in ("model.embed_tokens.weight", "backbone.embeddings.weight"):
         return "token_embd.weight"
-    if hf == "model.norm.weight":
+    if hf == "model.norm.weight" or hf == "backbone.norm_f.weight":
         return "output_norm.weight"
+    if hf == "model.embedding_norm.weight":  # lfm2's final norm (architectures.md 2.3)
+        return "token_embd_norm.weight"
     if hf == "lm_head.weight":
         return "output.weight"
+    if hf.startswith("backbone.layers."):
+        parts = hf.split(".")
+        n, rest = parts[2], ".".join(parts[3:])
+        if rest in MAMBA2_BARE:
+            return f"blk.{n}.{MAMBA2_BARE[rest]}"
+        module, kind = rest.rsplit(".", 1)
+        if module not in MAMBA2_NAMES:
+            raise ValueError(f"unmapped parameter {hf}")
+        return f"blk.{n}.{MAMBA2_NAMES[module]}.{kind}"
     parts = hf.split(".")  # model.layers.N.<module>.<sub>.<weight|bias> or model.layers.N.<norm>.weight
     if parts[:2] != ["model", "layers"]:
         raise ValueError(f"unmapped parameter {hf}")
@@ -83,6 +103,12 @@ def gguf_name(hf):
         "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm",
         "post_attention_layernorm": "ffn_norm", "self_attn.q_norm": "attn_q_norm",
         "self_attn.k_norm": "attn_k_norm",
+        # lfm2
+        "self_attn.out_proj": "attn_output", "self_attn.q_layernorm": "attn_q_norm",
+        "self_attn.k_layernorm": "attn_k_norm", "operator_norm": "attn_norm", "ffn_norm": "ffn_norm",
+        "feed_forward.w1": "ffn_gate",
+        "feed_forward.w3": "ffn_up", "feed_forward.w2": "ffn_down", "conv.in_proj": "shortconv.in_proj",
+        "conv.conv": "shortconv.conv", "conv.out_proj": "shortconv.out_proj",
     }
     module, kind = rest.rsplit(".", 1)
     if module not in table:
@@ -110,24 +136,36 @@ def load(gguf_path, dtype, arch):
     """The model, [(gguf name, ne0, ne1, parameter)] in the GGUF file's tensor order, and
     rows(name, flat): a flat transformers array of that tensor in GGUF order."""
     d, name = os.path.split(os.path.abspath(gguf_path))
-    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32,
-                                                 attn_implementation="eager")
-    if model.config.attention_dropout != 0.0:
+    if arch == "mamba2":
+        from model_logits import mamba2_from_gguf
+        model = mamba2_from_gguf(gguf_path)
+        for n, p in model.named_parameters():
+            if n.endswith("mixer.A_log"):
+                p.requires_grad_(False)  # A as stored is frozen (see the docstring)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32,
+                                                     attn_implementation="eager")
+    if getattr(model.config, "attention_dropout", 0.0) != 0.0:
         raise SystemExit("attention_dropout is not 0")
     if model.config.model_type != arch:
         raise SystemExit(f"transformers built a {model.config.model_type} model, expected {arch}")
-    hf_of = {gguf_name(n): n for n, _ in model.named_parameters()}
-    by_name = {gguf_name(n): p for n, p in model.named_parameters()}
+    trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    hf_of = {gguf_name(n): n for n, _ in trained}
+    by_name = {gguf_name(n): p for n, p in trained}
     reader = GGUFReader(gguf_path)
     order = []
     for t in reader.tensors:
+        if arch == "mamba2" and t.name.endswith(".ssm_a"):
+            continue  # frozen on both sides
         if t.name not in by_name:
             raise SystemExit(f"{t.name}: no transformers parameter maps to it")
         p = by_name.pop(t.name)
         ne = [int(x) for x in t.shape]  # ggml order
         g = np.asarray(t.data, dtype=np.float32).reshape(-1)
         w = gguf_rows(arch, model.config, t.name, p.detach().numpy().reshape(-1))  # row-major [out, in] == ggml [in, out]
-        if list(p.shape) != ne[::-1] or g.size != w.size:
+        # conv weights (C, 1, K) and D (nh,) are the GGUF [K, C] and [1, nh] in the same flat order
+        squeeze = lambda shape: [int(x) for x in shape if x != 1]
+        if squeeze(p.shape) != squeeze(ne[::-1]) or g.size != w.size:
             raise SystemExit(f"{t.name}: shape {ne} vs transformers {list(p.shape)}")
         if not np.array_equal(g.view(np.uint32), w.view(np.uint32)):
             bad = int(np.flatnonzero(g.view(np.uint32) != w.view(np.uint32))[0])
@@ -308,8 +346,8 @@ def main():
     build, out = args[0], args[1]
     check64 = "--f64-check" in args[2:]
     arch = args[args.index("--arch") + 1] if "--arch" in args[2:-1] else "qwen2"
-    if arch not in ("llama", "qwen2", "qwen3"):
-        raise SystemExit(f"--arch {arch}: llama, qwen2 or qwen3")
+    if arch not in ("llama", "qwen2", "qwen3", "lfm2", "mamba2"):
+        raise SystemExit(f"--arch {arch}: llama, qwen2, qwen3, lfm2 or mamba2")
     # qwen2 keeps the original file names and also writes the trajectories.
     kinds, suffix = (("grads", "adamw", "sgd"), "") if arch == "qwen2" else (("grads",), "-" + arch)
     torch.use_deterministic_algorithms(True)
