@@ -8,6 +8,8 @@
 //     have no CUDA kernel yet) is refused before its first step, naming the op and its types;
 //     without the guard the same run trains, its fallbacks and copies counted. (The tiny
 //     Q4_K_M's first such node is the quantized token embedding's GET_ROWS.)
+//   - The hybrids: lfm2 and mamba2 tiny models, full F32 training resident under the guard
+//     (SSM_CONV/SSM_SCAN and their backward on the device), nothing copied inside a step.
 // Fixtures as in the seed: RETRO_TINY_FIXTURE (an F32 model) and RETRO_CPU_FIXTURE (a model
 // whose products must fall back, the seed's LFM2.5-230M-Q4_K_M) when set, else the tiny
 // qwen2 in F32 and in Q4_K_M from make-tiny. Runs on a GPU, or through the host execution of
@@ -40,6 +42,15 @@ static rg_model *fixture(const char *env, uint32_t quant, const char *path, bool
     m = tt_tiny(path, &tc, quant, err);
     *made = m != NULL;
     return m;
+}
+
+// A training state on the device under RETRO_REQUIRE_GPU_RESIDENT=1 (the guard acts when its
+// executors are made).
+static rg_status create_guarded(rg_train_state **s, const rg_model *m, const rg_train_config *c, rg_error *err) {
+    setenv("RETRO_REQUIRE_GPU_RESIDENT", "1", 1);
+    rg_status st = rg_train_state_create_on(s, m, c, STEPS, 0, RG_DEVICE_CUDA, err);
+    unsetenv("RETRO_REQUIRE_GPU_RESIDENT");
+    return st;
 }
 
 static bool have_device(void) {
@@ -114,6 +125,47 @@ static void test_resident_steps_make_no_copies(void) {
     if (made) unlink(path);
 }
 
+// The hybrids (issue 14): lfm2's short convolutions and attention, mamba2's mixer, full F32
+// training on the device under the guard: every op, SSM_CONV/SSM_SCAN and their backward
+// included, runs there, and nothing is copied inside a step.
+static void resident_hybrid(const char *arch) {
+    if (!have_device()) RG_SKIP("no CUDA device");
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/rg_test_device_memory_%s_%d.gguf", arch, (int)getpid());
+    rg_error err = {0};
+    rg_tiny_config tc = {.arch = arch, .type = RG_TYPE_F32, .seed = 11};
+    rg_model *m = tt_tiny(path, &tc, RG_TYPE_F32, &err);
+    RG_REQUIRE(m, "fixture: %s", err.msg);
+    rg_train_config c = tt_config(RG_TRAIN_FULL, T);
+    rg_train_state *s = NULL;
+    rg_status st = create_guarded(&s, m, &c, &err);
+    RG_CHECK(st == RG_OK, "%s: a resident run is refused: %s", arch, err.msg);
+    for (int step = 0; st == RG_OK && step < 2; step++) {
+        double loss, gn, lr;
+        bool skipped;
+        st = tt_micro(&ROWS, s, step, &loss, &err);
+        if (!st) st = rg_train_state_step(s, &gn, &lr, &skipped, &err);
+        RG_CHECK(st == RG_OK, "%s step %d: %s", arch, step, err.msg);
+    }
+    if (st == RG_OK) {
+        rg_exec_stats a, o;
+        rg_train_state_exec_stats(s, &a, &o);
+        printf("    %s: gpu nodes %d, cpu nodes %d, copies inside %llu + %llu, in %llu bytes per row, out %llu bytes\n",
+               arch, a.nodes_gpu, a.nodes_cpu, (unsigned long long)a.copies_to_device,
+               (unsigned long long)a.copies_to_host, (unsigned long long)(a.input_bytes / 2),
+               (unsigned long long)a.output_bytes);
+        RG_CHECK(a.nodes_fallback == 0 && a.copies_to_device + a.copies_to_host == 0 && o.nodes_fallback == 0 &&
+                     o.copies_to_device + o.copies_to_host == 0,
+                 "%s: %d + %d fallbacks, %llu copies", arch, a.nodes_fallback, o.nodes_fallback,
+                 (unsigned long long)(a.copies_to_device + a.copies_to_host + o.copies_to_device + o.copies_to_host));
+    }
+    rg_train_state_free(s);
+    rg_model_free(m);
+    unlink(path);
+}
+static void test_lfm2_resident(void) { resident_hybrid("lfm2"); }
+static void test_mamba2_resident(void) { resident_hybrid("mamba2"); }
+
 static void test_copying_run_is_refused(void) {
     if (!have_device()) RG_SKIP("no CUDA device");
     char path[256];
@@ -123,10 +175,8 @@ static void test_copying_run_is_refused(void) {
     rg_model *m = fixture("RETRO_CPU_FIXTURE", RG_TYPE_Q4_K, path, &made, &err);
     RG_REQUIRE(m, "fixture: %s", err.msg);
     rg_train_config c = tt_config(RG_TRAIN_LORA, T);
-    setenv("RETRO_REQUIRE_GPU_RESIDENT", "1", 1);
     rg_train_state *s = NULL;
-    rg_status st = rg_train_state_create_on(&s, m, &c, STEPS, 0, RG_DEVICE_CUDA, &err);
-    unsetenv("RETRO_REQUIRE_GPU_RESIDENT");
+    rg_status st = create_guarded(&s, m, &c, &err);
     printf("    refused: %s\n", err.msg);
     RG_CHECK(st != RG_OK && !s && strstr(err.msg, "RETRO_REQUIRE_GPU_RESIDENT") && strstr(err.msg, "node"),
              "a run that copies inside its steps: status %d, '%s'", st, err.msg);
@@ -158,6 +208,8 @@ static void test_copying_run_is_refused(void) {
 
 static const rg_test_case cases[] = {
     RG_TEST(test_resident_steps_make_no_copies),
+    RG_TEST(test_lfm2_resident),
+    RG_TEST(test_mamba2_resident),
     RG_TEST(test_copying_run_is_refused),
     {0},
 };
