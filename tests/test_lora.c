@@ -26,6 +26,10 @@
 #include "tensor/quant/quant.h"
 #include "train/philox.h"
 
+// The targets a llama-family layer has: q, k, v, o, gate, up, down (in_proj and out_proj are
+// lfm2's and mamba2's mixers').
+enum { LLAMA_TARGETS = 7 };
+
 enum { T = 12 };
 
 static bool quick(void) {
@@ -224,7 +228,7 @@ static void zero_b(const char *target) {
     for (int64_t i = 0; i < V * T; i++) diff += base[i] != with[i];
     RG_CHECK(diff == 0, "%s session: %lld logits changed with B = 0", target, (long long)diff);
     int n_plain = count_nodes(m, NULL, 0), n_zero_scale = count_nodes(m, l, 0.0f), n_lora = count_nodes(m, l, 1.0f);
-    int want_extra = (int)m->hp.n_layer * RG_LORA_N_TARGETS * 6;  // A, B leaves; 2 MUL_MAT, SCALE, ADD
+    int want_extra = (int)m->hp.n_layer * LLAMA_TARGETS * 6;  // A, B leaves; 2 MUL_MAT, SCALE, ADD
     RG_CHECK(n_zero_scale == n_plain && n_lora == n_plain + want_extra, "nodes: plain %d, scale 0 %d, lora %d (want +%d)",
              n_plain, n_zero_scale, n_lora, want_extra);
     printf("    %s: B = 0 leaves %lld logits identical (full pass and session); graph %d nodes, +%d with LoRA\n", target,
@@ -269,7 +273,7 @@ static void runtime_vs_merged(const char *target) {
     rg_lora_merge_summary sum;
     rg_lora_merge_opts mo = {.n_threads = 2};
     RG_REQUIRE(rg_lora_merge_ex(f32path, apath, user, mpath, &mo, &sum, &err) == RG_OK, "%s", err.msg);
-    RG_CHECK(sum.n_merged == (uint64_t)(m->hp.n_layer * RG_LORA_N_TARGETS) && sum.rank == 4 && sum.scale == 1.5f,
+    RG_CHECK(sum.n_merged == (uint64_t)(m->hp.n_layer * LLAMA_TARGETS) && sum.rank == 4 && sum.scale == 1.5f,
              "summary: %llu merged, rank %lld, scale %g", (unsigned long long)sum.n_merged, (long long)sum.rank,
              (double)sum.scale);
     rg_model *mm = NULL, *mq = NULL;

@@ -89,7 +89,7 @@ static const struct {
     {"training.checkpoint_dtype", "f32"}, {"training.recompute", "auto"}, {"training.fused_ce", "auto"}, {"training.save_every", "100"},  {"training.eval_every", "50"},
     {"training.eval_split", "0.05"},    {"training.threads", "0"},         {"training.skip_nonfinite", "true"},
     {"training.max_skipped", "10"},     {"training.memory_limit_gb", "0"}, {"lora.rank", "16"},
-    {"lora.alpha", "32"},               {"lora.targets", "q,k,v,o,gate,up,down"},
+    {"lora.alpha", "32"},               {"lora.targets", "q,k,v,o,gate,up,down,in,out"},
     {"data.train_on", "assistant"},     {"data.pack", "true"},             {"data.overlong", "truncate"},
 };
 #define N_DEFAULTS (int)(sizeof defaults / sizeof defaults[0])
@@ -120,7 +120,7 @@ static void test_defaults(void) {
              (long long)c.save_every, (long long)c.eval_every, c.eval_split);
     RG_CHECK(c.skip_nonfinite && c.max_skipped == 10 && c.memory_limit_gb == 0, "skip %d max %lld mem %g",
              c.skip_nonfinite, (long long)c.max_skipped, c.memory_limit_gb);
-    RG_CHECK(c.lora_rank == 16 && c.lora_alpha == 32 && c.lora_targets == 127, "rank %lld alpha %g targets %u",
+    RG_CHECK(c.lora_rank == 16 && c.lora_alpha == 32 && c.lora_targets == 511, "rank %lld alpha %g targets %u",
              (long long)c.lora_rank, c.lora_alpha, c.lora_targets);
     RG_CHECK(c.train_on == RG_TRAIN_ON_ASSISTANT && c.pack && c.overlong == RG_OVERLONG_TRUNCATE, "data %d %d %d",
              c.train_on, c.pack, c.overlong);
@@ -248,8 +248,8 @@ static const struct {
     {"training.seed", "1e3", "1000"},     {"training.lr", "1E-4", "0.0001"}, {"training.lr", "AUTO", "auto"},
     {"training.lr", "0", "auto"},         {"training.lr", ".5", "0.5"},      {"training.lr", "0.1", "0.1"},
     {"lora.targets", "attn", "q,k,v,o"},  {"lora.targets", "mlp", "gate,up,down"},
-    {"lora.targets", "ALL", "q,k,v,o,gate,up,down"},                         {"lora.targets", "q, attn", "q,k,v,o"},
-    {"lora.targets", "down,up", "up,down"}, {"lora.targets", "[ k ]", "k"}, {"training.optimizer", "AdamW", "adamw"},
+    {"lora.targets", "ALL", "q,k,v,o,gate,up,down,in,out"},                         {"lora.targets", "q, attn", "q,k,v,o"},
+    {"lora.targets", "down,up", "up,down"}, {"lora.targets", "out,in", "in,out"}, {"lora.targets", "mixer", "in,out"}, {"lora.targets", "[ k ]", "k"}, {"training.optimizer", "AdamW", "adamw"},
     {"training.checkpoint_dtype", "F16", "f16"}, {"data.overlong", "Drop", "drop"},
     {"training.eval_split", "0", "0"},    {"training.beta1", "0", "0"},      {"training.eps", "1", "1"},
 };
@@ -455,7 +455,7 @@ static void v_dtype(rg_train_config *c) { c->checkpoint_dtype = RG_TYPE_Q4_0; }
 static void v_f16_no_recompute(rg_train_config *c) { c->checkpoint_dtype = RG_TYPE_F16, c->recompute = RG_RECOMPUTE_NONE; }
 static void v_bf16_layer(rg_train_config *c) { c->checkpoint_dtype = RG_TYPE_BF16, c->recompute = RG_RECOMPUTE_LAYER; }
 static void v_targets0(rg_train_config *c) { c->lora_targets = 0; }
-static void v_targets_bad(rg_train_config *c) { c->lora_targets = 128 | RG_LORA_Q; }
+static void v_targets_bad(rg_train_config *c) { c->lora_targets = 512 | RG_LORA_Q; }
 static void v_lr_nan(rg_train_config *c) { c->lr = NAN; }
 static void v_beta2(rg_train_config *c) { c->beta2 = 1.0; }
 static void v_split(rg_train_config *c) { c->eval_split = 0.75; }
@@ -719,7 +719,8 @@ static void test_yaml_lists_and_empty(void) {
         uint32_t targets;  // 0: targets stay at the default
     } cases[] = {
         {"lora:\n  targets:\n    - gate\n    - up\n    - down\n", RG_LORA_GATE | RG_LORA_UP | RG_LORA_DOWN},
-        {"lora:\n  targets:\n  - attn\n  - mlp\n", RG_LORA_ALL},
+        {"lora:\n  targets:\n  - attn\n  - mlp\n", RG_LORA_ALL & ~(RG_LORA_IN | RG_LORA_OUT)},
+        {"lora:\n  targets: [mixer, q]\n", RG_LORA_IN | RG_LORA_OUT | RG_LORA_Q},
         {"lora.targets: [attn]\n", RG_LORA_Q | RG_LORA_K | RG_LORA_V | RG_LORA_O},
         {"lora.targets: \"q,k\"\n", RG_LORA_Q | RG_LORA_K},
         {"lora:\n  targets: [o, q, o]\n", RG_LORA_Q | RG_LORA_O},

@@ -55,9 +55,11 @@ typedef enum rg_layer_kind {
 #define RG_KIND_BIT(k) (1u << (k))
 
 // The LoRA targets (model/lora.h): bit i of a target mask is target i; the
-// config's lora.targets names them q, k, v, o, gate, up, down.
+// config's lora.targets names them q, k, v, o, gate, up, down, in, out. IN and OUT are a
+// recurrent mixer's input and output projections (lfm2's shortconv.in_proj / out_proj,
+// mamba2's ssm_in / ssm_out), which llama.cpp's graphs adapt like any other matrix.
 enum { RG_LORA_TARGET_Q, RG_LORA_TARGET_K, RG_LORA_TARGET_V, RG_LORA_TARGET_O, RG_LORA_TARGET_GATE,
-       RG_LORA_TARGET_UP, RG_LORA_TARGET_DOWN, RG_LORA_N_TARGETS };
+       RG_LORA_TARGET_UP, RG_LORA_TARGET_DOWN, RG_LORA_TARGET_IN, RG_LORA_TARGET_OUT, RG_LORA_N_TARGETS };
 
 // A dimension of a tensor's shape as a function of the hyperparameters and the layer.
 typedef enum rg_dim {

@@ -40,9 +40,9 @@ static const rg_arch_tensor tensors[] = {
     {RG_ROLE_ATTN_O, "blk.%d.attn_output.weight", NULL, {RG_DIM_Q, RG_DIM_EMBD}, ATTN, REQ, 0, RG_LORA_TARGET_O},  // [H*Dh, d]
     {RG_ROLE_ATTN_Q_NORM, "blk.%d.attn_q_norm.weight", NULL, {RG_DIM_HEAD}, ATTN, REQ, RG_T_F32, -1},         // [Dh]
     {RG_ROLE_ATTN_K_NORM, "blk.%d.attn_k_norm.weight", NULL, {RG_DIM_HEAD}, ATTN, REQ, RG_T_F32, -1},         // [Dh]
-    {RG_ROLE_CONV_IN, "blk.%d.shortconv.in_proj.weight", NULL, {RG_DIM_EMBD, RG_DIM_EMBD_X3}, CONV, REQ, 0, -1},  // [d, 3d]: B, C, X
+    {RG_ROLE_CONV_IN, "blk.%d.shortconv.in_proj.weight", NULL, {RG_DIM_EMBD, RG_DIM_EMBD_X3}, CONV, REQ, 0, RG_LORA_TARGET_IN},  // [d, 3d]: B, C, X
     {RG_ROLE_CONV_KERNEL, "blk.%d.shortconv.conv.weight", NULL, {RG_DIM_CONV, RG_DIM_EMBD}, CONV, REQ, RG_T_F32, -1},  // [L, d]
-    {RG_ROLE_CONV_OUT, "blk.%d.shortconv.out_proj.weight", NULL, {RG_DIM_EMBD, RG_DIM_EMBD}, CONV, REQ, 0, -1},  // [d, d]
+    {RG_ROLE_CONV_OUT, "blk.%d.shortconv.out_proj.weight", NULL, {RG_DIM_EMBD, RG_DIM_EMBD}, CONV, REQ, 0, RG_LORA_TARGET_OUT},  // [d, d]
     {RG_ROLE_FFN_NORM, "blk.%d.ffn_norm.weight", NULL, {RG_DIM_EMBD}, FFN, REQ, RG_T_F32, -1},               // [d]
     {RG_ROLE_FFN_GATE, "blk.%d.ffn_gate.weight", NULL, {RG_DIM_EMBD, RG_DIM_FF}, FFN, REQ, 0, RG_LORA_TARGET_GATE},  // [d, F] w1
     {RG_ROLE_FFN_UP, "blk.%d.ffn_up.weight", NULL, {RG_DIM_EMBD, RG_DIM_FF}, FFN, REQ, 0, RG_LORA_TARGET_UP},  // [d, F] w3

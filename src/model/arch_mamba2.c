@@ -39,14 +39,14 @@ static const rg_arch_tensor global[] = {
 // target yet.
 static const rg_arch_tensor tensors[] = {
     {RG_ROLE_ATTN_NORM, "blk.%d.attn_norm.weight", NULL, {RG_DIM_EMBD}, SSM, REQ, RG_T_F32, -1},            // [d]
-    {RG_ROLE_SSM_IN, "blk.%d.ssm_in.weight", NULL, {RG_DIM_EMBD, RG_DIM_SSM_IN}, SSM, REQ, 0, -1},          // [d, 2D_in+2GN+nh]
+    {RG_ROLE_SSM_IN, "blk.%d.ssm_in.weight", NULL, {RG_DIM_EMBD, RG_DIM_SSM_IN}, SSM, REQ, 0, RG_LORA_TARGET_IN},          // [d, 2D_in+2GN+nh]
     {RG_ROLE_SSM_CONV, "blk.%d.ssm_conv1d.weight", NULL, {RG_DIM_CONV, RG_DIM_SSM_CONV_CH}, SSM, REQ, RG_T_F32, -1},  // [K, D_in+2GN]
     {RG_ROLE_SSM_CONV_B, "blk.%d.ssm_conv1d.bias", NULL, {RG_DIM_SSM_CONV_CH}, SSM, REQ, RG_T_F32, -1},     // [D_in+2GN]
     {RG_ROLE_SSM_DT_B, "blk.%d.ssm_dt.bias", NULL, {RG_DIM_SSM_HEADS}, SSM, REQ, RG_T_F32, -1},             // [nh]
     {RG_ROLE_SSM_A, "blk.%d.ssm_a", NULL, {RG_DIM_ONE, RG_DIM_SSM_HEADS}, SSM, REQ, RG_T_F32 | RG_T_FROZEN, -1},  // [1, nh]
     {RG_ROLE_SSM_D, "blk.%d.ssm_d", NULL, {RG_DIM_ONE, RG_DIM_SSM_HEADS}, SSM, REQ, RG_T_F32, -1},          // [1, nh]
     {RG_ROLE_SSM_NORM, "blk.%d.ssm_norm.weight", NULL, {RG_DIM_SSM_GROUP, RG_DIM_SSM_GROUPS}, SSM, REQ, RG_T_F32, -1},  // [D_in/G, G]
-    {RG_ROLE_SSM_OUT, "blk.%d.ssm_out.weight", NULL, {RG_DIM_SSM_INNER, RG_DIM_EMBD}, SSM, REQ, 0, -1},     // [D_in, d]
+    {RG_ROLE_SSM_OUT, "blk.%d.ssm_out.weight", NULL, {RG_DIM_SSM_INNER, RG_DIM_EMBD}, SSM, REQ, 0, RG_LORA_TARGET_OUT},     // [D_in, d]
 };
 
 static void layer_kinds(const rg_hparams *hp, rg_layer *L, int64_t il) {

@@ -11,8 +11,16 @@
 #include "train/philox.h"
 
 static const char *const target_names[RG_LORA_N_TARGETS] = {
-    "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
+    "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "in_proj", "out_proj",
 };
+
+// The keyed stream of a pair's A: layer * 7 + target for the first seven targets (the ids
+// they had before in_proj and out_proj existed, so every llama-family adapter starts from the
+// same values as before), and a range of their own above 2^23 for in_proj and out_proj.
+static uint32_t init_stream(int64_t il, int t) {
+    if (t < RG_LORA_TARGET_IN) return (uint32_t)(il * RG_LORA_TARGET_IN + t);
+    return (1u << 23) + (uint32_t)(il * (RG_LORA_N_TARGETS - RG_LORA_TARGET_IN) + (t - RG_LORA_TARGET_IN));
+}
 
 const char *rg_lora_target_name(int target) {
     return target >= 0 && target < RG_LORA_N_TARGETS ? target_names[target] : NULL;
@@ -31,7 +39,7 @@ rg_status rg_lora_parse_targets(const char *list, uint32_t *mask, rg_error *err)
         if (!found && n > 0)
             return rg_fail(err, RG_ERR_ARG,
                            "lora: unknown target '%.*s' (valid: all, attn_q, attn_k, attn_v, attn_output, ffn_gate, "
-                           "ffn_up, ffn_down)", (int)(n > 64 ? 64 : n), p);
+                           "ffn_up, ffn_down, in_proj, out_proj)", (int)(n > 64 ? 64 : n), p);
         p += n;
         if (*p == ',') p++;
     }
@@ -119,7 +127,7 @@ rg_status rg_lora_init(rg_lora **out, const rg_model *m, int64_t rank, float alp
             n_pairs++;
             // PEFT's kaiming_uniform_(a=sqrt 5): bound = 1/sqrt(fan_in); U in [0, 1) from 24 bits.
             const float bound = (float)(1.0 / sqrt((double)p->n_in));
-            const uint32_t tensor_id = (uint32_t)(il * RG_LORA_N_TARGETS + t);
+            const uint32_t tensor_id = init_stream(il, t);
             const int64_t n = p->n_in * rank;
             for (int64_t i = 0; i < n; i += 4) {
                 uint32_t r[4];

@@ -51,7 +51,7 @@ typedef struct rg_lora {
     rg_lora_pair *pairs;       // [n_layer * RG_LORA_N_TARGETS], .a == NULL where not targeted
 } rg_lora;
 
-// The short name of a target ("attn_q", "ffn_down", ...), NULL outside 0..6.
+// The short name of a target ("attn_q", "ffn_down", "in_proj", ...), NULL outside 0..RG_LORA_N_TARGETS-1.
 const char *rg_lora_target_name(int target);
 // Parses a comma-separated list of target names ("attn_q,attn_v", or "all")
 // into a mask; an unknown name is an error listing the valid ones.

@@ -60,11 +60,12 @@ static const choice overlong_choices[] = {
     {"truncate", RG_OVERLONG_TRUNCATE}, {"drop", RG_OVERLONG_DROP}, {"error", RG_OVERLONG_ERROR}, {NULL, 0}};
 
 // LoRA targets: the seven bits in order, then the group words.
-static const choice target_names[] = {
+static const choice target_names[] = {  // the single bits first, in bit order (format_targets)
     {"q", RG_LORA_Q},       {"k", RG_LORA_K},   {"v", RG_LORA_V},       {"o", RG_LORA_O},
-    {"gate", RG_LORA_GATE}, {"up", RG_LORA_UP}, {"down", RG_LORA_DOWN}, {"attn", RG_LORA_Q | RG_LORA_K | RG_LORA_V | RG_LORA_O},
-    {"mlp", RG_LORA_GATE | RG_LORA_UP | RG_LORA_DOWN}, {"all", (int32_t)RG_LORA_ALL}, {NULL, 0}};
-#define N_TARGET_BITS 7
+    {"gate", RG_LORA_GATE}, {"up", RG_LORA_UP}, {"down", RG_LORA_DOWN}, {"in", RG_LORA_IN}, {"out", RG_LORA_OUT},
+    {"attn", RG_LORA_Q | RG_LORA_K | RG_LORA_V | RG_LORA_O}, {"mlp", RG_LORA_GATE | RG_LORA_UP | RG_LORA_DOWN},
+    {"mixer", RG_LORA_IN | RG_LORA_OUT}, {"all", (int32_t)RG_LORA_ALL}, {NULL, 0}};
+#define N_TARGET_BITS 9
 
 #define OFF(f) offsetof(rg_train_config, f)
 #define INTK(key, f, d, l, h, text) \
@@ -122,7 +123,8 @@ static const key_def keys[] = {
     NUMK("lora.alpha", lora_alpha, "32", 0, true, INFINITY, false, "adapter scale is alpha / rank"),
     {.name = "lora.targets", .kind = K_TARGETS, .offset = OFF(lora_targets), .def = "all",
      .def_shown = "all",
-     .help = "projections that get an adapter: q,k,v,o,gate,up,down, attn (q,k,v,o), mlp (gate,up,down), all; "
+     .help = "projections that get an adapter: q,k,v,o,gate,up,down, in,out (lfm2's shortconv and mamba2's ssm "
+             "in/out projections), attn (q,k,v,o), mlp (gate,up,down), mixer (in,out), all; "
              "written q,v or [q, v] or as a YAML list"},
     CHOICEK("data.train_on", train_on, "assistant", train_on_choices,
             "tokens that carry loss: all, assistant turns of chats, or completions"),
@@ -347,14 +349,14 @@ static rg_status parse_targets(const key_def *k, const char *text, const char *w
         if (!word[0]) {
             if (!comma && items == 0)
                 return rg_fail(err, RG_ERR_ARG, "%s: '%.80s' is an empty list; name at least one of "
-                               "q|k|v|o|gate|up|down|attn|mlp|all (%s)", k->name, text, where);
+                               "q|k|v|o|gate|up|down|in|out|attn|mlp|mixer|all (%s)", k->name, text, where);
             return rg_fail(err, RG_ERR_ARG, "%s: '%.80s' has an empty item (%s)", k->name, text, where);
         }
         const choice *ch = target_names;
         while (ch->name && strcasecmp(ch->name, word) != 0) ch++;
         if (!ch->name)
             return rg_fail(err, RG_ERR_ARG, "%s: '%s' is not a target; expected a list of "
-                           "q|k|v|o|gate|up|down|attn|mlp|all (%s)", k->name, word, where);
+                           "q|k|v|o|gate|up|down|in|out|attn|mlp|mixer|all (%s)", k->name, word, where);
         bits |= (uint32_t)ch->value;
         if (!comma) break;
         item = comma + 1;

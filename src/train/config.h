@@ -33,8 +33,9 @@ typedef enum { RG_RECOMPUTE_AUTO = 0, RG_RECOMPUTE_NONE = 1, RG_RECOMPUTE_LAYER 
 typedef enum { RG_FUSED_CE_AUTO = 0, RG_FUSED_CE_ON = 1, RG_FUSED_CE_OFF = 2 } rg_fused_ce;
 typedef enum { RG_OVERLONG_TRUNCATE = 0, RG_OVERLONG_DROP = 1, RG_OVERLONG_ERROR = 2 } rg_overlong;
 // lora target bits, in this order: q, k, v, o, gate, up, down
-enum { RG_LORA_Q = 1, RG_LORA_K = 2, RG_LORA_V = 4, RG_LORA_O = 8, RG_LORA_GATE = 16, RG_LORA_UP = 32, RG_LORA_DOWN = 64 };
-#define RG_LORA_ALL 127u
+enum { RG_LORA_Q = 1, RG_LORA_K = 2, RG_LORA_V = 4, RG_LORA_O = 8, RG_LORA_GATE = 16, RG_LORA_UP = 32, RG_LORA_DOWN = 64,
+       RG_LORA_IN = 128, RG_LORA_OUT = 256 };  // in, out: a recurrent mixer's projections (lfm2, mamba2)
+#define RG_LORA_ALL 511u
 
 typedef struct rg_train_config {
     // training.*

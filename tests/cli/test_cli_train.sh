@@ -5,7 +5,8 @@
 #   - the fused cross-entropy (training.fused_ce=on), alone and with layer recompute: the
 #     memory line says so and the loss falls;
 #   - lfm2 and mamba2: full fine-tunes whose loss falls and whose result generates, LoRA on
-#     lfm2's attention and FFN projections, mamba2's refusal (no LoRA target yet);
+#     every projection of lfm2 (attention, FFN, the short conv's in_proj and out_proj) and of
+#     mamba2 (ssm_in, ssm_out), adapters named as llama.cpp's loader expects;
 #   - a run killed for real (SIGKILL) after a checkpoint and resumed with --resume ends with
 #     the same train.jsonl losses and the same bytes as the uninterrupted run;
 #   - bad input: unknown key (with a suggestion), wrong value type, invalid JSON line (file and
@@ -78,9 +79,9 @@ expect "lora: generate --lora" 0 "generation: [1-4] tokens" -- "$bin" generate -
 expect "lora: merge" 0 "" -- "$bin" merge -m "$tmp/q4.gguf" --lora "$tmp/lora/adapter.gguf" -o "$tmp/merged.gguf"
 
 # --- the recurrent architectures: lfm2 (short conv + attention), mamba2 (SSM) --------------------
-# Full fine-tunes and a LoRA run on lfm2's attention and FFN projections; packed rows restart the conv and the
-# scan at each document (test_train_hybrid checks the numbers). mamba2 (no chat template) trains on the text;
-# its mixer has no LoRA target yet.
+# Full fine-tunes and LoRA runs (the default targets: lfm2's attention, FFN and short-conv projections,
+# mamba2's ssm_in and ssm_out); packed rows restart the conv and the scan at each document
+# (test_train_hybrid checks the numbers). mamba2 (no chat template) trains on the text.
 for a in lfm2 mamba2; do
   data="$tmp/chat.jsonl"; [ $a = mamba2 ] && data="$tmp/text.txt"
   "$bin" make-tiny --arch $a --type f32 -o "$tmp/$a.gguf" >/dev/null
@@ -92,7 +93,17 @@ done
 expect "lfm2: lora on q8_0" 0 "done: 30 steps" -- "$bin" train -m "$tmp/lfm2-q8.gguf" -d "$tmp/chat.jsonl" -o "$tmp/lfm2-lora" "${lora[@]}" --set training.steps=30
 falls "$tmp/lfm2-lora/train.jsonl"; check "lfm2 lora: the loss falls by 30%" $? "$(first_loss "$tmp/lfm2-lora/train.jsonl") -> $(last_loss "$tmp/lfm2-lora/train.jsonl")"
 expect "lfm2 lora: generate --lora" 0 "generation: [1-4] tokens" -- "$bin" generate -m "$tmp/lfm2-q8.gguf" --lora "$tmp/lfm2-lora/adapter.gguf" -p "What is 1 plus 2?" -n 4
-expect "mamba2: lora has no target yet" 1 "this mamba2 model has none of the targeted projections" -- "$bin" train -m "$tmp/mamba2.gguf" -d "$tmp/text.txt" -o "$tmp/mamba2-lora" "${lora[@]}" --set training.steps=2
+"$bin" info "$tmp/lfm2-lora/adapter.gguf" > "$tmp/lfm2-lora.info" 2>&1
+grep -q "blk.0.shortconv.in_proj.weight.lora_a" "$tmp/lfm2-lora.info" && grep -q "blk.0.shortconv.out_proj.weight.lora_b" "$tmp/lfm2-lora.info" &&
+  grep -q "blk.1.attn_q.weight.lora_a" "$tmp/lfm2-lora.info"
+check "lfm2 lora: the adapter holds the short conv's in_proj/out_proj pairs, named as llama.cpp's loader expects" $?
+expect "mamba2: lora on ssm_in and ssm_out" 0 "done: 30 steps" -- "$bin" train -m "$tmp/mamba2.gguf" -d "$tmp/text.txt" -o "$tmp/mamba2-lora" "${lora[@]}" --set training.steps=30
+falls "$tmp/mamba2-lora/train.jsonl"; check "mamba2 lora: the loss falls by 30%" $? "$(first_loss "$tmp/mamba2-lora/train.jsonl") -> $(last_loss "$tmp/mamba2-lora/train.jsonl")"
+"$bin" info "$tmp/mamba2-lora/adapter.gguf" > "$tmp/mamba2-lora.info" 2>&1
+grep -q "blk.0.ssm_in.weight.lora_a" "$tmp/mamba2-lora.info" && grep -q "blk.1.ssm_out.weight.lora_b" "$tmp/mamba2-lora.info"
+check "mamba2 lora: the adapter holds ssm_in and ssm_out pairs" $?
+expect "mamba2 lora: generate --lora" 0 "generation: [1-4] tokens" -- "$bin" generate -m "$tmp/mamba2.gguf" --lora "$tmp/mamba2-lora/adapter.gguf" -p "The river" -n 4
+expect "mamba2: lora.targets=attn has nothing to adapt" 1 "this mamba2 model has none of the targeted projections" -- "$bin" train -m "$tmp/mamba2.gguf" -d "$tmp/text.txt" -o "$tmp/mamba2-lora-attn" "${lora[@]}" --set lora.targets=attn --set training.steps=2
 
 # --- killed for real, then resumed ---------------------------------------------------------------
 run=(-m "$tmp/f32.gguf" -d "$tmp/chat.jsonl" "${full[@]}" --set training.steps=40 --set training.save_every=5)
