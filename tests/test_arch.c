@@ -381,8 +381,8 @@ static void test_recurrent_kinds_build(void) {
     }
 }
 
-// LoRA targets come from the table: lfm2's attention projections exist on its attention layers only; mamba2's
-// mixer has no target yet.
+// LoRA targets come from the table: lfm2's attention projections exist on its attention layers only, its
+// short conv's in_proj/out_proj on the conv layers; mamba2's mixer has ssm_in/ssm_out and nothing else.
 static void test_lora_targets(void) {
     char path[64];
     rg_model *m = load_tiny("lfm2", RG_TYPE_F32, path);
@@ -392,8 +392,11 @@ static void test_lora_targets(void) {
     RG_REQUIRE(rg_lora_init(&l, m, 2, 4.0f, RG_LORA_TARGETS_ALL, 1, &err) == RG_OK, "%s", err.msg);
     int n0 = 0, n1 = 0;
     for (int t = 0; t < RG_LORA_N_TARGETS; t++) n0 += l->pairs[t].a != NULL, n1 += l->pairs[RG_LORA_N_TARGETS + t].a != NULL;
-    RG_CHECK(n0 == 3 && n1 == 7 && !strcmp(l->pairs[RG_LORA_N_TARGETS].name, "blk.1.attn_q.weight"),
-             "lfm2 pairs: layer 0 %d (ffn), layer 1 %d", n0, n1);
+    RG_CHECK(n0 == 5 && n1 == 7 && !strcmp(l->pairs[RG_LORA_N_TARGETS].name, "blk.1.attn_q.weight") &&
+                 !strcmp(l->pairs[RG_LORA_TARGET_IN].name, "blk.0.shortconv.in_proj.weight") &&
+                 !strcmp(l->pairs[RG_LORA_TARGET_OUT].name, "blk.0.shortconv.out_proj.weight") &&
+                 !l->pairs[RG_LORA_N_TARGETS + RG_LORA_TARGET_IN].a,
+             "lfm2 pairs: layer 0 %d (conv in/out, ffn), layer 1 %d (attention, ffn)", n0, n1);
     rg_lora_free(l);
     l = NULL;
     RG_CHECK(rg_lora_init(&l, m, 2, 4.0f, 1u << RG_LORA_TARGET_Q, 1, &err) == RG_OK && l->pairs[RG_LORA_N_TARGETS].a &&
@@ -405,10 +408,18 @@ static void test_lora_targets(void) {
     m = load_tiny("mamba2", RG_TYPE_F32, path);
     RG_REQUIRE(m, "load");
     l = NULL;
-    RG_CHECK(rg_lora_init(&l, m, 2, 4.0f, RG_LORA_TARGETS_ALL, 1, &err) == RG_ERR_ARG &&
+    RG_REQUIRE(rg_lora_init(&l, m, 2, 4.0f, RG_LORA_TARGETS_ALL, 1, &err) == RG_OK, "mamba2: %s", err.msg);
+    int n = 0;
+    for (int64_t i = 0; i < l->n_layer * RG_LORA_N_TARGETS; i++) n += l->pairs[i].a != NULL;
+    RG_CHECK(n == 2 * l->n_layer && !strcmp(l->pairs[RG_LORA_TARGET_IN].name, "blk.0.ssm_in.weight") &&
+                 !strcmp(l->pairs[RG_LORA_TARGET_OUT].name, "blk.0.ssm_out.weight"),
+             "mamba2 pairs: %d (ssm_in and ssm_out per layer)", n);
+    rg_lora_free(l);
+    l = NULL;
+    RG_CHECK(rg_lora_init(&l, m, 2, 4.0f, 1u << RG_LORA_TARGET_Q, 1, &err) == RG_ERR_ARG &&
                  strstr(err.msg, "this mamba2 model has none of the targeted projections") &&
-                 strstr(err.msg, "LoRA targets: none yet"),
-             "mamba2: %s", err.msg);
+                 strstr(err.msg, "in_proj, out_proj"),
+             "mamba2 with attn_q only: %s", err.msg);
     rg_lora_free(l);
     rg_model_free(m);
     unlink(path);
