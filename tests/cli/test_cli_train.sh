@@ -6,7 +6,8 @@
 #     memory line says so and the loss falls;
 #   - lfm2 and mamba2: full fine-tunes whose loss falls and whose result generates, LoRA on
 #     every projection of lfm2 (attention, FFN, the short conv's in_proj and out_proj) and of
-#     mamba2 (ssm_in, ssm_out), adapters named as llama.cpp's loader expects;
+#     mamba2 (ssm_in, ssm_out), adapters named as llama.cpp's loader expects; both killed and
+#     resumed bit for bit;
 #   - a run killed for real (SIGKILL) after a checkpoint and resumed with --resume ends with
 #     the same train.jsonl losses and the same bytes as the uninterrupted run;
 #   - bad input: unknown key (with a suggestion), wrong value type, invalid JSON line (file and
@@ -127,6 +128,23 @@ for _ in $(seq 1 3000); do [ -d "$tmp/lkilled/checkpoints/step-8" ] && break; sl
 kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
 "$bin" train "${lrun[@]}" --resume "$tmp/lkilled" >/dev/null 2>&1
 cmp -s "$tmp/lwhole/adapter.gguf" "$tmp/lkilled/adapter.gguf"; check "resume lora: the adapter is byte-identical" $?
+# The recurrent architectures, killed and resumed the same way: lfm2 full (its conv and attention
+# weights, AdamW moments and the data position), mamba2 LoRA on ssm_in/ssm_out.
+for a in lfm2 mamba2; do
+  data="$tmp/chat.jsonl"; [ $a = mamba2 ] && data="$tmp/text.txt"
+  how=("${full[@]}"); out=model.gguf
+  [ $a = mamba2 ] && how=("${lora[@]}") && out=adapter.gguf
+  hrun=(-m "$tmp/$a.gguf" -d "$data" "${how[@]}" --set training.steps=24 --set training.save_every=4)
+  "$bin" train "${hrun[@]}" -o "$tmp/$a-whole" >/dev/null 2>&1
+  "$bin" train "${hrun[@]}" -o "$tmp/$a-killed" >/dev/null 2>&1 &
+  pid=$!
+  for _ in $(seq 1 3000); do [ -d "$tmp/$a-killed/checkpoints/step-8" ] && break; sleep 0.01; done
+  kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+  at=$(wc -l < "$tmp/$a-killed/train.jsonl")
+  [ "$at" -lt 24 ]; check "$a resume: the run was killed before its end (at step $at)" $?
+  "$bin" train "${hrun[@]}" --resume "$tmp/$a-killed" >/dev/null 2>&1
+  cmp -s "$tmp/$a-whole/$out" "$tmp/$a-killed/$out"; check "$a resume: the final $out is byte-identical" $?
+done
 
 # --- bad input ----------------------------------------------------------------------------------------
 t=(-m "$tmp/f32.gguf" -d "$tmp/chat.jsonl" -o "$tmp/bad")
