@@ -27,3 +27,14 @@ expect() {
 check() {
   if [ "$2" = 0 ]; then echo "PASS $1"; passed=$((passed + 1)); else echo "FAIL $1${3:+: $3}"; failed=$((failed + 1)); fi
 }
+
+# run_killed DIR CMD...: runs the training command CMD (which writes its run to DIR) in the
+# background, waits (at most 60 s) for DIR's checkpoint step-N directory named by KILL_AT
+# (default step-8) and kills it with SIGKILL: a run stopped for real after a checkpoint.
+run_killed() {
+  local dir="$1"; shift
+  "$@" >/dev/null 2>&1 &
+  local pid=$!
+  for _ in $(seq 1 6000); do [ -d "$dir/checkpoints/${KILL_AT:-step-8}" ] && break; sleep 0.01; done
+  kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+}

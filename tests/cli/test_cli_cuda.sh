@@ -47,10 +47,7 @@ check "train --device cuda: 6 per-step losses within 1e-5 of the CPU's" $? "$(lo
 # Killed after a checkpoint, resumed: the same bits as the uninterrupted device run.
 run=("${full[@]}" --set training.steps=8 --set training.save_every=2 --device cuda)
 "$bin" train "${run[@]}" -o "$tmp/whole" >/dev/null 2>&1
-"$bin" train "${run[@]}" -o "$tmp/killed" >/dev/null 2>&1 &
-pid=$!
-for _ in $(seq 1 6000); do [ -d "$tmp/killed/checkpoints/step-2" ] && break; sleep 0.01; done
-kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+KILL_AT=step-2 run_killed "$tmp/killed" "$bin" train "${run[@]}" -o "$tmp/killed"
 killed_at=$(wc -l < "$tmp/killed/train.jsonl")
 [ "$killed_at" -lt 8 ]; check "resume on cuda: the run was killed before its end (at step $killed_at)" $?
 expect "resume on cuda: continues from the newest checkpoint" 0 "resume: .*step-[0-9]+ \(step [0-9]+ of 8\)" -- \

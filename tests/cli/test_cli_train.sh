@@ -109,10 +109,7 @@ expect "mamba2: lora.targets=attn has nothing to adapt" 1 "this mamba2 model has
 # --- killed for real, then resumed ---------------------------------------------------------------
 run=(-m "$tmp/f32.gguf" -d "$tmp/chat.jsonl" "${full[@]}" --set training.steps=40 --set training.save_every=5)
 "$bin" train "${run[@]}" -o "$tmp/whole" >/dev/null 2>&1
-"$bin" train "${run[@]}" -o "$tmp/killed" >/dev/null 2>&1 &
-pid=$!
-for _ in $(seq 1 3000); do [ -d "$tmp/killed/checkpoints/step-10" ] && break; sleep 0.01; done
-kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+KILL_AT=step-10 run_killed "$tmp/killed" "$bin" train "${run[@]}" -o "$tmp/killed"
 killed_at=$(wc -l < "$tmp/killed/train.jsonl")
 [ "$killed_at" -lt 40 ]; check "resume: the run was killed before its end (at step $killed_at)" $?
 expect "resume: continues from the newest checkpoint" 0 "resume: .*step-[0-9]+ \(step [0-9]+ of 40\)" -- "$bin" train "${run[@]}" --resume "$tmp/killed"
@@ -122,10 +119,7 @@ check "resume: the per-step losses are identical" $?
 # LoRA resume, killed the same way
 lrun=(-m "$tmp/q4.gguf" -d "$tmp/chat.jsonl" "${lora[@]}" --set training.steps=24 --set training.save_every=4)
 "$bin" train "${lrun[@]}" -o "$tmp/lwhole" >/dev/null 2>&1
-"$bin" train "${lrun[@]}" -o "$tmp/lkilled" >/dev/null 2>&1 &
-pid=$!
-for _ in $(seq 1 3000); do [ -d "$tmp/lkilled/checkpoints/step-8" ] && break; sleep 0.01; done
-kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+run_killed "$tmp/lkilled" "$bin" train "${lrun[@]}" -o "$tmp/lkilled"
 "$bin" train "${lrun[@]}" --resume "$tmp/lkilled" >/dev/null 2>&1
 cmp -s "$tmp/lwhole/adapter.gguf" "$tmp/lkilled/adapter.gguf"; check "resume lora: the adapter is byte-identical" $?
 # The recurrent architectures, killed and resumed the same way: lfm2 full (its conv and attention
@@ -136,10 +130,7 @@ for a in lfm2 mamba2; do
   [ $a = mamba2 ] && how=("${lora[@]}") && out=adapter.gguf
   hrun=(-m "$tmp/$a.gguf" -d "$data" "${how[@]}" --set training.steps=24 --set training.save_every=4)
   "$bin" train "${hrun[@]}" -o "$tmp/$a-whole" >/dev/null 2>&1
-  "$bin" train "${hrun[@]}" -o "$tmp/$a-killed" >/dev/null 2>&1 &
-  pid=$!
-  for _ in $(seq 1 3000); do [ -d "$tmp/$a-killed/checkpoints/step-8" ] && break; sleep 0.01; done
-  kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+  run_killed "$tmp/$a-killed" "$bin" train "${hrun[@]}" -o "$tmp/$a-killed"
   at=$(wc -l < "$tmp/$a-killed/train.jsonl")
   [ "$at" -lt 24 ]; check "$a resume: the run was killed before its end (at step $at)" $?
   "$bin" train "${hrun[@]}" --resume "$tmp/$a-killed" >/dev/null 2>&1
