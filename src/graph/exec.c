@@ -10,6 +10,7 @@
 #include "cpu/cpu_ops.h"
 #include "graph/backend.h"
 #include "graph/ops.h"
+#include "graph/resident.h"
 #include "graph/schedule.h"
 
 struct rg_exec {
@@ -156,99 +157,6 @@ static size_str human(size_t b) {
     return r;
 }
 
-// ---------------------------------------------------------------------------
-// Device copies that outlive an exec (exec.h): one per (host bytes, length), made at the
-// first exec that reads them on the device and reused by the next ones.
-
-typedef struct resident_entry {
-    const void *host;
-    size_t bytes;
-    void *dev;
-    bool dirty;  // the device wrote it since it was uploaded or synchronized
-} resident_entry;
-
-struct rg_resident {
-    rg_backend *dev;
-    resident_entry *e;
-    int n, cap;
-    size_t bytes;
-};
-
-rg_status rg_resident_create(rg_resident **out, rg_backend *dev, rg_error *err) {
-    *out = calloc(1, sizeof **out);
-    if (!*out) return rg_fail(err, RG_ERR_NOMEM, "exec: out of memory");
-    (*out)->dev = dev;
-    return RG_OK;
-}
-
-static resident_entry *resident_find(rg_resident *r, const void *host, size_t bytes) {
-    for (int k = 0; k < r->n; k++)
-        if (r->e[k].host == host && r->e[k].bytes == bytes) return &r->e[k];
-    return NULL;
-}
-
-// The device copy of [host, host + bytes): found (fresh = false) or made (fresh = true: the
-// caller uploads it).
-static rg_status resident_get(rg_resident *r, const void *host, size_t bytes, void **dev, bool *fresh, rg_error *err) {
-    resident_entry *e = resident_find(r, host, bytes);
-    if (e) {
-        *dev = e->dev, *fresh = false;
-        return RG_OK;
-    }
-    if (r->n == r->cap) {
-        int nc = r->cap ? 2 * r->cap : 64;
-        resident_entry *p = realloc(r->e, sizeof *p * (size_t)nc);
-        if (!p) return rg_fail(err, RG_ERR_NOMEM, "exec: out of memory");
-        r->e = p, r->cap = nc;
-    }
-    rg_status st = r->dev->vt->alloc(r->dev, bytes ? bytes : 1, dev, err);
-    if (st) return st;
-    r->e[r->n++] = (resident_entry){host, bytes, *dev, false};
-    r->bytes += bytes;
-    *fresh = true;
-    return RG_OK;
-}
-
-// A leaf whose bytes already have a device copy lives on the device in this exec too: the
-// copy may be newer than the host bytes (another exec wrote it).
-static bool resident_pins(void *ctx, const rg_node *leaf) {
-    return (leaf->flags & RG_NODE_EXTERNAL) && leaf->t.data && resident_find(ctx, leaf->t.data, rg_tensor_span(&leaf->t));
-}
-
-static void resident_mark_dirty(rg_resident *r, const void *host, size_t bytes) {
-    resident_entry *e = r ? resident_find(r, host, bytes) : NULL;
-    if (e) e->dirty = true;
-}
-
-rg_status rg_resident_sync_host(rg_resident *r, rg_error *err) {
-    for (int k = 0; r && k < r->n; k++) {
-        resident_entry *e = &r->e[k];
-        if (!e->dirty) continue;
-        rg_status st = r->dev->vt->download(r->dev, (void *)e->host, e->dev, e->bytes, err);
-        if (st) return st;
-        e->dirty = false;
-    }
-    return RG_OK;
-}
-
-rg_status rg_resident_refresh(rg_resident *r, const void *host, size_t bytes, rg_error *err) {
-    resident_entry *e = r ? resident_find(r, host, bytes) : NULL;
-    if (!e) return RG_OK;
-    e->dirty = false;
-    return r->dev->vt->upload(r->dev, e->dev, host, bytes, err);
-}
-
-size_t rg_resident_bytes(const rg_resident *r) { return r ? r->bytes : 0; }
-
-void rg_resident_free(rg_resident *r) {
-    if (!r) return;
-    rg_error ignored;
-    if (r->n) r->dev->vt->sync(r->dev, &ignored);
-    for (int k = 0; k < r->n; k++) r->dev->vt->release(r->dev, r->e[k].dev);
-    free(r->e);
-    free(r);
-}
-
 // The device side of create: the device buffer and scratch, device copies of the
 // external leaves that live there (uploaded once: setup copies), staging for inputs,
 // mirrors for the scheduled copies. Refuses, before allocating, a run that does not fit
@@ -312,7 +220,7 @@ static rg_status create_device(rg_exec *ex, const rg_exec_opts *opts, rg_error *
             const size_t bytes = rg_tensor_span(&x->t);
             ex->host_of[i] = x->t.data;
             bool fresh = true;
-            if (ex->resident) st = resident_get(ex->resident, x->t.data, bytes, &ex->dev_of[i], &fresh, err);
+            if (ex->resident) st = rg_resident_get(ex->resident, x->t.data, bytes, &ex->dev_of[i], &fresh, err);
             else if (!(st = d->vt->alloc(d, bytes ? bytes : 1, &ex->dev_own[i], err))) ex->dev_of[i] = ex->dev_own[i];
             if (!st && fresh && x->t.data && bytes) {
                 st = d->vt->upload(d, ex->dev_of[i], x->t.data, bytes, err);
@@ -355,7 +263,7 @@ rg_status rg_exec_create(rg_exec **out, rg_graph *g, const rg_exec_opts *opts, r
     }
     if (ex->dev && ex->dev->host_memory && ex->dev->vt->id == RG_BACKEND_CPU) ex->dev = NULL;  // the CPU itself
     if (!st) {
-        st = ex->dev ? rg_schedule_build(g, ex->dev->vt->id, ex->dev->vt->cell, ex->resident ? resident_pins : NULL,
+        st = ex->dev ? rg_schedule_build(g, ex->dev->vt->id, ex->dev->vt->cell, ex->resident ? rg_resident_pins : NULL,
                                          ex->resident, &ex->sched, err)
                      : rg_schedule_build(g, RG_BACKEND_CPU, NULL, NULL, NULL, &ex->sched, err);
     }
@@ -811,7 +719,7 @@ rg_status rg_exec_run(rg_exec *ex, int from, int to, rg_error *err) {
             for (int q = 0; q < kw; q++) {
                 rg_node *o = owner(w[q]);
                 if (o->backend != RG_BACKEND_CPU && ex->host_of[o->id])
-                    resident_mark_dirty(ex->resident, ex->host_of[o->id], rg_tensor_span(&o->t));
+                    rg_resident_mark_dirty(ex->resident, ex->host_of[o->id], rg_tensor_span(&o->t));
             }
         }
     }
