@@ -44,7 +44,7 @@ int main(int argc, char **argv) {
     bool made[2][2];
     const uint32_t types[2] = {RG_TYPE_F16, RG_TYPE_BF16};
     batches b = {0};
-    if (prec_setup(dir, steps, paths, made, &b)) return 1;
+    if (prec_setup(NULL, dir, steps, paths, made, &b)) return 1;
     printf("bench_precision: tiny qwen2 (F16 / BF16 matrices) against its F32 twin, %s, %lld rows of %d tokens, %lld steps\n",
            pc.device == RG_DEVICE_CUDA ? "both on the CUDA device" : "CPU", (long long)b.n, CTX, (long long)steps);
     printf("AdamW lr %g, SGD lr %g, constant, no clipping; the seed's value in brackets (its CPU column for in place; "

@@ -187,22 +187,25 @@ static void write_sentences(FILE *f, int64_t n_words) {
 // each is given by the environment (the seed's RETRO_TINY_F16_FIXTURE with its twin
 // RETRO_TINY_FIXTURE, RETRO_TINY_BF16_FIXTURE with RETRO_TINY_BF16_CONTROL_FIXTURE), and the
 // rows: CTX tokens each, the tiny corpus then templated sentences, in the dataset's seeded
-// order. 0 on success.
-static int prec_setup(const char *dir, int64_t steps, char paths[2][2][256], bool made[2][2], batches *b) {
+// order. arch: make-tiny's architecture (NULL: qwen2, the seed's fixtures; the environment's
+// files stand in for qwen2 only). 0 on success.
+static int prec_setup(const char *arch, const char *dir, int64_t steps, char paths[2][2][256], bool made[2][2],
+                      batches *b) {
+    if (!arch) arch = "qwen2";
     static const char *const env[2][2] = {{"RETRO_TINY_F16_FIXTURE", "RETRO_TINY_FIXTURE"},
                                           {"RETRO_TINY_BF16_FIXTURE", "RETRO_TINY_BF16_CONTROL_FIXTURE"}};
     const uint32_t types[2] = {RG_TYPE_F16, RG_TYPE_BF16};
     rg_error err = {0};
     for (int t = 0; t < 2; t++)
         for (int tw = 0; tw < 2; tw++) {
-            const char *given = getenv(env[t][tw]);
+            const char *given = strcmp(arch, "qwen2") ? NULL : getenv(env[t][tw]);
             made[t][tw] = !(given && *given);
             if (!made[t][tw]) {
                 snprintf(paths[t][tw], 256, "%s", given);
                 continue;
             }
-            snprintf(paths[t][tw], 256, "%s/tiny-%s%s.gguf", dir, t ? "bf16" : "f16", tw ? "-twin" : "");
-            rg_tiny_config tc = {.arch = "qwen2", .type = types[t], .seed = 42, .twin_f32 = tw == 1};
+            snprintf(paths[t][tw], 256, "%s/tiny-%s-%s%s.gguf", dir, arch, t ? "bf16" : "f16", tw ? "-twin" : "");
+            rg_tiny_config tc = {.arch = arch, .type = types[t], .seed = 42, .twin_f32 = tw == 1};
             if (rg_tiny_write(&tc, paths[t][tw], &err)) {
                 printf("make tiny: %s\n", err.msg);
                 return 1;

@@ -63,13 +63,15 @@ static void check_column(const column *col) {
     }
 }
 
-static void test_f16_base_training(void) {
+// The table for one architecture's tiny fixtures (arch NULL: qwen2, the seed's, with the
+// seed's figures beside ours and its environment's fixture files).
+static void run_arch(const char *arch) {
     char dir[] = "/tmp/rg_test_f16_base_XXXXXX";
     RG_REQUIRE(mkdtemp(dir), "mkdtemp");
     char paths[2][2][256];
     bool made[2][2];
     batches b = {0};
-    RG_REQUIRE(prec_setup(dir, STEPS, paths, made, &b) == 0, "fixtures and rows");
+    RG_REQUIRE(prec_setup(arch, dir, STEPS, paths, made, &b) == 0, "fixtures and rows");
     column cols[2] = {{.name = "CPU", .device = RG_DEVICE_CPU, .steps = STEPS, .n_opt = 2},
                       {.name = "CUDA", .device = RG_DEVICE_CUDA, .steps = STEPS, .n_opt = 2}};
     char why[256];
@@ -84,6 +86,7 @@ static void test_f16_base_training(void) {
         printf("    CUDA column through the host execution of the CUDA code (not a GPU): AdamW only, loss gap after %d "
                "steps\n", HOST_STEPS);
     }
+    printf("    %s tiny fixtures, F16 and BF16 against their F32 twins:\n", arch ? arch : "qwen2");
     for (int k = 0; k < n_cols; k++) RG_REQUIRE(run_column(&cols[k], paths, &b) == 0, "%s column", cols[k].name);
     static const char *const rows[3] = {"worst relative gradient gap, one step", "elements > 1 grid point off after 1 step",
                                         "relative loss gap after the run's steps"};
@@ -94,7 +97,8 @@ static void test_f16_base_training(void) {
             printf("      %-42s", "");
             for (int t = 0; t < 2; t++)
                 for (int k = 0; k < n_cols; k++) printf(" %-8s %-18s", t ? "BF16" : "F16", cols[k].name);
-            printf(" the seed's %s column, F16 / BF16\n", mode ? "CUDA" : "CPU");
+            if (!arch) printf(" the seed's %s column, F16 / BF16", mode ? "CUDA" : "CPU");
+            printf("\n");
             for (int r = 0; r < 3; r++) {
                 printf("      %-42s", rows[r]);
                 for (int t = 0; t < 2; t++)
@@ -104,6 +108,10 @@ static void test_f16_base_training(void) {
                         else if (r == 2) printf(" %-8.1e (%2lld steps)%-7s", c->loss, (long long)cols[k].steps, "");
                         else printf(" %-27.1e", r == 0 ? c->grad : c->off);
                     }
+                if (arch) {  // the seed measured qwen-shaped fixtures only
+                    printf("\n");
+                    continue;
+                }
                 // The seed's table: CUDA values for master weights, its CPU values for in place
                 // (bench_precision prints the same SEED table).
                 const seed_cells *s0 = &SEED[0][opt][mode], *s1 = &SEED[1][opt][mode];
@@ -116,8 +124,17 @@ static void test_f16_base_training(void) {
     prec_cleanup(dir, paths, made, &b);
 }
 
+static void test_f16_base_training(void) { run_arch(NULL); }
+
+// The hybrids: the short conv's and the scan's backward under half weights (the conv kernel,
+// norms and D stay F32 as stored), with the same bounds.
+static void test_f16_base_training_lfm2(void) { run_arch("lfm2"); }
+static void test_f16_base_training_mamba2(void) { run_arch("mamba2"); }
+
 static const rg_test_case cases[] = {
     RG_TEST(test_f16_base_training),
+    RG_TEST(test_f16_base_training_lfm2),
+    RG_TEST(test_f16_base_training_mamba2),
     {0},
 };
 

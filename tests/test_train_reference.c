@@ -14,20 +14,27 @@
 //                    with 3 warmup steps): per-step loss, pre-clip norm, lr;
 //                    then per tensor the norm of (final - initial) and 65
 //                    sampled final weights;
-//   train-sgd.ref    the same with SGD lr 0.05, no clipping, constant lr.
+//   train-sgd.ref    the same with SGD lr 0.05, no clipping, constant lr;
+//   train-adamw-lfm2.ref, train-adamw-mamba2.ref: the AdamW trajectory on the
+//                    hybrids (no decay on their conv kernels, norms and D).
 //
 // Tolerances (stated once, here). The reference itself is float32; its own
 // distance from float64 is in the README (loss 1e-7, norms 1e-6, AdamW
 // samples up to 2.1e-3 of the tensor's max |delta|). Ours sums in other
 // orders, so:
-//   loss, per step:                 relative 5e-5 (measured worst 1.2e-5)
-//   pre-clip global norm:           relative 1e-4 on the first step, 1e-3 after it (the
-//                                   trajectories part by float rounding; measured 2.3e-4)
+//   loss, per step:                 relative 1e-6 (measured worst 1.1e-7 over the four
+//                                   trajectories)
+//   pre-clip global norm:           relative 1e-4 (measured worst 4e-6)
 //   lr:                             relative 1e-9 (host double)
 //   gradient norm per tensor:       relative 1e-3
 //   gradient samples:               |ours - ref| <= 2e-3 * max|g| of the tensor
-//   delta norm per tensor (steps):  relative 2e-2
-//   final weight samples:           |ours - ref| <= 2e-2 * max|delta| of the tensor + 1e-7 |ref|
+//   delta norm per tensor (steps):  relative 1e-3 (measured worst 2.3e-5)
+//   final weight samples:           |ours - ref| <= 1e-2 * max|delta| of the tensor + 1e-7 |ref|
+//                                   (measured worst 1.7e-3: qwen2's attn_k.bias, whose tiny
+//                                   gradients Adam normalizes to full-size steps)
+// The references once let nn.Embedding's padding_idx drop the pad token's input-side
+// gradient (transformers sets it from the file's padding_token_id); the loss's true gradient
+// has it, and the script now clears padding_idx: that is what the 5e-5 / 1e-3 bounds hid.
 #include "model/model.h"
 #include "model/tiny.h"
 #include "train/train_state.h"
@@ -338,6 +345,7 @@ static void check_trajectory(const char *file, int optimizer) {
         memcpy(init[k], s->tensors[k].w, sizeof(float) * (size_t)s->tensors[k].nel);
     }
     double worst_loss = 0;
+    int worst_step = -1;
     for (int k = 0; st == RG_OK && k < r.n_steps; k++) {
         double loss = run_rows(s, &r, k, &err, &st);
         RG_CHECK(st == RG_OK, "step %d: %s", k, err.msg);
@@ -347,14 +355,15 @@ static void check_trajectory(const char *file, int optimizer) {
         st = rg_train_state_step(s, &gn, &lr, &skipped, &err);
         RG_CHECK(st == RG_OK && !skipped, "step %d: %s", k, st ? err.msg : "skipped");
         double rl = fabs(loss - r.step_loss[k]) / fabs(r.step_loss[k]);
-        if (rl > worst_loss) worst_loss = rl;
-        RG_CHECK(rl <= 5e-5, "step %d: loss %.9g, torch %.9g", k, loss, r.step_loss[k]);
-        RG_CHECK(fabs(gn - r.step_gnorm[k]) <= (k == 0 ? 1e-4 : 1e-3) * r.step_gnorm[k], "step %d: grad norm %.9g, torch %.9g", k, gn,
+        if (rl > worst_loss) worst_loss = rl, worst_step = k;
+        RG_CHECK(rl <= 1e-6, "step %d: loss %.9g, torch %.9g", k, loss, r.step_loss[k]);
+        RG_CHECK(fabs(gn - r.step_gnorm[k]) <= 1e-4 * r.step_gnorm[k], "step %d: grad norm %.9g, torch %.9g", k, gn,
                  r.step_gnorm[k]);
         RG_CHECK(fabs(lr - r.step_lr[k]) <= 1e-9 * fabs(r.step_lr[k]) + 1e-15, "step %d: lr %.12g, torch %.12g", k, lr,
                  r.step_lr[k]);
     }
     double worst_delta = 0, worst_sample = 0;
+    const char *where_delta = "-", *where_sample = "-";
     for (int i = 0; st == RG_OK && i < r.n_tensors; i++) {
         const ref_tensor *rt = &r.t[i];
         const rg_train_tensor *t = find_tensor(s, rt->name);
@@ -369,19 +378,19 @@ static void check_trajectory(const char *file, int optimizer) {
             ss += d * d;
         }
         double rel = rt->norm > 0 ? fabs(sqrt(ss) - rt->norm) / rt->norm : sqrt(ss);
-        if (rel > worst_delta) worst_delta = rel;
-        RG_CHECK(rel <= 2e-2, "%s: |final - initial| %.9g, torch %.9g (rel %.2e)", rt->name, sqrt(ss), rt->norm, rel);
+        if (rel > worst_delta) worst_delta = rel, where_delta = rt->name;
+        RG_CHECK(rel <= 1e-3, "%s: |final - initial| %.9g, torch %.9g (rel %.2e)", rt->name, sqrt(ss), rt->norm, rel);
         for (int j = 0; j < rt->n_samples; j++) {
             double v = f32_at(t->w, rt->idx[j]);
             double d = fabs(v - rt->val[j]);
-            double tol = 2e-2 * rt->maxabs + 1e-7 * fabs(rt->val[j]);
-            if (rt->maxabs > 0 && d / rt->maxabs > worst_sample) worst_sample = d / rt->maxabs;
+            double tol = 1e-2 * rt->maxabs + 1e-7 * fabs(rt->val[j]);
+            if (rt->maxabs > 0 && d / rt->maxabs > worst_sample) worst_sample = d / rt->maxabs, where_sample = rt->name;
             RG_CHECK(d <= tol, "%s[%lld]: final %.9g, torch %.9g (|diff| %.2e, max|delta| %.2e)", rt->name,
                      (long long)rt->idx[j], v, rt->val[j], d, rt->maxabs);
         }
     }
-    printf("    %s: %d steps, worst loss gap %.2e, worst delta-norm gap %.2e, worst final-weight gap %.2e of max|delta|\n", file,
-           r.n_steps, worst_loss, worst_delta, worst_sample);
+    printf("    %s: %d steps, worst loss gap %.2e (step %d), worst delta-norm gap %.2e (%s), worst final-weight gap %.2e of "
+           "max|delta| (%s)\n", file, r.n_steps, worst_loss, worst_step, worst_delta, where_delta, worst_sample, where_sample);
     for (int k = 0; s && k < s->n_tensors; k++) free(init[k]);
     free(init);
     rg_train_state_free(s);
@@ -398,6 +407,10 @@ static void test_reference_gradients_lfm2(void) { check_gradients("train-grads-l
 static void test_reference_gradients_mamba2(void) { check_gradients("train-grads-mamba2.ref"); }
 static void test_reference_adamw(void) { check_trajectory("train-adamw.ref", RG_OPTIM_ADAMW); }
 static void test_reference_sgd(void) { check_trajectory("train-sgd.ref", RG_OPTIM_SGD); }
+// 10 AdamW steps through the hybrids' conv and scan backward, with the decay rule on their
+// conv kernels, norms and D (no decay, as torch's 2-D rule leaves HF's 3-D/1-D tensors).
+static void test_reference_adamw_lfm2(void) { check_trajectory("train-adamw-lfm2.ref", RG_OPTIM_ADAMW); }
+static void test_reference_adamw_mamba2(void) { check_trajectory("train-adamw-mamba2.ref", RG_OPTIM_ADAMW); }
 
 static const rg_test_case cases[] = {
     RG_TEST(test_reference_gradients),
@@ -407,6 +420,8 @@ static const rg_test_case cases[] = {
     RG_TEST(test_reference_gradients_mamba2),
     RG_TEST(test_reference_adamw),
     RG_TEST(test_reference_sgd),
+    RG_TEST(test_reference_adamw_lfm2),
+    RG_TEST(test_reference_adamw_mamba2),
     {0},
 };
 

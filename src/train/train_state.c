@@ -33,7 +33,10 @@ typedef struct full_builder {
     rg_status st;
 } full_builder;
 
-static rg_node *full_param(full_builder *b, const rg_gguf_tensor *t) {
+// decay: the table row is a matrix, not a small elementwise weight (RG_T_F32: norms, biases,
+// conv kernels, mamba2's D), which AdamW's weight decay leaves alone as PyTorch's usual
+// "decay the 2-D tensors" rule does (HF stores those as 1-D or 3-D tensors).
+static rg_node *full_param(full_builder *b, const rg_gguf_tensor *t, bool decay) {
     if (!t || b->st) return NULL;
     rg_train_state *s = b->s;
     if (t->type != RG_TYPE_F32 && t->type != RG_TYPE_F16 && t->type != RG_TYPE_BF16) {
@@ -52,7 +55,7 @@ static rg_node *full_param(full_builder *b, const rg_gguf_tensor *t) {
     tt->n_dims = (int)(t->n_dims ? t->n_dims : 1);
     tt->nel = 1;
     for (int d = 0; d < 4; d++) tt->ne[d] = d < tt->n_dims ? t->ne[d] : 1, tt->nel *= tt->ne[d];
-    tt->decay = tt->n_dims >= 2;
+    tt->decay = decay && tt->n_dims >= 2;
     size_t bytes = (size_t)tt->nel * rg_type_get(t->type)->type_size;
     if (s->weight_bufs[k]) {  // a rebuilt graph (training.fused_ce=auto): the copy exists, maybe trained
         tt->w = s->weight_bufs[k];
@@ -76,9 +79,10 @@ static rg_status full_nodes(rg_train_state *s, rg_graph *g, rg_model_nodes *w, r
     full_builder b = {.s = s, .g = g, .err = err};
     for (int i = 0; i < a->n_global; i++) {
         const rg_arch_tensor *t = &a->global[i];
-        if (t->role == RG_ROLE_TOKEN_EMBD) w->tok_embd = full_param(&b, m->tok_embd);
-        else if (t->role == RG_ROLE_OUTPUT_NORM) w->out_norm = full_param(&b, m->out_norm);
-        else if (t->role == RG_ROLE_OUTPUT) w->output = m->hp.tied ? w->tok_embd : full_param(&b, m->output);
+        const bool decay = !(t->flags & RG_T_F32);
+        if (t->role == RG_ROLE_TOKEN_EMBD) w->tok_embd = full_param(&b, m->tok_embd, decay);
+        else if (t->role == RG_ROLE_OUTPUT_NORM) w->out_norm = full_param(&b, m->out_norm, decay);
+        else if (t->role == RG_ROLE_OUTPUT) w->output = m->hp.tied ? w->tok_embd : full_param(&b, m->output, decay);
     }
     w->layers = rg_arena_alloc(&g->arena, sizeof *w->layers * (size_t)m->hp.n_layer, 8);
     if (!w->layers) return rg_fail(err, RG_ERR_NOMEM, "train: out of memory");
@@ -88,7 +92,8 @@ static rg_status full_nodes(rg_train_state *s, rg_graph *g, rg_model_nodes *w, r
         rg_layer_nodes *N = &w->layers[il];
         for (int i = 0; i < a->n_tensors; i++) {
             const rg_arch_tensor *t = &a->tensors[i];
-            N->w[t->role] = (t->flags & RG_T_FROZEN) ? rg_model_leaf(g, L->t[t->role]) : full_param(&b, L->t[t->role]);
+            N->w[t->role] = (t->flags & RG_T_FROZEN) ? rg_model_leaf(g, L->t[t->role])
+                                                     : full_param(&b, L->t[t->role], !(t->flags & RG_T_F32));
         }
     }
     if (b.st) return b.st;

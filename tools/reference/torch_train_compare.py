@@ -12,7 +12,12 @@ The PyTorch model is transformers' LlamaForCausalLM (or Qwen2ForCausalLM for a
 qwen2 file) built from the GGUF's hyperparameters (layers, widths, heads, kv
 heads, head_dim, vocabulary, RoPE base, norm epsilon, tied head when the file
 has no output.weight), in float32, with random weights: a step's time does not
-depend on the values. Each step is one sequence of CTX random token ids with
+depend on the values. An lfm2 or mamba2 file (e.g. `retrograd make-tiny --shape
+lfm2-350m` / `mamba2-130m`) is loaded with its weights: Lfm2ForCausalLM through
+transformers' GGUF reader, Mamba2ForCausalLM through model_logits.py (transformers'
+CPU path, torch_forward: its chunked scan in plain torch ops, as a user without the
+CUDA kernels gets); LoRA there adapts what ours does by default (lfm2: q, k, v, o,
+w1/w3/w2 and the short conv's in_proj/out_proj; mamba2: in_proj and out_proj). Each step is one sequence of CTX random token ids with
 the next-token labels: forward with the loss, backward, AdamW step (lr 5e-5
 full, 2e-4 LoRA; weight decay 0.01; betas 0.9/0.999), zero_grad.
 torch.set_num_threads(THREADS). LoRA: PEFT's LoraConfig(r=16, lora_alpha=32,
@@ -52,10 +57,14 @@ def gguf_config(path):
         return v.tobytes().decode() if f.types and f.types[0].name == "STRING" else v.tolist()[0]
 
     arch = val("general.architecture")
-    if arch not in ("llama", "qwen2"):
-        sys.exit(f"{path}: architecture {arch!r}; this script builds llama and qwen2")
+    if arch not in ("llama", "qwen2", "lfm2", "mamba2"):
+        sys.exit(f"{path}: architecture {arch!r}; this script builds llama, qwen2, lfm2 and mamba2")
     names = {t.name for t in r.tensors}
     n_vocab = next(t.shape for t in r.tensors if t.name == "token_embd.weight")[1]
+    if arch in ("lfm2", "mamba2"):  # the hybrids are read from the file itself (their layer layout is in it)
+        return dict(arch=arch, path=os.path.abspath(path), vocab_size=int(n_vocab),
+                    hidden_size=val(f"{arch}.embedding_length"), num_hidden_layers=val(f"{arch}.block_count"),
+                    tie_word_embeddings="output.weight" not in names)
     n_embd, n_head = val(f"{arch}.embedding_length"), val(f"{arch}.attention.head_count")
     cfg = dict(arch=arch, vocab_size=int(n_vocab), hidden_size=n_embd,
                intermediate_size=val(f"{arch}.feed_forward_length"), num_hidden_layers=val(f"{arch}.block_count"),
@@ -74,7 +83,18 @@ def torch_steps(cfg, method, ctx, threads, steps):
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     kw = {k: v for k, v in cfg.items() if k != "arch"}
-    if cfg["arch"] == "qwen2":
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    if cfg["arch"] == "lfm2":
+        d, name = os.path.split(cfg["path"])
+        model = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32)
+        # ours by default: q, k, v, o, gate, up, down and the short conv's in/out projections
+        targets = ["q_proj", "k_proj", "v_proj", "out_proj", "w1", "w3", "w2", "in_proj"]
+    elif cfg["arch"] == "mamba2":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from model_logits import mamba2_from_gguf
+        model = mamba2_from_gguf(cfg["path"])
+        targets = ["in_proj", "out_proj"]  # a mamba2 layer has no other matrix
+    elif cfg["arch"] == "qwen2":
         model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**kw))
     else:
         model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**kw))
@@ -82,8 +102,7 @@ def torch_steps(cfg, method, ctx, threads, steps):
     lr = 5e-5
     if method == "lora":
         import peft
-        lc = peft.LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, bias="none",
-                             target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+        lc = peft.LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, bias="none", target_modules=targets)
         model = peft.get_peft_model(model, lc)
         lr = 2e-4
     params = [p for p in model.parameters() if p.requires_grad]

@@ -4,7 +4,8 @@
     python3 tools/reference/train_reference.py BUILD_DIR OUT_DIR [--arch A] [--f64-check]
 
 --arch qwen2 (the default) writes OUT_DIR/train-grads.ref, train-adamw.ref and train-sgd.ref;
---arch llama, qwen3, lfm2 or mamba2 writes OUT_DIR/train-grads-ARCH.ref (grads only).
+--arch lfm2 or mamba2 writes OUT_DIR/train-grads-ARCH.ref and train-adamw-ARCH.ref;
+--arch llama or qwen3 writes OUT_DIR/train-grads-ARCH.ref (grads only).
 lfm2 loads through transformers' GGUF mapping; mamba2 is model_logits.py's Mamba2ForCausalLM
 made from the file (transformers has no mamba2 GGUF mapping), with A_log frozen: the file
 stores A = -exp(A_log) and our full fine-tune keeps it, so neither side trains it. Text; the format is described byte by byte in tools/reference/README.md,
@@ -19,7 +20,8 @@ load; the script applies the converter's permutation to those weights before com
 and to their gradients before writing, so every fixture is in GGUF order.
 
   grads : loss and every parameter's gradient (norm, max |g|, 65 samples) on batch 0.
-  adamw : 10 steps of torch.optim.AdamW (decay on 2-D tensors only), clip_grad_norm_(1.0),
+  adamw : 10 steps of torch.optim.AdamW (decay on 2-D tensors only: the matrices; HF's conv
+          kernels are 3-D and its norms, biases and D 1-D, as our RG_T_F32 rows are undecayed), clip_grad_norm_(1.0),
           get_cosine_schedule_with_warmup(3, 10); per step loss, pre-clip norm, lr; at the
           end per parameter ||final - initial|| and 65 sampled final values.
   sgd   : the same with torch.optim.SGD(lr=0.05), no clipping, constant lr.
@@ -145,6 +147,12 @@ def load(gguf_path, dtype, arch):
     else:
         model = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32,
                                                      attn_implementation="eager")
+    # nn.Embedding(padding_idx=pad) gives the pad token's row no gradient from the input lookup
+    # (transformers sets it from the file's padding_token_id for lfm2): a convenience for padded
+    # batches, not the loss's gradient, which we compute; the random rows hold the pad id too.
+    emb = model.get_input_embeddings()
+    if emb.padding_idx is not None:
+        emb.padding_idx = None
     if getattr(model.config, "attention_dropout", 0.0) != 0.0:
         raise SystemExit("attention_dropout is not 0")
     if model.config.model_type != arch:
@@ -348,8 +356,14 @@ def main():
     arch = args[args.index("--arch") + 1] if "--arch" in args[2:-1] else "qwen2"
     if arch not in ("llama", "qwen2", "qwen3", "lfm2", "mamba2"):
         raise SystemExit(f"--arch {arch}: llama, qwen2, qwen3, lfm2 or mamba2")
-    # qwen2 keeps the original file names and also writes the trajectories.
-    kinds, suffix = (("grads", "adamw", "sgd"), "") if arch == "qwen2" else (("grads",), "-" + arch)
+    # qwen2 keeps the original file names and also writes both trajectories; the hybrids
+    # (whose scan and conv backward the trajectory exercises step after step) the AdamW one.
+    if arch == "qwen2":
+        kinds, suffix = ("grads", "adamw", "sgd"), ""
+    elif arch in ("lfm2", "mamba2"):
+        kinds, suffix = ("grads", "adamw"), "-" + arch
+    else:
+        kinds, suffix = ("grads",), "-" + arch
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
     torch.manual_seed(0)
