@@ -477,13 +477,13 @@ static void plain_scan_run(const plain_scan *c, float *y, float *fin, float *dxb
                 }
                 for (int64_t p = 0; p < P; p++) s1 += (double)x[p] * (double)gB[p], s2 += (double)q[p];
                 for (int64_t n = 0; n < N; n++) {
-                    float cs = 0.0f, bs = 0.0f;
+                    float cs[RG_SSM_LANES] = {0}, bs[RG_SSM_LANES] = {0};  // lane p mod 8, p in order
                     for (int64_t p = 0; p < P; p++) {
-                        cs = cs + St[(t + 1) * NP + n + N * p] * dy[p];
-                        bs = bs + G[n + N * p] * x[p];
+                        cs[p % RG_SSM_LANES] = cs[p % RG_SSM_LANES] + St[(t + 1) * NP + n + N * p] * dy[p];
+                        bs[p % RG_SSM_LANES] = bs[p % RG_SSM_LANES] + G[n + N * p] * x[p];
                     }
-                    dCh[n + N * (h + H * (t + T * s))] = cs;
-                    dBh[n + N * (h + H * (t + T * s))] = step * bs;
+                    dCh[n + N * (h + H * (t + T * s))] = rg_ssm_lanes_sum(cs);
+                    dBh[n + N * (h + H * (t + T * s))] = step * rg_ssm_lanes_sum(bs);
                 }
                 ddt[h + H * (t + T * s)] = (float)((s1 + (double)c->A[h] * (double)decay * s2) * (double)slope);
                 dAh[h + H * s] += (double)step * (double)decay * s2;

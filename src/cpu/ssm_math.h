@@ -45,4 +45,14 @@ RG_HD static inline void rg_ssm_dt_values(float dt, float A, bool starts_doc, fl
     *slope = u > 20.0 ? 1.0f : (float)(u >= 0.0 ? 1.0 / (1.0 + exp(-u)) : exp(u) / (1.0 + exp(u)));
 }
 
+// The order of the scan backward's sums over a head's lanes p (dC and dB): eight partial
+// sums, lane j taking p = j, j + 8, j + 16, ... in order, then combined as
+// ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)). One order for the CPU (which runs the eight as
+// vector lanes) and the CUDA kernels, so their bits agree; a plain p-in-order sum was a
+// chain of P dependent adds per state row.
+#define RG_SSM_LANES 8
+RG_HD static inline float rg_ssm_lanes_sum(const float a[RG_SSM_LANES]) {
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
 #endif

@@ -265,14 +265,20 @@ __global__ void ssm_scan_back_kernel(scan_geom g, scan_back_bufs b) {
                     sgB[tid] = gB, sq[tid] = q;
                 }
                 __syncthreads();
-                if (tid < N) {  // row n's sums over p: this head's dC and dB terms
-                    float c_acc = 0.0f, b_acc = 0.0f;
-                    for (int64_t p = 0; p < P; p++) {
-                        c_acc = __fadd_rn(c_acc, __fmul_rn(S_cur[tid * P + p], dy[p]));
-                        b_acc = __fadd_rn(b_acc, __fmul_rn(G[tid * Pp + p], x[p]));
+                if (tid < N) {  // row n's sums over p, in rg_ssm_lanes_sum's order: this head's dC and dB terms
+                    float c_acc[RG_SSM_LANES], b_acc[RG_SSM_LANES];
+                    for (int l = 0; l < RG_SSM_LANES; l++) c_acc[l] = 0.0f, b_acc[l] = 0.0f;
+                    for (int64_t p0 = 0; p0 < P; p0 += RG_SSM_LANES) {
+                        for (int l = 0; l < RG_SSM_LANES; l++) {  // lane l: p = l mod 8 (registers, static index)
+                            const int64_t p = p0 + l;
+                            if (p < P) {
+                                c_acc[l] = __fadd_rn(c_acc[l], __fmul_rn(S_cur[tid * P + p], dy[p]));
+                                b_acc[l] = __fadd_rn(b_acc[l], __fmul_rn(G[tid * Pp + p], x[p]));
+                            }
+                        }
                     }
-                    b.dC_h[tid + N * it] = c_acc;
-                    b.dB_h[tid + N * it] = __fmul_rn(step, b_acc);
+                    b.dC_h[tid + N * it] = rg_ssm_lanes_sum(c_acc);
+                    b.dB_h[tid + N * it] = __fmul_rn(step, rg_ssm_lanes_sum(b_acc));
                 }
                 if (tid == 0) {
                     double s1 = 0.0, s2 = 0.0;
