@@ -167,6 +167,39 @@ print(json.dumps({"tok_s": TORCH_TABLE[job["method"]], "torch": "9.9-fake"}))
 """
 
 
+FAKE_LLAMA_FILE = r'''#!/usr/bin/env python3
+import json, sys
+pp, tg = {"lfm2-q4_k_m.gguf": (400, 40), "lfm2-f16.gguf": (300, 20)}[sys.argv[2].rsplit("/", 1)[-1]]
+print(json.dumps([{"n_prompt": 128, "n_gen": 0, "avg_ts": pp, "samples_ts": [pp - 1, pp]},
+                  {"n_prompt": 0, "n_gen": 32, "avg_ts": tg, "samples_ts": [tg]}]))
+'''
+FAKE_BENCH_FILE = r'''#!/usr/bin/env python3
+import os
+pp, tg = {"lfm2-q4_k_m.gguf": (600, 50), "lfm2-f16.gguf": (330, 30)}[os.path.basename(os.environ["RG_BENCH_MODEL"])]
+print("type             prompt tok/s    gen tok/s     gen of ceiling   after prompt")
+print("%-16s %12.1f %12.1f %18s %14.1f" % ("file", pp, tg, "99% of 40", tg - 1))
+'''
+
+
+def check_model_mode(tmp):
+    """--model FILE: each file as it is, llama-bench and bench_generate's "file" row (RG_BENCH_MODEL)."""
+    d = os.path.join(tmp, "files")
+    os.makedirs(d)
+    script(os.path.join(d, "llama-bench"), FAKE_LLAMA_FILE)
+    script(os.path.join(d, "bench_generate"), FAKE_BENCH_FILE)
+    paths = [os.path.join(d, n) for n in ("lfm2-q4_k_m.gguf", "lfm2-f16.gguf")]
+    for path in paths:
+        open(path, "wb").close()
+    cmd = [sys.executable, TOOL, "--llama-bench", os.path.join(d, "llama-bench"), "--bench",
+           os.path.join(d, "bench_generate"), "--rounds", "2"] + [x for p in paths for x in ("--model", p)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    check("--model files run", r.returncode == 0, r.stderr[-400:])
+    line = "  lfm2-q4_k_m.gguf             prompt 1.50 (worst 1.50)   generation 1.25 (worst 1.25)"
+    check("--model rows: ours / llama-bench per file", line in r.stdout, f"wanted {line!r} in\n{r.stdout}")
+    r = subprocess.run(cmd[:-1] + [os.path.join(d, "gone.gguf")], capture_output=True, text=True)
+    check("--model: a missing file is named", r.returncode != 0 and "gone.gguf is missing" in r.stderr, r.stderr[-400:])
+
+
 def check_finetune_tool(tmp):
     d = os.path.join(tmp, "ft")
     os.makedirs(d)
@@ -291,6 +324,7 @@ def main():
         r = run(tmp, "f32", rounds=1)
         check("the shipped Q4_1 copy is required", r.returncode != 0 and "smollm2-q4_1.gguf is missing" in r.stderr,
               r.stderr[-400:])
+        check_model_mode(tmp)
         check_finetune_tool(tmp)
         check_torch_tool(tmp, sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build"))
     print(f"{passed} passed, {failed} failed")

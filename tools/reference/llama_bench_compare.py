@@ -5,6 +5,8 @@ machine at hand: the comparison behind issue 5's speed bar (SmolLM2-135M,
 
     python3 tools/reference/llama_bench_compare.py --llama-bench PATH/llama-bench \\
         [--bench build/bench_generate] [--rounds 3] [--reps 5] DIR [TYPE ...]
+    python3 tools/reference/llama_bench_compare.py --llama-bench PATH/llama-bench \\
+        --model A.gguf [--model B.gguf ...]      (any files as they are, e.g. the LFM2-350M shape)
 
 DIR holds smollm2-<type>.gguf files as bench_generate writes them with
 RG_BENCH_CACHE=DIR (f32, f16, bf16, q8_0, q4_0, q4_k_m; the shipped Q4_1 file,
@@ -59,15 +61,46 @@ def ours(exe, src, cache, typ, reps):
     sys.exit(f"bench_generate printed no row for {typ}:\n{out}")
 
 
+def ours_file(exe, path, reps):
+    """bench_generate on one file as it is (RG_BENCH_MODEL): its "file" row."""
+    env = dict(os.environ, RG_BENCH_MODEL=path, RG_BENCH_REPS=str(reps))
+    out = subprocess.run([exe], check=True, capture_output=True, text=True, env=env).stdout
+    for line in out.splitlines():
+        m = re.match(r"^file\s+([\d.]+)\s+([\d.]+)\s", line)
+        if m:
+            return float(m.group(1)), float(m.group(2))
+    sys.exit(f"bench_generate printed no file row for {path}:\n{out}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--llama-bench", required=True)
     ap.add_argument("--bench", default="build/bench_generate")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("dir")
+    ap.add_argument("--model", action="append", default=[],
+                    help="instead of DIR's SmolLM2 types: this file as it is (repeatable; e.g. make-tiny "
+                         "--arch lfm2 --shape lfm2-350m in q4_k_m and f16); DIR is then not read")
+    ap.add_argument("dir", nargs="?")
     ap.add_argument("types", nargs="*")
     a = ap.parse_args()
+    if a.model:
+        for path in a.model:
+            if not os.path.exists(path):
+                sys.exit(f"{path} is missing")
+        rows = {os.path.basename(p): [] for p in a.model}
+        print(f"{'round':>5} {'file':28} {'llama pp':>9} {'ours pp':>9} {'ratio':>6} {'llama tg':>9} {'ours tg':>9} {'ratio':>6}")
+        for r in range(a.rounds):
+            for path in a.model:
+                lpp, ltg = llama_bench(a.llama_bench, path, a.reps)
+                opp, otg = ours_file(a.bench, path, a.reps)
+                rows[os.path.basename(path)].append((lpp, opp, ltg, otg))
+                print(f"{r + 1:>5} {os.path.basename(path):28} {lpp:9.1f} {opp:9.1f} {opp / lpp:6.2f} {ltg:9.1f} "
+                      f"{otg:9.1f} {otg / ltg:6.2f}", flush=True)
+        summary(rows, 28)
+        return
+    if not a.dir:
+        sys.exit("DIR (the SmolLM2 types) or --model FILE is needed")
     types = a.types or TYPES
     src = os.path.join(a.dir, "smollm2-q4_1.gguf")
     if not os.path.exists(src):
@@ -84,11 +117,15 @@ def main():
             rows[t].append((lpp, opp, ltg, otg))
             print(f"{r + 1:>5} {t:8} {lpp:9.1f} {opp:9.1f} {opp / lpp:6.2f} {ltg:9.1f} {otg:9.1f} {otg / ltg:6.2f}",
                   flush=True)
+    summary(rows, 8)
+
+
+def summary(rows, width):
     print("median of the per-round ratios (ours / llama-bench), and the worst round:")
-    for t in types:
-        pr = [o / l for l, o, _, _ in rows[t]]
-        gr = [o / l for _, _, l, o in rows[t]]
-        print(f"  {t:8} prompt {statistics.median(pr):.2f} (worst {min(pr):.2f})   "
+    for t, v in rows.items():
+        pr = [o / l for l, o, _, _ in v]
+        gr = [o / l for _, _, l, o in v]
+        print(f"  {t:{width}} prompt {statistics.median(pr):.2f} (worst {min(pr):.2f})   "
               f"generation {statistics.median(gr):.2f} (worst {min(gr):.2f})")
 
 

@@ -93,7 +93,7 @@ def torch_steps(cfg, method, ctx, threads, steps):
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from model_logits import mamba2_from_gguf
         model = mamba2_from_gguf(cfg["path"])
-        targets = ["in_proj", "out_proj"]  # a mamba2 layer has no other matrix
+        targets = ["in_proj", "out_proj"]  # a mamba2 layer has no other matrix (PEFT refuses out_proj: see main)
     elif cfg["arch"] == "qwen2":
         model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**kw))
     else:
@@ -171,6 +171,11 @@ def main():
         if m not in ("full", "lora"):
             sys.exit(f"--method {m!r}: full or lora")
     cfg = gguf_config(a.model)
+    if cfg["arch"] == "mamba2" and "lora" in methods:
+        # PEFT 0.21 refuses out_proj (and conv1d) as LoRA targets of Mamba-2 models (its fused CUDA
+        # path reads those weights directly), so the two sides could not adapt the same matrices.
+        sys.exit("--method lora on a mamba2 file: PEFT refuses LoRA on Mamba-2's out_proj, so PyTorch cannot do "
+                 "the steps ours does (in_proj and out_proj); use --method full")
     rows = {}  # label -> list of (torch, ours)
     print(f"PyTorch vs bench_train: {os.path.basename(a.model)} shape ({cfg['num_hidden_layers']} layers, "
           f"{cfg['hidden_size']} wide, vocab {cfg['vocab_size']}, tied {cfg['tie_word_embeddings']}), context {a.ctx}, "
