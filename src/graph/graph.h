@@ -21,7 +21,7 @@
 #include "retrograd.h"
 #include "tensor/tensor.h"
 
-#define RG_MAX_SRC 5  // ADAMW with a master copy reads five tensors
+#define RG_MAX_SRC 6  // FLASH_ATTN_BACK reads six tensors (d, q, k, v, the forward, seg)
 
 // The op table's enumeration. The order is the order of rg_op_defs[] (ops.c).
 typedef enum rg_op {
