@@ -9,6 +9,8 @@
 #include <string.h>
 #ifdef __AVX2__
 #include <immintrin.h>
+
+#include "cpu/transpose8_avx2.h"
 #endif
 
 #include "base/threadpool.h"
@@ -60,6 +62,61 @@ static inline void fa_dot_rows(const float *restrict x, const float *restrict ro
     }
 }
 
+// fa_dot_rows for the rows of two vectors at once, x0 into out0 and x1 into out1 (x1 NULL:
+// x0 alone): the AVX2 build loads each row once for both (4 rows x 2 vectors per pass);
+// every dot product makes fa_dot_rows' operations in its order.
+static inline void fa_dot_rows2(const float *restrict x0, const float *restrict x1, const float *restrict rows, int64_t n,
+                                int64_t Dh, float *restrict out0, float *restrict out1) {
+#ifdef __AVX2__
+    if (x1) {
+        const int64_t D8 = Dh & ~(int64_t)7;
+        int64_t r = 0;
+        for (; r + 4 <= n; r += 4) {
+            const float *r0 = rows + r * Dh, *r1 = r0 + Dh, *r2 = r1 + Dh, *r3 = r2 + Dh;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+            for (int64_t i = 0; i < D8; i += 8) {
+                const __m256 u = _mm256_loadu_ps(x0 + i), v = _mm256_loadu_ps(x1 + i);
+                const __m256 k0 = _mm256_loadu_ps(r0 + i), k1 = _mm256_loadu_ps(r1 + i), k2 = _mm256_loadu_ps(r2 + i),
+                             k3 = _mm256_loadu_ps(r3 + i);
+                a0 = _mm256_add_ps(a0, _mm256_mul_ps(u, k0)), b0 = _mm256_add_ps(b0, _mm256_mul_ps(v, k0));
+                a1 = _mm256_add_ps(a1, _mm256_mul_ps(u, k1)), b1 = _mm256_add_ps(b1, _mm256_mul_ps(v, k1));
+                a2 = _mm256_add_ps(a2, _mm256_mul_ps(u, k2)), b2 = _mm256_add_ps(b2, _mm256_mul_ps(v, k2));
+                a3 = _mm256_add_ps(a3, _mm256_mul_ps(u, k3)), b3 = _mm256_add_ps(b3, _mm256_mul_ps(v, k3));
+            }
+            if (D8 == Dh) {  // no tail: the eight trees at once, lanes transposed (the same adds, pair by pair)
+                __m256i t[8] = {_mm256_castps_si256(a0), _mm256_castps_si256(a1), _mm256_castps_si256(a2),
+                                _mm256_castps_si256(a3), _mm256_castps_si256(b0), _mm256_castps_si256(b1),
+                                _mm256_castps_si256(b2), _mm256_castps_si256(b3)};
+                rg_transpose8_epi32(t);
+                __m256 f[8];
+                for (int k = 0; k < 8; k++) f[k] = _mm256_castsi256_ps(t[k]);
+                const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(f[0], f[1]), _mm256_add_ps(f[2], f[3])),
+                                                 _mm256_add_ps(_mm256_add_ps(f[4], f[5]), _mm256_add_ps(f[6], f[7])));
+                float o[8];
+                _mm256_storeu_ps(o, sum);
+                for (int k = 0; k < 4; k++) out0[r + k] = o[k], out1[r + k] = o[4 + k];
+                continue;
+            }
+            float l[8][8];
+            _mm256_storeu_ps(l[0], a0), _mm256_storeu_ps(l[1], a1), _mm256_storeu_ps(l[2], a2), _mm256_storeu_ps(l[3], a3);
+            _mm256_storeu_ps(l[4], b0), _mm256_storeu_ps(l[5], b1), _mm256_storeu_ps(l[6], b2), _mm256_storeu_ps(l[7], b3);
+            const float *rk[4] = {r0, r1, r2, r3};
+            for (int k = 0; k < 4; k++) {
+                out0[r + k] = fa_finish(l[k], x0, rk[k], D8, Dh);
+                out1[r + k] = fa_finish(l[4 + k], x1, rk[k], D8, Dh);
+            }
+        }
+        if (r < n) {
+            fa_dot_rows(x0, rows + r * Dh, n - r, Dh, out0 + r);
+            fa_dot_rows(x1, rows + r * Dh, n - r, Dh, out1 + r);
+        }
+        return;
+    }
+#endif
+    fa_dot_rows(x0, rows, n, Dh, out0);
+    if (x1) fa_dot_rows(x1, rows, n, Dh, out1);
+}
+
 // dst[c] = exp(a) for a = src[c] - sub, clamped to a <= 0 when clamp (a NaN stays NaN), by
 // exp_poly.h's exp(-|a|): its 8-lane form in the AVX2 build, the same bits as the scalar one.
 static inline void fa_exp_row(float *dst, const float *src, float sub, bool clamp, int64_t n) {
@@ -82,6 +139,42 @@ static inline void fa_exp_row(float *dst, const float *src, float sub, bool clam
 // y += a x over n elements (each lane its own multiply and add).
 static inline void fa_axpy(float *restrict y, float a, const float *restrict x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = y[i] + a * x[i];
+}
+
+// acc_i += sum_k w_ik x_k for i < n_acc (acc_i [Dh] at acc + i Dh, w_ik = w[i ws_i + k ws_k],
+// x_k = xrows[k], or xbase + k xstride without xrows), k < n_terms in order, a zero weight
+// skipped: fa_axpy term after term. The AVX2 build keeps 32 floats of acc_i in registers over
+// the terms: the same operations in the same order, so the same bits.
+static inline void fa_accum(float *restrict acc, int64_t n_acc, const float *restrict w, int64_t ws_i, int64_t ws_k,
+                            const float *const *xrows, const float *xbase, int64_t xstride, int64_t n_terms, int64_t Dh) {
+    for (int64_t i = 0; i < n_acc; i++) {
+        float *a = acc + i * Dh;
+        const float *wi = w + i * ws_i;
+        int64_t e0 = 0;
+#ifdef __AVX2__
+        for (; e0 + 32 <= Dh; e0 += 32) {
+            __m256 a0 = _mm256_loadu_ps(a + e0), a1 = _mm256_loadu_ps(a + e0 + 8), a2 = _mm256_loadu_ps(a + e0 + 16),
+                   a3 = _mm256_loadu_ps(a + e0 + 24);
+            for (int64_t k = 0; k < n_terms; k++) {
+                const float wk = wi[k * ws_k];
+                if (wk == 0.0f) continue;
+                const __m256 wv = _mm256_set1_ps(wk);
+                const float *x = (xrows ? xrows[k] : xbase + k * xstride) + e0;
+                a0 = _mm256_add_ps(a0, _mm256_mul_ps(wv, _mm256_loadu_ps(x)));
+                a1 = _mm256_add_ps(a1, _mm256_mul_ps(wv, _mm256_loadu_ps(x + 8)));
+                a2 = _mm256_add_ps(a2, _mm256_mul_ps(wv, _mm256_loadu_ps(x + 16)));
+                a3 = _mm256_add_ps(a3, _mm256_mul_ps(wv, _mm256_loadu_ps(x + 24)));
+            }
+            _mm256_storeu_ps(a + e0, a0), _mm256_storeu_ps(a + e0 + 8, a1);
+            _mm256_storeu_ps(a + e0 + 16, a2), _mm256_storeu_ps(a + e0 + 24, a3);
+        }
+#endif
+        if (e0 == Dh) continue;
+        for (int64_t k = 0; k < n_terms; k++) {
+            const float wk = wi[k * ws_k];
+            if (wk != 0.0f) fa_axpy(a + e0, wk, (xrows ? xrows[k] : xbase + k * xstride) + e0, Dh - e0);
+        }
+    }
 }
 
 static inline const float *fa_qrow(const flash_job *j, int64_t s, int64_t h, int64_t t) {
@@ -139,9 +232,12 @@ static inline bool fa_key_tile(const flash_job *j, const int32_t *seg, int64_t s
 static inline void fa_scores(const flash_job *j, const float *const *qr, int64_t nr, const float *Kt, int64_t nc,
                              const int32_t *seg, int64_t qpos0, int64_t j0, float *S) {
     const float cap = j->softcap;
+    for (int64_t r = 0; r < nr; r += 2) {  // q rows in pairs: each key row loaded once for two
+        const bool two = r + 1 < nr;
+        fa_dot_rows2(qr[r], two ? qr[r + 1] : NULL, Kt, nc, j->d.Dh, S + r * BC, two ? S + (r + 1) * BC : NULL);
+    }
     for (int64_t r = 0; r < nr; r++) {
         float *row = S + r * BC;
-        fa_dot_rows(qr[r], Kt, nc, j->d.Dh, row);
         for (int64_t c = 0; c < nc; c++) {
             float s = j->scale * row[c];
             if (cap > 0.0f) s = cap * tanhf(s / cap);
@@ -180,8 +276,7 @@ static void fa_fwd_item(const flash_job *j, float *w, int64_t s, int64_t h, int6
             float *a = acc + r * Dh;
             if (alpha != 1.0f)
                 for (int64_t e = 0; e < Dh; e++) a[e] = alpha * a[e];
-            for (int64_t c = 0; c < nc; c++)
-                if (p[c] != 0.0f) fa_axpy(a, p[c], Vt + c * Dh, Dh);
+            fa_accum(a, 1, p, 0, 1, NULL, Vt, Dh, nc, Dh);  // a += sum_c p_c v_c
         }
     }
     for (int64_t r = 0; r < nr; r++) {
@@ -232,11 +327,14 @@ static inline void fa_back_tile(const flash_job *j, const float *const *qr, cons
     const flash_dims *d = &j->d;
     const float cap = j->softcap;
     fa_scores(j, qr, nr, Kt, nc, seg, i0 + d->Tk - d->T, j0, P);
+    for (int64_t r = 0; r < nr; r += 2) {  // dP = dO.v, dO rows in pairs
+        const bool two = r + 1 < nr;
+        fa_dot_rows2(dor[r], two ? dor[r + 1] : NULL, Vt, nc, d->Dh, G + r * BC, two ? G + (r + 1) * BC : NULL);
+    }
     for (int64_t r = 0; r < nr; r++) {
         const int64_t row = i0 + r + d->T * (h + d->H * s);
         const float lse = j->flse[row], D = j->Dsum[row];
         float *p = P + r * BC, *gr = G + r * BC, e[BC];
-        fa_dot_rows(dor[r], Vt, nc, d->Dh, gr);  // dP
         fa_exp_row(e, p, lse, true, nc);
         for (int64_t c = 0; c < nc; c++) {
             const float pc = e[c];
@@ -274,11 +372,8 @@ static void fa_dkv_item(const flash_job *j, float *w, int64_t s, int64_t g, int6
             for (int64_t r = 0; r < nr; r++)
                 qr[r] = fa_qrow(j, s, h, i0 + r), dor[r] = j->dO + Dh * (h + d->H * (i0 + r + d->T * s));
             fa_back_tile(j, qr, dor, s, h, i0, nr, Kt, Vt, j0, nc, seg, P, G);
-            for (int64_t r = 0; r < nr; r++)
-                for (int64_t c = 0; c < nc; c++) {
-                    if (P[r * BC + c] != 0.0f) fa_axpy(dV + c * Dh, P[r * BC + c], dor[r], Dh);
-                    if (G[r * BC + c] != 0.0f) fa_axpy(dK + c * Dh, G[r * BC + c], qr[r], Dh);
-                }
+            fa_accum(dV, nc, P, 1, BC, dor, NULL, 0, nr, Dh);  // dV_c += sum_r P_rc dO_r
+            fa_accum(dK, nc, G, 1, BC, qr, NULL, 0, nr, Dh);   // dK_c += sum_r g_rc q_r
         }
     const size_t at = (size_t)(Dh * (j0 + d->Tk * (g + d->Hkv * s))), bytes = sizeof(float) * (size_t)(nc * Dh);
     memcpy(j->dk + at, dK, bytes);
@@ -306,9 +401,7 @@ static void fa_dq_item(const flash_job *j, float *w, int64_t s, int64_t h, int64
     for (int64_t j0 = 0, nc; j0 < d->Tk; j0 += BC) {
         if (!fa_key_tile(j, seg, s, g, i0 + off, nr, j0, &nc, Kt, Vt)) continue;
         fa_back_tile(j, qr, dor, s, h, i0, nr, Kt, Vt, j0, nc, seg, P, G);
-        for (int64_t r = 0; r < nr; r++)
-            for (int64_t c = 0; c < nc; c++)
-                if (G[r * BC + c] != 0.0f) fa_axpy(acc + r * Dh, G[r * BC + c], Kt + c * Dh, Dh);
+        fa_accum(acc, nr, G, BC, 1, NULL, Kt, Dh, nc, Dh);  // dQ_r += sum_c g_rc k_c
     }
     for (int64_t r = 0; r < nr; r++)
         memcpy(j->dq + Dh * (i0 + r + d->T * (h + d->H * s)), acc + r * Dh, sizeof(float) * (size_t)Dh);
