@@ -45,9 +45,9 @@ build_or_fail() {
 
 if build_or_fail release build -DRG_WERROR=ON; then
   for t in build/test_*; do [ -x "$t" ] && run_suite "$(basename "$t")" "$t"; done
-  # The SSM scan's AVX2 loops and the baseline ones promise the same bits: the plain-loop check
+  # The SSM scan's and flash attention's AVX2 loops and the baseline ones promise the same bits: the plain-loop check
   # and the scan rows again on the baseline path.
-  for c in ssm_scan_sequential ssm_scan ssm_scan_back; do
+  for c in ssm_scan_sequential ssm_scan ssm_scan_back flash_attn_ext flash_attn_back; do
     run_suite "test_ops $c on the baseline kernels (RG_NO_AVX2=1)" env RG_NO_AVX2=1 build/test_ops "$c"
   done
   run_suite "cli" bash tests/cli/test_cli.sh build

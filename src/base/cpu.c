@@ -36,6 +36,8 @@ int rg_cpu_has_avx2(void) {
     return v;
 }
 
+void rg_cpu_force_baseline(int on) { atomic_store_explicit(&cached, on ? 0 : -1, memory_order_relaxed); }
+
 static atomic_int cached_vnni = -1;
 
 static int detect_vnni(void) {

@@ -4,6 +4,10 @@
 
 // 1 when AVX2, FMA and F16C are all usable (CPU and OS), so *_avx2.c kernels may run.
 int rg_cpu_has_avx2(void);
+// For tests that compare the two paths in one process: on = 1 makes rg_cpu_has_avx2() answer
+// 0 from now on (what RG_NO_AVX2=1 does; kernels that asked before keep their choice), on = 0
+// detects again. Not for use while kernels run.
+void rg_cpu_force_baseline(int on);
 // 1 when AVX512 F/BW/VL and VNNI are usable (CPU and OS), so *_avx512.c kernels may run
 // (RG_NO_AVX512=1 in the environment says 0, to compare against the other paths).
 int rg_cpu_has_avx512_vnni(void);

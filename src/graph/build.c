@@ -658,8 +658,10 @@ rg_node *rg_sgd_momentum(rg_graph *g, rg_node *sgd, rg_node *buf, float momentum
 rg_node *rg_graph_clone_node(rg_graph *g, const rg_node *n, rg_node *const src[RG_MAX_SRC], rg_node *view_of) {
     rg_node *c = node_new(g, n->op, n->t.type, n->t.ne, src[0], src[1], src[2], src[3]);
     if (!c) return NULL;
-    c->src[4] = src[4];
-    if (c->src[4] && (c->src[4]->flags & RG_NODE_NEEDS_GRAD)) c->flags |= RG_NODE_NEEDS_GRAD;
+    for (int i = 4; i < RG_MAX_SRC; i++) {
+        c->src[i] = src[i];
+        if (src[i] && (src[i]->flags & RG_NODE_NEEDS_GRAD)) c->flags |= RG_NODE_NEEDS_GRAD;
+    }
     c->t = n->t;
     c->t.data = NULL;
     c->t.view_src = NULL;
@@ -692,15 +694,17 @@ rg_node *rg_attn_decode(rg_graph *g, rg_node *q, rg_node *k, rg_node *vt, float 
 // ---------------------------------------------------------------------------
 // The state-space family (graph.h, SSM_*): the shape rules here, the packed layouts in pack.c.
 
-// A packing op's node: 1-D f32 of its layout's length, sources src[0..4], ip copied.
-static rg_node *packed_node(rg_graph *g, rg_op op, rg_node *const src[RG_MAX_SRC], const int64_t ip[8]) {
+// A packing op's node (ops.h): 1-D f32 of its layout's length, sources src[0..RG_MAX_SRC), ip copied.
+rg_node *rg_graph_packed_node(rg_graph *g, rg_op op, rg_node *const src[RG_MAX_SRC], const int64_t ip[8]) {
     rg_pack p;
     if (!rg_pack_layout(op, src, ip, &p)) return fail(g, RG_ERR_ARG, "%s: the sources give no layout", rg_op_name(op));
     const int64_t ne[4] = {p.total, 1, 1, 1};
     rg_node *n = node_new(g, op, RG_TYPE_F32, ne, src[0], src[1], src[2], src[3]);
     if (!n) return NULL;
-    n->src[4] = src[4];
-    if (src[4] && (src[4]->flags & RG_NODE_NEEDS_GRAD)) n->flags |= RG_NODE_NEEDS_GRAD;
+    for (int i = 4; i < RG_MAX_SRC; i++) {
+        n->src[i] = src[i];
+        if (src[i] && (src[i]->flags & RG_NODE_NEEDS_GRAD)) n->flags |= RG_NODE_NEEDS_GRAD;
+    }
     memcpy(n->ip, ip, sizeof n->ip);
     return n;
 }
@@ -750,7 +754,7 @@ rg_node *rg_ssm_conv(rg_graph *g, rg_node *x, rg_node *c, rg_node *state, rg_nod
     if (!ssm_conv_sources(g, "ssm_conv", x, c, state, seg)) return NULL;
     rg_node *src[RG_MAX_SRC] = {x, contiguous(g, c), state ? contiguous(g, state) : NULL, seg ? contiguous(g, seg) : NULL,
                                 NULL};
-    return packed_node(g, RG_OP_SSM_CONV, src, (const int64_t[8]){0});
+    return rg_graph_packed_node(g, RG_OP_SSM_CONV, src, (const int64_t[8]){0});
 }
 
 // d: the gradient of the whole output of `op`'s forward (its layout with these sources).
@@ -772,7 +776,7 @@ rg_node *rg_ssm_conv_back(rg_graph *g, rg_node *d, rg_node *x, rg_node *c, rg_no
         return NULL;
     rg_node *src[RG_MAX_SRC] = {contiguous(g, d), x, contiguous(g, c), state ? contiguous(g, state) : NULL,
                                 seg ? contiguous(g, seg) : NULL};
-    return packed_node(g, RG_OP_SSM_CONV_BACK, src, (const int64_t[8]){0});
+    return rg_graph_packed_node(g, RG_OP_SSM_CONV_BACK, src, (const int64_t[8]){0});
 }
 
 // A [1, H] or [H] for n_head H (from `from`, dt or dta): Mamba-2's scalar decay per head.
@@ -828,7 +832,7 @@ rg_node *rg_ssm_scan(rg_graph *g, rg_node *xbc, rg_node *dt, rg_node *A, rg_node
         return NULL;
     rg_node *src[RG_MAX_SRC] = {contiguous(g, xbc), contiguous(g, dt), contiguous(g, A),
                                 state ? contiguous(g, state) : NULL, seg ? contiguous(g, seg) : NULL};
-    return packed_node(g, RG_OP_SSM_SCAN, src, (const int64_t[8]){head_dim, d_state, n_group});
+    return rg_graph_packed_node(g, RG_OP_SSM_SCAN, src, (const int64_t[8]){head_dim, d_state, n_group});
 }
 
 rg_node *rg_ssm_scan_back(rg_graph *g, rg_node *d, rg_node *xbc, rg_node *dta, rg_node *A, rg_node *state,
@@ -846,7 +850,7 @@ rg_node *rg_ssm_scan_back(rg_graph *g, rg_node *d, rg_node *xbc, rg_node *dta, r
         return NULL;
     rg_node *src[RG_MAX_SRC] = {contiguous(g, d), contiguous(g, xbc), contiguous(g, dta), contiguous(g, A),
                                 state ? contiguous(g, state) : NULL};
-    return packed_node(g, RG_OP_SSM_SCAN_BACK, src, ip);
+    return rg_graph_packed_node(g, RG_OP_SSM_SCAN_BACK, src, ip);
 }
 
 rg_node *rg_ssm_part(rg_graph *g, rg_node *packed, int part) {

@@ -21,7 +21,7 @@
 #include "retrograd.h"
 #include "tensor/tensor.h"
 
-#define RG_MAX_SRC 5  // ADAMW with a master copy reads five tensors
+#define RG_MAX_SRC 6  // FLASH_ATTN_BACK reads six tensors (d, q, k, v, the forward, seg)
 
 // The op table's enumeration. The order is the order of rg_op_defs[] (ops.c).
 typedef enum rg_op {
@@ -91,6 +91,14 @@ typedef enum rg_op {
                              // ip: head_dim P, d_state N, n_group G -> packed [y [P, H, T, S], final state [N, P, H, S]]
     RG_OP_SSM_SCAN_BACK,     // (d like SSM_SCAN's output, xBC, SSM_DT's output, A, state or NULL) ip as SSM_SCAN
                              // -> packed [dxBC, ddt [H, T, S], dA (A's shape), dstate [N, P, H, S]]
+    // Flash attention (training.md §6): softmax(softcap(scale q.k) + mask) v without the
+    // [Tk, T] scores, one packed output (graph/pack.h); rg_flash_* below has the rules.
+    // CPU only; CUDA: not yet (the CUDA column has no cell, so the planner keeps them on the CPU).
+    RG_OP_FLASH_ATTN_EXT,    // (q [Dh, T, H, S] f32, k [Dh, Tk, Hkv, S], v [Dh, Tk, Hkv, S] f32 or f16, seg I32 [Tk] or
+                             // [Tk, S] or NULL, sinks [H] f32 or NULL) ip: causal, window; fp: scale, softcap
+                             // -> packed [o [Dh, H, T, S], lse [T, H, S]]
+    RG_OP_FLASH_ATTN_BACK,   // (d like FLASH_ATTN_EXT's output, q, k, v, the FLASH_ATTN_EXT node, seg or NULL) ip, fp as
+                             // the forward's -> packed [dq [Dh, T, H, S], dk [Dh, Tk, Hkv, S], dv [Dh, Tk, Hkv, S]]
     RG_OP_COUNT,
 } rg_op;
 
@@ -271,6 +279,45 @@ enum { RG_SSM_SCAN_BACK_DXBC = 0, RG_SSM_SCAN_BACK_DDT = 1, RG_SSM_SCAN_BACK_DA 
 // silu(part 0 of ssm_conv(xBC, conv1d.weight, state, seg) + conv1d.bias), then
 // y = part 0 of ssm_scan(xBC', dt_raw + dt_bias, ssm_a, state, seg) + x ⊙ ssm_d, then the
 // gate and the grouped norm. Part 1 of either op is the next chunk's state.
+
+// ---------------------------------------------------------------------------
+// Flash attention (training.md §6; the FlashAttention-2 algorithm, on the CPU). Names: Dh
+// head_dim, T queries and Tk keys per sequence (Tk >= T: the first Tk - T keys are a prefix
+// the queries follow, a KV cache), H query heads, Hkv kv heads (H a multiple of Hkv; query
+// head h reads kv head h / (H / Hkv)), S sequences. The shapes are ggml's flash_attn_ext's:
+//   q      [Dh, T, H, S]     f32, packed rows (nb[0] = 4), any other strides: a permuted view
+//                            of [Dh, H, T] (permute 0, 2, 1, 3) needs no copy
+//   k, v   [Dh, Tk, Hkv, S]  both f32 or both f16, packed rows, any other strides
+//   seg    I32 [Tk] (every sequence) or [Tk, S], or NULL: the document id of each position
+//   sinks  F32 [H] or NULL: an extra logit per head in the softmax's denominator (no value)
+// Query t sits at position qpos = t + (Tk - T), key j at kpos = j. Key j is visible to query
+// t when all of these hold: (causal) kpos <= qpos; (window W > 0) qpos - kpos < W; (seg)
+// seg[kpos] == seg[qpos]. Per head and query, over the visible keys:
+//   s_j = scale * q.k_j;  with softcap c > 0: s_j = c * tanh(s_j / c)  (before the mask)
+//   lse = log(e^sink + sum_j e^(s_j))   (no sink term without sinks)
+//   o   = sum_j e^(s_j - lse) v_j
+// A query with no visible key and no sink gets o = 0 and lse = +inf (no such row exists
+// when Tk >= T: a query always sees its own position). f32 throughout, exp as exp_poly.h's.
+// The output packs part 0 o [Dh, H, T, S] (ggml's layout: reshaped to [Dh*H, T*S] it feeds
+// the output projection) and part 1 lse [T, H, S] (what the backward recomputes P from).
+typedef struct rg_flash_params {
+    float scale;     // usually 1/sqrt(Dh); finite
+    float softcap;   // 0: none; > 0 and finite
+    int64_t window;  // 0: none; > 0: a key is visible when qpos - kpos < window
+    bool causal;
+} rg_flash_params;
+rg_node *rg_flash_attn_ext(rg_graph *g, rg_node *q, rg_node *k, rg_node *v, rg_node *seg, rg_node *sinks,
+                           const rg_flash_params *p);
+// FLASH_ATTN_BACK for the FLASH_ATTN_EXT node fwd: d is the gradient of fwd's whole packed
+// output (o's and lse's: dS = P (dP - D) with D = rowsum(dO o) - dlse). Reads q, k, v and seg
+// through fwd's sources. Packed: part 0 dq [Dh, T, H, S], part 1 dk, part 2 dv [Dh, Tk, Hkv, S]
+// (dk, dv summed over the heads of each kv head, in head order). A forward with sinks is
+// refused: their gradient is not made here (build the materialized attention instead).
+rg_node *rg_flash_attn_back(rg_graph *g, rg_node *d, rg_node *fwd);
+// Part i of a FLASH_ATTN_EXT or FLASH_ATTN_BACK node (graph/pack.h), as a contiguous view.
+rg_node *rg_flash_part(rg_graph *g, rg_node *packed, int part);
+enum { RG_FLASH_O = 0, RG_FLASH_LSE = 1 };
+enum { RG_FLASH_BACK_DQ = 0, RG_FLASH_BACK_DK = 1, RG_FLASH_BACK_DV = 2 };
 
 // Optimizer steps, in place on a parameter (the node aliases its bytes).
 // The host computes the per-step scalars in double (training.md §1.2); see the

@@ -211,6 +211,19 @@ static rg_status bw_ssm_scan(rg_graph *g, rg_node *n, rg_error *err) {
     return RG_OK;
 }
 
+// FLASH_ATTN_EXT: FLASH_ATTN_BACK makes dq, dk and dv from the gradient of the whole packed
+// output (o's and lse's) in one node of two passes (training.md §6.3, §6.5). A forward with
+// attention sinks has no gradient here: rg_flash_attn_back refuses it, naming the sinks.
+static rg_status bw_flash_attn(rg_graph *g, rg_node *n, rg_error *err) {
+    if (!NEEDS(0) && !NEEDS(1) && !NEEDS(2)) return RG_OK;
+    rg_node *b = rg_flash_attn_back(g, n->grad, n);
+    if (!b) return rg_graph_error(g, err);
+    ADD_GRAD(0, rg_flash_part(g, b, RG_FLASH_BACK_DQ));
+    ADD_GRAD(1, rg_flash_part(g, b, RG_FLASH_BACK_DK));
+    ADD_GRAD(2, rg_flash_part(g, b, RG_FLASH_BACK_DV));
+    return RG_OK;
+}
+
 static bool plain_f32(const rg_node *n) {
     for (int i = 0; i < RG_MAX_SRC; i++)
         if (n->src[i] && n->src[i]->t.type != RG_TYPE_F32 && n->src[i]->t.type != RG_TYPE_I32) return false;
@@ -225,6 +238,18 @@ static bool fill_types(const rg_node *n) {
 static bool attn_decode_types(const rg_node *n) {
     uint32_t t = n->src[1]->t.type;
     return n->src[0]->t.type == RG_TYPE_F32 && (t == RG_TYPE_F32 || t == RG_TYPE_F16) && n->src[2]->t.type == t;
+}
+// q f32; k and v both f32 or both f16; seg i32; sinks, d and the forward f32.
+static bool flash_types(const rg_node *n) {
+    const int first = n->op == RG_OP_FLASH_ATTN_BACK;
+    const uint32_t kt = n->src[first + 1]->t.type;
+    if (n->src[first]->t.type != RG_TYPE_F32 || (kt != RG_TYPE_F32 && kt != RG_TYPE_F16) || n->src[first + 2]->t.type != kt)
+        return false;
+    for (int i = 0; i < RG_MAX_SRC; i++)
+        if (n->src[i] && i != first + 1 && i != first + 2 && n->src[i]->t.type != RG_TYPE_F32 &&
+            n->src[i]->t.type != RG_TYPE_I32)
+            return false;
+    return true;
 }
 static bool half_or_f32(const rg_node *n) {
     uint32_t t = n->src[0]->t.type;
@@ -290,4 +315,9 @@ const rg_op_def rg_op_defs[RG_OP_COUNT] = {
     [RG_OP_SSM_DT] = OP("ssm_dt", 2, 3, cpu_ssm_dt, NULL, plain_f32, NULL, false),
     [RG_OP_SSM_SCAN] = OP("ssm_scan", 3, 5, cpu_ssm_scan, cpu_ssm_scan_work, plain_f32, bw_ssm_scan, false),
     [RG_OP_SSM_SCAN_BACK] = OP("ssm_scan_back", 4, 5, cpu_ssm_scan_back, cpu_ssm_scan_back_work, plain_f32, NULL, false),
+    // CPU only; CUDA: not yet (no cell in the CUDA column: the planner keeps them on the CPU)
+    [RG_OP_FLASH_ATTN_EXT] = OP("flash_attn_ext", 3, 5, cpu_flash_attn_ext, cpu_flash_attn_ext_work, flash_types,
+                                bw_flash_attn, false),
+    [RG_OP_FLASH_ATTN_BACK] = OP("flash_attn_back", 5, 6, cpu_flash_attn_back, cpu_flash_attn_back_work, flash_types,
+                                 NULL, false),
 };

@@ -64,4 +64,9 @@ static inline rg_node *rg_optim_master(const rg_node *n) {
 // output flags and no gradient; the caller places it (graph rewrites).
 rg_node *rg_graph_clone_node(rg_graph *g, const rg_node *n, rg_node *const src[RG_MAX_SRC], rg_node *view_of);
 
+// The node of an op that packs several results (graph/pack.h): 1-D f32 of the op's
+// layout's length for these sources, ip copied; NULL with the graph's error set when
+// the sources give no layout. For constructors outside build.c (build_flash.c).
+rg_node *rg_graph_packed_node(rg_graph *g, rg_op op, rg_node *const src[RG_MAX_SRC], const int64_t ip[8]);
+
 #endif

@@ -45,6 +45,23 @@ bool rg_pack_layout(rg_op op, rg_node *const src[RG_MAX_SRC], const int64_t ip[8
         add_part(p, N, P, H, S);  // final state or dstate
         return true;
     }
+    case RG_OP_FLASH_ATTN_EXT:
+    case RG_OP_FLASH_ATTN_BACK: {
+        // FLASH_ATTN_EXT (q, k, ...), FLASH_ATTN_BACK (d, q, k, ...)
+        const int first = op == RG_OP_FLASH_ATTN_EXT ? 0 : 1;
+        const rg_node *q = src[first], *k = src[first + 1];
+        if (!q || !k) return false;
+        const int64_t Dh = q->t.ne[0], T = q->t.ne[1], H = q->t.ne[2], S = q->t.ne[3];
+        if (op == RG_OP_FLASH_ATTN_EXT) {
+            add_part(p, Dh, H, T, S);  // o
+            add_part(p, T, H, S, 1);   // lse
+        } else {
+            add_part(p, Dh, T, H, S);                                 // dq
+            add_part(p, Dh, k->t.ne[1], k->t.ne[2], k->t.ne[3]);      // dk
+            add_part(p, Dh, k->t.ne[1], k->t.ne[2], k->t.ne[3]);      // dv
+        }
+        return true;
+    }
     default: return false;
     }
 }

@@ -1,0 +1,146 @@
+// bench_flash_attn.c - causal self-attention of one sequence on the CPU: FLASH_ATTN_EXT and
+// its backward (FLASH_ATTN_BACK through autodiff) beside the materialized path they replace
+// (MUL_MAT, SOFT_MAX, MUL_MAT and their backward), in the same process, at T = 256, 1024 and
+// 4096 (8192 with RG_BENCH_FLASH_8192=1) and head_dim 64, 128, 256; 4 query heads over 2 kv
+// heads, f32, all cores.
+//
+//   ./build/bench_flash_attn      RG_BENCH_THREADS=N, RG_BENCH_FLASH_T=256,1024 (the lengths),
+//                                 RG_BENCH_FLASH_DH=64 (the head dims), RG_BENCH_FLASH_8192=1
+//
+// GFLOP/s by FlashAttention-2's convention: forward 4 T Tk H Dh, halved for causal; the
+// backward 2.5 times the forward (its five products; our dq pass recomputes two more, which
+// the convention does not count). The backward's time is that of the forward-and-backward
+// graph less the forward's. Memory: the planned buffer plus scratch of the forward-and-
+// backward graph (MiB), which for the materialized path holds the [T, T, H] scores, their
+// softmax and their gradients (one score tensor's MiB in its own column).
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/cpu.h"
+#include "base/rng.h"
+#include "bench_util.h"
+#include "graph/exec.h"
+#include "graph/plan.h"
+
+enum { H = 4, HKV = 2 };
+
+typedef struct bench_bufs {
+    float *q, *k, *v, *w;
+} bench_bufs;
+
+// o [Dh, H, T] of the flash op or of the materialized path; with train, loss = sum(o w) and its backward.
+static rg_graph *build(int64_t Dh, int64_t T, bool flash, bool train, const bench_bufs *b) {
+    rg_graph *g = rg_graph_new();
+    rg_node *(*mk)(rg_graph *, const char *, uint32_t, int, const int64_t *, void *) = train ? rg_param : rg_leaf;
+    rg_node *q = mk(g, "q", RG_TYPE_F32, 3, (int64_t[]){Dh, T, H}, b->q);   // [Dh, T, H]
+    rg_node *k = mk(g, "k", RG_TYPE_F32, 3, (int64_t[]){Dh, T, HKV}, b->k); // [Dh, T, Hkv]
+    rg_node *v = mk(g, "v", RG_TYPE_F32, 3, (int64_t[]){Dh, T, HKV}, b->v); // [Dh, T, Hkv]
+    const float scale = 1.0f / sqrtf((float)Dh);
+    rg_node *o;
+    if (flash) {
+        const rg_flash_params p = {scale, 0.0f, 0, true};
+        o = rg_flash_part(g, rg_flash_attn_ext(g, q, k, v, NULL, NULL, &p), RG_FLASH_O);  // [Dh, H, T]
+    } else {
+        rg_node *kq = rg_soft_max(g, rg_mul_mat(g, k, q), NULL, true, scale, 0.0f);       // [T, T, H]
+        rg_node *om = rg_mul_mat(g, rg_cont(g, rg_transpose(g, v)), kq);                 // [Dh, T, H]
+        o = rg_cont(g, rg_permute(g, om, 0, 2, 1, 3));                                   // [Dh, H, T]
+    }
+    o = rg_reshape(g, o, 3, (int64_t[]){Dh, H, T});
+    if (!train) {
+        if (o) o->flags |= RG_NODE_OUTPUT;
+        return g;
+    }
+    rg_node *loss = rg_sum(g, rg_mul(g, o, rg_leaf(g, "w", RG_TYPE_F32, 3, (int64_t[]){Dh, H, T}, b->w)));
+    rg_error err = {0};
+    if (!rg_graph_error(g, &err) && rg_graph_backward(g, loss, &err)) fprintf(stderr, "bench_flash_attn: %s\n", err.msg);
+    return g;
+}
+
+// Best seconds of a run of g over `trials` runs (after one warm-up); the plan's MiB into mib.
+static double time_graph(rg_graph *g, rg_threadpool *pool, int threads, int trials, double *mib) {
+    rg_error err = {0};
+    rg_plan plan;
+    rg_exec *ex = NULL;
+    rg_exec_opts o = {.pool = pool};
+    if (rg_graph_error(g, &err) || rg_graph_plan(g, threads, 0, &plan, &err) || rg_exec_create(&ex, g, &o, &err) ||
+        rg_exec_run(ex, 0, -1, &err)) {
+        fprintf(stderr, "bench_flash_attn: %s\n", err.msg);
+        exit(1);
+    }
+    if (mib) *mib = (double)(plan.buffer_bytes + plan.scratch_bytes) / 1048576.0;
+    double best = 1e30;
+    for (int t = 0; t < trials; t++) {
+        const double t0 = bench_now();
+        rg_exec_run(ex, 0, -1, &err);
+        best = fmin(best, bench_now() - t0);
+    }
+    rg_exec_free(ex);
+    return best;
+}
+
+static int parse_list(const char *env, const int64_t *dflt, int n_dflt, int64_t *out) {
+    const char *s = getenv(env);
+    if (!s || !*s) {
+        memcpy(out, dflt, sizeof(int64_t) * (size_t)n_dflt);
+        return n_dflt;
+    }
+    int n = 0;
+    for (char *end; *s && n < 8; s = *end ? end + 1 : end) {
+        const long long v = strtoll(s, &end, 10);
+        if (end == s) break;
+        if (v > 0) out[n++] = v;
+    }
+    return n;
+}
+
+int main(void) {
+    int threads = getenv("RG_BENCH_THREADS") ? atoi(getenv("RG_BENCH_THREADS")) : rg_cpu_count();
+    if (threads < 1) threads = rg_cpu_count();
+    const int64_t t_dflt[4] = {256, 1024, 4096, 8192}, dh_dflt[3] = {64, 128, 256};
+    int64_t lens[8], dims[8];
+    const char *big = getenv("RG_BENCH_FLASH_8192");
+    const int n_len = parse_list("RG_BENCH_FLASH_T", t_dflt, big && *big == '1' ? 4 : 3, lens);
+    const int n_dim = parse_list("RG_BENCH_FLASH_DH", dh_dflt, 3, dims);
+    rg_threadpool *pool;
+    rg_error err = {0};
+    if (rg_threadpool_create(&pool, threads, &err)) {
+        fprintf(stderr, "bench_flash_attn: %s\n", err.msg);
+        return 1;
+    }
+    printf("bench_flash_attn: causal self-attention, %d heads over %d kv heads, f32, %d threads%s\n", H, HKV, threads,
+           rg_cpu_has_avx2() ? ", AVX2" : ", baseline loops");
+    printf("GFLOP/s: forward 4 T^2 H Dh / 2 (causal), backward 2.5x; MiB: the forward-and-backward graph's buffer + scratch\n");
+    printf("%6s %4s | %9s %9s %9s %9s | %9s %9s %9s %9s | %8s %8s %8s %6s\n", "T", "Dh", "flash ms", "GF/s", "back ms",
+           "GF/s", "mat ms", "GF/s", "back ms", "GF/s", "flash MiB", "mat MiB", "scores", "speed");
+    for (int li = 0; li < n_len; li++)
+        for (int di = 0; di < n_dim; di++) {
+            const int64_t T = lens[li], Dh = dims[di];
+            bench_bufs b = {malloc(sizeof(float) * (size_t)(Dh * T * H)), malloc(sizeof(float) * (size_t)(Dh * T * HKV)),
+                            malloc(sizeof(float) * (size_t)(Dh * T * HKV)), malloc(sizeof(float) * (size_t)(Dh * T * H))};
+            for (int64_t i = 0; i < Dh * T * H; i++) b.q[i] = rg_rng_normal(7, 0, (uint64_t)i), b.w[i] = rg_rng_normal(7, 3, (uint64_t)i);
+            for (int64_t i = 0; i < Dh * T * HKV; i++) b.k[i] = rg_rng_normal(7, 1, (uint64_t)i), b.v[i] = rg_rng_normal(7, 2, (uint64_t)i);
+            const double fwd_flop = 4.0 * (double)T * (double)T * H * (double)Dh / 2.0, bwd_flop = 2.5 * fwd_flop;
+            const int trials = T <= 1024 ? 3 : 1;
+            double ms[2][2], mib[2];
+            for (int flash = 1; flash >= 0; flash--) {
+                rg_graph *g = build(Dh, T, flash, false, &b);
+                const double f = time_graph(g, pool, threads, trials, NULL);
+                rg_graph_free(g);
+                g = build(Dh, T, flash, true, &b);
+                const double fb = time_graph(g, pool, threads, trials, &mib[flash]);
+                rg_graph_free(g);
+                ms[flash][0] = f * 1e3, ms[flash][1] = fmax(fb - f, 1e-9) * 1e3;
+            }
+            const double scores_mib = (double)T * (double)T * H * 4.0 / 1048576.0;
+            printf("%6lld %4lld | %9.2f %9.2f %9.2f %9.2f | %9.2f %9.2f %9.2f %9.2f | %8.1f %8.1f %8.1f %5.2fx\n",
+                   (long long)T, (long long)Dh, ms[1][0], fwd_flop / ms[1][0] * 1e-6, ms[1][1], bwd_flop / ms[1][1] * 1e-6,
+                   ms[0][0], fwd_flop / ms[0][0] * 1e-6, ms[0][1], bwd_flop / ms[0][1] * 1e-6, mib[1], mib[0], scores_mib,
+                   (ms[0][0] + ms[0][1]) / (ms[1][0] + ms[1][1]));
+            free(b.q), free(b.k), free(b.v), free(b.w);
+        }
+    printf("speed: materialized forward + backward time over flash's\n");
+    rg_threadpool_free(pool);
+    return 0;
+}
