@@ -64,33 +64,6 @@ static rg_train_state *state(const rg_model *m, const rg_train_config *c, size_t
 }
 static rg_status micro(rg_train_state *s, int r, double *loss, rg_error *err) { return tt_micro(&ROWS, s, r, loss, err); }
 
-// §4.1: worst over tensors of max|Δ| / max|g|.
-static double grad_gap(const rg_train_state *ref, const rg_train_state *s, const char **where) {
-    double worst = 0;
-    for (int k = 0; k < ref->n_tensors; k++) {
-        const float *g = ref->tensors[k].grad, *h = s->tensors[k].grad;
-        double md = 0, mg = 0;
-        for (int64_t i = 0; i < ref->tensors[k].nel; i++) {
-            md = fmax(md, fabs((double)h[i] - (double)g[i]));
-            mg = fmax(mg, fabs((double)g[i]));
-        }
-        double t = mg > 0 ? md / mg : (md > 0 ? INFINITY : 0);
-        if (!(t <= worst)) worst = t, *where = ref->tensors[k].name;
-    }
-    return worst;
-}
-
-// Largest |Δ| between the two runs' F32 weights (trained copies or LoRA A/B).
-static double weight_gap(const rg_train_state *a, const rg_train_state *b) {
-    double md = 0;
-    for (int k = 0; k < a->n_tensors; k++) {
-        if (a->tensors[k].type != RG_TYPE_F32) continue;
-        const float *x = a->tensors[k].w, *y = b->tensors[k].w;
-        for (int64_t i = 0; i < a->tensors[k].nel; i++) md = fmax(md, fabs((double)x[i] - (double)y[i]));
-    }
-    return md;
-}
-
 // The unfused step (a) against the fused one (b), same config otherwise.
 static void fused_vs_unfused(const char *what, rg_train_method method, uint32_t type, bool tied, rg_recompute rc) {
     rg_model *m = tiny(type, tied);
@@ -125,14 +98,14 @@ static void fused_vs_unfused(const char *what, rg_train_method method, uint32_t 
         worst_loss = fmax(worst_loss, rl);
         RG_CHECK(rl <= (step ? 1e-5 : 1e-6), "step %d: loss %.9g fused vs %.9g", step, lb, la);
         if (step == 0) {  // later steps start from weights that differ by the earlier steps' gaps
-            worst_grad = grad_gap(a, b, &where);
+            worst_grad = tt_grad_gap(a, b, &where);
             RG_CHECK(worst_grad <= 1e-5, "step 0: gradient gap %.3g in '%s'", worst_grad, where);
         }
         RG_REQUIRE(rg_train_state_step(a, &na, &lra, &ska, &err) == RG_OK, "step unfused: %s", err.msg);
         RG_REQUIRE(rg_train_state_step(b, &nb, &lrb, &skb, &err) == RG_OK, "step fused: %s", err.msg);
         RG_CHECK(fabs(na - nb) <= 1e-4 * na && !ska && !skb, "step %d: norms %.9g %.9g", step, na, nb);
     }
-    double wg = weight_gap(a, b);
+    double wg = tt_weight_gap(a, b);
     printf("    %s: loss gap %.2g (<= 1e-6 at step 0, 1e-5 after), step 0 gradient gap %.2g in '%s' (<= 1e-5), "
            "weights after 3 AdamW steps %.2g (<= %.1g)\n",
            what, worst_loss, worst_grad, where, wg, 0.1 * ca.lr);

@@ -1,8 +1,9 @@
 // train_rows.h - rows and states for the training tests that compare two step
-// graphs on the tiny model (test_train_recompute.c, test_train_fused_ce.c).
+// graphs on the tiny model (test_train_recompute.c, test_train_fused_ce.c, test_train_flash.c).
 #ifndef RG_TESTS_TRAIN_ROWS_H
 #define RG_TESTS_TRAIN_ROWS_H
 
+#include <math.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -83,6 +84,33 @@ static inline rg_status tt_micro(const tt_rows *f, rg_train_state *s, int r, dou
     int64_t n = 0;
     for (int i = 0; i < f->T; i++) n += labels[i] != -100;
     return rg_train_state_micro(s, ids, labels, pos, seg, 1.0 / (double)n, loss, err);
+}
+
+// §4.1: worst over tensors of max|Δ| / max|g|.
+static inline double tt_grad_gap(const rg_train_state *ref, const rg_train_state *s, const char **where) {
+    double worst = 0;
+    for (int k = 0; k < ref->n_tensors; k++) {
+        const float *g = ref->tensors[k].grad, *h = s->tensors[k].grad;
+        double md = 0, mg = 0;
+        for (int64_t i = 0; i < ref->tensors[k].nel; i++) {
+            md = fmax(md, fabs((double)h[i] - (double)g[i]));
+            mg = fmax(mg, fabs((double)g[i]));
+        }
+        double t = mg > 0 ? md / mg : (md > 0 ? INFINITY : 0);
+        if (!(t <= worst)) worst = t, *where = ref->tensors[k].name;
+    }
+    return worst;
+}
+
+// Largest |Δ| between the two runs' F32 weights (trained copies or LoRA A/B).
+static inline double tt_weight_gap(const rg_train_state *a, const rg_train_state *b) {
+    double md = 0;
+    for (int k = 0; k < a->n_tensors; k++) {
+        if (a->tensors[k].type != RG_TYPE_F32) continue;
+        const float *x = a->tensors[k].w, *y = b->tensors[k].w;
+        for (int64_t i = 0; i < a->tensors[k].nel; i++) md = fmax(md, fabs((double)x[i] - (double)y[i]));
+    }
+    return md;
 }
 
 #endif

@@ -40,7 +40,7 @@ static rg_node *forward(rg_graph *g, const rg_model *m, const rg_model_nodes *w,
         if (bounds) bounds[il] = x;
         const rg_layer *L = &m->layers[il];
         rg_layer_ctx c = {.g = g, .m = m, .il = il, .layer = L, .w = &w->layers[il], .pos = pos, .mask = mask,
-                          .seg = seg,
+                          .seg = seg, .flash = w->flash_attn,
                           .state = state ? &state->layers[il] : NULL, .n_past = n_past, .n_ctx = state ? state->n_ctx : 0};
         const rg_layer_kind_desc *mixer = rg_layer_kind_get(L->mixer), *ffn = rg_layer_kind_get(L->ffn);
         x = mixer->build(&c, x);                                     // [d, T]

@@ -53,7 +53,13 @@ static rg_node *build(const rg_layer_ctx *c, rg_node *x) {
         Vt = rg_cont(g, rg_permute(g, v, 1, 2, 0, 3));           // [T, Dh, Hkv]
     }
     rg_node *o;
-    if (cache && T == 1) {
+    if (c->flash && !cache) {
+        // FlashAttention-2 (ops_flash.c): causal, each query reads its own document's keys (seg, or
+        // one document), never the [T, T] scores; o [Dh, H, T] is already the projection's layout.
+        const rg_flash_params fp = {.scale = hp->attn_scale, .causal = true};
+        rg_node *fa = rg_flash_attn_ext(g, Q, K, rg_permute(g, v, 0, 2, 1, 3), c->seg, NULL, &fp);
+        o = rg_reshape(g, rg_flash_part(g, fa, RG_FLASH_O), 2, (int64_t[]){Dh * H, T});  // [Dh*H, T]
+    } else if (cache && T == 1) {
         // A generated token: scores, softmax and weighted sum in one op (ops_attn_decode.c).
         o = rg_reshape(g, rg_attn_decode(g, q, K, Vt, hp->attn_scale), 2, (int64_t[]){Dh * H, T});  // [Dh*H, T]
     } else {

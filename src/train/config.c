@@ -41,7 +41,7 @@ typedef struct key_def {
 // Choice fields are C enums or uint32_t; both are stored as 4 bytes.
 _Static_assert(sizeof(rg_train_method) == 4 && sizeof(rg_optim_kind) == 4 && sizeof(rg_sched_kind) == 4 &&
                    sizeof(rg_train_on) == 4 && sizeof(rg_overlong) == 4 && sizeof(rg_recompute) == 4 &&
-                   sizeof(rg_fused_ce) == 4,
+                   sizeof(rg_fused_ce) == 4 && sizeof(rg_flash_attn_mode) == 4,
                "choice fields are stored as 4-byte integers");
 
 static const choice method_choices[] = {{"full", RG_TRAIN_FULL}, {"lora", RG_TRAIN_LORA}, {NULL, 0}};
@@ -54,6 +54,8 @@ static const choice recompute_choices[] = {
     {"auto", RG_RECOMPUTE_AUTO}, {"none", RG_RECOMPUTE_NONE}, {"layer", RG_RECOMPUTE_LAYER}, {NULL, 0}};
 static const choice fused_ce_choices[] = {
     {"auto", RG_FUSED_CE_AUTO}, {"on", RG_FUSED_CE_ON}, {"off", RG_FUSED_CE_OFF}, {NULL, 0}};
+static const choice flash_attn_choices[] = {
+    {"auto", RG_FLASH_ATTN_AUTO}, {"on", RG_FLASH_ATTN_ON}, {"off", RG_FLASH_ATTN_OFF}, {NULL, 0}};
 static const choice train_on_choices[] = {
     {"all", RG_TRAIN_ON_ALL}, {"assistant", RG_TRAIN_ON_ASSISTANT}, {"completion", RG_TRAIN_ON_COMPLETION}, {NULL, 0}};
 static const choice overlong_choices[] = {
@@ -111,6 +113,11 @@ static const key_def keys[] = {
             "on: compute the loss from the last hidden states and the output matrix by vocabulary chunks, never "
             "holding the logits [n_vocab, ctx] or their gradient (a little more compute); off: materialize them; "
             "auto: on when the run would not fit otherwise"),
+    CHOICEK("training.flash_attn", flash_attn, "auto", flash_attn_choices,
+            "on: attention layers train through FLASH_ATTN_EXT/BACK (FlashAttention-2: never holding the [ctx, ctx] "
+            "scores and probabilities of each layer, documents as ids); off: the materialized scores, softmax and "
+            "mask; auto: on from training.ctx 2048, where it is also faster on the CPU (bench_flash_attn), and off on "
+            "a CUDA device (no CUDA kernel yet)"),
     INTK("training.save_every", save_every, "100", 0, INFINITY, "checkpoint every N optimizer steps; 0 = only at the end"),
     INTK("training.eval_every", eval_every, "50", 0, INFINITY, "evaluate every N optimizer steps; 0 = only at the end"),
     NUMK("training.eval_split", eval_split, "0.05", 0, false, 0.5, false, "fraction of the data held out for evaluation"),

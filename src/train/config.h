@@ -31,6 +31,7 @@ typedef enum { RG_TRAIN_FULL = 0, RG_TRAIN_LORA = 1 } rg_train_method;
 typedef enum { RG_TRAIN_ON_ALL = 0, RG_TRAIN_ON_ASSISTANT = 1, RG_TRAIN_ON_COMPLETION = 2 } rg_train_on;
 typedef enum { RG_RECOMPUTE_AUTO = 0, RG_RECOMPUTE_NONE = 1, RG_RECOMPUTE_LAYER = 2 } rg_recompute;
 typedef enum { RG_FUSED_CE_AUTO = 0, RG_FUSED_CE_ON = 1, RG_FUSED_CE_OFF = 2 } rg_fused_ce;
+typedef enum { RG_FLASH_ATTN_AUTO = 0, RG_FLASH_ATTN_ON = 1, RG_FLASH_ATTN_OFF = 2 } rg_flash_attn_mode;
 typedef enum { RG_OVERLONG_TRUNCATE = 0, RG_OVERLONG_DROP = 1, RG_OVERLONG_ERROR = 2 } rg_overlong;
 // lora target bits, in this order: q, k, v, o, gate, up, down
 enum { RG_LORA_Q = 1, RG_LORA_K = 2, RG_LORA_V = 4, RG_LORA_O = 8, RG_LORA_GATE = 16, RG_LORA_UP = 32, RG_LORA_DOWN = 64,
@@ -58,6 +59,7 @@ typedef struct rg_train_config {
     uint32_t checkpoint_dtype;// training.checkpoint_dtype: f32|f16|bf16 (RG_TYPE_F32/F16/BF16) default f32
     rg_recompute recompute;   // training.recompute: auto|none|layer         default auto (layer only when needed)
     rg_fused_ce fused_ce;     // training.fused_ce: auto|on|off              default auto (on only when needed)
+    rg_flash_attn_mode flash_attn; // training.flash_attn: auto|on|off       default auto (on from ctx 2048)
     int64_t save_every;       // training.save_every (0 = only at the end)   default 100
     int64_t eval_every;       // training.eval_every (0 = only at the end)   default 50
     double eval_split;        // training.eval_split in [0, 0.5]             default 0.05

@@ -197,6 +197,31 @@ static size_t physical_memory(void) {
 // else CROSS_ENTROPY_LOSS on the logits), the backward, layer recompute when
 // asked, and the plan (an eval-only state stops after the loss). A second call replaces the graph and keeps the
 // trained buffers and the adapter (their order, hence the tensor ids, is the same).
+// training.flash_attn, decided here once for the forward, the backward (FLASH_ATTN_EXT's rule) and
+// recompute: on, off, or auto = on from FLASH_AUTO_CTX tokens, where bench_flash_attn measured the
+// fused path faster than the materialized one on the CPU (T 4096: 1.13x; T 1024: slower), and
+// whose [ctx, ctx] scores per layer are what stops long contexts fitting. A CUDA run keeps the
+// materialized attention: FLASH_ATTN_EXT/BACK have no CUDA kernel yet (auto says so once; on is
+// refused), so the step stays resident on the device.
+enum { FLASH_AUTO_CTX = 2048 };
+
+static rg_status choose_flash(const rg_train_config *c, rg_device device, bool *flash, rg_error *err) {
+    *flash = false;
+    if (c->flash_attn == RG_FLASH_ATTN_OFF) return RG_OK;
+    if (device != RG_DEVICE_CPU) {
+        if (c->flash_attn == RG_FLASH_ATTN_ON)
+            return rg_fail(err, RG_ERR_UNSUPPORTED,
+                           "train: training.flash_attn=on, but FLASH_ATTN_EXT/BACK have no CUDA kernel yet: set "
+                           "training.flash_attn=off or auto (the materialized attention) on the device");
+        if (c->ctx >= FLASH_AUTO_CTX)
+            fprintf(stderr, "train: training.flash_attn=auto: the materialized attention on the CUDA device "
+                            "(FLASH_ATTN_EXT/BACK have no CUDA kernel yet)\n");
+        return RG_OK;
+    }
+    *flash = c->flash_attn == RG_FLASH_ATTN_ON || c->ctx >= FLASH_AUTO_CTX;
+    return RG_OK;
+}
+
 static rg_status build_step(rg_train_state *s, bool fused, bool recompute, rg_plan *plan, rg_error *err) {
     const rg_model *m = s->model;
     const rg_train_config *cfg = &s->cfg;
@@ -212,6 +237,7 @@ static rg_status build_step(rg_train_state *s, bool fused, bool recompute, rg_pl
     rg_graph *g = s->g;
     rg_model_nodes w;
     memset(&w, 0, sizeof w);
+    w.flash_attn = s->flash_attn;
     rg_status st = s->eval_only                 ? eval_nodes(s, g, &w, err)
                    : cfg->method == RG_TRAIN_FULL ? full_nodes(s, g, &w, err)
                                                   : lora_nodes(s, g, &w, err);
@@ -222,8 +248,9 @@ static rg_status build_step(rg_train_state *s, bool fused, bool recompute, rg_pl
     s->labels = rg_leaf(g, "labels", RG_TYPE_I32, 1, (int64_t[]){T}, NULL);
     s->mask = rg_leaf(g, "doc_mask", RG_TYPE_F32, 2, (int64_t[]){T, T}, NULL);
     s->seg = NULL;
-    for (int64_t il = 0; il < m->hp.n_layer && !s->seg; il++)  // recurrent layers restart at each document
-        if (m->layers[il].mixer != RG_KIND_ATTN) s->seg = rg_leaf(g, "doc_ids", RG_TYPE_I32, 1, (int64_t[]){T}, NULL);
+    for (int64_t il = 0; il < m->hp.n_layer && !s->seg; il++)  // recurrent layers restart at each document, and so does
+        if (m->layers[il].mixer != RG_KIND_ATTN || s->flash_attn)  // flash attention (the mask is then not read)
+            s->seg = rg_leaf(g, "doc_ids", RG_TYPE_I32, 1, (int64_t[]){T}, NULL);
     const int n_layer = (int)m->hp.n_layer;
     s->bounds = rg_arena_alloc(&g->arena, sizeof(rg_node *) * (size_t)(n_layer + 1), 8);
     s->ckpts = rg_arena_alloc(&g->arena, sizeof(rg_node *) * (size_t)n_layer, 8);
@@ -278,6 +305,10 @@ rg_status rg_train_state_create_on(rg_train_state **out, const rg_model *m, cons
     s->ctx = cfg->ctx;
     s->lr = rg_train_config_lr(cfg);
     s->total_steps = total_steps;
+    if ((st = choose_flash(cfg, device, &s->flash_attn, err))) {
+        rg_train_state_free(s);
+        return st;
+    }
     // On a device the gradients are always summed into accumulators there (train_device.c).
     s->accumulate = cfg->batch_size * cfg->grad_accum > 1 || device != RG_DEVICE_CPU;
     size_t cap = model_tensor_count(m) * 2;
@@ -425,6 +456,7 @@ rg_status rg_train_state_create_eval(rg_train_state **out, const rg_model *m, co
     s->eval_scale = user_scale;
     s->grads = calloc(model_tensor_count(m) * 2, sizeof *s->grads);
     if (!s->grads) st = rg_fail(err, RG_ERR_NOMEM, "eval: out of memory");
+    if (!st) st = choose_flash(cfg, RG_DEVICE_CPU, &s->flash_attn, err);
     if (!st) st = rg_threadpool_create(&s->pool, cfg->threads > 0 ? (int)cfg->threads : 0, err);
     rg_plan plan;
     if (!st) st = build_step(s, cfg->fused_ce == RG_FUSED_CE_ON, false, &plan, err);
@@ -468,6 +500,7 @@ rg_train_memory rg_train_state_memory(const rg_train_state *s) {
     r.scratch = p->scratch_bytes;
     r.recompute = s->recompute;
     r.fused_ce = s->fused_ce;
+    r.flash_attn = s->flash_attn;
     r.checkpoint_type = s->cfg.checkpoint_dtype;
     r.total = r.weights + r.gradients + r.optimizer + r.activations + r.scratch;
     if (s->dev_run) rg_train_device_memory(s, &r);

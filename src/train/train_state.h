@@ -51,6 +51,7 @@ typedef struct rg_train_state {
                                  // whose element 0 `loss` views (training.fused_ce)
     rg_node *loss_back;          // the cross-entropy's backward: carries the same 1/N as the loss
     bool fused_ce;               // the loss is LINEAR_CE on the final hidden states: no [n_vocab, ctx] logits
+    bool flash_attn;             // attention layers on FLASH_ATTN_EXT/BACK (training.flash_attn)
     rg_node **bounds;            // [n_layer + 1] the layer boundaries of the forward (for recompute)
     rg_node **grads;             // [n_tensors] the graph's gradient nodes (NULL: no path from the loss)
     int64_t ctx;
@@ -104,6 +105,7 @@ typedef struct rg_train_memory {
     size_t device_used, device_free;
     bool recompute;          // activations are the layer inputs + one layer (training.recompute)
     bool fused_ce;           // the cross-entropy never holds the logits (training.fused_ce)
+    bool flash_attn;         // attention never holds its [ctx, ctx] scores (training.flash_attn)
     uint32_t checkpoint_type;  // the type those inputs are kept in
 } rg_train_memory;
 rg_train_memory rg_train_state_memory(const rg_train_state *s);

@@ -219,12 +219,14 @@ static void print_start(run *r, const rg_train_memory *mem) {
             c->optimizer == RG_OPTIM_ADAMW ? "adamw" : "sgd", r->s->lr,
             c->schedule == RG_SCHED_COSINE ? "cosine" : c->schedule == RG_SCHED_LINEAR ? "linear" : "constant",
             (long long)c->warmup_steps, rg_threadpool_size(r->s->pool), rg_threadpool_size(r->s->pool) == 1 ? "" : "s");
-    char recompute[96] = "";
+    char recompute[128] = "";
+    const char *flash = mem->flash_attn ? "; flash attention" : "";
     if (mem->recompute)
-        snprintf(recompute, sizeof recompute, " (layer recompute, inputs kept in %s%s)", rg_type_get(mem->checkpoint_type)->name,
-                 mem->fused_ce ? "; fused cross-entropy" : "");
-    else if (mem->fused_ce)
-        snprintf(recompute, sizeof recompute, " (fused cross-entropy)");
+        snprintf(recompute, sizeof recompute, " (layer recompute, inputs kept in %s%s%s)", rg_type_get(mem->checkpoint_type)->name,
+                 mem->fused_ce ? "; fused cross-entropy" : "", flash);
+    else if (mem->fused_ce || mem->flash_attn)
+        snprintf(recompute, sizeof recompute, " (%s%s)", mem->fused_ce ? "fused cross-entropy" : "flash attention",
+                 mem->fused_ce && mem->flash_attn ? "; flash attention" : "");
     fprintf(r->log, "memory: weights %.1f MiB, gradients %.1f MiB, optimizer state %.1f MiB, activations %.1f MiB%s, scratch %.1f MiB; total %.1f MiB\n",
             mib(mem->weights), mib(mem->gradients), mib(mem->optimizer), mib(mem->activations), recompute,
             mib(mem->scratch), mib(mem->total));

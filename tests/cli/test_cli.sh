@@ -59,7 +59,7 @@ expect "make-tiny into a missing dir"   1 "no/dir/x.gguf: cannot create" -- "$bi
 expect "make-tiny without -o"           1 "-o is required"              -- "$bin" make-tiny --arch qwen2 --type f32
 expect "make-tiny bf16 twin"            0 "f32 twin"                    -- "$bin" make-tiny --arch qwen2 --type bf16 --twin-f32 -o "$tmp/twin.gguf"
 expect "report names the gpu"           0 "gpu_device"                  -- "$bin" report
-expect "report --json"                  0 '"cap_flash_attn_back": false' -- "$bin" report --json
+expect "report --json --device cpu"     0 '"cap_flash_attn_back": true' -- "$bin" report --json --device cpu
 # RETRO_CUDA_HOST=1: the host execution of the CUDA code is the device, and says so (or the build says it has none).
 expect "report under RETRO_CUDA_HOST=1" 0 "gpu_device +(host execution of the CUDA code \(not a GPU\)|none \(RETRO_CUDA_HOST=1, but this build has no host execution)" -- env RETRO_CUDA_HOST=1 "$bin" report
 expect "RETRO_CUDA_HOST=1 names itself" 0 "RETRO_CUDA_HOST=1(: the CUDA device is the host execution|, but this build has no host execution)" -- env RETRO_CUDA_HOST=1 "$bin" report

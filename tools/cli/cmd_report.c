@@ -36,15 +36,19 @@ typedef struct caps {
     const char *why_flash, *why_sampling;
 } caps;
 
-static caps device_caps(int have, const rg_cuda_device_info *info) {
+// use_cuda: the device the report describes (the GPU when there is one, or --device).
+static caps device_caps(int use_cuda, int have, const rg_cuda_device_info *info) {
     caps c = {false, false, NULL, NULL};
-    if (!have) {
-        c.why_flash = c.why_sampling = "no CUDA device";
+    if (!use_cuda) {  // the CPU column of the op table has FLASH_ATTN_EXT and FLASH_ATTN_BACK
+        c.flash_attn_back = true;
+        c.why_flash = "the CPU kernels (cpu/ops_flash.c): head_dim any, K/V f32 or f16, GQA, softcap, windows, documents; "
+                      "sinks take the materialized backward";
+        c.why_sampling = have ? "the report is for the cpu" : "no CUDA device";
         return c;
     }
-    // The op table has no flash-attention op yet (issue 15); sampling runs on the host.
+    // FLASH_ATTN_EXT/BACK have no CUDA cell yet; sampling runs on the host.
     c.why_flash = info->major < 8 ? "the device's compute capability is below 8.0"
-                                  : "this build has no flash-attention backward kernel (no such op in the op table)";
+                                  : "this build has no CUDA kernel for FLASH_ATTN_BACK (the op runs on the CPU only)";
     c.why_sampling = "this build samples on the host (no sampling kernel)";
     return c;
 }
@@ -99,7 +103,7 @@ int cmd_report(int argc, char **argv) {
         json_str(stdout, have ? "" : reason, have ? 0 : strlen(reason));
         printf(",\n  \"device\": \"%s\",\n  \"device_note\": ", device);
         json_str(stdout, note, strlen(note));
-        const caps cp = device_caps(have, &info);
+        const caps cp = device_caps(use_cuda, have, &info);
         printf(",\n  \"cap_flash_attn_back\": %s,\n  \"cap_flash_attn_back_reason\": ", cp.flash_attn_back ? "true" : "false");
         json_str(stdout, cp.why_flash, strlen(cp.why_flash));
         printf(",\n  \"cap_device_sampling\": %s,\n  \"cap_device_sampling_reason\": ", cp.device_sampling ? "true" : "false");
@@ -140,7 +144,7 @@ int cmd_report(int argc, char **argv) {
     else
         printf("gpu_device           none (%s)\n", reason);
     printf("device               %s%s%s\n", device, note[0] ? ": " : "", note);
-    const caps cp = device_caps(have, &info);
+    const caps cp = device_caps(use_cuda, have, &info);
     printf("cap_flash_attn_back  %s (%s)\ncap_device_sampling  %s (%s)\n", cp.flash_attn_back ? "true" : "false",
            cp.why_flash, cp.device_sampling ? "true" : "false", cp.why_sampling);
     char hw[160];
