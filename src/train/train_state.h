@@ -51,6 +51,7 @@ typedef struct rg_train_state {
                                  // whose element 0 `loss` views (training.fused_ce)
     rg_node *loss_back;          // the cross-entropy's backward: carries the same 1/N as the loss
     bool fused_ce;               // the loss is LINEAR_CE on the final hidden states: no [n_vocab, ctx] logits
+    bool softcap_noted;          // the one line saying a capped head (gemma2) cannot take the fused loss was written
     rg_node **bounds;            // [n_layer + 1] the layer boundaries of the forward (for recompute)
     rg_node **grads;             // [n_tensors] the graph's gradient nodes (NULL: no path from the loss)
     int64_t ctx;
