@@ -282,6 +282,7 @@ static const hostile_case hostile[] = {
                 RG_OK, NULL),
     GEMMA_NOKEY("gemma3: no sliding window", "gemma3", "gemma3.attention.sliding_window", RG_ERR_FORMAT,
                 "required key 'gemma3.attention.sliding_window' is missing"),
+    GEMMA_F32("gemma3: a final cap is taken", "gemma3", "gemma3.final_logit_softcapping", 30.0f, RG_OK, NULL),
     GEMMA_F32("gemma3: a negative final cap", "gemma3", "gemma3.final_logit_softcapping", -1.0f, RG_ERR_FORMAT,
               "gemma3.final_logit_softcapping is -1, must be positive (or absent)"),
     GEMMA_F32("gemma3: a NaN local RoPE base", "gemma3", "gemma3.rope.freq_base_swa", NAN, RG_ERR_FORMAT,
@@ -359,6 +360,8 @@ static void test_hostile_files(void) {
         if (!strcmp(c->what, "gemma2: the caps and window absent take llama.cpp's defaults"))
             RG_CHECK(m && m->hp.attn_softcap == 50.0f && m->hp.final_softcap == 3.0f, "%s: caps %g %g", c->what,
                      m ? (double)m->hp.attn_softcap : 0.0, m ? (double)m->hp.final_softcap : 0.0);
+        if (!strcmp(c->what, "gemma3: a final cap is taken"))
+            RG_CHECK(m && m->hp.final_softcap == 30.0f && m->hp.attn_softcap == 0.0f, "%s", c->what);
         if (!strcmp(c->what, "lfm2: the final norm as ollama names it"))
             RG_CHECK(m && !strcmp(m->out_norm->name, "output_norm.weight"), "%s: final norm", c->what);
         rg_model_free(m);
