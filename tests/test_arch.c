@@ -568,7 +568,9 @@ static rg_status cached_f32_logits(rg_model *m, rg_model_state *st, const int32_
 // the window of 8 (the single-token graphs of the sliding layers take the windowed SOFT_MAX, not ATTN_DECODE) give
 // the full pass's logits at every position within float rounding. A session (its F16 cache) fed the same way
 // agrees with one call of all 20 tokens and with the full pass within the F16 cache's rounding (1e-3, as
-// test_session's bound: there the single-token products read the F16 keys at F16 precision). Training states (full
+// test_session's bound: a token's keys and values computed alone differ from the batch's in their last f32 bits,
+// and a few then round to the other F16 neighbour in the cache; direct F16-cache graphs give the session's
+// token-by-token logits exactly, so the decode graph adds nothing). Training states (full
 // and LoRA) build and take a step on a packed row.
 static void test_gemma_cache_and_training(void) {
     static const char *const archs[] = {"gemma2", "gemma3"};
