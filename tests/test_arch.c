@@ -1,4 +1,4 @@
-// test_arch.c - the architecture tables (model/arch.h): lfm2 and mamba2 files
+// test_arch.c - the architecture tables (model/arch.h): lfm2, mamba2, gemma2 and gemma3 files
 // load with their hyperparameters, layer kinds and tensors; hostile files
 // (built from the fixtures with the project's GGUF writer, one key or tensor
 // changed) are refused naming the key or tensor and what was expected; each
@@ -19,6 +19,7 @@
 #include "model/state.h"
 #include "model/tiny.h"
 #include "train/train_state.h"
+#include "full_pass.h"
 #include "rg_test.h"
 
 static bool quick(void) { return getenv("RG_TEST_QUICK") != NULL; }
@@ -107,9 +108,52 @@ static void test_mamba2_loads(void) {
 }
 
 // ---------------------------------------------------------------------------
+// gemma2: sandwich norms, GeGLU, the caps and the window on layer 0; gemma3: six layers, five sliding with the local
+// RoPE base, per-head q/k norms, head_dim 128 (architectures.md §1.6-1.8).
+static void test_gemma_loads(void) {
+    char path[64];
+    rg_model *m = load_tiny("gemma2", RG_TYPE_F16, path);
+    RG_REQUIRE(m, "load gemma2");
+    const rg_hparams *hp = &m->hp;
+    RG_CHECK(hp->n_layer == 2 && hp->head_dim == 64 && hp->rope_mode == 2 && hp->tied && hp->ffn_gelu &&
+                 hp->embd_scale == 16.0f && hp->attn_softcap == 0.5f && hp->final_softcap == 3.0f &&
+                 hp->attn_window == 8 && fabsf(hp->attn_scale - 0.125f) < 1e-7f,
+             "gemma2 hparams: layers %lld Dh %lld caps %g %g window %lld scale %g", (long long)hp->n_layer,
+             (long long)hp->head_dim, (double)hp->attn_softcap, (double)hp->final_softcap, (long long)hp->attn_window,
+             (double)hp->attn_scale);
+    RG_CHECK(m->layers[0].window == 8 && m->layers[1].window == 0 && m->layers[0].rope_freq_base == 10000.0f,
+             "gemma2: layer 0 slides (window %lld), layer 1 is global (%lld)", (long long)m->layers[0].window,
+             (long long)m->layers[1].window);
+    for (int il = 0; il < 2; il++) {
+        const rg_layer *L = &m->layers[il];
+        RG_CHECK(L->t[RG_ROLE_ATTN_POST_NORM] && L->t[RG_ROLE_FFN_POST_NORM] && !L->t[RG_ROLE_ATTN_Q_NORM] &&
+                     L->t[RG_ROLE_FFN_POST_NORM]->type == RG_TYPE_F32 && L->t[RG_ROLE_ATTN_Q]->type == RG_TYPE_F16,
+                 "gemma2 layer %d: post norms (f32), no q norm", il);
+    }
+    rg_model_free(m);
+    unlink(path);
+    m = load_tiny("gemma3", RG_TYPE_F32, path);
+    RG_REQUIRE(m, "load gemma3");
+    hp = &m->hp;
+    RG_CHECK(hp->n_layer == 6 && hp->head_dim == 128 && hp->attn_softcap == 0 && hp->final_softcap == 0 &&
+                 hp->rope_freq_base == 1e6f && hp->rope_freq_base_swa == 1e4f && hp->ffn_gelu,
+             "gemma3 hparams: layers %lld Dh %lld base %g / %g", (long long)hp->n_layer, (long long)hp->head_dim,
+             (double)hp->rope_freq_base, (double)hp->rope_freq_base_swa);
+    for (int il = 0; il < 6; il++) {
+        const rg_layer *L = &m->layers[il];
+        const bool global = il == 5;
+        RG_CHECK(L->window == (global ? 0 : 8) && L->rope_freq_base == (global ? 1e6f : 1e4f) &&
+                     L->t[RG_ROLE_ATTN_Q_NORM] && L->t[RG_ROLE_ATTN_K_NORM] && L->t[RG_ROLE_ATTN_Q]->ne[1] == 512,
+                 "gemma3 layer %d: window %lld base %g", il, (long long)L->window, (double)L->rope_freq_base);
+    }
+    rg_model_free(m);
+    unlink(path);
+}
+
+// ---------------------------------------------------------------------------
 // Hostile files: a fixture with one key and up to three tensors changed.
 
-enum { KEY_NONE, KEY_DROP, KEY_U32, KEY_ARRAY, KEY_STR };
+enum { KEY_NONE, KEY_DROP, KEY_U32, KEY_ARRAY, KEY_STR, KEY_F32 };
 enum { T_DROP = 1, T_SHAPE, T_RENAME, T_TYPE };
 
 typedef struct tensor_edit {
@@ -130,13 +174,22 @@ typedef struct hostile_case {
     const char *arch;        // the fixture
     const char *key;
     int key_op;
-    uint32_t u;              // KEY_U32
+    double v;                // KEY_U32 (a whole number), KEY_F32
     int32_t arr[4];          // KEY_ARRAY: n_arr values, INT32 as llama.cpp writes them
     int n_arr;
     tensor_edit t[3];
     rg_status want;          // RG_OK: it must load
     const char *msg[2];      // substrings of the error
 } hostile_case;
+
+#define GEMMA_U32(what_, arch_, key_, u_, want_, msg_) \
+    {.what = what_, .arch = arch_, .key = key_, .key_op = KEY_U32, .v = u_, .want = want_, .msg = {msg_, NULL}}
+#define GEMMA_F32(what_, arch_, key_, f_, want_, msg_) \
+    {.what = what_, .arch = arch_, .key = key_, .key_op = KEY_F32, .v = f_, .want = want_, .msg = {msg_, NULL}}
+#define GEMMA_NOKEY(what_, arch_, key_, want_, msg_) \
+    {.what = what_, .arch = arch_, .key = key_, .key_op = KEY_DROP, .want = want_, .msg = {msg_, NULL}}
+#define GEMMA_DROP(what_, arch_, tensor_, msg_) \
+    {.what = what_, .arch = arch_, .key_op = KEY_NONE, .t = {DROP(tensor_)}, .want = RG_ERR_FORMAT, .msg = {msg_, NULL}}
 
 static const hostile_case hostile[] = {
     {"lfm2: a conv kernel is missing", "lfm2", NULL, KEY_NONE, 0, {0}, 0, {DROP("blk.0.shortconv.conv.weight")},
@@ -215,7 +268,33 @@ static const hostile_case hostile[] = {
     {"qwen3: no k norm", "qwen3", NULL, KEY_NONE, 0, {0}, 0, {DROP("blk.0.attn_k_norm.weight")}, RG_ERR_FORMAT,
      {"tensor 'blk.0.attn_k_norm.weight' is missing (expected [128] = [head_dim])"}},
     {"an architecture no table describes", "qwen2", "general.architecture", KEY_STR, 0, {0}, 0, {{0}},
-     RG_ERR_UNSUPPORTED, {"architecture 'gpt9' is not supported (supported: llama, qwen2, qwen3, lfm2, mamba2)"}},
+     RG_ERR_UNSUPPORTED,
+     {"architecture 'gpt9' is not supported (supported: llama, qwen2, qwen3, lfm2, mamba2, gemma2, gemma3)"}},
+    GEMMA_F32("gemma2: a negative attention cap", "gemma2", "gemma2.attn_logit_softcapping", -50.0f, RG_ERR_FORMAT,
+              "gemma2.attn_logit_softcapping is -50, must be positive"),
+    GEMMA_F32("gemma2: a zero final cap", "gemma2", "gemma2.final_logit_softcapping", 0.0f, RG_ERR_FORMAT,
+              "gemma2.final_logit_softcapping is 0, must be positive"),
+    GEMMA_F32("gemma2: a NaN final cap", "gemma2", "gemma2.final_logit_softcapping", NAN, RG_ERR_FORMAT,
+              "key 'gemma2.final_logit_softcapping' is not finite"),
+    GEMMA_U32("gemma2: a zero window", "gemma2", "gemma2.attention.sliding_window", 0, RG_ERR_FORMAT,
+              "gemma2.attention.sliding_window is 0: the sliding layers need a window"),
+    GEMMA_NOKEY("gemma2: the caps and window absent take llama.cpp's defaults", "gemma2", "gemma2.attn_logit_softcapping",
+                RG_OK, NULL),
+    GEMMA_NOKEY("gemma3: no sliding window", "gemma3", "gemma3.attention.sliding_window", RG_ERR_FORMAT,
+                "required key 'gemma3.attention.sliding_window' is missing"),
+    GEMMA_F32("gemma3: a final cap is taken", "gemma3", "gemma3.final_logit_softcapping", 30.0f, RG_OK, NULL),
+    GEMMA_F32("gemma3: a negative final cap", "gemma3", "gemma3.final_logit_softcapping", -1.0f, RG_ERR_FORMAT,
+              "gemma3.final_logit_softcapping is -1, must be positive (or absent)"),
+    GEMMA_F32("gemma3: a NaN local RoPE base", "gemma3", "gemma3.rope.freq_base_swa", NAN, RG_ERR_FORMAT,
+              "key 'gemma3.rope.freq_base_swa' is not finite"),
+    GEMMA_F32("gemma3: a negative local RoPE base", "gemma3", "gemma3.rope.freq_base_swa", -1.0f, RG_ERR_FORMAT,
+              "gemma3.rope.freq_base_swa is -1, must be positive"),
+    GEMMA_DROP("gemma2: no post-FFN norm", "gemma2", "blk.1.post_ffw_norm.weight",
+               "tensor 'blk.1.post_ffw_norm.weight' is missing (expected [256] = [n_embd])"),
+    GEMMA_DROP("gemma2: no post-attention norm", "gemma2", "blk.0.post_attention_norm.weight",
+               "tensor 'blk.0.post_attention_norm.weight' is missing (expected [256] = [n_embd])"),
+    GEMMA_DROP("gemma3: no q norm", "gemma3", "blk.5.attn_q_norm.weight",
+               "tensor 'blk.5.attn_q_norm.weight' is missing (expected [128] = [head_dim])"),
 };
 
 // The fixture with c's edits, written to path; the zero buffers it needs are kept in *keep (freed by the caller).
@@ -226,9 +305,10 @@ static rg_status write_hostile(const hostile_case *c, const char *path, void **k
     rg_status s = rg_tiny_build(&cfg, &base, err);
     for (uint64_t i = 0; !s && i < base->n_kv; i++) s = rg_gguf_set_kv(out, &base->kv[i], err);
     if (!s && c->key_op == KEY_DROP) rg_gguf_remove(out, c->key);
-    if (!s && c->key_op == KEY_U32) s = rg_gguf_set_u32(out, c->key, c->u, err);
+    if (!s && c->key_op == KEY_U32) s = rg_gguf_set_u32(out, c->key, (uint32_t)c->v, err);
     if (!s && c->key_op == KEY_ARRAY) s = rg_gguf_set_array(out, c->key, RG_GGUF_I32, c->arr, (uint64_t)c->n_arr, err);
     if (!s && c->key_op == KEY_STR) s = rg_gguf_set_str(out, c->key, "gpt9", err);
+    if (!s && c->key_op == KEY_F32) s = rg_gguf_set_f32(out, c->key, (float)c->v, err);
     int n_keep = 0;
     for (uint64_t i = 0; !s && i < base->n_tensors; i++) {
         const rg_gguf_tensor *t = &base->tensors[i];
@@ -277,6 +357,11 @@ static void test_hostile_files(void) {
         }
         if (!strcmp(c->what, "lfm2: an untied head"))
             RG_CHECK(m && !m->hp.tied && m->output != m->tok_embd, "%s: the head is its own tensor", c->what);
+        if (!strcmp(c->what, "gemma2: the caps and window absent take llama.cpp's defaults"))
+            RG_CHECK(m && m->hp.attn_softcap == 50.0f && m->hp.final_softcap == 3.0f, "%s: caps %g %g", c->what,
+                     m ? (double)m->hp.attn_softcap : 0.0, m ? (double)m->hp.final_softcap : 0.0);
+        if (!strcmp(c->what, "gemma3: a final cap is taken"))
+            RG_CHECK(m && m->hp.final_softcap == 30.0f && m->hp.attn_softcap == 0.0f, "%s", c->what);
         if (!strcmp(c->what, "lfm2: the final norm as ollama names it"))
             RG_CHECK(m && !strcmp(m->out_norm->name, "output_norm.weight"), "%s: final norm", c->what);
         rg_model_free(m);
@@ -451,6 +536,115 @@ static void test_full_tensor_order(void) {
     unlink(path);
 }
 
+// Logits [n_vocab] of token ids[k] at position k, after positions 0..k-1 went through the F32 KV cache st one
+// graph at a time (the prompt's first n_prompt in one graph, then one token each): rg_model_forward_kv as a
+// session builds it, without the F16 cache's rounding.
+static rg_status cached_f32_logits(rg_model *m, rg_model_state *st, const int32_t *ids, int64_t n_past, int64_t n,
+                                   float *logits, rg_error *err) {
+    rg_graph *g = rg_graph_new();
+    rg_model_nodes w;
+    rg_status rs = rg_model_leaf_nodes(g, m, &w, err);
+    rg_node *idn = rg_leaf(g, "ids", RG_TYPE_I32, 1, &n, NULL), *pn = rg_leaf(g, "pos", RG_TYPE_I32, 1, &n, NULL);
+    rg_node *out = rs ? NULL : rg_model_forward_kv(g, m, &w, idn, pn, st, n_past, true);
+    rg_exec *ex = NULL;
+    if (!rs && !out) rs = rg_graph_error(g, err);
+    if (!rs) {
+        out->flags |= RG_NODE_OUTPUT;
+        rg_exec_opts o = {.n_threads = 2};
+        rs = rg_exec_create(&ex, g, &o, err);
+    }
+    if (!rs) {
+        memcpy(idn->t.data, ids + n_past, sizeof(int32_t) * (size_t)n);
+        for (int64_t i = 0; i < n; i++) ((int32_t *)pn->t.data)[i] = (int32_t)(n_past + i);
+        rs = rg_exec_run(ex, 0, -1, err);
+    }
+    if (!rs) memcpy(logits, out->t.data, sizeof(float) * (size_t)m->hp.n_vocab);
+    rg_exec_free(ex);
+    rg_graph_free(g);
+    return rs;
+}
+
+// gemma2 and gemma3 through the cache. With an F32 cache, a prompt of 5 tokens and then one token at a time past
+// the window of 8 (the single-token graphs of the sliding layers take the windowed SOFT_MAX, not ATTN_DECODE) give
+// the full pass's logits at every position within float rounding. A session (its F16 cache) fed the same way
+// agrees with one call of all 20 tokens and with the full pass within the F16 cache's rounding (1e-3, as
+// test_session's bound: a token's keys and values computed alone differ from the batch's in their last f32 bits,
+// and a few then round to the other F16 neighbour in the cache; direct F16-cache graphs give the session's
+// token-by-token logits exactly, so the decode graph adds nothing). Training states (full
+// and LoRA) build and take a step on a packed row.
+static void test_gemma_cache_and_training(void) {
+    static const char *const archs[] = {"gemma2", "gemma3"};
+    enum { N = 20, PROMPT = 5 };
+    for (int i = 0; i < 2; i++) {
+        char path[64];
+        rg_model *m = load_tiny(archs[i], RG_TYPE_F32, path);
+        RG_REQUIRE(m, "load");
+        const int64_t V = m->hp.n_vocab;
+        int32_t ids[N];
+        for (int k = 0; k < N; k++) ids[k] = (k * 37 + 11) % 509;
+        float *full = malloc(sizeof(float) * (size_t)(V * N)), *batch = malloc(sizeof(float) * (size_t)(V * N));
+        float *step = malloc(sizeof(float) * (size_t)V);
+        rg_error err = {0};
+        RG_REQUIRE(rg_test_full_logits(m, NULL, 0.0f, ids, N, full, &err) == RG_OK, "%s full pass: %s", archs[i], err.msg);
+        rg_session *s = NULL;
+        rg_session_opts so = {.n_ctx = 32, .n_threads = 2, .exact_activations = true};
+        RG_REQUIRE(rg_session_create(&s, m, &so, &err) == RG_OK, "%s", err.msg);
+        RG_REQUIRE(rg_session_eval(s, ids, N, batch, 1, &err) == RG_OK, "%s batch: %s", archs[i], err.msg);
+        rg_session_truncate(s, 0);
+        double worst = 0;
+        RG_CHECK(rg_session_eval(s, ids, PROMPT, step, 0, &err) == RG_OK, "%s prompt: %s", archs[i], err.msg);
+        for (int k = PROMPT - 1; k < N; k++) {
+            if (k >= PROMPT && rg_session_eval(s, ids + k, 1, step, 0, &err) != RG_OK) {
+                RG_CHECK(0, "%s token %d: %s", archs[i], k, err.msg);
+                break;
+            }
+            worst = fmax(worst, rg_test_max_rel(step, batch + k * V, V));
+        }
+        const double cache_gap = rg_test_max_rel(batch, full, V * N);
+        RG_CHECK(worst <= 1e-3, "%s: token-by-token logits differ from one call's by %.2e of max|logit|", archs[i], worst);
+        RG_CHECK(cache_gap <= 2e-3, "%s: the cached logits differ from the full pass by %.2e", archs[i], cache_gap);
+        printf("    %s: session (F16 cache), %d positions token by token against one call %.2e, one call against the "
+               "full pass %.2e\n",
+               archs[i], N - PROMPT + 1, worst, cache_gap);
+        rg_session_free(s);
+        rg_model_state st;
+        RG_REQUIRE(rg_model_state_init(&st, m, 32, RG_TYPE_F32, &err) == RG_OK, "%s", err.msg);
+        double exact = 0;
+        for (int k = PROMPT - 1; k < N; k++) {
+            const int64_t past = k < PROMPT ? 0 : k, n = k < PROMPT ? PROMPT : 1;
+            if (cached_f32_logits(m, &st, ids, past, n, step, &err) != RG_OK) {
+                RG_CHECK(0, "%s f32 cache at %d: %s", archs[i], k, err.msg);
+                break;
+            }
+            exact = fmax(exact, rg_test_max_rel(step, full + k * V, V));
+        }
+        rg_model_state_free(&st);
+        RG_CHECK(exact <= 1e-5, "%s: the F32 cache's logits differ from the full pass by %.2e", archs[i], exact);
+        printf("    %s: F32 cache token by token against the full pass %.2e\n", archs[i], exact);
+        free(full), free(batch), free(step);
+        for (int method = 0; method < 2; method++) {
+            rg_train_config c;
+            rg_train_config_defaults(&c);
+            c.method = method ? RG_TRAIN_LORA : RG_TRAIN_FULL, c.ctx = 16, c.threads = 2;
+            rg_train_state *ts = NULL;
+            int32_t pos[16], seg[16], lab[16];
+            for (int k = 0; k < 16; k++)  // two documents: the second restarts its positions
+                pos[k] = k < 10 ? k : k - 10, seg[k] = k < 10 ? 0 : 1, lab[k] = k < 15 && k != 9 ? ids[k + 1] : -100;
+            double loss = NAN, gn = 0, lr = 0;
+            bool skipped = false;
+            rg_status st = rg_train_state_create(&ts, m, &c, 1, 0, &err);
+            if (!st) st = rg_train_state_micro(ts, ids, lab, pos, seg, 1.0 / 14, &loss, &err);
+            if (!st) st = rg_train_state_step(ts, &gn, &lr, &skipped, &err);
+            RG_CHECK(st == RG_OK && isfinite(loss) && loss > 0 && isfinite(gn) && gn > 0 && !skipped,
+                     "%s %s training: %s (loss %g, grad norm %g)", archs[i], method ? "lora" : "full",
+                     st ? err.msg : "", loss, gn);
+            rg_train_state_free(ts);
+        }
+        rg_model_free(m);
+        unlink(path);
+    }
+}
+
 // ---------------------------------------------------------------------------
 // make-tiny
 
@@ -467,8 +661,8 @@ static bool same_file(const char *a, const char *b) {
 }
 
 static void test_make_tiny_deterministic(void) {
-    static const char *const archs[] = {"lfm2", "mamba2"};
-    for (int i = 0; i < 2; i++) {
+    static const char *const archs[] = {"lfm2", "mamba2", "gemma2", "gemma3"};
+    for (int i = 0; i < 4; i++) {
         char a[64], b[64], c[64];
         tmp_path(a, "det"), tmp_path(b, "det"), tmp_path(c, "det");
         rg_tiny_config cfg = {.arch = archs[i], .type = RG_TYPE_BF16, .seed = 4, .n_threads = 1};
@@ -493,9 +687,9 @@ static void test_make_tiny_deterministic(void) {
 // Every type `quantize` makes (make-tiny --type: the f32 fixture, then quantize) loads, with the elementwise weights
 // kept in f32.
 static void test_make_tiny_every_type(void) {
-    static const char *const archs[] = {"lfm2", "mamba2"};
+    static const char *const archs[] = {"lfm2", "mamba2", "gemma2", "gemma3"};
     int n_files = 0;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 4; i++) {
         char f32[64], out[64];
         tmp_path(f32, "f32"), tmp_path(out, "q");
         rg_tiny_config cfg = {.arch = archs[i], .type = RG_TYPE_F32, .seed = 42, .n_threads = 2};
@@ -513,13 +707,15 @@ static void test_make_tiny_every_type(void) {
             if (!m) continue;
             n_files++;
             const rg_layer *L = &m->layers[0];
-            const rg_gguf_tensor *kernel = L->t[i ? RG_ROLE_SSM_CONV : RG_ROLE_CONV_KERNEL];
-            const rg_gguf_tensor *proj = L->t[i ? RG_ROLE_SSM_IN : RG_ROLE_CONV_IN];
-            RG_CHECK(kernel->type == RG_TYPE_F32, "%s %s: the conv kernel is %s", archs[i], t->name,
+            // lfm2's layer 0 is a short conv, mamba2's an SSM, gemma's attention with post norms
+            const rg_role small = i == 0 ? RG_ROLE_CONV_KERNEL : i == 1 ? RG_ROLE_SSM_CONV : RG_ROLE_FFN_POST_NORM;
+            const rg_role big = i == 0 ? RG_ROLE_CONV_IN : i == 1 ? RG_ROLE_SSM_IN : RG_ROLE_FFN_GATE;
+            const rg_gguf_tensor *kernel = L->t[small], *proj = L->t[big];
+            RG_CHECK(kernel->type == RG_TYPE_F32, "%s %s: %s is %s", archs[i], t->name, kernel->name,
                      rg_type_get(kernel->type)->name);
             RG_CHECK(!rg_type_get(t->default_type)->quantized || rg_type_get(proj->type)->quantized,
                      "%s %s: the in projection is %s", archs[i], t->name, rg_type_get(proj->type)->name);
-            if (i) RG_CHECK(L->t[RG_ROLE_SSM_A]->type == RG_TYPE_F32 && L->t[RG_ROLE_SSM_NORM]->type == RG_TYPE_F32,
+            if (i == 1) RG_CHECK(L->t[RG_ROLE_SSM_A]->type == RG_TYPE_F32 && L->t[RG_ROLE_SSM_NORM]->type == RG_TYPE_F32,
                             "mamba2 %s: A and the gated norm stay f32", t->name);
             rg_model_free(m);
         }
@@ -531,11 +727,13 @@ static void test_make_tiny_every_type(void) {
 static const rg_test_case cases[] = {
     RG_TEST(test_lfm2_loads),
     RG_TEST(test_mamba2_loads),
+    RG_TEST(test_gemma_loads),
     RG_TEST(test_hostile_files),
     RG_TEST(test_state_per_layer),
     RG_TEST(test_recurrent_kinds_build),
     RG_TEST(test_lora_targets),
     RG_TEST(test_full_tensor_order),
+    RG_TEST(test_gemma_cache_and_training),
     RG_TEST(test_make_tiny_deterministic),
     RG_TEST(test_make_tiny_every_type),
     {0},

@@ -21,6 +21,7 @@
 #include "model/lora_stack.h"
 #include "model/quantize.h"
 #include "model/tiny.h"
+#include "full_pass.h"
 #include "rg_test.h"
 #include "tensor/half.h"
 #include "tensor/quant/quant.h"
@@ -85,29 +86,7 @@ static void make_ids(int32_t *ids, int64_t V) {
 // Logits [V, T] of one full pass, with the adapter attached when l != NULL.
 static rg_status full_logits(const rg_model *m, const rg_lora *l, float scale, const int32_t *ids, float *logits,
                              rg_error *err) {
-    rg_graph *g = rg_graph_new();
-    rg_model_nodes w;
-    rg_status st = rg_model_leaf_nodes(g, m, &w, err);
-    if (!st && l) st = rg_lora_attach(g, l, &w, scale, false, err);
-    int64_t n = T;
-    rg_node *idn = rg_leaf(g, "ids", RG_TYPE_I32, 1, &n, NULL), *pn = rg_leaf(g, "pos", RG_TYPE_I32, 1, &n, NULL);
-    rg_node *out = st ? NULL : rg_model_forward(g, m, &w, idn, pn, NULL);
-    rg_exec *ex = NULL;
-    if (!st && !out) st = rg_graph_error(g, err);
-    if (!st) {
-        out->flags |= RG_NODE_OUTPUT;
-        rg_exec_opts o = {.n_threads = 2};
-        st = rg_exec_create(&ex, g, &o, err);
-    }
-    if (!st) {
-        memcpy(idn->t.data, ids, sizeof(int32_t) * T);
-        for (int i = 0; i < T; i++) ((int32_t *)pn->t.data)[i] = i;
-        st = rg_exec_run(ex, 0, -1, err);
-    }
-    if (!st) memcpy(logits, out->t.data, sizeof(float) * (size_t)m->hp.n_vocab * T);
-    rg_exec_free(ex);
-    rg_graph_free(g);
-    return st;
+    return rg_test_full_logits(m, l, scale, ids, T, logits, err);
 }
 
 static int count_nodes(const rg_model *m, const rg_lora *l, float scale) {

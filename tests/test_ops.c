@@ -88,6 +88,7 @@ typedef struct tcase {
     int64_t out_ne[4];  // shape of the first output
     int64_t n_out;      // reference outputs in all (the builder may return extra outputs)
     double fwd_tol;     // < 0: the entry's bound
+    bool cpu_only;      // a variant the CUDA column leaves to the CPU by design (SOFT_MAX's sliding window)
 } tcase;
 
 typedef int (*gen_fn)(tcase *c, uint32_t type, int variant);  // 0: no such variant
@@ -787,9 +788,10 @@ static void ref_rope_back(const tcase *c, double *const *x, double *y) { ref_rop
 
 // SOFT_MAX over rows of a [n_kv, T, H] (training.md §5.3-5.4): z = scale*a,
 // capped to softcap*tanh(z/softcap), plus mask[j, i], keys j > i + (n_kv - T)
-// removed when causal; a row with every key removed is zeros.
+// removed when causal, and those with (i + n_kv - T) - j >= window when there is
+// a window (architectures.md §1.7); a row with every key removed is zeros.
 static void softmax_rows(const int64_t ne[4], const double *a, const double *mask, bool causal, double scale,
-                         double cap, double *y) {
+                         double cap, int64_t window, double *y) {
     const int64_t n_kv = ne[0], T = ne[1];
     double *z = malloc(sizeof(double) * (size_t)n_kv);
     for (int64_t r = 0; r < ne[1] * ne[2] * ne[3]; r++) {
@@ -800,6 +802,7 @@ static void softmax_rows(const int64_t ne[4], const double *a, const double *mas
             if (cap > 0) v = cap * tanh(v / cap);
             if (mask) v += mask[i * n_kv + j];
             if (causal && j > i + (n_kv - T)) v = -INFINITY;
+            if (window > 0 && (i + n_kv - T) - j >= window) v = -INFINITY;
             z[j] = v;
             if (v > mx) mx = v;
         }
@@ -810,14 +813,17 @@ static void softmax_rows(const int64_t ne[4], const double *a, const double *mas
     free(z);
 }
 static int gen_soft_max(tcase *c, uint32_t type, int v) {
-    static const char *const names[4] = {"scale=0.8", "mask", "causal", "softcap=3+mask"};
-    if (v > 3) return 0;
+    static const char *const names[6] = {"scale=0.8", "mask", "causal", "softcap=3+mask", "causal+window=3",
+                                         "window=2+softcap+mask"};
+    if (v > 5) return 0;
     label(c, type, names[v]);
     const int64_t n_kv = 6, T = 4, H = 2;
-    c->ip[0] = v == 2;                  // causal
-    c->ip[1] = v == 1 || v == 3;        // mask
-    c->fp[0] = v == 0 ? (double)0.8f : v == 2 ? 0.5 : v == 3 ? (double)1.3f : 1.0;
-    c->fp[1] = v == 3 ? 3.0 : 0.0;
+    c->ip[0] = v == 2 || v >= 4;        // causal
+    c->ip[1] = v == 1 || v == 3 || v == 5;  // mask
+    c->ip[2] = v == 4 ? 3 : v == 5 ? 2 : 0;  // sliding window
+    c->cpu_only = c->ip[2] > 0;
+    c->fp[0] = v == 0 ? (double)0.8f : v == 2 ? 0.5 : v == 3 || v == 5 ? (double)1.3f : 1.0;
+    c->fp[1] = v == 3 || v == 5 ? 3.0 : 0.0;
     in_rand(c, "a", RG_TYPE_F32, n_kv, T, H, 1, 2.0, true);
     if (c->ip[1]) {
         tin *m = in_rand(c, "mask", RG_TYPE_F32, n_kv, T, 1, 1, 1.0, false);
@@ -830,11 +836,12 @@ static int gen_soft_max(tcase *c, uint32_t type, int v) {
     return 1;
 }
 static int build_soft_max(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
-    out[0] = rg_soft_max(g, in[0], c->ip[1] ? in[1] : NULL, c->ip[0] != 0, (float)c->fp[0], (float)c->fp[1]);
+    out[0] = rg_soft_max_ext(g, in[0], c->ip[1] ? in[1] : NULL, c->ip[0] != 0, (float)c->fp[0], (float)c->fp[1],
+                             c->ip[2]);
     return 1;
 }
 static void ref_soft_max(const tcase *c, double *const *x, double *y) {
-    softmax_rows(c->out_ne, x[0], c->ip[1] ? x[1] : NULL, c->ip[0] != 0, c->fp[0], c->fp[1], y);
+    softmax_rows(c->out_ne, x[0], c->ip[1] ? x[1] : NULL, c->ip[0] != 0, c->fp[0], c->fp[1], c->ip[2], y);
 }
 static int gen_soft_max_back(tcase *c, uint32_t type, int v) {
     if (v > 1) return 0;
@@ -846,7 +853,7 @@ static int gen_soft_max_back(tcase *c, uint32_t type, int v) {
     tin *y = in_rand(c, "y", RG_TYPE_F32, 6, 4, 2, 1, 1.0, false);
     tin *a = in_rand(c, "a", RG_TYPE_F32, 6, 4, 2, 1, 2.0, false);
     double *s = malloc(sizeof(double) * 48);
-    softmax_rows(ne, a->val, NULL, false, c->fp[0], c->fp[1], s);
+    softmax_rows(ne, a->val, NULL, false, c->fp[0], c->fp[1], 0, s);
     for (int i = 0; i < 48; i++) set_f32(y, i, s[i]);
     free(s);
     set_ne(c->out_ne, 6, 4, 2, 1);
@@ -927,6 +934,78 @@ static void ref_silu_back(const tcase *c, double *const *x, double *y) {
 }
 static void ref_swiglu(const tcase *c, double *const *x, double *y) {
     for (int64_t i = 0; i < nel4(c->out_ne); i++) y[i] = x[0][i] * sigmoid(x[0][i]) * x[1][i];
+}
+
+// GELU (tanh approximation), SOFTCAP (fp[0] cap) and their backward (architectures.md §1.6, §1.7): inputs over
+// +-8 (GELU) and +-4.5 cap (SOFTCAP, so the tanh saturates in places).
+#define GELU_C 0.79788456080286535588  // sqrt(2 / pi)
+#define GELU_K 0.044715
+static double gelu_ref(double a) { return 0.5 * a * (1 + tanh(GELU_C * (a + GELU_K * a * a * a))); }
+static int gen_gelu(tcase *c, uint32_t type, int v) {
+    if (v > 1) return 0;
+    const int64_t n0 = v ? BIG0 : 9, n1 = v ? BIG1 : 4;
+    label(c, type, v ? "big" : "");
+    in_rand(c, "a", RG_TYPE_F32, n0, n1, 1, 1, 2.5, v == 0);
+    set_ne(c->out_ne, n0, n1, 1, 1);
+    return 1;
+}
+static int gen_softcap(tcase *c, uint32_t type, int v) {
+    if (v > 1) return 0;
+    const int64_t n0 = v ? BIG0 : 9, n1 = v ? BIG1 : 4;
+    label(c, type, v ? "big cap=30" : "cap=2.5");
+    c->fp[0] = v ? 30.0 : 2.5;
+    in_rand(c, "a", RG_TYPE_F32, n0, n1, 1, 1, 1.5 * c->fp[0], v == 0);
+    set_ne(c->out_ne, n0, n1, 1, 1);
+    return 1;
+}
+// The backward rows: dy and a; which function by the entry (gen_..._back share the shapes of the forward).
+static int gen_unary_back(tcase *c, uint32_t type, int v, double a_scale, double cap) {
+    if (v > 1) return 0;
+    const int64_t n0 = v ? BIG0 : 9, n1 = v ? BIG1 : 4;
+    label(c, type, v ? "big" : "");
+    c->fp[0] = cap;
+    in_rand(c, "dy", RG_TYPE_F32, n0, n1, 1, 1, 1.0, false);
+    in_rand(c, "a", RG_TYPE_F32, n0, n1, 1, 1, a_scale, false);
+    set_ne(c->out_ne, n0, n1, 1, 1);
+    return 1;
+}
+static int gen_gelu_back(tcase *c, uint32_t type, int v) { return gen_unary_back(c, type, v, 2.5, 0.0); }
+static int gen_softcap_back(tcase *c, uint32_t type, int v) { return gen_unary_back(c, type, v, 4.0, 2.5); }
+static int build_gelu(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    (void)c;
+    out[0] = rg_gelu(g, in[0]);
+    return 1;
+}
+static int build_gelu_back(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    (void)c;
+    out[0] = rg_gelu_back(g, in[0], in[1]);
+    return 1;
+}
+static int build_softcap(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    out[0] = rg_softcap(g, in[0], (float)c->fp[0]);
+    return 1;
+}
+static int build_softcap_back(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    out[0] = rg_softcap_back(g, in[0], in[1], (float)c->fp[0]);
+    return 1;
+}
+static void ref_gelu(const tcase *c, double *const *x, double *y) {
+    for (int64_t i = 0; i < nel4(c->out_ne); i++) y[i] = gelu_ref(x[0][i]);
+}
+static void ref_gelu_back(const tcase *c, double *const *x, double *y) {
+    for (int64_t i = 0; i < nel4(c->out_ne); i++) {  // d/da of gelu_ref, in closed form
+        const double a = x[1][i], t = tanh(GELU_C * (a + GELU_K * a * a * a));
+        y[i] = x[0][i] * (0.5 * (1 + t) + 0.5 * a * (1 - t * t) * GELU_C * (1 + 3 * GELU_K * a * a));
+    }
+}
+static void ref_softcap(const tcase *c, double *const *x, double *y) {
+    for (int64_t i = 0; i < nel4(c->out_ne); i++) y[i] = c->fp[0] * tanh(x[0][i] / c->fp[0]);
+}
+static void ref_softcap_back(const tcase *c, double *const *x, double *y) {
+    for (int64_t i = 0; i < nel4(c->out_ne); i++) {
+        const double t = tanh(x[1][i] / c->fp[0]);
+        y[i] = x[0][i] * (1 - t * t);
+    }
 }
 
 // RESHAPE (same elements in the same order), also of block types (rows kept).
@@ -1531,6 +1610,11 @@ static const op_entry entries[RG_OP_COUNT] = {
     [RG_OP_SILU] = {T_F32, gen_silu, build_silu, ref_silu, NULL, M_NORM, 1e-6},
     [RG_OP_SILU_BACK] = {T_F32, gen_silu_back, build_silu_back, ref_silu_back, NULL, M_NORM, 2e-6},
     [RG_OP_SWIGLU] = {T_F32, gen_swiglu, build_swiglu, ref_swiglu, NULL, M_NORM, 1e-6},
+    // one rounding of a double value (ops_gelu_softcap.c): u; 2u
+    [RG_OP_GELU] = {T_F32, gen_gelu, build_gelu, ref_gelu, NULL, M_NORM, 1.2e-7},
+    [RG_OP_GELU_BACK] = {T_F32, gen_gelu_back, build_gelu_back, ref_gelu_back, NULL, M_NORM, 1.2e-7},
+    [RG_OP_SOFTCAP] = {T_F32, gen_softcap, build_softcap, ref_softcap, NULL, M_NORM, 1.2e-7},
+    [RG_OP_SOFTCAP_BACK] = {T_F32, gen_softcap_back, build_softcap_back, ref_softcap_back, NULL, M_NORM, 1.2e-7},
     [RG_OP_CROSS_ENTROPY_LOSS] = {T_F32, gen_ce, build_ce, ref_ce, NULL, M_NORM, 1e-6},
     [RG_OP_CROSS_ENTROPY_LOSS_BACK] = {T_F32, gen_ce_back, build_ce_back, ref_ce_back, NULL, M_NORM, 1e-6},
     // one optimizer step: training.md's cross-implementation rtol
@@ -1915,6 +1999,11 @@ static void parity_case(rg_op op, const op_entry *e, tcase *c, void *arg) {
         rg_graph_free(g);
         return;
     }
+    if (rg_op_defs[op].cpu_only || c->cpu_only) {  // left to the CPU by design (the op table's cpu_only)
+        printf("    %-24s %-28s CPU only: the scheduler runs it on the CPU\n", name, c->label);
+        rg_graph_free(g);
+        return;
+    }
     tally->rows++;
     if (!rg_op_cell_runs(RG_BACKEND_CUDA, out[0]) && e->cpu_only) {
         tally->cpu_only++;
@@ -2036,7 +2125,8 @@ static void test_cuda_parity(void) {
     X(out_prod, OUT_PROD) X(add, ADD) X(sub, SUB) X(mul, MUL) X(scale, SCALE) X(repeat, REPEAT)                    \
     X(repeat_back, REPEAT_BACK) X(sum, SUM) X(mean, MEAN) X(sum_rows, SUM_ROWS) X(rms_norm, RMS_NORM)              \
     X(rms_norm_back, RMS_NORM_BACK) X(rope, ROPE) X(rope_back, ROPE_BACK) X(soft_max, SOFT_MAX)                    \
-    X(soft_max_back, SOFT_MAX_BACK) X(silu, SILU) X(silu_back, SILU_BACK) X(swiglu, SWIGLU) X(reshape, RESHAPE)    \
+    X(soft_max_back, SOFT_MAX_BACK) X(silu, SILU) X(silu_back, SILU_BACK) X(swiglu, SWIGLU) X(gelu, GELU)          \
+    X(gelu_back, GELU_BACK) X(softcap, SOFTCAP) X(softcap_back, SOFTCAP_BACK) X(reshape, RESHAPE)                  \
     X(view, VIEW) X(permute, PERMUTE) X(transpose, TRANSPOSE) X(view_back, VIEW_BACK) X(cont, CONT) X(cpy, CPY)    \
     X(cross_entropy_loss, CROSS_ENTROPY_LOSS) X(cross_entropy_loss_back, CROSS_ENTROPY_LOSS_BACK)                  \
     X(adamw, ADAMW) X(sgd, SGD) X(cpy_into, CPY_INTO) X(linear_ce, LINEAR_CE) X(linear_ce_back, LINEAR_CE_BACK) \

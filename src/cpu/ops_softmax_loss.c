@@ -18,10 +18,11 @@
 
 // ---------------------------------------------------------------------------
 // SOFT_MAX: a [n_kv, T, H, b], mask [n_kv, >= T] f32 or NULL -> y like a.
-// ip[0] = causal, fp[0] = scale, fp[1] = softcap (0 = none). For query row i:
+// ip[0] = causal, ip[1] = sliding window (0 = none), fp[0] = scale, fp[1] = softcap (0 = none). For query row i:
 //   z_j = softcap > 0 ? softcap * tanhf(scale*a_j / softcap) : scale*a_j   (f32, §5.4)
 //   z_j += mask[j, i]                                  (when a mask is given)
 //   z_j = -inf when causal and j > i + (n_kv - T)      (llama.cpp's causal rule)
+//   z_j = -inf when window > 0 and (i + n_kv - T) - j >= window   (§1.7; the keys before `start` below)
 //   y_j = exp(z_j - max_k z_k) / sum_k exp(z_k - max)  (§5.3)
 // The exponentials are f32 (exp_poly.h's polynomial, within 2 ulp of expf, the
 // same bits from the AVX2 kernels of ops_softmax_avx2.c); their sum is
@@ -35,6 +36,7 @@ typedef struct sm_job {
     const rg_tensor *a, *mask, *y, *dy;  // forward: a, mask, y (output); backward: dy, y, a, out in `out`
     const rg_tensor *out;
     int causal;
+    int64_t window;
     float scale, softcap;
 } sm_job;
 
@@ -49,15 +51,21 @@ static void soft_max_rows(void *p, int ith, int nth) {
     rg_split_range(rg_tensor_nrows(j->a), ith, nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         const int64_t i = r % T;            // the query row
-        const float *a = row_at(j->a, r);   // [n_kv]
-        float *y = row_at(j->y, r);         // [n_kv]
-        const float *mask = j->mask ? (const float *)((const char *)j->mask->data + i * j->mask->nb[1]) : NULL;
-        // Keys at or beyond `end` are causally masked.
-        int64_t end = n_kv;
+        float *yrow = row_at(j->y, r);      // [n_kv]
+        // Keys at or beyond `end` are causally masked, those before `start` out of the sliding window.
+        int64_t end = n_kv, start = 0;
         if (j->causal) {
             int64_t lim = i + n_past + 1;
             end = lim < 0 ? 0 : lim < n_kv ? lim : n_kv;
+            if (j->window > 0 && end - j->window > 0) start = end - j->window;
         }
+        for (int64_t k = 0; k < start; k++) yrow[k] = 0.0f;
+        // The row from `start` on: without a window the whole row, as before.
+        const float *a = row_at(j->a, r) + start;
+        float *y = yrow + start;
+        const float *mask = j->mask ? (const float *)((const char *)j->mask->data + i * j->mask->nb[1]) + start : NULL;
+        end -= start;
+        const int64_t n_row = n_kv - start;
         float mx = -INFINITY;
         if (avx2 && j->softcap <= 0.0f) {
             mx = rg_sm_scores_avx2(a, mask, j->scale, y, end);
@@ -71,7 +79,7 @@ static void soft_max_rows(void *p, int ith, int nth) {
             }
         }
         if (mx == -INFINITY) {  // every key masked: zeros, no NaN
-            for (int64_t k = 0; k < n_kv; k++) y[k] = 0.0f;
+            for (int64_t k = 0; k < n_row; k++) y[k] = 0.0f;
             continue;
         }
         // exp(z - max) <= 1 (exp_poly.h; exp(-inf) = 0 for keys the mask
@@ -93,7 +101,7 @@ static void soft_max_rows(void *p, int ith, int nth) {
         } else {
             for (int64_t k = 0; k < end; k++) y[k] = (float)((double)y[k] * inv);
         }
-        for (int64_t k = end; k < n_kv; k++) y[k] = 0.0f;
+        for (int64_t k = end; k < n_row; k++) y[k] = 0.0f;
     }
 }
 
@@ -114,7 +122,11 @@ rg_status cpu_soft_max(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
         }
     }
     if (rg_tensor_nelements(a) == 0) return RG_OK;
-    sm_job j = {.a = a, .mask = mask, .y = &n->t, .causal = n->ip[0] != 0, .scale = n->fp[0], .softcap = n->fp[1]};
+    if (n->ip[1] < 0 || (n->ip[1] > 0 && !n->ip[0]))
+        return rg_fail(err, RG_ERR_ARG, "%s '%s': sliding window %lld needs the causal mask", op, n->t.name,
+                       (long long)n->ip[1]);
+    sm_job j = {.a = a, .mask = mask, .y = &n->t, .causal = n->ip[0] != 0, .window = n->ip[1], .scale = n->fp[0],
+                .softcap = n->fp[1]};
     // An exp per element: worth the pool from a quarter of the usual size.
     run_rows(ctx ? ctx->pool : NULL, soft_max_rows, &j, 4 * rg_tensor_nelements(a));
     return RG_OK;

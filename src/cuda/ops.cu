@@ -205,6 +205,7 @@ static bool mul_mat_supported(const rg_node *n) {
 
 static bool soft_max_supported(const rg_node *n) {
     const rg_node *a = n->src[0], *mask = n->src[1];
+    if (n->ip[1] != 0) return false;  // a sliding window (gemma): the CPU's kernel only, for now
     if (!has_bytes(a) || a->t.type != RG_TYPE_F32 || !rg_tensor_is_contiguous(&a->t)) return false;
     if (!rg_tensor_same_shape(&a->t, &n->t)) return false;
     if (mask) {

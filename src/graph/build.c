@@ -1,5 +1,6 @@
 // build.c - op constructors: shape and type rules, checked when the node is
 // made; a mismatch records one error naming the op and both shapes.
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -316,7 +317,13 @@ rg_node *rg_rope_back(rg_graph *g, rg_node *dy, rg_node *pos, int n_rot, int mod
 }
 
 rg_node *rg_soft_max(rg_graph *g, rg_node *a, rg_node *mask, bool causal, float scale, float softcap) {
+    return rg_soft_max_ext(g, a, mask, causal, scale, softcap, 0);
+}
+
+rg_node *rg_soft_max_ext(rg_graph *g, rg_node *a, rg_node *mask, bool causal, float scale, float softcap, int64_t window) {
     REQUIRE(a);
+    if (window < 0 || (window > 0 && !causal))
+        return fail(g, RG_ERR_ARG, "soft_max: sliding window %lld must be >= 0 and needs the causal mask", (long long)window);
     char s1[160], s2[160];
     if (!need_f32(g, "soft_max", a, "input")) return NULL;
     if (mask && (!is_f32(mask) || mask->t.ne[0] != a->t.ne[0] || mask->t.ne[1] < a->t.ne[1] || mask->t.ne[2] != 1))
@@ -326,7 +333,7 @@ rg_node *rg_soft_max(rg_graph *g, rg_node *a, rg_node *mask, bool causal, float 
     if (!(softcap >= 0)) return fail(g, RG_ERR_ARG, "soft_max: softcap %g must be >= 0", (double)softcap);
     rg_node *n = node_new(g, RG_OP_SOFT_MAX, RG_TYPE_F32, ne_of(a), contiguous(g, a), mask ? contiguous(g, mask) : NULL,
                           NULL, NULL);
-    if (n) n->ip[0] = causal, n->fp[0] = scale, n->fp[1] = softcap;
+    if (n) n->ip[0] = causal, n->ip[1] = window, n->fp[0] = scale, n->fp[1] = softcap;
     return n;
 }
 
@@ -350,6 +357,37 @@ rg_node *rg_silu_back(rg_graph *g, rg_node *dy, rg_node *a) {
     if (!need_f32(g, "silu_back", dy, "dy") || !need_f32(g, "silu_back", a, "a")) return NULL;
     if (!same_shape(dy, a)) return fail(g, RG_ERR_ARG, "silu_back: dy %s and a %s differ", shape(dy, s1), shape(a, s2));
     return node_new(g, RG_OP_SILU_BACK, RG_TYPE_F32, ne_of(a), dy, a, NULL, NULL);
+}
+
+rg_node *rg_gelu(rg_graph *g, rg_node *a) {
+    REQUIRE(a);
+    return unary(g, RG_OP_GELU, contiguous(g, a));
+}
+
+// The backward of an elementwise op of a: dy and a of one shape, both packed for the kernel.
+static rg_node *unary_back(rg_graph *g, rg_op op, rg_node *dy, rg_node *a) {
+    REQUIRE(dy, a);
+    char s1[160], s2[160];
+    if (!need_f32(g, rg_op_name(op), dy, "dy") || !need_f32(g, rg_op_name(op), a, "a")) return NULL;
+    if (!same_shape(dy, a)) return fail(g, RG_ERR_ARG, "%s: dy %s and a %s differ", rg_op_name(op), shape(dy, s1), shape(a, s2));
+    return node_new(g, op, RG_TYPE_F32, ne_of(a), contiguous(g, dy), contiguous(g, a), NULL, NULL);
+}
+
+rg_node *rg_gelu_back(rg_graph *g, rg_node *dy, rg_node *a) { return unary_back(g, RG_OP_GELU_BACK, dy, a); }
+
+rg_node *rg_softcap(rg_graph *g, rg_node *a, float cap) {
+    REQUIRE(a);
+    if (!(cap > 0) || !isfinite(cap)) return fail(g, RG_ERR_ARG, "softcap: cap %g must be positive and finite", (double)cap);
+    rg_node *n = unary(g, RG_OP_SOFTCAP, contiguous(g, a));
+    if (n) n->fp[0] = cap;
+    return n;
+}
+
+rg_node *rg_softcap_back(rg_graph *g, rg_node *dy, rg_node *a, float cap) {
+    if (!(cap > 0) || !isfinite(cap)) return fail(g, RG_ERR_ARG, "softcap_back: cap %g must be positive and finite", (double)cap);
+    rg_node *n = unary_back(g, RG_OP_SOFTCAP_BACK, dy, a);
+    if (n) n->fp[0] = cap;
+    return n;
 }
 
 rg_node *rg_swiglu(rg_graph *g, rg_node *gate, rg_node *up) {

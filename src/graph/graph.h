@@ -45,11 +45,16 @@ typedef enum rg_op {
     RG_OP_RMS_NORM_BACK,     // (dy, x) -> dx, eps fp[0]
     RG_OP_ROPE,              // (x [head_dim, n_head, T], pos I32 [T]) ip: n_rot, mode (0 normal, 2 neox); fp: freq_base, freq_scale
     RG_OP_ROPE_BACK,         // (dy, pos) -> dx, the same rotation by -theta
-    RG_OP_SOFT_MAX,          // (a [n_kv, T, H], mask [n_kv, T] f32 or NULL) ip[0] causal; fp: scale, softcap (0 = none)
+    RG_OP_SOFT_MAX,          // (a [n_kv, T, H], mask [n_kv, T] f32 or NULL) ip[0] causal, ip[1] sliding window (0 = none,
+                             // with causal: key j is masked when (i + n_kv - T) - j >= window); fp: scale, softcap (0 = none)
     RG_OP_SOFT_MAX_BACK,     // (dy, y, a) -> da; a is used only with a softcap
     RG_OP_SILU,              // (a) -> a * sigmoid(a)
     RG_OP_SILU_BACK,         // (dy, a) -> dy * silu'(a)
     RG_OP_SWIGLU,            // (gate, up) -> silu(gate) * up
+    RG_OP_GELU,              // (a) -> gelu(a), the tanh approximation: 0.5 a (1 + tanh(sqrt(2/pi) (a + 0.044715 a^3)))
+    RG_OP_GELU_BACK,         // (dy, a) -> dy * gelu'(a)
+    RG_OP_SOFTCAP,           // (a) -> fp[0] * tanh(a / fp[0]), fp[0] > 0 (gemma2's final-logit softcap)
+    RG_OP_SOFTCAP_BACK,      // (dy, a) -> dy * (1 - tanh^2(a / fp[0]))
     RG_OP_RESHAPE,           // views: no kernel, bytes shared with src[0]
     RG_OP_VIEW,              // ip[0..3] = nb[0..3] of the view (bytes), ip[4] = offset from the source (bytes)
     RG_OP_PERMUTE,           // ip[0..3] = axes
@@ -171,10 +176,19 @@ rg_node *rg_rope(rg_graph *g, rg_node *x, rg_node *pos, int n_rot, int mode, flo
 rg_node *rg_rope_back(rg_graph *g, rg_node *dy, rg_node *pos, int n_rot, int mode, float freq_base, float freq_scale);
 // mask may be NULL; causal masks key j > query i + (n_kv - T); softcap 0 = none.
 rg_node *rg_soft_max(rg_graph *g, rg_node *a, rg_node *mask, bool causal, float scale, float softcap);
+// The same with a sliding window (architectures.md §1.7): with causal and window > 0, query i (at position
+// i + n_kv - T) also drops key j when (i + n_kv - T) - j >= window. window 0: rg_soft_max.
+rg_node *rg_soft_max_ext(rg_graph *g, rg_node *a, rg_node *mask, bool causal, float scale, float softcap, int64_t window);
 rg_node *rg_soft_max_back(rg_graph *g, rg_node *dy, rg_node *y, rg_node *a, float scale, float softcap);
 rg_node *rg_silu(rg_graph *g, rg_node *a);
 rg_node *rg_silu_back(rg_graph *g, rg_node *dy, rg_node *a);
 rg_node *rg_swiglu(rg_graph *g, rg_node *gate, rg_node *up);
+// GELU with the tanh approximation (HF's gelu_pytorch_tanh, ggml's gelu) and its backward.
+rg_node *rg_gelu(rg_graph *g, rg_node *a);
+rg_node *rg_gelu_back(rg_graph *g, rg_node *dy, rg_node *a);
+// cap * tanh(a / cap), cap > 0, and its backward (dy and the forward's input a).
+rg_node *rg_softcap(rg_graph *g, rg_node *a, float cap);
+rg_node *rg_softcap_back(rg_graph *g, rg_node *dy, rg_node *a, float cap);
 rg_node *rg_reshape(rg_graph *g, rg_node *a, int n_dims, const int64_t *ne);
 rg_node *rg_view(rg_graph *g, rg_node *a, int n_dims, const int64_t *ne, const size_t *nb, size_t offset);
 rg_node *rg_permute(rg_graph *g, rg_node *a, int ax0, int ax1, int ax2, int ax3);

@@ -10,10 +10,12 @@
 #include "base/error.h"
 #include "model/model.h"
 
-extern const rg_arch rg_arch_llama, rg_arch_qwen2, rg_arch_qwen3, rg_arch_lfm2, rg_arch_mamba2;
+extern const rg_arch rg_arch_llama, rg_arch_qwen2, rg_arch_qwen3, rg_arch_lfm2, rg_arch_mamba2, rg_arch_gemma2,
+    rg_arch_gemma3;
 
-const rg_arch *const rg_archs[] = {&rg_arch_llama, &rg_arch_qwen2, &rg_arch_qwen3, &rg_arch_lfm2, &rg_arch_mamba2, NULL};
-const char *const rg_model_archs = "llama, qwen2, qwen3, lfm2, mamba2";
+const rg_arch *const rg_archs[] = {&rg_arch_llama, &rg_arch_qwen2, &rg_arch_qwen3, &rg_arch_lfm2, &rg_arch_mamba2,
+                                   &rg_arch_gemma2, &rg_arch_gemma3, NULL};
+const char *const rg_model_archs = "llama, qwen2, qwen3, lfm2, mamba2, gemma2, gemma3";
 
 const rg_arch *rg_arch_find(const char *name, size_t len) {
     for (int i = 0; rg_archs[i]; i++)
@@ -167,6 +169,10 @@ rg_status rg_arch_check_attention(const char *path, rg_hparams *hp, rg_layer *la
                        (long long)hp->n_rot, (long long)hp->head_dim);
     hp->rope_freq_scale = hp->rope_scale_factor > 0 ? 1.0f / hp->rope_scale_factor : 1.0f;
     if (hp->attn_scale == 0) hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        layers[il].window = 0;
+        layers[il].rope_freq_base = hp->rope_freq_base, layers[il].rope_freq_scale = hp->rope_freq_scale;
+    }
     return RG_OK;
 }
 

@@ -37,6 +37,7 @@ typedef enum rg_role {
     RG_ROLE_SSM_IN, RG_ROLE_SSM_CONV, RG_ROLE_SSM_CONV_B, RG_ROLE_SSM_DT_B, // mamba2's mixer
     RG_ROLE_SSM_A, RG_ROLE_SSM_D, RG_ROLE_SSM_NORM, RG_ROLE_SSM_OUT,
     RG_ROLE_FFN_NORM, RG_ROLE_FFN_GATE, RG_ROLE_FFN_UP, RG_ROLE_FFN_DOWN,
+    RG_ROLE_ATTN_POST_NORM, RG_ROLE_FFN_POST_NORM,   // gemma's norms of the attention and FFN outputs
     RG_N_ROLES
 } rg_role;
 
@@ -48,7 +49,7 @@ typedef enum rg_layer_kind {
     RG_KIND_ATTN,        // GQA self-attention with RoPE; state: the KV cache
     RG_KIND_SHORTCONV,   // lfm2's gated short convolution; state: the last L-1 gated inputs
     RG_KIND_SSM,         // mamba2's selective scan; state: the conv window and the SSM state
-    RG_KIND_FFN,         // dense SwiGLU FFN; no state
+    RG_KIND_FFN,         // dense gated FFN (SwiGLU, or GeGLU where hparams.ffn_gelu); no state
     RG_N_KINDS
 } rg_layer_kind;
 
@@ -171,9 +172,10 @@ int rg_arch_lora_target(const rg_arch *a, rg_role role);
 // The row that a LoRA target adapts, or NULL when the architecture has none.
 const rg_arch_tensor *rg_arch_lora_row(const rg_arch *a, int target);
 
-// Shared by the architectures with attention (arch_llama.c, arch_lfm2.c): head_count_kv defaults to head_count,
-// key_length to n_embd / n_head, value_length to key_length, rope.dimension_count to head_dim, attention.scale to
-// 1 / sqrt(head_dim); every attention layer's heads must fit, every FFN's n_ff be positive.
+// Shared by the architectures with attention (arch_llama.c, arch_lfm2.c, arch_gemma.c): head_count_kv defaults to
+// head_count, key_length to n_embd / n_head, value_length to key_length, rope.dimension_count to head_dim,
+// attention.scale to 1 / sqrt(head_dim); every attention layer's heads must fit, every FFN's n_ff be positive.
+// Every layer gets the model's RoPE base and scale and no sliding window (gemma's check changes them per layer).
 rg_status rg_arch_check_attention(const char *path, struct rg_hparams *hp, struct rg_layer *layers, rg_error *err);
 // The conv kernel lengths the short-conv and SSM layers take (key names the key for the message).
 enum { RG_CONV_KERNEL_MIN = 2, RG_CONV_KERNEL_MAX = 8 };

@@ -35,6 +35,7 @@ static rg_node *forward(rg_graph *g, const rg_model *m, const rg_model_nodes *w,
     if (!ids || !pos) return NULL;
     const int64_t T = ids->t.ne[0];
     rg_node *x = rg_get_rows(g, w->tok_embd, ids);  // [d, T]
+    if (hp->embd_scale > 0) x = rg_scale(g, x, hp->embd_scale);  // gemma: times sqrt(n_embd)
     rg_node_set_name(x, "inp_embd");
     for (int64_t il = 0; il < hp->n_layer && x; il++) {
         if (bounds) bounds[il] = x;
@@ -56,6 +57,7 @@ static rg_node *forward(rg_graph *g, const rg_model *m, const rg_model_nodes *w,
         hn = rg_view(g, hn, 2, (int64_t[]){hp->n_embd, 1}, (size_t[]){4, (size_t)hp->n_embd * 4},
                      (size_t)((T - 1) * hp->n_embd) * 4);
     rg_node *logits = rg_mul_mat(g, w->output, hn);                 // [V, T]
+    if (hp->final_softcap > 0) logits = rg_softcap(g, logits, hp->final_softcap);  // gemma2: cap tanh(z / cap)
     rg_node_set_name(logits, "logits");
     return logits;
 }

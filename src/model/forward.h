@@ -49,7 +49,9 @@ rg_node *rg_model_forward_bounds(rg_graph *g, const rg_model *m, const rg_model_
 // Training with the fused cross-entropy (rg_linear_ce): the same, stopping at
 // the final normed hidden states [n_embd, n_tokens]; the caller applies
 // w->output (the LM head, or tok_embd when tied) inside the loss. seg and
-// bounds as rg_model_forward_bounds (may be NULL).
+// bounds as rg_model_forward_bounds (may be NULL). A model whose logits are
+// capped (hparams.final_softcap, gemma2) needs the cap after the head, which
+// the fused loss does not apply: train it through rg_model_forward_bounds.
 rg_node *rg_model_forward_hidden(rg_graph *g, const rg_model *m, const rg_model_nodes *w, rg_node *ids, rg_node *pos,
                                  rg_node *mask, rg_node *seg, rg_node **bounds);
 // The same with the per-layer state (model/state.h): attention layers write the n_tokens new keys and values at

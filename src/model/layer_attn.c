@@ -1,7 +1,10 @@
-// layer_attn.c - the attention mixer (architectures.md §0.4, §1.3, §1.5, §2.6):
-// x + Wo attention(RoPE(norm_q(Wq h + bq)), RoPE(norm_k(Wk h + bk)), Wv h + bv)
+// layer_attn.c - the attention mixer (architectures.md §0.4, §1.3, §1.5, §1.6, §1.7, §2.6):
+// x + post_norm(Wo attention(RoPE(norm_q(Wq h + bq)), RoPE(norm_k(Wk h + bk)), Wv h + bv))
 // with h = RMSNorm(x; attn_norm), causal GQA, the per-head q/k norms where the
-// layer has them (qwen3, lfm2). Its state is the KV cache: keys [Dh, n_ctx, Hkv]
+// layer has them (qwen3, lfm2, gemma3), the post-norm where it has one (gemma),
+// the scores capped (gemma2's attn_logit_softcapping) and a sliding window where
+// the layer has one (gemma's sliding layers, each with its RoPE base). The window
+// is the SOFT_MAX's own mask (ip[1]); the cache keeps every token. Its state is the KV cache: keys [Dh, n_ctx, Hkv]
 // and values stored transposed [n_ctx, Dh, Hkv], so both feed MUL_MAT with
 // packed rows (a single cached token takes ATTN_DECODE on the same views).
 // d = n_embd, T = n_tokens, Dh = head_dim, H / Hkv = the layer's query / kv heads.
@@ -27,8 +30,11 @@ static rg_node *build(const rg_layer_ctx *c, rg_node *x) {
     rg_node *v = rg_reshape(g, rg_layer_linear(c, RG_ROLE_ATTN_V, RG_ROLE_ATTN_V_B, h), 3, (int64_t[]){Dh, Hkv, T});  // [Dh, Hkv, T]
     if (L->w[RG_ROLE_ATTN_Q_NORM]) q = rg_layer_norm(g, q, L->w[RG_ROLE_ATTN_Q_NORM], hp->norm_eps);  // per head, over Dh
     if (L->w[RG_ROLE_ATTN_K_NORM]) k = rg_layer_norm(g, k, L->w[RG_ROLE_ATTN_K_NORM], hp->norm_eps);
-    q = rg_rope(g, q, c->pos, (int)hp->n_rot, hp->rope_mode, hp->rope_freq_base, hp->rope_freq_scale);
-    k = rg_rope(g, k, c->pos, (int)hp->n_rot, hp->rope_mode, hp->rope_freq_base, hp->rope_freq_scale);
+    const rg_layer *Ly = c->layer;
+    const float base = Ly->rope_freq_base > 0 ? Ly->rope_freq_base : hp->rope_freq_base;
+    const float fscale = Ly->rope_freq_scale > 0 ? Ly->rope_freq_scale : hp->rope_freq_scale;
+    q = rg_rope(g, q, c->pos, (int)hp->n_rot, hp->rope_mode, base, fscale);
+    k = rg_rope(g, k, c->pos, (int)hp->n_rot, hp->rope_mode, base, fscale);
     rg_node *Q = rg_permute(g, q, 0, 2, 1, 3);                   // [Dh, T, H]
     rg_node *K, *Vt;
     if (cache) {
@@ -55,20 +61,25 @@ static rg_node *build(const rg_layer_ctx *c, rg_node *x) {
     rg_node *o;
     if (c->flash && !cache) {
         // FlashAttention-2 (ops_flash.c): causal, each query reads its own document's keys (seg, or
-        // one document), never the [T, T] scores; o [Dh, H, T] is already the projection's layout.
-        const rg_flash_params fp = {.scale = hp->attn_scale, .causal = true};
+        // one document), with the layer's logit cap and window as SOFT_MAX takes them, never the
+        // [T, T] scores; o [Dh, H, T] is already the projection's layout.
+        const rg_flash_params fp = {.scale = hp->attn_scale, .softcap = hp->attn_softcap, .window = Ly->window,
+                                    .causal = true};
         rg_node *fa = rg_flash_attn_ext(g, Q, K, rg_permute(g, v, 0, 2, 1, 3), c->seg, NULL, &fp);
         o = rg_reshape(g, rg_flash_part(g, fa, RG_FLASH_O), 2, (int64_t[]){Dh * H, T});  // [Dh*H, T]
-    } else if (cache && T == 1) {
+    } else if (cache && T == 1 && hp->attn_softcap == 0.0f && Ly->window == 0) {
         // A generated token: scores, softmax and weighted sum in one op (ops_attn_decode.c).
         o = rg_reshape(g, rg_attn_decode(g, q, K, Vt, hp->attn_scale), 2, (int64_t[]){Dh * H, T});  // [Dh*H, T]
     } else {
         rg_node *kq = rg_mul_mat(g, K, Q);                       // [n_kv, T, H]; head h reads kv head h / (H/Hkv)
-        kq = rg_soft_max(g, kq, c->mask, true, hp->attn_scale, 0.0f);  // causal: key j <= n_past + query i
+        // causal: key j <= n_past + query i; in a window also n_past + i - j < window
+        kq = rg_soft_max_ext(g, kq, c->mask, true, hp->attn_scale, hp->attn_softcap, Ly->window);
         o = rg_mul_mat(g, Vt, kq);                               // [Dh, T, H]
         o = rg_reshape(g, rg_cont(g, rg_permute(g, o, 0, 2, 1, 3)), 2, (int64_t[]){Dh * H, T});  // [Dh*H, T]
     }
-    return rg_add(g, x, rg_layer_linear(c, RG_ROLE_ATTN_O, RG_ROLE_ATTN_O_B, o));  // [d, T]
+    rg_node *a = rg_layer_linear(c, RG_ROLE_ATTN_O, RG_ROLE_ATTN_O_B, o);  // [d, T]
+    if (L->w[RG_ROLE_ATTN_POST_NORM]) a = rg_layer_norm(g, a, L->w[RG_ROLE_ATTN_POST_NORM], hp->norm_eps);
+    return rg_add(g, x, a);  // [d, T]
 }
 
 const rg_layer_kind_desc rg_layer_attn = {"attention", build, 2, attn_state};

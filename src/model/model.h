@@ -18,7 +18,12 @@ typedef struct rg_hparams {
     float rope_freq_base, rope_freq_scale, rope_scale_factor, norm_eps, attn_scale;
     int rope_mode;          // 0 normal (llama), 2 neox (qwen2, qwen3, lfm2), -1 none (mamba2)
     bool tied;              // no output.weight: the head is token_embd
-    int64_t attn_window;    // lfm2.attention.sliding_window (0: none; sliding windows are not supported)
+    int64_t attn_window;    // attention.sliding_window: lfm2's (0: none; refused there), gemma's sliding layers' window
+    float attn_softcap;     // gemma2.attn_logit_softcapping: cap * tanh(scale q.k / cap) before the mask (0: none)
+    float final_softcap;    // {gemma2,gemma3}.final_logit_softcapping: the same on the head's logits (0: none)
+    float rope_freq_base_swa;  // gemma3.rope.freq_base_swa: the sliding layers' RoPE base (10000 when absent)
+    float embd_scale;       // the token embeddings are multiplied by it (gemma: sqrt(n_embd)); 0: not scaled
+    bool ffn_gelu;          // the FFN's gate goes through GELU (tanh approximation: GeGLU), not SiLU (gemma)
     int64_t n_conv;         // conv kernel length: lfm2.shortconv.l_cache, mamba2.ssm.conv_kernel
     int64_t ssm_inner, ssm_state, ssm_heads, ssm_groups;  // mamba2.ssm.*: D_in, N, nh (time_step_rank), G
 } rg_hparams;
@@ -28,6 +33,8 @@ typedef struct rg_layer {
     rg_layer_kind mixer;    // RG_KIND_ATTN, RG_KIND_SHORTCONV or RG_KIND_SSM
     rg_layer_kind ffn;      // RG_KIND_FFN or RG_KIND_NONE
     int64_t n_head, n_head_kv, n_ff;
+    int64_t window;                        // attention: the sliding window (0: global, every earlier key)
+    float rope_freq_base, rope_freq_scale;  // attention: this layer's RoPE (gemma3's sliding layers have their own)
     const rg_gguf_tensor *t[RG_N_ROLES];
 } rg_layer;
 

@@ -16,21 +16,25 @@
 #include "text/bpe_train.h"
 #include "text/tiny_corpus.h"
 
-const char *const rg_tiny_archs[] = {"llama", "qwen2", "qwen3", "lfm2", "mamba2", NULL};
+const char *const rg_tiny_archs[] = {"llama", "qwen2", "qwen3", "lfm2", "mamba2", "gemma2", "gemma3", NULL};
 
 const rg_tiny_shape rg_tiny_shapes[] = {
     {"tiny", "the test fixtures", RG_TINY_N_EMBD, RG_TINY_N_LAYER, RG_TINY_N_HEAD, RG_TINY_N_HEAD_KV, RG_TINY_N_FF,
-     RG_TINY_N_VOCAB, RG_TINY_N_CTX, 0.0f, 0.05f, 0.05f, false, NULL, 0, 0, 0, 0},
-    {"smollm2", "SmolLM2-135M", 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, 0.02f, 0.0f, true, NULL, 0, 0, 0, 0},
-    {"1b", "Llama-3.2-1B", 2048, 16, 32, 8, 8192, 128256, 2048, 500000.0f, 0.02f, 0.0f, true, NULL, 0, 0, 0, 0},
+     RG_TINY_N_VOCAB, RG_TINY_N_CTX, 0.0f, 0.05f, 0.05f, false, NULL, 0, 0, 0, 0, 0, 0},
+    {"smollm2", "SmolLM2-135M", 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, 0.02f, 0.0f, true, NULL, 0, 0, 0, 0, 0, 0},
+    {"1b", "Llama-3.2-1B", 2048, 16, 32, 8, 8192, 128256, 2048, 500000.0f, 0.02f, 0.0f, true, NULL, 0, 0, 0, 0, 0, 0},
     // LFM2-350M's published config (the nearest released size to the seed's LFM2.5-230M): the
     // attention layers by layer_types, the short convolutions elsewhere.
     {"lfm2-350m", "LFM2-350M", 1024, 16, 16, 8, 4608, 65536, 32768, 1000000.0f, 0.02f, 0.0f, true, "lfm2",
-     (1u << 2) | (1u << 5) | (1u << 8) | (1u << 10) | (1u << 12) | (1u << 14), 0, 0, 0},
+     (1u << 2) | (1u << 5) | (1u << 8) | (1u << 10) | (1u << 12) | (1u << 14), 0, 0, 0, 0, 0},
     // state-spaces/mamba2-130m: d_model 768, 24 layers, d_state 128, headdim 64, expand 2, one group,
     // the vocabulary padded to a multiple of 16.
-    {"mamba2-130m", "mamba2-130m", 768, 24, 0, 0, 0, 50288, 2048, 0.0f, 0.02f, 0.0f, true, "mamba2", 0, 128, 64, 1536},
-    {NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0.0f, false, NULL, 0, 0, 0, 0},
+    {"mamba2-130m", "mamba2-130m", 768, 24, 0, 0, 0, 50288, 2048, 0.0f, 0.02f, 0.0f, true, "mamba2", 0, 128, 64, 1536, 0, 0},
+    // google/gemma-3-270m's text config: head_dim 256 (n_head * head_dim = 1024 != n_embd), one kv head, the
+    // 262144-token vocabulary, sliding window 512 on five of every six layers.
+    {"gemma3-270m", "Gemma-3-270M", 640, 18, 4, 1, 2048, 262144, 32768, 1000000.0f, 0.02f, 0.0f, true, "gemma3", 0, 0, 0, 0,
+     256, 512},
+    {NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0.0f, false, NULL, 0, 0, 0, 0, 0, 0},
 };
 
 const rg_tiny_shape *rg_tiny_shape_find(const char *name) {
@@ -60,6 +64,9 @@ typedef struct tiny_arch {
     int64_t n_conv;        // conv kernel length (lfm2, mamba2), 0: none
     bool conv_even;        // lfm2: the even layers are short convolutions (head_count_kv 0), the odd ones attention
     int64_t ssm_state, ssm_head_dim;  // mamba2: N and P, with D_in = 2 n_embd and one group; 0: no SSM
+    int64_t n_layer;       // the tiny shape's layer count for this architecture (0: RG_TINY_N_LAYER)
+    int64_t window;        // gemma: the sliding layers' window, small so that the tests cross it
+    float attn_softcap, final_softcap;  // gemma2: caps small enough to bend the tiny model's scores and logits
 } tiny_arch;
 
 // ChatML as Qwen2 writes it: a default system turn when none is given.
@@ -92,11 +99,15 @@ static const tiny_vocab vocab_lfm2 = {
 static const tiny_vocab vocab_neox = {"gpt-2", {"<|endoftext|>", "<|padding|>"}, 0, 1, 0, false, NULL};
 
 static const tiny_arch tiny_arch_table[] = {
-    {"llama", 0, 10000.0f, 1e-5f, false, &vocab_chatml, 0, false, 0, 0},
-    {"qwen2", 0, 1000000.0f, 1e-6f, false, &vocab_chatml, 0, false, 0, 0},
-    {"qwen3", RG_TINY_QWEN3_HEAD_DIM, 1000000.0f, 1e-6f, false, &vocab_chatml, 0, false, 0, 0},
-    {"lfm2", 0, 1000000.0f, 1e-5f, true, &vocab_lfm2, 3, true, 0, 0},
-    {"mamba2", 0, 0.0f, 1e-5f, true, &vocab_neox, 4, false, 16, 64},
+    {"llama", 0, 10000.0f, 1e-5f, false, &vocab_chatml, 0, false, 0, 0, 0, 0, 0.0f, 0.0f},
+    {"qwen2", 0, 1000000.0f, 1e-6f, false, &vocab_chatml, 0, false, 0, 0, 0, 0, 0.0f, 0.0f},
+    {"qwen3", RG_TINY_QWEN3_HEAD_DIM, 1000000.0f, 1e-6f, false, &vocab_chatml, 0, false, 0, 0, 0, 0, 0.0f, 0.0f},
+    {"lfm2", 0, 1000000.0f, 1e-5f, true, &vocab_lfm2, 3, true, 0, 0, 0, 0, 0.0f, 0.0f},
+    {"mamba2", 0, 0.0f, 1e-5f, true, &vocab_neox, 4, false, 16, 64, 0, 0, 0.0f, 0.0f},
+    // gemma2: layer 0 slides (window 8), layer 1 is global. gemma3: six layers, so that one (layer 5) is global
+    // and the others slide with the local RoPE base; head_dim 128 != n_embd / n_head, as Gemma-3-270M's 256.
+    {"gemma2", 0, 10000.0f, 1e-6f, true, &vocab_chatml, 0, false, 0, 0, 0, 8, 0.5f, 3.0f},
+    {"gemma3", 128, 1000000.0f, 1e-6f, true, &vocab_chatml, 0, false, 0, 0, 6, 8, 0.0f, 0.0f},
 };
 
 // Rounds v through the storage type, so an F32 twin holds the same values.
@@ -129,7 +140,8 @@ static tiny_recipe recipe_of(const rg_tiny_config *cfg, const rg_tiny_shape *sh,
     switch (row ? row->role : RG_N_ROLES) {
     case RG_ROLE_TOKEN_EMBD: r.std = sh->embd_std; break;
     case RG_ROLE_OUTPUT_NORM: case RG_ROLE_ATTN_NORM: case RG_ROLE_ATTN_Q_NORM: case RG_ROLE_ATTN_K_NORM:
-    case RG_ROLE_FFN_NORM: case RG_ROLE_SSM_NORM: r.mean = 1.0f, r.std = sh->norm_std; break;
+    case RG_ROLE_FFN_NORM: case RG_ROLE_SSM_NORM: case RG_ROLE_ATTN_POST_NORM: case RG_ROLE_FFN_POST_NORM:
+        r.mean = 1.0f, r.std = sh->norm_std; break;
     case RG_ROLE_ATTN_Q_B: case RG_ROLE_ATTN_K_B: case RG_ROLE_ATTN_V_B: case RG_ROLE_ATTN_O_B: case RG_ROLE_SSM_CONV_B:
         r.std = 0.01f; break;
     case RG_ROLE_CONV_KERNEL: case RG_ROLE_SSM_CONV: r.std = 0.2f; break;
@@ -255,9 +267,14 @@ static rg_status tiny_model_make(tiny_model *tm, const rg_tiny_config *cfg, cons
     rg_hparams *hp = &tm->hp;
     memset(hp, 0, sizeof *hp);
     const bool ssm = a->ssm_state > 0;  // no attention and no FFN: their keys are 0
-    hp->n_vocab = sh->n_vocab, hp->n_ctx_train = sh->n_ctx, hp->n_embd = sh->n_embd, hp->n_layer = sh->n_layer;
+    const bool tiny = !strcmp(sh->name, "tiny");
+    hp->n_vocab = sh->n_vocab, hp->n_ctx_train = sh->n_ctx, hp->n_embd = sh->n_embd;
+    hp->n_layer = tiny && a->n_layer ? a->n_layer : sh->n_layer;
+    hp->attn_window = sh->window ? sh->window : a->window;
+    hp->attn_softcap = a->attn_softcap, hp->final_softcap = a->final_softcap;
     hp->n_head = ssm ? 0 : sh->n_head, hp->n_head_kv = ssm ? 0 : sh->n_head_kv, hp->n_ff = ssm ? 0 : sh->n_ff;
-    hp->head_dim = hp->value_length = hp->n_rot = a->head_dim ? a->head_dim : ssm ? 0 : sh->n_embd / sh->n_head;
+    hp->head_dim = hp->value_length = hp->n_rot = sh->head_dim ? sh->head_dim
+                                                  : a->head_dim ? a->head_dim : ssm ? 0 : sh->n_embd / sh->n_head;
     hp->rope_freq_base = sh->freq_base > 0 ? sh->freq_base : a->freq_base;
     hp->norm_eps = a->norm_eps;
     hp->n_conv = a->n_conv;
@@ -267,9 +284,9 @@ static rg_status tiny_model_make(tiny_model *tm, const rg_tiny_config *cfg, cons
         hp->ssm_groups = cfg->ssm_groups ? cfg->ssm_groups : 1;
         hp->ssm_heads = hp->ssm_inner / (sh->ssm_head_dim ? sh->ssm_head_dim : a->ssm_head_dim);
     }
-    tm->layers = calloc((size_t)sh->n_layer, sizeof *tm->layers);
+    tm->layers = calloc((size_t)hp->n_layer, sizeof *tm->layers);
     if (!tm->layers) return rg_fail(err, RG_ERR_NOMEM, "make-tiny: out of memory");
-    for (int64_t il = 0; il < sh->n_layer; il++) {
+    for (int64_t il = 0; il < hp->n_layer; il++) {
         rg_layer *L = &tm->layers[il];
         L->n_head = hp->n_head, L->n_ff = hp->n_ff;
         const bool conv = sh->attn_layers ? !(sh->attn_layers >> il & 1) : il % 2 == 0;
@@ -360,7 +377,7 @@ static rg_status check_config(const rg_tiny_config *cfg, const tiny_arch **arch,
                        cfg->arch ? cfg->arch : "(none)", rg_model_archs);
     if (!(*shape = rg_tiny_shape_find(cfg->shape)))
         return rg_fail(err, RG_ERR_ARG, "make-tiny: unknown shape '%s' (supported: tiny, smollm2, 1b, lfm2-350m, "
-                       "mamba2-130m)", cfg->shape);
+                       "mamba2-130m, gemma3-270m)", cfg->shape);
     const char *for_arch = (*shape)->arch;
     const bool llama_family = !strcmp((*arch)->name, "llama") || !strcmp((*arch)->name, "qwen2") ||
                               !strcmp((*arch)->name, "qwen3");

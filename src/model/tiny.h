@@ -13,7 +13,7 @@
 #include "gguf/gguf.h"
 
 typedef struct rg_tiny_config {
-    const char *arch;    // "llama", "qwen2", "qwen3", "lfm2" or "mamba2"
+    const char *arch;    // "llama", "qwen2", "qwen3", "lfm2", "mamba2", "gemma2" or "gemma3"
     uint32_t type;       // storage type of the matrices: RG_TYPE_F32, F16 or BF16
     uint64_t seed;
     bool twin_f32;       // values rounded to `type` but stored as F32 (the F32 twin)
@@ -29,7 +29,9 @@ typedef struct rg_tiny_config {
 // lfm2: short-conv layers (kernel 3) at even indices and attention (per-head q/k norms) at odd
 // ones, the final norm as token_embd_norm, tied, LFM2's specials and chat template. mamba2:
 // inner size 2 n_embd, heads of 64, state size 16, one group (or ssm_groups), kernel 4, tied, GPT-NeoX-like
-// specials and no chat template.
+// specials and no chat template. gemma2: the sandwich norms, GeGLU, caps 0.5 (attention) and 3 (logits), layer 0
+// sliding with a window of 8, layer 1 global, tied. gemma3: six layers (0-4 sliding, window 8, RoPE base 1e4;
+// layer 5 global, base 1e6), per-head q/k norms, head_dim 128, no caps, tied. Both carry the ChatML tokenizer.
 enum {
     RG_TINY_N_EMBD = 256,  // a multiple of 256, so K-quant and IQ fixtures use their types unchanged
     RG_TINY_N_LAYER = 2,
@@ -59,13 +61,16 @@ typedef struct rg_tiny_shape {
     const char *arch;
     uint64_t attn_layers;
     int64_t ssm_state, ssm_head_dim, ssm_inner;
+    int64_t head_dim;    // key_length when it is not n_embd / n_head (0: the architecture's choice)
+    int64_t window;      // gemma's sliding window (0: the architecture's tiny choice)
 } rg_tiny_shape;
 
 // "tiny" (the fixtures), "smollm2" (SmolLM2-135M: 576, 30 layers, 9/3 heads, 1536, 49152),
 // "1b" (Llama-3.2-1B: 2048, 16 layers, 32/8 heads, 8192, 128256, context 2048), "lfm2-350m"
 // (LFM2-350M: 1024, 16 layers with attention at 2, 5, 8, 10, 12, 14, 16/8 heads, 4608, 65536,
 // kernel 3) and "mamba2-130m" (mamba2-130m: 768, 24 layers, state 128, heads of 64, inner 1536,
-// one group, kernel 4, 50288), NULL-terminated.
+// one group, kernel 4, 50288) and "gemma3-270m" (Gemma-3-270M: 640, 18 layers, 4/1 heads of 256, 2048, 262144,
+// window 512, every sixth layer global), NULL-terminated.
 extern const rg_tiny_shape rg_tiny_shapes[];
 // The shape called name (NULL: "tiny"), or NULL when there is none.
 const rg_tiny_shape *rg_tiny_shape_find(const char *name);

@@ -225,6 +225,14 @@ static rg_status choose_flash(const rg_train_config *c, rg_device device, bool *
 static rg_status build_step(rg_train_state *s, bool fused, bool recompute, rg_plan *plan, rg_error *err) {
     const rg_model *m = s->model;
     const rg_train_config *cfg = &s->cfg;
+    if (fused && m->hp.final_softcap > 0) {
+        // LINEAR_CE computes the loss of w^T h itself: it has no place for the cap on the logits.
+        if (!s->softcap_noted)
+            fprintf(stderr, "train: %s caps its logits (final_logit_softcapping %g), which the fused cross-entropy does "
+                    "not apply: the head and the loss run unfused\n", m->hp.arch_name, (double)m->hp.final_softcap);
+        s->softcap_noted = true;
+        fused = false;
+    }
     rg_graph_free(s->g);
     s->g = rg_graph_new();
     s->n_tensors = 0;

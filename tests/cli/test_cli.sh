@@ -35,14 +35,15 @@ fi
 expect "info without a file"            1 "usage: retrograd info"       -- "$bin" info
 expect "info with an unknown option"    1 "unknown option '--jsn'"      -- "$bin" info "$tmp/tiny-f16.gguf" --jsn
 expect "unknown command"                1 "unknown command 'infp'"      -- "$bin" infp
-expect "make-tiny unknown arch"         1 "unknown architecture 'gpt9' \\(supported: llama, qwen2, qwen3, lfm2, mamba2\\)" -- "$bin" make-tiny --arch gpt9 --type f32 -o "$tmp/x.gguf"
+expect "make-tiny unknown arch"         1 "unknown architecture 'gpt9' \\(supported: llama, qwen2, qwen3, lfm2, mamba2, gemma2, gemma3\\)" -- "$bin" make-tiny --arch gpt9 --type f32 -o "$tmp/x.gguf"
 for a in llama qwen3; do
   expect "make-tiny --arch $a"          0 "wrote .*\\($a f32"           -- "$bin" make-tiny --arch $a --type f32 -o "$tmp/tiny-$a.gguf"
   expect "info of the tiny $a"          0 "architecture +$a"            -- "$bin" info "$tmp/tiny-$a.gguf"
 done
-# lfm2 and mamba2: made, read, generated from and scored (the conv and SSM states carried between calls).
+# lfm2 and mamba2: made, read, generated from and scored (the conv and SSM states carried between calls); gemma2
+# and gemma3 the same (their sliding windows of 8 crossed by the 32-token chunks).
 for i in $(seq 1 20); do echo "Line $i: the quick brown fox jumps over the lazy dog."; done > "$tmp/ppl.txt"
-for a in lfm2 mamba2; do
+for a in lfm2 mamba2 gemma2 gemma3; do
   expect "make-tiny --arch $a"          0 "wrote .*\\($a f32"           -- "$bin" make-tiny --arch $a --type f32 -o "$tmp/tiny-$a.gguf"
   expect "info of the tiny $a"          0 "architecture +$a"            -- "$bin" info "$tmp/tiny-$a.gguf"
   expect "make-tiny --arch $a q4_k_m"   0 "wrote .*\\($a Q4_K_M"        -- "$bin" make-tiny --arch $a --type q4_k_m -o "$tmp/tiny-$a-q4.gguf"

@@ -4,7 +4,7 @@
 Usage: python3 tests/python/test_arch_reference.py BUILD_DIR
        (BUILD_DIR holds `retrograd`; needs gguf==0.19.0 and numpy, see tests/python/requirements.txt)
 
-For each architecture make-tiny writes (llama, qwen2, qwen3, lfm2, mamba2), the f32 fixture read by
+For each architecture make-tiny writes (llama, qwen2, qwen3, lfm2, mamba2, gemma2, gemma3), the f32 fixture read by
 gguf.GGUFReader:
 1. every tensor name is one of gguf-py's tensor names for that architecture (MODEL_TENSORS, with
    .weight / .bias, or none for ssm_a / ssm_d as llama.cpp names them), for the right block;
@@ -14,7 +14,9 @@ gguf.GGUFReader:
    llama.cpp's converter writes them;
 4. lfm2: head_count_kv is an INT32 array of block_count values, a layer has attention tensors exactly
    where it holds a value > 0 and short-conv tensors where it holds 0, the final norm is
-   token_embd_norm and the head is tied; mamba2: A is negative, the head is tied.
+   token_embd_norm and the head is tied; mamba2: A is negative, the head is tied; gemma2 / gemma3: the
+   sandwich norms on every layer, the caps (gemma2) and the sliding window written as float / integer keys,
+   the head tied.
 
 Prints `PASS name` / `FAIL name: details` and `N passed, N failed`; exit 1 on failure.
 """
@@ -85,8 +87,10 @@ def expected_shapes(arch, kv, n_vocab):
                        b + "attn_v.weight": [d, hkv[i] * Dh], b + "attn_output.weight": [H * Dh, d]})
         if arch == "qwen2":
             shapes.update({b + "attn_q.bias": [H * Dh], b + "attn_k.bias": [hkv[i] * Dh], b + "attn_v.bias": [hkv[i] * Dh]})
-        if arch in ("qwen3", "lfm2"):
+        if arch in ("qwen3", "lfm2", "gemma3"):
             shapes.update({b + "attn_q_norm.weight": [Dh], b + "attn_k_norm.weight": [Dh]})
+        if arch in ("gemma2", "gemma3"):  # architectures.md 1.7: the post-attention and post-FFN norms
+            shapes.update({b + "post_attention_norm.weight": [d], b + "post_ffw_norm.weight": [d]})
     return shapes
 
 
@@ -138,7 +142,7 @@ def main():
     bin_path = os.path.join(sys.argv[1], "retrograd")
     keys_known = key_names()
     with tempfile.TemporaryDirectory() as tmp:
-        for arch in ("llama", "qwen2", "qwen3", "lfm2", "mamba2"):
+        for arch in ("llama", "qwen2", "qwen3", "lfm2", "mamba2", "gemma2", "gemma3"):
             try:
                 r, kv, got = check_arch(bin_path, tmp, arch, keys_known)
             except Exception as e:  # a crash is a failure with its reason
@@ -162,6 +166,16 @@ def main():
                 a = [np.asarray(t.data) for t in r.tensors if t.name.endswith(".ssm_a")]
                 check("mamba2: A = -exp(A_log) is negative", a and all((x < 0).all() for x in a))
                 check("mamba2: the head is tied", "output.weight" not in got)
+            if arch in ("gemma2", "gemma3"):
+                check(f"{arch}: the head is tied", "output.weight" not in got)
+                win = r.get_field(f"{arch}.attention.sliding_window")
+                check(f"{arch}: attention.sliding_window is a positive integer",
+                      win is not None and win.types[0] == gguf.GGUFValueType.UINT32 and kv("attention.sliding_window") > 0)
+            if arch == "gemma2":
+                caps = [r.get_field(f"gemma2.{k}_logit_softcapping") for k in ("attn", "final")]
+                check("gemma2: both caps are positive float32 keys",
+                      all(c is not None and c.types[0] == gguf.GGUFValueType.FLOAT32 for c in caps) and
+                      kv("attn_logit_softcapping") > 0 and kv("final_logit_softcapping") > 0)
     finish()
 
 

@@ -14,7 +14,7 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: retrograd make-tiny --arch ARCH --type TYPE -o OUT.gguf [--shape SHAPE] [--seed S] [--twin-f32]\n"
                "                          [--tied] [--groups G] [--dry-run]\n"
-               "  --arch ARCH    architecture: llama, qwen2, qwen3, lfm2 or mamba2\n"
+               "  --arch ARCH    architecture: llama, qwen2, qwen3, lfm2, mamba2, gemma2 or gemma3\n"
                "  --type TYPE    storage type of the weight matrices: f32, f16, bf16, or any type or mixture of\n"
                "                 `retrograd quantize` (q4_0, q4_k_m, iq4_xs, ...), applied to the f32 model;\n"
                "                 norms and biases stay f32\n"
@@ -23,7 +23,8 @@ static void usage(FILE *f) {
                "                 weights and the tiny tokenizer padded to its vocabulary, tied as the model is:\n"
                "                 smollm2 (SmolLM2-135M), 1b (Llama-3.2-1B: 1.24 G parameters, 2.5 GB in bf16);\n"
                "                 with --arch lfm2: lfm2-350m (LFM2-350M, attention at layers 2 5 8 10 12 14);\n"
-               "                 with --arch mamba2: mamba2-130m (state 128, heads of 64, inner 1536)\n"
+               "                 with --arch mamba2: mamba2-130m (state 128, heads of 64, inner 1536);\n"
+               "                 with --arch gemma3: gemma3-270m (Gemma-3-270M: heads of 256, window 512)\n"
                "  --seed S       seed of the weights (default 42)\n"
                "  --twin-f32     the same values (rounded to TYPE) stored as f32: the twin of a half fixture\n"
                "  --tied         no output.weight: the head reuses token_embd.weight\n"

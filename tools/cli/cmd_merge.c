@@ -17,7 +17,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: retrograd merge -m BASE.gguf --lora ADAPTER.gguf[:SCALE] -o OUT.gguf [options]\n"
-            "  -m BASE.gguf          the base model (llama, qwen2, qwen3; any tensor type)\n"
+            "  -m BASE.gguf          the base model (any supported architecture, any tensor type)\n"
             "  --lora A.gguf[:SCALE] a LoRA adapter in llama.cpp's format (adapter.gguf); SCALE multiplies\n"
             "                        alpha/rank as llama.cpp's --lora-scaled does (default 1)\n"
             "  -o OUT.gguf           the merged model: the base's keys and tensors, in its order\n"

@@ -4,7 +4,7 @@
     python3 tools/reference/model_logits.py BUILD_DIR OUT_DIR [SMOLLM2.gguf] [--arch A]...
 
 --arch A (repeatable) writes only the tiny fixtures of those architectures (llama, qwen2,
-qwen3, lfm2, mamba2), leaving the other fixtures in OUT_DIR as they are.
+qwen3, lfm2, mamba2, gemma2, gemma3), leaving the other fixtures in OUT_DIR as they are.
 
 transformers loads each GGUF file directly (dequantizing it), so the reference is
 independent of our loader; it fails when any weight of the model was not in the file.
@@ -12,7 +12,14 @@ transformers has no GGUF mapping for mamba2: there Mamba2ForCausalLM is made fro
 read off the file's keys, and its weights are the file's tensors read by gguf-py
 (dequantized) with the layout conversions of llama.cpp's converter undone: conv1d.weight
 [K, conv_dim] -> (conv_dim, 1, K), A_log = log(-ssm_a) (the file stores A = -exp(A_log)),
-D and dt_bias as they are, ssm_norm [D_in/G, G] flattened to D_in; the head tied. Writes one fixture per model to OUT_DIR:
+D and dt_bias as they are, ssm_norm [D_in/G, G] flattened to D_in; the head tied. gemma2 and gemma3
+are made the same way (gemma_from_gguf): transformers' GGUF mapping for them reads neither the caps
+nor query_pre_attn_scalar (its defaults, 50/30 and 256, would stand), so Gemma2ForCausalLM /
+Gemma3ForCausalLM (text) are built from a config of the file's keys (query_pre_attn_scalar =
+key_length, the query scale llama.cpp uses below 27B; gemma3's sliding layers with RoPE base
+rope.freq_base_swa or 10000, the global ones rope.freq_base), eager attention, and the file's
+tensors with llama.cpp's converter undone: every *norm.weight stored as 1 + w becomes w (HF computes
+x r (1 + w)). Writes one fixture per model to OUT_DIR:
 
   <name>.ref : magic "RGRL", u32 version 1, u64 fnv1a64 of the GGUF bytes,
                u32 n_tokens, u32 n_vocab, u32 top_k (0 = every logit stored),
@@ -54,6 +61,10 @@ TINY = [  # name, architecture, make-tiny arguments
     ("tiny-mamba2-f32", "mamba2", ["--type", "f32"]),
     ("tiny-mamba2-q8_0", "mamba2", ["--type", "q8_0"]),
     ("tiny-mamba2-g2-f32", "mamba2", ["--type", "f32", "--groups", "2"]),  # heads 0-3 and 4-7 share B, C; grouped norm
+    ("tiny-gemma2-f32", "gemma2", ["--type", "f32"]),
+    ("tiny-gemma2-q8_0", "gemma2", ["--type", "q8_0"]),
+    ("tiny-gemma3-f32", "gemma3", ["--type", "f32"]),
+    ("tiny-gemma3-q8_0", "gemma3", ["--type", "q8_0"]),
 ]
 SMOL_PROMPTS = [
     "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
@@ -93,6 +104,16 @@ def check_head_dim(model, gguf):
         raise SystemExit(f"{gguf}: key_length {int(field.parts[-1][0])}, transformers head_dim {model.config.head_dim}")
 
 
+def load_checked(model, sd, gguf):
+    """model with the state dict sd: every weight from the file (a tied head excepted), the head tied."""
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    missing = [k for k in missing if not (k == "lm_head.weight" and model.config.tie_word_embeddings)]
+    if missing or unexpected:
+        raise SystemExit(f"{gguf}: weights missing {missing}, unexpected {unexpected}")
+    model.tie_weights()
+    return model
+
+
 def mamba2_from_gguf(gguf):
     """Mamba2ForCausalLM with the file's keys and tensors (transformers reads no mamba2 GGUF)."""
     from gguf import dequantize
@@ -130,12 +151,69 @@ def mamba2_from_gguf(gguf):
         sd[h + "mixer.D"] = tensors[b + "ssm_d"].reshape(-1)
         sd[h + "mixer.norm.weight"] = tensors[b + "ssm_norm.weight"].reshape(-1)    # (G, D_in/G) -> D_in
         sd[h + "mixer.out_proj.weight"] = tensors[b + "ssm_out.weight"]              # (d, D_in)
-    missing, unexpected = model.load_state_dict(sd, strict=False)
-    missing = [k for k in missing if not (k == "lm_head.weight" and cfg.tie_word_embeddings)]
-    if missing or unexpected:
-        raise SystemExit(f"{gguf}: weights missing {missing}, unexpected {unexpected}")
-    model.tie_weights()
-    return model
+    return load_checked(model, sd, gguf)
+
+
+GEMMA_LAYER = {  # Gemma{2,3}DecoderLayer modules -> GGUF (llama.cpp's tensor names)
+    "input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
+    "self_attn.k_norm": "attn_k_norm", "post_attention_layernorm": "post_attention_norm",
+    "pre_feedforward_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down", "post_feedforward_layernorm": "post_ffw_norm",
+}
+
+
+def gemma_from_gguf(gguf):
+    """Gemma2ForCausalLM / Gemma3ForCausalLM with the file's keys and tensors (see the docstring)."""
+    from gguf import dequantize
+    from transformers import Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig
+    reader = GGUFReader(gguf)
+    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+
+    def key(k, default=None):
+        f = reader.fields.get(f"{arch}.{k}")
+        return default if f is None else f.parts[-1][0].item()
+
+    tensors = {t.name: torch.from_numpy(np.array(dequantize(t.data, t.tensor_type), dtype=np.float32))
+               for t in reader.tensors}
+    d, n_head = key("embedding_length"), key("attention.head_count")
+    head_dim = key("attention.key_length", d // n_head)
+    common = dict(vocab_size=tensors["token_embd.weight"].shape[0], hidden_size=d,
+                  intermediate_size=key("feed_forward_length"), num_hidden_layers=key("block_count"),
+                  num_attention_heads=n_head, num_key_value_heads=key("attention.head_count_kv", n_head),
+                  head_dim=head_dim, hidden_activation="gelu_pytorch_tanh",
+                  max_position_embeddings=key("context_length"), rms_norm_eps=key("attention.layer_norm_rms_epsilon"),
+                  tie_word_embeddings="output.weight" not in tensors, query_pre_attn_scalar=head_dim,
+                  attention_bias=False, attention_dropout=0.0, pad_token_id=None)
+    if arch == "gemma2":
+        cfg = Gemma2Config(**common, sliding_window=key("attention.sliding_window", 4096),
+                           attn_logit_softcapping=key("attn_logit_softcapping", 50.0),
+                           final_logit_softcapping=key("final_logit_softcapping", 30.0),
+                           rope_parameters={"rope_type": "default", "rope_theta": key("rope.freq_base", 10000.0)})
+        cls = Gemma2ForCausalLM
+    else:
+        full = {"rope_type": "default", "rope_theta": key("rope.freq_base", 1000000.0)}
+        if key("rope.scaling.factor"):
+            full = {"rope_type": "linear", "factor": key("rope.scaling.factor"), "rope_theta": full["rope_theta"]}
+        cfg = Gemma3TextConfig(**common, sliding_window=key("attention.sliding_window"),
+                               final_logit_softcapping=key("final_logit_softcapping"), attn_logit_softcapping=None,
+                               rope_parameters={"sliding_attention": {"rope_type": "default",
+                                                                      "rope_theta": key("rope.freq_base_swa", 10000.0)},
+                                                "full_attention": full})
+        cls = Gemma3ForCausalLM
+    cfg._attn_implementation = "eager"
+    model = cls(cfg)
+    unshift = lambda name, x: x - 1.0 if name.endswith("norm.weight") else x  # the converter stored 1 + w
+    sd = {"model.embed_tokens.weight": tensors["token_embd.weight"],
+          "model.norm.weight": unshift("output_norm.weight", tensors["output_norm.weight"])}
+    if "output.weight" in tensors:
+        sd["lm_head.weight"] = tensors["output.weight"]
+    for i in range(cfg.num_hidden_layers):
+        for hf, gg in GEMMA_LAYER.items():
+            name = f"blk.{i}.{gg}.weight"
+            if name in tensors:
+                sd[f"model.layers.{i}.{hf}.weight"] = unshift(name, tensors[name])
+    return load_checked(model, sd, gguf)
 
 
 def logits_of(gguf, ids):
@@ -143,6 +221,8 @@ def logits_of(gguf, ids):
     arch = bytes(GGUFReader(gguf).fields["general.architecture"].parts[-1]).decode()
     if arch == "mamba2":
         model = mamba2_from_gguf(gguf)
+    elif arch in ("gemma2", "gemma3"):
+        model = gemma_from_gguf(gguf)
     else:
         model, info = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32,
                                                            output_loading_info=True)

@@ -4,11 +4,15 @@
     python3 tools/reference/train_reference.py BUILD_DIR OUT_DIR [--arch A] [--f64-check]
 
 --arch qwen2 (the default) writes OUT_DIR/train-grads.ref, train-adamw.ref and train-sgd.ref;
---arch lfm2 or mamba2 writes OUT_DIR/train-grads-ARCH.ref and train-adamw-ARCH.ref;
+--arch lfm2, mamba2, gemma2 or gemma3 writes OUT_DIR/train-grads-ARCH.ref and train-adamw-ARCH.ref;
 --arch llama or qwen3 writes OUT_DIR/train-grads-ARCH.ref (grads only).
 lfm2 loads through transformers' GGUF mapping; mamba2 is model_logits.py's Mamba2ForCausalLM
 made from the file (transformers has no mamba2 GGUF mapping), with A_log frozen: the file
-stores A = -exp(A_log) and our full fine-tune keeps it, so neither side trains it. Text; the format is described byte by byte in tools/reference/README.md,
+stores A = -exp(A_log) and our full fine-tune keeps it, so neither side trains it. gemma2 and gemma3
+are model_logits.py's gemma_from_gguf (eager attention; transformers' GGUF mapping reads neither the
+caps nor query_pre_attn_scalar): HF's norm weights are w where the file stores 1 + w, so the
+comparison adds 1 back and the final weights are written + 1 (the file's values); gradients and
+deltas are the same on both sides. Text; the format is described byte by byte in tools/reference/README.md,
 "Training fixtures".
 
 The model is `retrograd make-tiny --arch A --type f32` (default seed 42), loaded by
@@ -76,7 +80,15 @@ MAMBA2_NAMES = {  # Mamba2ForCausalLM's mixer modules -> GGUF (architectures.md 
 MAMBA2_BARE = {"mixer.dt_bias": "ssm_dt.bias", "mixer.D": "ssm_d", "mixer.A_log": "ssm_a"}
 
 
-def gguf_name(hf):
+GEMMA_ARCHS = ("gemma2", "gemma3")
+
+
+def norm_shift(arch, name):
+    """What the GGUF value of a tensor adds to transformers': 1 for Gemma's norms (stored as 1 + w)."""
+    return 1.0 if arch in GEMMA_ARCHS and name.endswith("norm.weight") else 0.0
+
+
+def gguf_name(hf, arch=None):
     """transformers parameter name -> GGUF tensor name."""
     if hf in ("model.embed_tokens.weight", "backbone.embeddings.weight"):
         return "token_embd.weight"
@@ -99,6 +111,12 @@ def gguf_name(hf):
     if parts[:2] != ["model", "layers"]:
         raise ValueError(f"unmapped parameter {hf}")
     n, rest = parts[2], ".".join(parts[3:])
+    if arch in GEMMA_ARCHS:
+        from model_logits import GEMMA_LAYER
+        module, kind = rest.rsplit(".", 1)
+        if module not in GEMMA_LAYER:
+            raise ValueError(f"unmapped parameter {hf}")
+        return f"blk.{n}.{GEMMA_LAYER[module]}.{kind}"
     table = {
         "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
         "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
@@ -144,6 +162,9 @@ def load(gguf_path, dtype, arch):
         for n, p in model.named_parameters():
             if n.endswith("mixer.A_log"):
                 p.requires_grad_(False)  # A as stored is frozen (see the docstring)
+    elif arch in GEMMA_ARCHS:
+        from model_logits import gemma_from_gguf
+        model = gemma_from_gguf(gguf_path)
     else:
         model = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32,
                                                      attn_implementation="eager")
@@ -155,11 +176,11 @@ def load(gguf_path, dtype, arch):
         emb.padding_idx = None
     if getattr(model.config, "attention_dropout", 0.0) != 0.0:
         raise SystemExit("attention_dropout is not 0")
-    if model.config.model_type != arch:
+    if model.config.model_type != ("gemma3_text" if arch == "gemma3" else arch):
         raise SystemExit(f"transformers built a {model.config.model_type} model, expected {arch}")
     trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    hf_of = {gguf_name(n): n for n, _ in trained}
-    by_name = {gguf_name(n): p for n, p in trained}
+    hf_of = {gguf_name(n, arch): n for n, _ in trained}
+    by_name = {gguf_name(n, arch): p for n, p in trained}
     reader = GGUFReader(gguf_path)
     order = []
     for t in reader.tensors:
@@ -171,6 +192,8 @@ def load(gguf_path, dtype, arch):
         ne = [int(x) for x in t.shape]  # ggml order
         g = np.asarray(t.data, dtype=np.float32).reshape(-1)
         w = gguf_rows(arch, model.config, t.name, p.detach().numpy().reshape(-1))  # row-major [out, in] == ggml [in, out]
+        if norm_shift(arch, t.name):
+            w = (w + np.float32(norm_shift(arch, t.name))).astype(np.float32)  # exact: HF's w = stored - 1 in [-0.5, 1]
         # conv weights (C, 1, K) and D (nh,) are the GGUF [K, C] and [1, nh] in the same flat order
         squeeze = lambda shape: [int(x) for x in shape if x != 1]
         if squeeze(p.shape) != squeeze(ne[::-1]) or g.size != w.size:
@@ -273,7 +296,7 @@ def run_train(gguf, dtype, kind, arch):
         steps.append((k, loss.item(), gnorm, float(lr)))
     stats = []
     for (n, e0, e1, p), p0 in zip(order, init):
-        final = rows(n, p.detach().numpy().reshape(-1))
+        final = rows(n, p.detach().double().numpy().reshape(-1) + norm_shift(arch, n))  # the file's value
         delta = rows(n, (p.detach().double() - p0.double()).numpy().reshape(-1))  # exact difference
         idx = sample_indices(delta)
         stats.append((n, e0, e1, (float(np.sqrt(np.sum(delta * delta))), float(np.max(np.abs(delta))),
@@ -354,13 +377,13 @@ def main():
     build, out = args[0], args[1]
     check64 = "--f64-check" in args[2:]
     arch = args[args.index("--arch") + 1] if "--arch" in args[2:-1] else "qwen2"
-    if arch not in ("llama", "qwen2", "qwen3", "lfm2", "mamba2"):
-        raise SystemExit(f"--arch {arch}: llama, qwen2, qwen3, lfm2 or mamba2")
+    if arch not in ("llama", "qwen2", "qwen3", "lfm2", "mamba2") + GEMMA_ARCHS:
+        raise SystemExit(f"--arch {arch}: llama, qwen2, qwen3, lfm2, mamba2, gemma2 or gemma3")
     # qwen2 keeps the original file names and also writes both trajectories; the hybrids
     # (whose scan and conv backward the trajectory exercises step after step) the AdamW one.
     if arch == "qwen2":
         kinds, suffix = ("grads", "adamw", "sgd"), ""
-    elif arch in ("lfm2", "mamba2"):
+    elif arch in ("lfm2", "mamba2") + GEMMA_ARCHS:
         kinds, suffix = ("grads", "adamw"), "-" + arch
     else:
         kinds, suffix = ("grads",), "-" + arch
