@@ -17,12 +17,15 @@
 //   - recognition either fails with RG_ERR_UNSUPPORTED, an error that quotes the template,
 //     and a zeroed template, or gives a family with the fields that family uses (and none it
 //     does not); it reads only the len bytes it is given; it is deterministic;
-//   - rendering fails only for 'tool'/'ipython' messages with a Llama 3.1 template, and then
-//     leaves the output empty; otherwise the spans are one per message (after one inserted
-//     message where the family inserts one), in order, each laid out as
+//   - rendering fails only for 'tool'/'ipython' messages with a Llama 3.1 template and for a
+//     gemma conversation that does not alternate user and assistant (user first, after a
+//     leading system message where Gemma 3 takes one), and then leaves the output empty;
+//     otherwise the spans are one per message (after one inserted message where the family
+//     inserts one), in order, each laid out as
 //     header role separator content marker line-end with the family's fixed pieces between,
 //     and together with the BOS text in front and the generation prompt at the end they
-//     tile the text; roles and contents are the messages' own (Llama 3 contents trimmed).
+//     tile the text; roles and contents are the messages' own (Llama 3 and gemma contents
+//     trimmed; gemma writes 'assistant' as 'model').
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,7 +34,7 @@
 
 static const char *const template_files[] = {
     "chatml.jinja", "chatml-bos.jinja", "qwen2.5.jinja", "smollm2.jinja", "lfm2.jinja",
-    "llama3.jinja", "llama3.1.jinja",   "llama3.2.jinja",
+    "llama3.jinja", "llama3.1.jinja",   "llama3.2.jinja", "gemma3.jinja", "gemma2.jinja",
 };
 #define N_FILES (sizeof template_files / sizeof template_files[0])
 #define N_TEMPLATES (N_FILES + 1)  // and Qwen2's, from its vocabulary file
@@ -45,7 +48,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         snprintf(rel, sizeof rel, "fuzz/templates/%s", template_files[i]);
         size_t len;
         char *text = fz_read_source_file(rel, &len);
-        const char *bos = strstr(template_files[i], "llama") ? "<|begin_of_text|>" : "<|startoftext|>";
+        const char *bos = strstr(template_files[i], "llama")   ? "<|begin_of_text|>"
+                          : strstr(template_files[i], "gemma") ? "<bos>"
+                                                               : "<|startoftext|>";
         if (rg_chat_template_parse(&templates[i], text, len, bos, &err)) {
             fprintf(stderr, "fuzz_chat: %s: %s\n", rel, err.msg);
             exit(1);
@@ -75,6 +80,56 @@ static bool maybe_trimmed(unsigned char c) {
     return c == ' ' || (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x1F) || c >= 0x80;
 }
 
+// The content of span k is message msg's, or with trim its trimmed middle.
+static void check_content(const rg_chat_rendered *r, const rg_chat_span *sp, const rg_chat_message *msg, bool trimmed,
+                          size_t k) {
+    size_t clen = sp->content_end - sp->content_begin;
+    const char *got = r->text + sp->content_begin;
+    if (trimmed) {
+        const char *at = clen <= msg->content_len ? fz_find(msg->content, msg->content_len, got, clen) : NULL;
+        FZ_CHECK(at, "span %zu: the trimmed content is not inside message %d's", k, sp->message);
+        bool plain_ends = msg->content_len > 0 && !maybe_trimmed((unsigned char)msg->content[0]) &&
+                          !maybe_trimmed((unsigned char)msg->content[msg->content_len - 1]);
+        FZ_CHECK(!plain_ends || clen == msg->content_len, "span %zu: content without white space at its ends was trimmed",
+                 k);
+    } else {
+        FZ_CHECK(clen == msg->content_len && memcmp(got, msg->content, clen) == 0, "span %zu: the content is not message "
+                 "%d's", k, sp->message);
+    }
+}
+
+// Gemma: <start_of_turn>{user|model}\n{content|trim}<end_of_turn>\n; Gemma 3's leading system
+// message is the first user turn's header, role "user", its content untrimmed and "\n\n"; the
+// user message after it has no header, role or separator.
+static void check_gemma_span(const rg_chat_template *t, const rg_chat_rendered *r, const rg_chat_span *sp,
+                             const rg_chat_message *m, size_t k) {
+    const rg_chat_message *msg = &m[sp->message];
+    bool system = role_is(msg, "system");
+    bool after_system = sp->message == 1 && role_is(&m[0], "system");
+    const char *role = after_system ? "" : role_is(msg, "assistant") ? "model" : "user";
+    FZ_CHECK(bytes_are(r, sp->role_begin, sp->role_end, role), "span %zu: role is not '%s'", k, role);
+    FZ_CHECK(bytes_are(r, sp->begin, sp->role_begin, after_system ? "" : "<start_of_turn>"), "span %zu: header", k);
+    FZ_CHECK(bytes_are(r, sp->role_end, sp->content_begin, after_system ? "" : "\n"), "span %zu: separator", k);
+    check_content(r, sp, msg, t->trim_content && !system, k);
+    if (system) {
+        FZ_CHECK(bytes_are(r, sp->content_end, sp->marker_end, "\n\n") && sp->marker_end == sp->end,
+                 "span %zu: the system prefix's end", k);
+        return;
+    }
+    FZ_CHECK(bytes_are(r, sp->content_end, sp->marker_end, "<end_of_turn>"), "span %zu: marker", k);
+    FZ_CHECK(bytes_are(r, sp->marker_end, sp->end, "\n"), "span %zu: line end", k);
+}
+
+// Whether a gemma template refuses the conversation: user and assistant alternate, user first,
+// after a leading system message where the template takes one (Gemma 3) and a user follows it.
+static bool gemma_refuses(const rg_chat_template *t, const rg_chat_message *m, size_t n) {
+    size_t first = n > 0 && role_is(&m[0], "system");
+    if (first && (!t->gemma_system_prefix || n < 2)) return true;
+    for (size_t i = first; i < n; i++)
+        if (!role_is(&m[i], (i - first) % 2 == 0 ? "user" : "assistant")) return true;
+    return false;
+}
+
 // date: the Llama 3.1 "Today Date" as rendered, NULL when it came from the clock.
 static void check_span_text(const rg_chat_template *t, const rg_chat_rendered *r, const rg_chat_span *sp,
                             const rg_chat_message *m, size_t n, size_t k, const char *date) {
@@ -85,6 +140,10 @@ static void check_span_text(const rg_chat_template *t, const rg_chat_rendered *r
     size_t i = (size_t)sp->message;
     bool first_tool = qwen_tool && (i == 0 || !role_is(&m[i - 1], "tool"));
     bool last_tool = qwen_tool && (i + 1 == n || !role_is(&m[i + 1], "tool"));
+    if (t->family == RG_CHAT_GEMMA) {
+        check_gemma_span(t, r, sp, m, k);
+        return;
+    }
 
     // The role as written.
     const char *role = !msg ? "system" : qwen_tool ? (first_tool ? "user" : "") : NULL;
@@ -152,13 +211,14 @@ static void check_render(const rg_chat_template *t, const rg_chat_message *m, si
     rg_status st = rg_chat_render(t, m, n, &opt, &r, &err);
     bool refused = false;
     for (size_t i = 0; i < n && t->family == RG_CHAT_LLAMA31; i++) refused |= role_is(&m[i], "tool") || role_is(&m[i], "ipython");
+    if (t->family == RG_CHAT_GEMMA) refused = gemma_refuses(t, m, n);
     if (st) {
         fz_check_error(st, &err, FZ_STATUS(RG_ERR_UNSUPPORTED), "rg_chat_render");
         FZ_CHECK(refused, "rendering %zu messages with %s failed: %s", n, rg_chat_family_name(t->family), err.msg);
         FZ_CHECK(!r.text && !r.spans && r.len == 0 && r.n_spans == 0, "a failed render left output behind");
         return;
     }
-    FZ_CHECK(!refused, "a tool or ipython message rendered with a Llama 3.1 template");
+    FZ_CHECK(!refused, "a conversation its %s template refuses rendered", rg_chat_family_name(t->family));
     FZ_CHECK(r.text && r.text[r.len] == '\0' && r.prompt_begin <= r.len, "text not terminated or prompt_begin out of it");
 
     // One span per message, after the one the template inserts.
@@ -187,10 +247,10 @@ static void check_render(const rg_chat_template *t, const rg_chat_message *m, si
         at = sp->end;
     }
     FZ_CHECK(at == r.prompt_begin, "the blocks end at %zu, the prompt begins at %zu", at, r.prompt_begin);
-    const char *prompt = !gen ? ""
-                         : t->family == RG_CHAT_LLAMA3 || t->family == RG_CHAT_LLAMA31
-                             ? "<|start_header_id|>assistant<|end_header_id|>\n\n"
-                             : "<|im_start|>assistant\n";
+    const char *prompt = !gen                                                          ? ""
+                         : t->family == RG_CHAT_LLAMA3 || t->family == RG_CHAT_LLAMA31 ? "<|start_header_id|>assistant<|end_header_id|>\n\n"
+                         : t->family == RG_CHAT_GEMMA                                   ? "<start_of_turn>model\n"
+                                                                                        : "<|im_start|>assistant\n";
     FZ_CHECK(bytes_are(&r, r.prompt_begin, r.len, prompt), "the text does not end with the generation prompt");
 
     // The same conversation renders the same (unless the date comes from the clock).
@@ -225,13 +285,16 @@ static void check_recognize(const char *text, size_t len, const char *bos) {
         return;
     }
     bool llama = t.family == RG_CHAT_LLAMA3 || t.family == RG_CHAT_LLAMA31;
-    FZ_CHECK(llama || t.family == RG_CHAT_CHATML || t.family == RG_CHAT_LFM2, "family %d", (int)t.family);
-    FZ_CHECK(fz_find(text, len, llama ? "<|start_header_id|>" : "<|im_start|>", llama ? 19 : 12),
-             "%s recognized in a template without its markers", rg_chat_family_name(t.family));
+    bool gemma = t.family == RG_CHAT_GEMMA;
+    FZ_CHECK(llama || gemma || t.family == RG_CHAT_CHATML || t.family == RG_CHAT_LFM2, "family %d", (int)t.family);
+    const char *marker = llama ? "<|start_header_id|>" : gemma ? "<start_of_turn>" : "<|im_start|>";
+    FZ_CHECK(fz_find(text, len, marker, strlen(marker)), "%s recognized in a template without its markers",
+             rg_chat_family_name(t.family));
+    FZ_CHECK(!t.gemma_system_prefix || gemma, "a system prefix outside gemma");
     FZ_CHECK(!t.default_system || (t.family == RG_CHAT_CHATML && t.default_system[0]), "default system prompt");
     FZ_CHECK(!t.qwen_tool_turns || t.family == RG_CHAT_CHATML, "tool turns outside chatml");
     FZ_CHECK(!t.lfm2_tool_wrap || t.family == RG_CHAT_LFM2, "tool wrapping outside lfm2");
-    FZ_CHECK(!t.trim_content || llama, "trimming outside llama3");
+    FZ_CHECK(!t.trim_content || llama || gemma, "trimming outside llama3 and gemma");
     FZ_CHECK((t.family == RG_CHAT_LLAMA31) == (t.knowledge_line && t.default_date), "knowledge line and date");
     FZ_CHECK(!t.date_from_clock || t.family == RG_CHAT_LLAMA31, "clock date outside llama3.1");
     FZ_CHECK(t.family == RG_CHAT_CHATML || t.bos_text, "%s without a BOS text", rg_chat_family_name(t.family));
@@ -241,7 +304,8 @@ static void check_recognize(const char *text, size_t len, const char *bos) {
                  same_str(again.default_system, t.default_system) && same_str(again.bos_text, t.bos_text) &&
                  same_str(again.knowledge_line, t.knowledge_line) && same_str(again.default_date, t.default_date) &&
                  again.qwen_tool_turns == t.qwen_tool_turns && again.lfm2_tool_wrap == t.lfm2_tool_wrap &&
-                 again.trim_content == t.trim_content && again.date_from_clock == t.date_from_clock,
+                 again.trim_content == t.trim_content && again.date_from_clock == t.date_from_clock &&
+                 again.gemma_system_prefix == t.gemma_system_prefix,
              "a second parse differs");
     rg_chat_template_free(&again);
 

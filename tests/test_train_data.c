@@ -474,7 +474,8 @@ static void test_messages_masks(void) {
     rg_dataset *d = NULL;
     rg_error err = {0};
     RG_CHECK(rg_dataset_load(&d, DATA "chat.jsonl", tok, NULL, &o, &err) == RG_ERR_FORMAT &&
-                 strcmp(err.msg, DATA "chat.jsonl:1: 'messages' needs a chat template and the model has none") == 0,
+                 strcmp(err.msg, DATA "chat.jsonl:1: 'messages' needs a chat template and the model has none (set "
+                                  "data.chat_template to one of chatml, llama3, llama3.1, lfm2, gemma)") == 0,
              "no template: %s", err.msg);
 }
 

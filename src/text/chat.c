@@ -9,7 +9,10 @@
 #include "text/unicode_tables.h"
 
 static const char supported_families[] =
-    "chatml (Qwen2, Qwen2.5, SmolLM2), lfm2 (LFM2), llama3 (Llama 3), llama3.1 (Llama 3.1/3.2/3.3)";
+    "chatml (Qwen2, Qwen2.5, SmolLM2), lfm2 (LFM2), llama3 (Llama 3), llama3.1 (Llama 3.1/3.2/3.3), gemma (Gemma 2, "
+    "Gemma 3)";
+
+const char rg_chat_builtin_names[] = "chatml, llama3, llama3.1, lfm2, gemma";
 
 const char *rg_chat_family_name(rg_chat_family f) {
     switch (f) {
@@ -17,6 +20,7 @@ const char *rg_chat_family_name(rg_chat_family f) {
     case RG_CHAT_LFM2: return "lfm2";
     case RG_CHAT_LLAMA3: return "llama3";
     case RG_CHAT_LLAMA31: return "llama3.1";
+    case RG_CHAT_GEMMA: return "gemma";
     }
     return "unknown";
 }
@@ -166,6 +170,12 @@ rg_status rg_chat_template_parse(rg_chat_template *out, const char *t, size_t le
             out->family = RG_CHAT_LLAMA3;
         }
         if (!out->bos_text) st = RG_ERR_NOMEM;
+    } else if (has(t, len, "<start_of_turn>") && has(t, len, "<end_of_turn>")) {
+        out->family = RG_CHAT_GEMMA;
+        out->trim_content = has(t, len, "| trim") || has(t, len, "|trim");
+        out->gemma_system_prefix = has(t, len, "first_user_prefix");  // Gemma 3; Gemma 2 raises on a system role
+        out->bos_text = dup_str(has(t, len, "bos_token") ? (bos_text ? bos_text : "<bos>") : "");
+        if (!out->bos_text) st = RG_ERR_NOMEM;
     } else if (has(t, len, "<|im_start|>")) {
         if (has(t, len, "<think>") || has(t, len, "reasoning_content"))
             return unsupported(t, len, "thinking (<think>) templates are not supported yet:", err);
@@ -196,6 +206,37 @@ rg_status rg_chat_template_from_tokenizer(rg_chat_template *out, const rg_tokeni
     if (!in->chat_template) return rg_fail(err, RG_ERR_NOT_FOUND, "the model has no tokenizer.chat_template");
     const char *bos = in->bos >= 0 ? rg_token_text(tok, in->bos, NULL) : NULL;
     return rg_chat_template_parse(out, in->chat_template, in->chat_template_len, bos, err);
+}
+
+rg_status rg_chat_template_builtin(rg_chat_template *out, const char *name, const char *bos_text, rg_error *err) {
+    memset(out, 0, sizeof *out);
+    bool ok = true;
+    if (!strcmp(name, "chatml")) {
+        out->family = RG_CHAT_CHATML;
+    } else if (!strcmp(name, "lfm2")) {
+        out->family = RG_CHAT_LFM2;
+        out->lfm2_tool_wrap = true;
+        ok = (out->bos_text = dup_str(bos_text ? bos_text : "<|startoftext|>")) != NULL;
+    } else if (!strcmp(name, "llama3") || !strcmp(name, "llama3.1")) {
+        out->family = name[6] ? RG_CHAT_LLAMA31 : RG_CHAT_LLAMA3;
+        out->trim_content = true;
+        ok = (out->bos_text = dup_str(bos_text ? bos_text : "<|begin_of_text|>")) != NULL;
+        if (ok && out->family == RG_CHAT_LLAMA31)
+            ok = (out->knowledge_line = dup_str("Cutting Knowledge Date: December 2023\n")) &&
+                 (out->default_date = dup_str("26 Jul 2024"));
+    } else if (!strcmp(name, "gemma")) {
+        out->family = RG_CHAT_GEMMA;
+        out->trim_content = out->gemma_system_prefix = true;
+        ok = (out->bos_text = dup_str(bos_text ? bos_text : "<bos>")) != NULL;
+    } else {
+        return rg_fail(err, RG_ERR_ARG, "unknown chat template name '%s': the built-in ones are %s", name,
+                       rg_chat_builtin_names);
+    }
+    if (!ok) {
+        rg_chat_template_free(out);
+        return rg_fail(err, RG_ERR_NOMEM, "chat template: out of memory");
+    }
+    return RG_OK;
 }
 
 // ---------------------------------------------------------------------------
@@ -407,6 +448,57 @@ static rg_status render_llama3(const rg_chat_template *t, const rg_chat_message 
     return RG_OK;
 }
 
+// Gemma: {bos}, then <start_of_turn>{user|model}\n{content|trim}<end_of_turn>\n per message, the
+// roles alternating user, model, user, ... (the template raises otherwise). Gemma 3 writes a leading
+// system message's content and "\n\n" at the start of the first user turn (its first_user_prefix,
+// untrimmed): that span has the header and the role "user", its content, and "\n\n" as its marker;
+// the user message's span then has no header or role, its content, <end_of_turn> and the line end.
+static rg_status render_gemma(const rg_chat_template *t, const rg_chat_message *m, size_t n, renderer *r,
+                              rg_error *err) {
+    puts_(&r->b, t->bos_text);
+    size_t first = 0;
+    bool prefix = false;
+    if (n > 0 && role_is(&m[0], "system")) {
+        if (!t->gemma_system_prefix)
+            return rg_fail(err, RG_ERR_UNSUPPORTED, "chat: message 0: this gemma template has no system role");
+        if (n < 2 || !role_is(&m[1], "user"))
+            return rg_fail(err, RG_ERR_UNSUPPORTED, "chat: message 1: a gemma system message must be followed by a "
+                                                    "user message");
+        rg_chat_span *s = new_span(r, 0);
+        puts_(&r->b, "<start_of_turn>");
+        put_role(r, s, "user", 4);
+        puts_(&r->b, "\n");
+        put_content(r, s, m[0].content, m[0].content_len);
+        puts_(&r->b, "\n\n");
+        s->marker_end = s->end = r->b.n;
+        first = 1;
+        prefix = true;
+    }
+    for (size_t i = first; i < n; i++) {
+        bool user_turn = (i - first) % 2 == 0;
+        if (!role_is(&m[i], user_turn ? "user" : "assistant"))
+            return rg_fail(err, RG_ERR_UNSUPPORTED, "chat: message %zu: role '%.*s' where a gemma template needs '%s' "
+                                                    "(user and assistant alternate, user first)",
+                           i, (int)m[i].role_len, m[i].role, user_turn ? "user" : "assistant");
+        rg_chat_span *s = new_span(r, (int32_t)i);
+        if (i == first && prefix) {
+            s->role_begin = s->role_end = r->b.n;  // the system span wrote the header
+        } else {
+            puts_(&r->b, "<start_of_turn>");
+            put_role(r, s, user_turn ? "user" : "model", user_turn ? 4 : 5);
+            puts_(&r->b, "\n");
+        }
+        size_t cb = 0, ce = m[i].content_len;
+        if (t->trim_content) trim(m[i].content, m[i].content_len, &cb, &ce);
+        put_content(r, s, m[i].content + cb, ce - cb);
+        puts_(&r->b, "<end_of_turn>");
+        s->marker_end = r->b.n;
+        puts_(&r->b, "\n");
+        s->end = r->b.n;
+    }
+    return RG_OK;
+}
+
 void rg_chat_rendered_free(rg_chat_rendered *r) {
     if (!r) return;
     free(r->text);
@@ -434,6 +526,10 @@ rg_status rg_chat_render(const rg_chat_template *t, const rg_chat_message *msgs,
     case RG_CHAT_LLAMA31:
         st = render_llama3(t, msgs, n_msgs, opt, &r, err);
         gen = "<|start_header_id|>assistant<|end_header_id|>\n\n";
+        break;
+    case RG_CHAT_GEMMA:
+        st = render_gemma(t, msgs, n_msgs, &r, err);
+        gen = "<start_of_turn>model\n";
         break;
     default: st = rg_fail(err, RG_ERR_ARG, "chat: template not parsed");
     }

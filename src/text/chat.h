@@ -23,12 +23,17 @@
 //   llama3.1 Llama 3.1 / 3.2 / 3.3: {bos}<|start_header_id|>system<|end_header_id|>\n\n
 //            Cutting Knowledge Date: December 2023\nToday Date: {date}\n\n{system|trim}<|eot_id|>
 //            always, then the Llama 3 blocks for the other messages.
-// The generation prompt is <|im_start|>assistant\n (chatml, lfm2) or
-// <|start_header_id|>assistant<|end_header_id|>\n\n (llama3*).
+//   gemma    Gemma 2 and Gemma 3: {bos}<start_of_turn>{role}\n{content|trim}<end_of_turn>\n with
+//            'assistant' written as 'model'; user and assistant must alternate, user first (the
+//            templates raise otherwise: refused here). Gemma 3 writes a leading system
+//            message as "{system}\n\n" at the start of the first user turn; Gemma 2 refuses it.
+// The generation prompt is <|im_start|>assistant\n (chatml, lfm2),
+// <|start_header_id|>assistant<|end_header_id|>\n\n (llama3*) or <start_of_turn>model\n (gemma).
 //
 // Not supported (refused with an error rather than rendered differently): tool calls inside
 // assistant messages, tool definitions, Qwen3/thinking templates (<think>, reasoning_content),
-// 'tool'/'ipython' messages with Llama 3.1 templates, and every other template family.
+// 'tool'/'ipython' messages with Llama 3.1 templates, gemma conversations that do not alternate
+// user and assistant, and every other template family.
 #ifndef RG_TEXT_CHAT_H
 #define RG_TEXT_CHAT_H
 
@@ -44,6 +49,7 @@ typedef enum rg_chat_family {
     RG_CHAT_LFM2 = 2,
     RG_CHAT_LLAMA3 = 3,
     RG_CHAT_LLAMA31 = 4,
+    RG_CHAT_GEMMA = 5,
 } rg_chat_family;
 
 typedef struct rg_chat_template {
@@ -51,7 +57,8 @@ typedef struct rg_chat_template {
     char *default_system;        // chatml: inserted system content, NULL when the template has none
     bool qwen_tool_turns;        // chatml: 'tool' messages in <tool_response> user turns (Qwen2.5)
     bool lfm2_tool_wrap;         // lfm2: 'tool' content in <|tool_response_start|>...<|tool_response_end|>
-    bool trim_content;           // llama3*: message content | trim
+    bool trim_content;           // llama3*, gemma: message content | trim
+    bool gemma_system_prefix;    // gemma: a leading system message opens the first user turn (Gemma 3)
     char *bos_text;              // the text of bos_token where the template writes it, else NULL
     char *knowledge_line;        // llama3.1: "Cutting Knowledge Date: ...\n" from the template
     char *default_date;          // llama3.1: the template's fallback date string ("26 Jul 2024")
@@ -66,6 +73,13 @@ rg_status rg_chat_template_parse(rg_chat_template *out, const char *tmpl, size_t
 // The model's template (tokenizer.chat_template) with its BOS text; RG_ERR_NOT_FOUND when the
 // model has none.
 rg_status rg_chat_template_from_tokenizer(rg_chat_template *out, const rg_tokenizer *tok, rg_error *err);
+// A family's layout without the model's template text, for a model that has none (`generate
+// --chat-template NAME`, `data.chat_template`): chatml (no default system prompt), llama3,
+// llama3.1 (its knowledge line and default date), lfm2, gemma (Gemma 3's: a system message opens
+// the first user turn). bos_text: the model's BOS text (NULL: the family's usual one). An unknown
+// name is RG_ERR_ARG naming the built-in ones (rg_chat_builtin_names).
+rg_status rg_chat_template_builtin(rg_chat_template *out, const char *name, const char *bos_text, rg_error *err);
+extern const char rg_chat_builtin_names[];
 void rg_chat_template_free(rg_chat_template *t);
 const char *rg_chat_family_name(rg_chat_family f);
 

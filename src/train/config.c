@@ -41,7 +41,7 @@ typedef struct key_def {
 // Choice fields are C enums or uint32_t; both are stored as 4 bytes.
 _Static_assert(sizeof(rg_train_method) == 4 && sizeof(rg_optim_kind) == 4 && sizeof(rg_sched_kind) == 4 &&
                    sizeof(rg_train_on) == 4 && sizeof(rg_overlong) == 4 && sizeof(rg_recompute) == 4 &&
-                   sizeof(rg_fused_ce) == 4 && sizeof(rg_flash_attn_mode) == 4,
+                   sizeof(rg_fused_ce) == 4 && sizeof(rg_flash_attn_mode) == 4 && sizeof(rg_chat_tmpl_choice) == 4,
                "choice fields are stored as 4-byte integers");
 
 static const choice method_choices[] = {{"full", RG_TRAIN_FULL}, {"lora", RG_TRAIN_LORA}, {NULL, 0}};
@@ -58,6 +58,9 @@ static const choice flash_attn_choices[] = {
     {"auto", RG_FLASH_ATTN_AUTO}, {"on", RG_FLASH_ATTN_ON}, {"off", RG_FLASH_ATTN_OFF}, {NULL, 0}};
 static const choice train_on_choices[] = {
     {"all", RG_TRAIN_ON_ALL}, {"assistant", RG_TRAIN_ON_ASSISTANT}, {"completion", RG_TRAIN_ON_COMPLETION}, {NULL, 0}};
+static const choice chat_template_choices[] = {
+    {"model", RG_CHAT_TMPL_MODEL}, {"chatml", RG_CHAT_TMPL_CHATML}, {"llama3", RG_CHAT_TMPL_LLAMA3},
+    {"llama3.1", RG_CHAT_TMPL_LLAMA31}, {"lfm2", RG_CHAT_TMPL_LFM2}, {"gemma", RG_CHAT_TMPL_GEMMA}, {NULL, 0}};
 static const choice overlong_choices[] = {
     {"truncate", RG_OVERLONG_TRUNCATE}, {"drop", RG_OVERLONG_DROP}, {"error", RG_OVERLONG_ERROR}, {NULL, 0}};
 
@@ -137,6 +140,9 @@ static const key_def keys[] = {
             "tokens that carry loss: all, assistant turns of chats, or completions"),
     BOOLK("data.pack", pack, "true", "pack several examples into one sequence"),
     CHOICEK("data.overlong", overlong, "truncate", overlong_choices, "an example longer than training.ctx"),
+    CHOICEK("data.chat_template", chat_template, "model", chat_template_choices,
+            "how 'messages' are rendered: the model's own tokenizer.chat_template, or a built-in family's layout "
+            "for a model without one (or to override it): chatml, llama3, llama3.1, lfm2, gemma"),
 };
 #define N_KEYS (sizeof keys / sizeof keys[0])
 
@@ -702,4 +708,10 @@ rg_status rg_config_check_list_item(const char *key, const char *item, const cha
     if (!k) return fail_unknown_key(key, where, err);
     uint32_t bits = 0;
     return parse_targets(k, item, where, &bits, err);
+}
+
+const char *rg_train_chat_template_name(rg_chat_tmpl_choice c) {
+    for (const choice *ch = chat_template_choices; ch->name; ch++)
+        if (ch->value == (int32_t)c) return ch->name;
+    return "model";
 }

@@ -33,6 +33,11 @@ typedef enum { RG_RECOMPUTE_AUTO = 0, RG_RECOMPUTE_NONE = 1, RG_RECOMPUTE_LAYER 
 typedef enum { RG_FUSED_CE_AUTO = 0, RG_FUSED_CE_ON = 1, RG_FUSED_CE_OFF = 2 } rg_fused_ce;
 typedef enum { RG_FLASH_ATTN_AUTO = 0, RG_FLASH_ATTN_ON = 1, RG_FLASH_ATTN_OFF = 2 } rg_flash_attn_mode;
 typedef enum { RG_OVERLONG_TRUNCATE = 0, RG_OVERLONG_DROP = 1, RG_OVERLONG_ERROR = 2 } rg_overlong;
+// data.chat_template: the model's own, or a built-in family's layout (rg_chat_template_builtin)
+typedef enum {
+    RG_CHAT_TMPL_MODEL = 0, RG_CHAT_TMPL_CHATML = 1, RG_CHAT_TMPL_LLAMA3 = 2, RG_CHAT_TMPL_LLAMA31 = 3,
+    RG_CHAT_TMPL_LFM2 = 4, RG_CHAT_TMPL_GEMMA = 5
+} rg_chat_tmpl_choice;
 // lora target bits, in this order: q, k, v, o, gate, up, down
 enum { RG_LORA_Q = 1, RG_LORA_K = 2, RG_LORA_V = 4, RG_LORA_O = 8, RG_LORA_GATE = 16, RG_LORA_UP = 32, RG_LORA_DOWN = 64,
        RG_LORA_IN = 128, RG_LORA_OUT = 256 };  // in, out: a recurrent mixer's projections (lfm2, mamba2)
@@ -75,7 +80,11 @@ typedef struct rg_train_config {
     rg_train_on train_on;     // data.train_on: all|assistant|completion     default assistant
     bool pack;                // data.pack                                   default true
     rg_overlong overlong;     // data.overlong: truncate|drop|error          default truncate
+    rg_chat_tmpl_choice chat_template;  // data.chat_template: model|chatml|llama3|llama3.1|lfm2|gemma  default model
 } rg_train_config;
+
+// data.chat_template's name ("model", "chatml", ...).
+const char *rg_train_chat_template_name(rg_chat_tmpl_choice c);
 
 // Every key at its default.
 void rg_train_config_defaults(rg_train_config *c);

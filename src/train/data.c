@@ -295,8 +295,10 @@ static rg_status load_messages(loader *L, int64_t line, const rg_json *msgs) {
     size_t n = rg_json_len(msgs);
     if (n == 0) return rg_fail(L->err, RG_ERR_FORMAT, "%s:%lld: 'messages' is empty", L->path, (long long)line);
     if (!L->tmpl)
-        return rg_fail(L->err, RG_ERR_FORMAT, "%s:%lld: 'messages' needs a chat template and the model has none", L->path,
-                       (long long)line);
+        return rg_fail(L->err, RG_ERR_FORMAT,
+                       "%s:%lld: 'messages' needs a chat template and the model has none (set data.chat_template to "
+                       "one of chatml, llama3, llama3.1, lfm2, gemma)",
+                       L->path, (long long)line);
     rg_chat_message *m = calloc(n, sizeof *m);
     if (!m) return rg_fail(L->err, RG_ERR_NOMEM, "%s: out of memory", L->path);
     rg_status st = RG_OK;

@@ -17,7 +17,17 @@ rg_status rg_eval_load_data(rg_dataset **out, const rg_model *m, const char *pat
     if (st) return st;
     rg_chat_template tmpl;
     rg_error e2 = {0};
-    st = rg_chat_template_from_tokenizer(&tmpl, tok, &e2);
+    if (c->chat_template != RG_CHAT_TMPL_MODEL) {  // a built-in layout, with the model's BOS text
+        const rg_tokenizer_info *in = rg_tokenizer_get_info(tok);
+        st = rg_chat_template_builtin(&tmpl, rg_train_chat_template_name(c->chat_template),
+                                      in->bos >= 0 ? rg_token_text(tok, in->bos, NULL) : NULL, err);
+        if (st) {
+            rg_tokenizer_free(tok);
+            return st;
+        }
+    } else {
+        st = rg_chat_template_from_tokenizer(&tmpl, tok, &e2);
+    }
     const bool have_tmpl = st == RG_OK;
     if (st != RG_OK && st != RG_ERR_NOT_FOUND && log)
         fprintf(log, "note: the model's chat template is not usable: %s\n", e2.msg);

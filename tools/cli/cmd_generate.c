@@ -4,11 +4,11 @@
 //   retrograd generate -m MODEL.gguf (-p TEXT | -f FILE | --chat) [-n N] [--temp T] [--top-k K]
 //       [--top-p P] [--min-p M] [--repeat-penalty R] [--repeat-last-n N] [--seed S] [-c CTX]
 //       [-t THREADS] [--device cpu|cuda] [--no-bos] [--raw] [--truncate] [--verbose-prompt]
-//       [--lora A.gguf[:SCALE]]...
+//       [--lora A.gguf[:SCALE]]... [--chat-template NAME]
 //
 // The prompt is a user message rendered with the model's chat template and its generation
 // prompt (--raw: the text as is; a model without a chat template is used raw, with a
-// warning). Special-token text in the prompt is recognized, by llama.cpp's rules
+// warning; --chat-template NAME: a built-in family's layout instead, rg_chat_template_builtin). Special-token text in the prompt is recognized, by llama.cpp's rules
 // (text/tokenizer.h), as llama-cli recognizes it. BOS is put first when the model asks for
 // it, unless the tokens already start with BOS: a template that writes bos_token (llama.cpp's
 // chat gives one BOS there too) or a raw prompt that begins with the BOS text (llama-cli
@@ -148,6 +148,8 @@ static void usage(FILE *f) {
             "                        repeat it to apply several (their terms are summed)\n"
             "  --no-bos              never put a BOS token first\n"
             "  --raw                 use the text as is, without the chat template\n"
+            "  --chat-template NAME  render with a built-in layout instead of the model's template (or for a model\n"
+            "                        without one): chatml, llama3, llama3.1, lfm2, gemma\n"
             "  --truncate            keep the end of a prompt longer than the context instead of failing\n"
             "  --verbose-prompt      print the tokens evaluated (each turn) to stderr\n"
             "  --profile             at the end, print to stderr where the time went per op and weight type\n");
@@ -486,6 +488,7 @@ int cmd_generate(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *file = NULL;
     cli_loras loras = {0};
     bool chat_mode = false, raw = false, no_bos = false, truncate = false, verbose = false, profile = false;
+    const char *tmpl_name = NULL;  // --chat-template: a built-in layout
     int64_t n_predict = 128, n_ctx = 0, n_threads = 0, repeat_last_n = 64;
     rg_device device = RG_DEVICE_CPU;
     rg_sampler_params sp = rg_sampler_defaults();
@@ -503,7 +506,8 @@ int cmd_generate(int argc, char **argv) {
         if (!strcmp(a, "--profile")) { profile = true; continue; }
         static const char *const with_value[] = {"-m", "-p", "-f", "-n", "--temp", "--top-k", "--top-p", "--min-p",
                                                  "--repeat-penalty", "--repeat-last-n", "--seed", "-c", "-t",
-                                                 "--threads", "--device", "--ctx-size", "--n-predict", "--lora"};
+                                                 "--threads", "--device", "--ctx-size", "--n-predict", "--lora",
+                                                 "--chat-template"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(a, with_value[k]);
         if (!known) {
@@ -541,6 +545,7 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = cli_parse_i64(C, a, v, 1, 512, &n_threads);
         else if (!strcmp(a, "--device")) ok = cli_parse_device(C, v, &device);
         else if (!strcmp(a, "--lora")) ok = cli_loras_add(C, &loras, v);
+        else if (!strcmp(a, "--chat-template")) tmpl_name = v;
         if (!ok) return 2;
     }
     if (!model_path) {
@@ -598,8 +603,14 @@ int cmd_generate(int argc, char **argv) {
                 C, n_ctx, g.model->hp.n_ctx_train);
     if (repeat_last_n < 0) sp.repeat_last_n = (int32_t)g.n_ctx;
     if (!raw || chat_mode) {
-        rg_status st = rg_chat_template_from_tokenizer(&tmpl, g.tok, &err);
+        const char *bos = g.info->bos >= 0 ? rg_token_text(g.tok, g.info->bos, NULL) : NULL;
+        rg_status st = tmpl_name ? rg_chat_template_builtin(&tmpl, tmpl_name, bos, &err)
+                                 : rg_chat_template_from_tokenizer(&tmpl, g.tok, &err);
         if (!st) have_tmpl = true;
+        else if (tmpl_name) {
+            fprintf(stderr, "retrograd %s: --chat-template: %s\n", C, err.msg);
+            goto done;
+        }
         else if (chat_mode) {
             fprintf(stderr, "retrograd %s: --chat needs the model's chat template: %s\n", C, err.msg);
             goto done;

@@ -1,5 +1,5 @@
 // cmd_perplexity.c - `retrograd perplexity -m MODEL.gguf -f TEXT.txt [-c CTX] [-t THREADS]
-// [--chunks N] [--device cpu|cuda] [--lora A.gguf[:SCALE]]...`: the perplexity of a model on a text, computed as
+// [--chunks N] [--device cpu|cuda] [--exact] [--lora A.gguf[:SCALE]]...`: the perplexity of a model on a text, computed as
 // llama.cpp's perplexity tool computes it, so that the numbers compare.
 //
 //   - The whole file is tokenized once, as llama.cpp's perplexity does: BOS first (and EOS
@@ -17,6 +17,9 @@
 //   - Final estimate: PPL = exp(mean nll) +/- PPL * sqrt((mean(nll^2) - mean(nll)^2) / (N - 1))
 //     with N scored tokens: the standard error of the mean nll, propagated through exp to
 //     first order (llama.cpp's formula; 0 when N < 2).
+//   - --exact keeps every activation in F32 (the session's exact_activations: no Q8 or BF16
+//     rounding of the activations that multiply quantized or BF16 weights): slower, and what a
+//     float reference on the dequantized weights (transformers) computes.
 //   - --lora applies adapters through the graph as generate does (repeatable, llama.cpp's
 //     --lora): the perplexity of base + adapter, which equals that of the model merged in F32.
 #include <errno.h>
@@ -37,7 +40,7 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: retrograd perplexity -m MODEL.gguf -f TEXT.txt [-c CTX] [-t THREADS] [--chunks N] [--device cpu|cuda]\n"
-               "                                [--lora A.gguf[:SCALE]]...\n"
+               "                                [--exact] [--lora A.gguf[:SCALE]]...\n"
                "  -m MODEL.gguf     the model\n"
                "  -f TEXT.txt       the text to score\n"
                "  -c CTX            tokens per chunk (default 512, or the model's context if smaller); the second\n"
@@ -45,6 +48,8 @@ static void usage(FILE *f) {
                "  -t THREADS        CPU threads (default: all cores)\n"
                "  --chunks N        use at most N chunks (default: all)\n"
                "  --device cpu|cuda where to run (default cpu)\n"
+               "  --exact           F32 activations everywhere (slower; what a float reference on the dequantized\n"
+               "                    weights computes): quantized weights otherwise multiply int8 activations\n"
                "  --lora A.gguf[:SCALE]\n"
                "                    apply a LoRA adapter (llama.cpp's format) with SCALE x alpha/rank (default 1);\n"
                "                    repeat it to apply several (their terms are summed)\n");
@@ -66,11 +71,16 @@ int cmd_perplexity(int argc, char **argv) {
     int64_t n_ctx = 0, n_threads = 0, max_chunks = -1;
     rg_device device = RG_DEVICE_CPU;
     cli_loras loras = {0};
+    bool exact = false;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
+        }
+        if (!strcmp(a, "--exact")) {
+            exact = true;
+            continue;
         }
         static const char *const with_value[] = {"-m", "-f", "-c", "--ctx-size", "-t", "--threads", "--chunks", "--device", "--lora"};
         bool known = false;
@@ -155,7 +165,7 @@ int cmd_perplexity(int argc, char **argv) {
     if (piece > 256) piece = 256;
     if (piece < 1) piece = 1;
     rg_session_opts so = {.n_ctx = n_ctx, .n_threads = (int)n_threads, .device = device, .lora = lora,
-                          .lora_scale = lora_scale};
+                          .lora_scale = lora_scale, .exact_activations = exact};
     chunk = malloc((size_t)n_ctx * sizeof *chunk);
     logits = malloc((size_t)(piece * V) * sizeof *logits);
     if (!chunk || !logits) {
