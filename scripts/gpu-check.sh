@@ -24,7 +24,8 @@
 #   6. device benchmarks (RG_BENCH_DEVICE=cuda): bench_train's tiny and smollm2 shape rows
 #      (2 timed steps, each row with a profiled step: time per op, fallbacks, copies);
 #      bench_generate on the smollm2 and 1b BF16 files, and once with the profile; bench_train's
-#      1b shape rows (1 timed step)
+#      1b shape rows (1 timed step); bench_flash_attn's CUDA rows (FLASH_ATTN_EXT/BACK TF/s at
+#      T = 4096, head_dim 64/128/256, causal and not, beside FA2's and FA3's published figures)
 #   7. every other test binary (the CPU suite; test_ops with the GPU hidden, its parity rows
 #      being step 3's), RG_TEST_QUICK=1, while the budget lasts
 # Writes under $OUT (default ./out/gpu-check): env.txt, configure.log, build.log, report.json,
@@ -119,7 +120,7 @@ bench() {
   else
     verdict "$name" "$rc" "log $log"
   fi
-  grep -E 'tok/s +\(best|refused by|rows: skipped|failed:|^\(made |^  step graph:|^device:|^file ' "$out/$log" |
+  grep -E 'tok/s +\(best|refused by|rows: skipped|failed:|^\(made |^  step graph:|^device:|^file | (caus|full) \||HOST EXECUTION|TF/s  ' "$out/$log" |
     cut -c1-220 | sed 's/^/    /' | tee -a "$out/summary.txt"
 }
 
@@ -245,7 +246,9 @@ if [ "$dry" = 1 ]; then
   bench "bench_train shapes" 240 "${dev[@]}" -- "$build/bench_train" 1 shape
   bench "bench_generate tiny bf16" 120 "${dev[@]}" RG_BENCH_MODEL="$shapes/tiny-bf16.gguf" RG_BENCH_PP=8 RG_BENCH_TG=4 \
     RG_BENCH_REPS=1 RG_BENCH_PROFILE=1 -- "$build/bench_generate"
+  bench "bench_flash_attn cuda (T=64, host execution)" 120 "${dev[@]}" -- "$build/bench_flash_attn"
 else
+  bench "bench_flash_attn cuda (T=4096)" 120 "${dev[@]}" -- "$build/bench_flash_attn"
   bench "bench_train tiny-shape" 90 "${dev[@]}" -- "$build/bench_train" 2 tiny-shape
   bench "bench_train smollm2-shape" 180 "${dev[@]}" -- "$build/bench_train" 2 smollm2-shape
   bench "bench_generate smollm2 bf16" 90 "${dev[@]}" RG_BENCH_MODEL="$shapes/smollm2-bf16.gguf" -- "$build/bench_generate"

@@ -72,6 +72,8 @@ if build_or_fail release build -DRG_WERROR=ON; then
   done
   # The parity suite: the op table walked on the device, every op x float type against the CPU.
   run_suite "test_ops cuda_parity on the host execution of the CUDA code" env RETRO_CUDA_HOST=1 build/test_ops cuda_parity
+  run_suite "test_ops cuda_parity on the host execution, threads in reverse order" \
+    env RETRO_CUDA_HOST=1 RETRO_CUDA_HOST_ORDER=reverse build/test_ops cuda_parity
   run_suite "test_ops cuda_parity, half weights widened (RETRO_CUDA_HALF_GEMM=f32)" \
     env RETRO_CUDA_HOST=1 RETRO_CUDA_HALF_GEMM=f32 build/test_ops cuda_parity
   for t in build/test_cuda build/test_train_device build/test_device_memory; do

@@ -50,7 +50,8 @@ static double value_at(const rg_train_tensor *t, int64_t i) {
 
 static const tt_rows ROWS = {.T = T, .split = 30, .mod = 7, .rem = 3, .mul = 0x9E3779B9u, .add = 3};
 
-static void compare_cfg(rg_train_method method, uint32_t type, bool master, const char *half_gemm, int optimizer) {
+static void compare_cfg(rg_train_method method, uint32_t type, bool master, const char *half_gemm, int optimizer,
+                        bool flash) {
     char why[256];
     if (rg_cuda_device_count(why, sizeof why) <= 0) RG_SKIP("no CUDA device: %s", why);
     const bool tensor = type != RG_TYPE_F32 && !strcmp(half_gemm, "tensor");
@@ -68,10 +69,14 @@ static void compare_cfg(rg_train_method method, uint32_t type, bool master, cons
     c.master_weights = master;
     c.clip_grad_norm = 0.5;  // clipping is active on these gradients
     if (optimizer == RG_OPTIM_SGD) c.optimizer = RG_OPTIM_SGD, c.momentum = 0.9, c.lr = 0.05;
+    c.flash_attn = flash ? RG_FLASH_ATTN_ON : RG_FLASH_ATTN_OFF;
+    if (flash) setenv("RETRO_REQUIRE_GPU_RESIDENT", "1", 1);  // FLASH_ATTN_EXT/BACK must run on the device
     rg_train_state *cpu = NULL, *dev = NULL;
     RG_REQUIRE(rg_train_state_create_on(&cpu, m, &c, STEPS, 0, RG_DEVICE_CPU, &err) == RG_OK, "cpu: %s", err.msg);
     rg_status st = rg_train_state_create_on(&dev, m, &c, STEPS, 0, RG_DEVICE_CUDA, &err);
     RG_CHECK(st == RG_OK, "cuda: %s", err.msg);
+    if (st == RG_OK) RG_CHECK(cpu->flash_attn == flash && dev->flash_attn == flash, "flash %d: cpu %d, cuda %d", flash,
+                              cpu->flash_attn, dev->flash_attn);
     double worst_loss = 0, worst_norm = 0;
     for (int step = 0; st == RG_OK && step < STEPS; step++) {
         double lc = 0, ld = 0;
@@ -87,9 +92,9 @@ static void compare_cfg(rg_train_method method, uint32_t type, bool master, cons
         RG_REQUIRE(rg_train_state_step(cpu, &nc, &lrc, &skc, &err) == RG_OK, "cpu step: %s", err.msg);
         RG_REQUIRE(rg_train_state_step(dev, &nd, &lrd, &skd, &err) == RG_OK, "cuda step: %s", err.msg);
         const double el = fabs(ld - lc) / fabs(lc), en = fabs(nd - nc) / nc;
-        printf("    %s%s %s%s%s step %d: loss cpu %.7f cuda %.7f (rel %.1e), grad norm %.6f vs %.6f (rel %.1e)\n",
+        printf("    %s%s %s%s%s%s step %d: loss cpu %.7f cuda %.7f (rel %.1e), grad norm %.6f vs %.6f (rel %.1e)\n",
                method == RG_TRAIN_FULL ? "full" : "lora", optimizer == RG_OPTIM_SGD ? " sgd+momentum" : "",
-               rg_type_get(type)->name, master ? " master" : "",
+               rg_type_get(type)->name, master ? " master" : "", flash ? " flash attention" : "",
                tensor ? " tensor path" : "", step, lc, ld, el, nc, nd, en);
         worst_loss = fmax(worst_loss, el), worst_norm = fmax(worst_norm, en);
         RG_CHECK(!skc && !skd && lrc == lrd, "step %d: skipped %d %d, lr %g %g", step, skc, skd, lrc, lrd);
@@ -126,10 +131,11 @@ static void compare_cfg(rg_train_method method, uint32_t type, bool master, cons
     rg_model_free(m);
     unlink(path);
     unsetenv("RETRO_CUDA_HALF_GEMM");
+    unsetenv("RETRO_REQUIRE_GPU_RESIDENT");
 }
 
 static void compare(rg_train_method method, uint32_t type, bool master, const char *half_gemm) {
-    compare_cfg(method, type, master, half_gemm, RG_OPTIM_ADAMW);
+    compare_cfg(method, type, master, half_gemm, RG_OPTIM_ADAMW, false);
 }
 
 static void test_full_f32_on_cuda(void) { compare(RG_TRAIN_FULL, RG_TYPE_F32, false, "tensor"); }
@@ -210,8 +216,15 @@ static void test_training_steps_replay_graphs(void) {
 
 // SGD with momentum: the heavy-ball buffer lives on the device and is updated in place by the
 // SGD node, with the host step's first-step rule (b = g at t = 1).
-static void test_sgd_momentum_on_cuda(void) { compare_cfg(RG_TRAIN_FULL, RG_TYPE_F32, false, "tensor", RG_OPTIM_SGD); }
-static void test_lora_sgd_momentum_on_cuda(void) { compare_cfg(RG_TRAIN_LORA, RG_TYPE_F32, false, "tensor", RG_OPTIM_SGD); }
+static void test_sgd_momentum_on_cuda(void) { compare_cfg(RG_TRAIN_FULL, RG_TYPE_F32, false, "tensor", RG_OPTIM_SGD, false); }
+static void test_lora_sgd_momentum_on_cuda(void) {
+    compare_cfg(RG_TRAIN_LORA, RG_TYPE_F32, false, "tensor", RG_OPTIM_SGD, false);
+}
+// training.flash_attn=on on both sides: FLASH_ATTN_EXT/BACK on the device (cuda/ops_flash.cu, the
+// step resident: RETRO_REQUIRE_GPU_RESIDENT=1) against the CPU's flash kernels, the F32 bounds
+// (the two sum in different tile orders; the other ops as in test_full_f32_on_cuda).
+static void test_full_f32_flash_on_cuda(void) { compare_cfg(RG_TRAIN_FULL, RG_TYPE_F32, false, "tensor", RG_OPTIM_ADAMW, true); }
+static void test_lora_flash_on_cuda(void) { compare_cfg(RG_TRAIN_LORA, RG_TYPE_F32, false, "tensor", RG_OPTIM_ADAMW, true); }
 
 static const rg_test_case cases[] = {
     RG_TEST(test_full_f32_on_cuda),
@@ -224,6 +237,8 @@ static const rg_test_case cases[] = {
     RG_TEST(test_training_steps_replay_graphs),
     RG_TEST(test_sgd_momentum_on_cuda),
     RG_TEST(test_lora_sgd_momentum_on_cuda),
+    RG_TEST(test_full_f32_flash_on_cuda),
+    RG_TEST(test_lora_flash_on_cuda),
     {0},
 };
 

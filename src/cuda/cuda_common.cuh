@@ -118,10 +118,12 @@ __device__ static inline void rg_cu_unravel4(int64_t i, const int64_t ne[4], int
 //                       ATTN_DECODE
 //   ops_train.cu        OUT_PROD, LINEAR_CE(_BACK), ADAMW, SGD
 //   ops_ssm.cu          SSM_CONV(_BACK), SSM_DT, SSM_SCAN(_BACK)
+//   ops_flash.cu        FLASH_ATTN_EXT, FLASH_ATTN_BACK
 void rg_cu_register_elementwise(rg_op_col *col);
 void rg_cu_register_norm(rg_op_col *col);
 void rg_cu_register_train(rg_op_col *col);
 void rg_cu_register_ssm(rg_op_col *col);
+void rg_cu_register_flash(rg_op_col *col);
 
 // The context of the backend running a node (its kernels get rg_exec_ctx from the executor).
 static inline rg_cuda_ctx *rg_cu_ctx(const rg_exec_ctx *c) { return (rg_cuda_ctx *)c->backend->impl; }
@@ -171,6 +173,12 @@ rg_status rg_cublas_fail(rg_error *err, const struct rg_node *n, const char *cal
     } while (0)
 // After a kernel launch: launch configuration errors show up here.
 #define CU_LAUNCHED() CU_TRY(cudaGetLastError())
+// Dynamic shared memory above the default 48 KiB needs the kernel's limit raised first.
+template <class K>
+static inline rg_status rg_cu_shared_limit(K *kernel, size_t bytes, const rg_node *n, rg_error *err) {
+    if (bytes > 48 * 1024) CU_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    return RG_OK;
+}
 // Propagates an rg_status.
 #define RG_TRY(expr)                  \
     do {                                \

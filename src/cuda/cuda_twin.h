@@ -49,6 +49,7 @@
 #define rg_cu_narrow RG_CUDA_TWIN(narrow)
 #define rg_cu_gemm_half RG_CUDA_TWIN(gemm_half)
 #define rg_cu_register_ssm RG_CUDA_TWIN(register_ssm)
+#define rg_cu_register_flash RG_CUDA_TWIN(register_flash)
 #endif
 
 #include "cuda/cuda.h"

@@ -441,6 +441,7 @@ extern "C" const struct rg_op_col *rg_cuda_column(void) {
         rg_cu_register_norm(cuda_column);
         rg_cu_register_train(cuda_column);
         rg_cu_register_ssm(cuda_column);
+        rg_cu_register_flash(cuda_column);
         cuda_column_ready = true;
     }
     return cuda_column;

@@ -401,20 +401,13 @@ scan_geom scan_geom_of(const rg_node *n, int ix, const rg_node *seg) {
 size_t scan_shared(const rg_node *n) { return (size_t)(n->ip[0] * n->ip[1]) * sizeof(float); }
 size_t scan_back_shared(const rg_node *n) { return (size_t)(n->ip[1] * (n->ip[0] + 1) + 2 * n->ip[0]) * sizeof(float); }
 
-// Dynamic shared memory above the default 48 KiB needs the kernel's limit raised first.
-template <class K>
-rg_status shared_limit(K *kernel, size_t bytes, const rg_node *n, rg_error *err) {
-    if (bytes > 48 * 1024) CU_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    return RG_OK;
-}
-
 rg_status run_ssm_scan(rg_cuda_ctx *ctx, const rg_exec_ctx *c, const rg_node *n, rg_error *err) {
     (void)c;
     rg_pack p;
     if (!rg_pack_of(n, &p)) return rg_fail(err, RG_ERR_ARG, "cuda ssm_scan '%s': no layout", n->t.name);
     const scan_geom g = scan_geom_of(n, 0, n->src[4]);
     const size_t shared = scan_shared(n);
-    RG_TRY(shared_limit(ssm_scan_kernel, shared, n, err));
+    RG_TRY(rg_cu_shared_limit(ssm_scan_kernel, shared, n, err));
     float *out = (float *)n->t.data;
     const int64_t items = g.S * g.H;
     RG_LAUNCH(ssm_scan_kernel, (unsigned)(items < SSM_MAX_BLOCKS ? items : SSM_MAX_BLOCKS), threads_for(g.P), shared,
@@ -462,7 +455,7 @@ rg_status run_ssm_scan_back(rg_cuda_ctx *ctx, const rg_exec_ctx *c, const rg_nod
     b.dC_h = b.dB_h + g.S * g.T * g.H * g.N;
     b.work = b.dC_h + g.S * g.T * g.H * g.N;
     const size_t shared = scan_back_shared(n);
-    RG_TRY(shared_limit(ssm_scan_back_kernel, shared, n, err));
+    RG_TRY(rg_cu_shared_limit(ssm_scan_back_kernel, shared, n, err));
     const int64_t nt = g.N > g.P ? g.N : g.P;
     RG_LAUNCH(ssm_scan_back_kernel, (unsigned)scan_back_blocks(g), threads_for(nt), shared, ctx->stream, g, b);
     CU_LAUNCHED();

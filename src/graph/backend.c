@@ -22,7 +22,7 @@ static const char *cpu_types(int op) {
     case RG_OP_CPY_INTO: return "f32 into f32, f16, bf16";
     case RG_OP_ATTN_DECODE: return "f32 (cache f32, f16)";
     case RG_OP_FLASH_ATTN_EXT:
-    case RG_OP_FLASH_ATTN_BACK: return "f32 (k, v f32, f16); CPU only, CUDA: not yet";
+    case RG_OP_FLASH_ATTN_BACK: return "f32 (k, v f32, f16)";
     default: return "f32";
     }
 }

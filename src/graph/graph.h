@@ -98,7 +98,7 @@ typedef enum rg_op {
                              // -> packed [dxBC, ddt [H, T, S], dA (A's shape), dstate [N, P, H, S]]
     // Flash attention (training.md §6): softmax(softcap(scale q.k) + mask) v without the
     // [Tk, T] scores, one packed output (graph/pack.h); rg_flash_* below has the rules.
-    // CPU only; CUDA: not yet (the CUDA column has no cell, so the planner keeps them on the CPU).
+    // CPU kernels in cpu/ops_flash.c, CUDA ones in cuda/ops_flash.cu (head_dim <= 512).
     RG_OP_FLASH_ATTN_EXT,    // (q [Dh, T, H, S] f32, k [Dh, Tk, Hkv, S], v [Dh, Tk, Hkv, S] f32 or f16, seg I32 [Tk] or
                              // [Tk, S] or NULL, sinks [H] f32 or NULL) ip: causal, window; fp: scale, softcap
                              // -> packed [o [Dh, H, T, S], lse [T, H, S]]
@@ -295,7 +295,7 @@ enum { RG_SSM_SCAN_BACK_DXBC = 0, RG_SSM_SCAN_BACK_DDT = 1, RG_SSM_SCAN_BACK_DA 
 // gate and the grouped norm. Part 1 of either op is the next chunk's state.
 
 // ---------------------------------------------------------------------------
-// Flash attention (training.md §6; the FlashAttention-2 algorithm, on the CPU). Names: Dh
+// Flash attention (training.md §6; the FlashAttention-2 algorithm, on the CPU and CUDA). Names: Dh
 // head_dim, T queries and Tk keys per sequence (Tk >= T: the first Tk - T keys are a prefix
 // the queries follow, a KV cache), H query heads, Hkv kv heads (H a multiple of Hkv; query
 // head h reads kv head h / (H / Hkv)), S sequences. The shapes are ggml's flash_attn_ext's:

@@ -331,7 +331,7 @@ const rg_op_def rg_op_defs[RG_OP_COUNT] = {
     [RG_OP_SSM_DT] = OP("ssm_dt", 2, 3, cpu_ssm_dt, NULL, plain_f32, NULL, false),
     [RG_OP_SSM_SCAN] = OP("ssm_scan", 3, 5, cpu_ssm_scan, cpu_ssm_scan_work, plain_f32, bw_ssm_scan, false),
     [RG_OP_SSM_SCAN_BACK] = OP("ssm_scan_back", 4, 5, cpu_ssm_scan_back, cpu_ssm_scan_back_work, plain_f32, NULL, false),
-    // CPU only; CUDA: not yet (no cell in the CUDA column: the planner keeps them on the CPU)
+    // CUDA cells in cuda/ops_flash.cu (head_dim <= 512; wider nodes run here)
     [RG_OP_FLASH_ATTN_EXT] = OP("flash_attn_ext", 3, 5, cpu_flash_attn_ext, cpu_flash_attn_ext_work, flash_types,
                                 bw_flash_attn, false),
     [RG_OP_FLASH_ATTN_BACK] = OP("flash_attn_back", 5, 6, cpu_flash_attn_back, cpu_flash_attn_back_work, flash_types,

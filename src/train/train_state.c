@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "base/file.h"
+#include "graph/backend.h"
 #include "graph/plan.h"
 #include "model/forward.h"
 #include "tensor/half.h"
@@ -200,22 +201,23 @@ static size_t physical_memory(void) {
 // training.flash_attn, decided here once for the forward, the backward (FLASH_ATTN_EXT's rule) and
 // recompute: on, off, or auto = on from FLASH_AUTO_CTX tokens, where bench_flash_attn measured the
 // fused path faster than the materialized one on the CPU (T 4096: 1.13x; T 1024: slower), and
-// whose [ctx, ctx] scores per layer are what stops long contexts fitting. A CUDA run keeps the
-// materialized attention: FLASH_ATTN_EXT/BACK have no CUDA kernel yet (auto says so once; on is
-// refused), so the step stays resident on the device.
+// whose [ctx, ctx] scores per layer are what stops long contexts fitting. A CUDA device takes the
+// same rule once this build has the CUDA kernels (cuda/ops_flash.cu, the GPU's or the host
+// execution's: head_dim up to 512); without them the materialized attention stays, so the step
+// stays resident on the device (auto says so once; on is refused).
 enum { FLASH_AUTO_CTX = 2048 };
 
 static rg_status choose_flash(const rg_train_config *c, rg_device device, bool *flash, rg_error *err) {
     *flash = false;
     if (c->flash_attn == RG_FLASH_ATTN_OFF) return RG_OK;
-    if (device != RG_DEVICE_CPU) {
+    if (device != RG_DEVICE_CPU && !rg_op_cell(RG_BACKEND_CUDA, RG_OP_FLASH_ATTN_BACK).run) {
         if (c->flash_attn == RG_FLASH_ATTN_ON)
             return rg_fail(err, RG_ERR_UNSUPPORTED,
-                           "train: training.flash_attn=on, but FLASH_ATTN_EXT/BACK have no CUDA kernel yet: set "
-                           "training.flash_attn=off or auto (the materialized attention) on the device");
+                           "train: training.flash_attn=on, but this build has no CUDA kernel for FLASH_ATTN_EXT/BACK: "
+                           "set training.flash_attn=off or auto (the materialized attention) on the device");
         if (c->ctx >= FLASH_AUTO_CTX)
             fprintf(stderr, "train: training.flash_attn=auto: the materialized attention on the CUDA device "
-                            "(FLASH_ATTN_EXT/BACK have no CUDA kernel yet)\n");
+                            "(this build has no CUDA kernel for FLASH_ATTN_EXT/BACK)\n");
         return RG_OK;
     }
     *flash = c->flash_attn == RG_FLASH_ATTN_ON || c->ctx >= FLASH_AUTO_CTX;

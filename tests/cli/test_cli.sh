@@ -63,6 +63,7 @@ expect "report names the gpu"           0 "gpu_device"                  -- "$bin
 expect "report --json --device cpu"     0 '"cap_flash_attn_back": true' -- "$bin" report --json --device cpu
 # RETRO_CUDA_HOST=1: the host execution of the CUDA code is the device, and says so (or the build says it has none).
 expect "report under RETRO_CUDA_HOST=1" 0 "gpu_device +(host execution of the CUDA code \(not a GPU\)|none \(RETRO_CUDA_HOST=1, but this build has no host execution)" -- env RETRO_CUDA_HOST=1 "$bin" report
+expect "report: flash backward on the CUDA device" 0 "cap_flash_attn_back +true \(the CUDA kernels|none \(RETRO_CUDA_HOST=1, but this build has no host execution" -- env RETRO_CUDA_HOST=1 "$bin" report
 expect "RETRO_CUDA_HOST=1 names itself" 0 "RETRO_CUDA_HOST=1(: the CUDA device is the host execution|, but this build has no host execution)" -- env RETRO_CUDA_HOST=1 "$bin" report
 "$bin" make-tiny --arch qwen2 --type f32 -o "$tmp/tiny-f32.gguf" >/dev/null
 expect "quantize Q4_K_M"                0 "q6_K +3 tensors"             -- "$bin" quantize "$tmp/tiny-f32.gguf" "$tmp/q4km.gguf" Q4_K_M --quiet

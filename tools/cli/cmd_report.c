@@ -46,9 +46,15 @@ static caps device_caps(int use_cuda, int have, const rg_cuda_device_info *info)
         c.why_sampling = have ? "the report is for the cpu" : "no CUDA device";
         return c;
     }
-    // FLASH_ATTN_EXT/BACK have no CUDA cell yet; sampling runs on the host.
+    // FLASH_ATTN_EXT/BACK: the CUDA cells of cuda/ops_flash.cu when this build has them (the nvcc build or the
+    // host execution); sampling runs on the host.
+    const bool kernels = cell_types(RG_BACKEND_CUDA, RG_OP_FLASH_ATTN_EXT) && cell_types(RG_BACKEND_CUDA, RG_OP_FLASH_ATTN_BACK);
+    c.flash_attn_back = kernels && info->major >= 8;
     c.why_flash = info->major < 8 ? "the device's compute capability is below 8.0"
-                                  : "this build has no CUDA kernel for FLASH_ATTN_BACK (the op runs on the CPU only)";
+                  : !kernels      ? "this build has no CUDA kernel for FLASH_ATTN_BACK (the op runs on the CPU)"
+                                  : "the CUDA kernels (cuda/ops_flash.cu): FlashAttention-2 in f32, head_dim buckets 128, "
+                                    "256, 512 (wider: the CPU), K/V f32 or f16, GQA, softcap, windows, documents; "
+                                    "deterministic backward (no atomics); sinks take the materialized backward";
     c.why_sampling = "this build samples on the host (no sampling kernel)";
     return c;
 }
