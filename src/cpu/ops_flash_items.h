@@ -183,9 +183,27 @@ static inline const float *fa_qrow(const flash_job *j, int64_t s, int64_t h, int
 }
 
 // Rows [j0, j0 + n) of kv head g of k or v (sequence s) as f32 [n][Dh] (f16 widened exactly).
+// Rows are packed, or (v only) strided: a transposed view such as the session's V cache,
+// [n_ctx, Dh] stored and read as [Dh, n_kv], gathered key-major (nb[1] is then the element size,
+// so the inner loop reads consecutive keys). Either way the tile holds the same values.
 static inline void fa_load(const flash_job *j, const rg_tensor *t, int64_t s, int64_t g, int64_t j0, int64_t n,
                            float *dst) {
     const int64_t Dh = j->d.Dh;
+    const size_t es = j->f16 ? sizeof(uint16_t) : sizeof(float);
+    if (t->nb[0] != es) {
+        const char *base = (const char *)t->data + j0 * t->nb[1] + g * t->nb[2] + s * t->nb[3];
+        float col[BC];  // n <= BC keys of element e
+        for (int64_t e = 0; e < Dh; e++) {
+            const char *src = base + e * t->nb[0];
+            if (j->f16 && t->nb[1] == es) rg_fp16_to_fp32_row((const uint16_t *)src, col, n);
+            else if (j->f16)
+                for (int64_t r = 0; r < n; r++) col[r] = rg_fp16_to_fp32(*(const uint16_t *)(src + r * t->nb[1]));
+            else
+                for (int64_t r = 0; r < n; r++) col[r] = *(const float *)(src + r * t->nb[1]);
+            for (int64_t r = 0; r < n; r++) dst[r * Dh + e] = col[r];
+        }
+        return;
+    }
     for (int64_t r = 0; r < n; r++) {
         const char *row = (const char *)t->data + (j0 + r) * t->nb[1] + g * t->nb[2] + s * t->nb[3];
         if (j->f16) rg_fp16_to_fp32_row((const uint16_t *)row, dst + r * Dh, Dh);

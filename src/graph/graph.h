@@ -301,7 +301,9 @@ enum { RG_SSM_SCAN_BACK_DXBC = 0, RG_SSM_SCAN_BACK_DDT = 1, RG_SSM_SCAN_BACK_DA 
 // head h reads kv head h / (H / Hkv)), S sequences. The shapes are ggml's flash_attn_ext's:
 //   q      [Dh, T, H, S]     f32, packed rows (nb[0] = 4), any other strides: a permuted view
 //                            of [Dh, H, T] (permute 0, 2, 1, 3) needs no copy
-//   k, v   [Dh, Tk, Hkv, S]  both f32 or both f16, packed rows, any other strides
+//   k, v   [Dh, Tk, Hkv, S]  both f32 or both f16, any strides; k's rows packed, v's rows may
+//                            be strided (a transposed view: the session's V cache [n_ctx, Dh,
+//                            Hkv] read through permute 1, 0, 2, 3 needs no copy)
 //   seg    I32 [Tk] (every sequence) or [Tk, S], or NULL: the document id of each position
 //   sinks  F32 [H] or NULL: an extra logit per head in the softmax's denominator (no value)
 // Query t sits at position qpos = t + (Tk - T), key j at kpos = j. Key j is visible to query
