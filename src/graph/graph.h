@@ -324,6 +324,10 @@ typedef struct rg_flash_params {
 } rg_flash_params;
 rg_node *rg_flash_attn_ext(rg_graph *g, rg_node *q, rg_node *k, rg_node *v, rg_node *seg, rg_node *sinks,
                            const rg_flash_params *p);
+// Whether a caller builds its attention on FLASH_ATTN_EXT: training.flash_attn (train_state.c's
+// choose_flash) and a session's prompt batches (rg_session_flash_prompt) decide auto each in
+// their one place; on and off force it.
+typedef enum { RG_FLASH_ATTN_AUTO = 0, RG_FLASH_ATTN_ON = 1, RG_FLASH_ATTN_OFF = 2 } rg_flash_attn_mode;
 // FLASH_ATTN_BACK for the FLASH_ATTN_EXT node fwd: d is the gradient of fwd's whole packed
 // output (o's and lse's: dS = P (dP - D) with D = rowsum(dO o) - dlse). Reads q, k, v and seg
 // through fwd's sources. Packed: part 0 dq [Dh, T, H, S], part 1 dk, part 2 dv [Dh, Tk, Hkv, S]

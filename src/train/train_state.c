@@ -245,11 +245,11 @@ static rg_status build_step(rg_train_state *s, bool fused, bool recompute, rg_pl
     rg_graph *g = s->g;
     rg_model_nodes w;
     memset(&w, 0, sizeof w);
-    w.flash_attn = s->flash_attn;
     rg_status st = s->eval_only                 ? eval_nodes(s, g, &w, err)
                    : cfg->method == RG_TRAIN_FULL ? full_nodes(s, g, &w, err)
                                                   : lora_nodes(s, g, &w, err);
     if (st) return st;
+    w.flash_attn = s->flash_attn;  // after the nodes: rg_model_leaf_nodes starts from the materialized attention
     const int64_t T = cfg->ctx;
     s->ids = rg_leaf(g, "ids", RG_TYPE_I32, 1, (int64_t[]){T}, NULL);
     s->pos = rg_leaf(g, "pos", RG_TYPE_I32, 1, (int64_t[]){T}, NULL);
