@@ -19,13 +19,15 @@
 // state, activations, scratch, total), then activations per token (KiB) and its ratio to
 // the first context's. At ctx 1024 (unless RG_BENCH_MEM_RUN=0) the flash row is also created
 // for real and one step run: its memory report must equal the plan, and the process's
-// resident memory grows by about the plan's buffer and scratch (pages the step touches).
+// resident memory grows by about the plan's buffer and scratch (pages the step touches; with
+// a file, also its mapped weights, read the first time).
 //
 // Measured (random BF16 weights, 2 cores shared with other jobs): activations per token with
 // flash + recompute + fused CE 81.8, 79.6, 79.8 KiB at ctx 1024, 4096, 8192 (totals 419, 662,
 // 994 MiB); the materialized attention with the same recompute and loss 167, 499, 947 KiB
 // (totals 504 MiB, 2.3 GiB, 7.7 GiB); with neither 2.4, 5.6, 10.0 MiB per token (80 GiB at
-// 8192). The step at 1024: 23 s, its report equal to the plan.
+// 8192). The step at 1024: 23 s, its report equal to the plan. The real Q4_1 file: the same
+// activations, weights 110.7 MiB, totals 255 / 492 / 811 MiB with flash (14 s for the step).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,7 +108,8 @@ static int confirm_step(const rg_model *m, const mem_row *r, int64_t ctx, int th
     if (st) printf("confirm at ctx %lld: %s\n", (long long)ctx, err.msg);
     else
         printf("confirmed at ctx %lld (%s): one step ran in %.1f s, loss %.4f; the run's report %s the plan (total %.1f "
-               "MiB); resident memory grew %.1f MiB (the plan's buffer + scratch + optimizer: %.1f MiB)\n",
+               "MiB); resident memory grew %.1f MiB (the plan's buffer + scratch + optimizer: %.1f MiB, and a mapped "
+               "file's weights as the step first reads them)\n",
                (long long)ctx, r->what, secs, loss, same ? "equals" : "DIFFERS FROM", mib(q.total), mib(rss1 - rss0),
                mib(q.gradients + q.activations + q.scratch + q.optimizer));
     free(ids);
