@@ -5,7 +5,8 @@
 // are widened to f32 (exact for f16) into the thread's scratch, V gathered when its rows are
 // strided (the session's transposed V cache); q is read in place. The
 // scores of a tile are S = softcap(scale q.k) with -inf where masked, each q.k in eight
-// lanes and a fixed tree; a tile no query of the item can see is skipped whole.
+// lanes and a fixed tree; a tile no query of the item can see is skipped whole, and one every
+// query sees whole is not masked per element.
 //
 // Forward, an item per (sequence, head, query tile), keys in order (online softmax, §6.2):
 //   mx = max(m, rowmax S);  alpha = exp(m - mx);  p = exp(S - mx);  l = alpha l + sum p

@@ -254,12 +254,19 @@ static inline void fa_scores(const flash_job *j, const float *const *qr, int64_t
         const bool two = r + 1 < nr;
         fa_dot_rows2(qr[r], two ? qr[r + 1] : NULL, Kt, nc, j->d.Dh, S + r * BC, two ? S + (r + 1) * BC : NULL);
     }
+    // Every key visible to every row (below the diagonal, inside the window, one document): the
+    // same values without asking per element (a prompt's tiles over a long cache are nearly all so).
+    const bool all = !seg && (!j->causal || j0 + nc - 1 <= qpos0) && (j->window <= 0 || qpos0 + nr - 1 - j0 < j->window);
     for (int64_t r = 0; r < nr; r++) {
         float *row = S + r * BC;
+        if (all && cap == 0.0f) {
+            for (int64_t c = 0; c < nc; c++) row[c] = j->scale * row[c];
+            continue;
+        }
         for (int64_t c = 0; c < nc; c++) {
             float s = j->scale * row[c];
             if (cap > 0.0f) s = cap * tanhf(s / cap);
-            row[c] = fa_visible(j, seg, qpos0 + r, j0 + c) ? s : -INFINITY;
+            row[c] = all || fa_visible(j, seg, qpos0 + r, j0 + c) ? s : -INFINITY;
         }
     }
 }

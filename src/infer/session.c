@@ -131,9 +131,10 @@ static void weight_copy_make(weight_copy *wc, const rg_model *m) {
 
 // A prompt batch through flash attention. bench_flash_attn's prompt rows (SmolLM2-135M's 9 heads over 3, Dh 64,
 // an f16 cache, T queries over n_kv keys, 2 threads on a loaded 2-core AVX2 machine) found FLASH_ATTN_EXT at
-// 0.45-0.65x the speed of the materialized MUL_MAT, SOFT_MAX, MUL_MAT on every shape measured (n_kv 256-4096,
-// T 32-512; e.g. n_kv 4096, T 256: 110 ms against 52 ms per layer), and no faster on values stored untransposed
-// (108 ms): the materialized path's GEMMs beat the flash kernel's dot products, so speed never picks it here. What
+// 0.53-0.83x the speed of the materialized MUL_MAT, SOFT_MAX, MUL_MAT on every shape measured (n_kv 256-4096,
+// T 32-512; e.g. n_kv 4096, T 256: 64 ms against 38 ms per layer), and only 9% faster on values stored
+// untransposed (58 ms): the materialized path's GEMMs beat the flash kernel's dot products (no FMA, to keep the
+// AVX2 and baseline loops' bits alike), so speed never picks it here. What
 // it saves is memory: the scores [n_kv, T, n_head] f32 (and their softmax) grow with the product and are never
 // made. auto therefore takes flash once those scores would pass FLASH_PROMPT_SCORES: a long prompt in one batch
 // (n_batch = the prompt, as bench_generate runs it: SmolLM2 at n_kv = T = 4096 would hold 576 MiB of scores), not
