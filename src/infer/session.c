@@ -134,9 +134,8 @@ static void weight_copy_make(weight_copy *wc, const rg_model *m) {
 // 0.53-0.83x the speed of the materialized MUL_MAT, SOFT_MAX, MUL_MAT on every shape measured (n_kv 256-4096,
 // T 32-512; e.g. n_kv 4096, T 256: 64 ms against 38 ms per layer), and only 9% faster on values stored
 // untransposed (58 ms): the materialized path's GEMMs beat the flash kernel's dot products (no FMA, to keep the
-// AVX2 and baseline loops' bits alike), so speed never picks it here. What
-// it saves is memory: the scores [n_kv, T, n_head] f32 (and their softmax) grow with the product and are never
-// made. auto therefore takes flash once those scores would pass FLASH_PROMPT_SCORES: a long prompt in one batch
+// AVX2 and baseline loops' bits alike), so speed never picks it here. What it saves is memory: the scores
+// [n_kv, T, n_head] f32 (and their softmax) grow with the product and are never made. auto therefore takes flash once those scores would pass FLASH_PROMPT_SCORES: a long prompt in one batch
 // (n_batch = the prompt, as bench_generate runs it: SmolLM2 at n_kv = T = 4096 would hold 576 MiB of scores), not
 // generate's or perplexity's 256-token batches at a few thousand tokens (36 MiB at n_kv 4096).
 #define FLASH_PROMPT_SCORES ((size_t)256 << 20)
