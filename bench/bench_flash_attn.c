@@ -21,6 +21,14 @@
 //     and -3's published H100 figures (FP16/BF16 on tensor cores; constants, not measured here).
 //     Under the host execution of the CUDA code (RETRO_CUDA_HOST=1) it runs at T = 64, one
 //     sequence, two heads, and says its figures are CPU timings.
+//
+// Then a session's prompt batch (RG_BENCH_FLASH_PROMPT=0 skips it, =only runs it alone): T
+// queries at positions n_past.. over n_kv = n_past + T keys of an f16 cache as the session
+// keeps it (keys [Dh, n_ctx, Hkv], values transposed [n_ctx, Dh, Hkv]), SmolLM2-135M's heads
+// (9 over 3, Dh 64), forward only: FLASH_ATTN_EXT on the cache views (values through a
+// transposed view) against the session's materialized MUL_MAT, SOFT_MAX, MUL_MAT, CONT, and
+// beside flash on the same values stored [Dh, n_ctx, Hkv] (what the transposed cache costs it).
+// session.c's prompt_flash takes its rule from this table.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +40,7 @@
 #include "cuda/cuda.h"
 #include "graph/exec.h"
 #include "graph/plan.h"
+#include "tensor/half.h"
 
 enum { H = 4, HKV = 2 };
 
@@ -195,6 +204,77 @@ static int device_main(void) {
     return 0;
 }
 
+// ---------------------------------------------------------------------------
+// The prompt rows
+
+enum { P_H = 9, P_HKV = 3, P_DH = 64 };
+
+// o [Dh*H, T] of T queries over the n_kv cached rows of kc [Dh, n_ctx, Hkv] and vc [n_ctx, Dh, Hkv] (f16), as
+// layer_attn.c builds it with a cache; vp: flash reads the values from vp [Dh, n_ctx, Hkv] instead.
+static rg_graph *build_prompt(int64_t T, int64_t n_kv, int64_t n_ctx, bool flash, float *q, uint16_t *kc, uint16_t *vc,
+                              uint16_t *vp) {
+    rg_graph *g = rg_graph_new();
+    const int64_t Dh = P_DH, es = 2;
+    rg_node *Q = rg_leaf(g, "q", RG_TYPE_F32, 3, (int64_t[]){Dh, T, P_H}, q);  // [Dh, T, H]
+    rg_node *kl = rg_leaf(g, "cache_k", RG_TYPE_F16, 3, (int64_t[]){Dh, n_ctx, P_HKV}, kc);
+    rg_node *vl = rg_leaf(g, "cache_v", RG_TYPE_F16, 3, (int64_t[]){n_ctx, Dh, P_HKV}, vc);
+    rg_node *K = rg_view(g, kl, 3, (int64_t[]){Dh, n_kv, P_HKV}, (size_t[]){es, Dh * es, Dh * n_ctx * es}, 0);
+    rg_node *Vt = rg_view(g, vl, 3, (int64_t[]){n_kv, Dh, P_HKV}, (size_t[]){es, n_ctx * es, Dh * n_ctx * es}, 0);
+    const float scale = 1.0f / sqrtf((float)Dh);
+    rg_node *o;
+    if (flash) {
+        const rg_flash_params p = {scale, 0.0f, 0, true};
+        rg_node *V = rg_permute(g, Vt, 1, 0, 2, 3);  // [Dh, n_kv, Hkv], strided rows
+        if (vp)
+            V = rg_view(g, rg_leaf(g, "packed_v", RG_TYPE_F16, 3, (int64_t[]){Dh, n_ctx, P_HKV}, vp), 3,
+                        (int64_t[]){Dh, n_kv, P_HKV}, (size_t[]){es, Dh * es, Dh * n_ctx * es}, 0);
+        o = rg_flash_part(g, rg_flash_attn_ext(g, Q, K, V, NULL, NULL, &p), RG_FLASH_O);
+    } else {
+        rg_node *kq = rg_soft_max_ext(g, rg_mul_mat(g, K, Q), NULL, true, scale, 0.0f, 0);  // [n_kv, T, H]
+        o = rg_cont(g, rg_permute(g, rg_mul_mat(g, Vt, kq), 0, 2, 1, 3));                  // [Dh, H, T]
+    }
+    o = rg_reshape(g, o, 2, (int64_t[]){Dh * P_H, T});
+    if (o) o->flags |= RG_NODE_OUTPUT;
+    return g;
+}
+
+static void bench_prompt(rg_threadpool *pool, int threads) {
+    static const int64_t kv_lens[] = {256, 512, 1024, 2048, 4096}, batches[] = {32, 64, 128, 256, 512};
+    const int64_t n_ctx = 4096, Dh = P_DH;
+    float *q = malloc(sizeof(float) * (size_t)(Dh * 512 * P_H));
+    uint16_t *kc = malloc(sizeof(uint16_t) * (size_t)(Dh * n_ctx * P_HKV)), *vc = malloc(sizeof(uint16_t) * (size_t)(Dh * n_ctx * P_HKV));
+    for (int64_t i = 0; i < Dh * 512 * P_H; i++) q[i] = rg_rng_normal(9, 0, (uint64_t)i);
+    uint16_t *vp = malloc(sizeof(uint16_t) * (size_t)(Dh * n_ctx * P_HKV));
+    for (int64_t i = 0; i < Dh * n_ctx * P_HKV; i++)
+        kc[i] = rg_fp32_to_fp16(rg_rng_normal(9, 1, (uint64_t)i)), vc[i] = rg_fp32_to_fp16(rg_rng_normal(9, 2, (uint64_t)i));
+    for (int64_t g = 0; g < P_HKV; g++)
+        for (int64_t j = 0; j < n_ctx; j++)
+            for (int64_t e = 0; e < Dh; e++) vp[e + Dh * (j + n_ctx * g)] = vc[j + n_ctx * (e + Dh * g)];
+    printf("\nprompt: T queries over n_kv = n_past + T cached f16 keys (values transposed), %d heads over %d, Dh %d, "
+           "%d threads; forward only\n", P_H, P_HKV, (int)Dh, threads);
+    printf("%6s %5s | %9s %9s %9s | %9s %9s | %10s %6s\n", "n_kv", "T", "flash ms", "GF/s", "packed-v", "mat ms", "GF/s",
+           "scores MiB", "speed");
+    for (size_t ki = 0; ki < sizeof kv_lens / sizeof *kv_lens; ki++)
+        for (size_t bi = 0; bi < sizeof batches / sizeof *batches; bi++) {
+            const int64_t n_kv = kv_lens[ki], T = batches[bi];
+            if (T > n_kv) continue;
+            // causal: query t sees n_kv - T + t + 1 keys
+            const double flop = 4.0 * P_H * (double)Dh * ((double)T * (double)(n_kv - T) + (double)T * (double)(T + 1) / 2);
+            const int trials = (double)n_kv * (double)T <= 1 << 18 ? 5 : 2;
+            double ms[3];  // materialized, flash, flash on packed values
+            for (int way = 2; way >= 0; way--) {
+                rg_graph *g = build_prompt(T, n_kv, n_ctx, way > 0, q, kc, vc, way == 2 ? vp : NULL);
+                ms[way] = time_graph(g, pool, RG_DEVICE_CPU, threads, trials, NULL) * 1e3;
+                rg_graph_free(g);
+            }
+            printf("%6lld %5lld | %9.3f %9.2f %9.3f | %9.3f %9.2f | %10.1f %5.2fx\n", (long long)n_kv, (long long)T, ms[1],
+                   flop / ms[1] * 1e-6, ms[2], ms[0], flop / ms[0] * 1e-6, (double)n_kv * (double)T * P_H * 4.0 / 1048576.0,
+                   ms[0] / ms[1]);
+        }
+    printf("speed: materialized time over flash's (> 1: flash faster)\n");
+    free(q), free(kc), free(vc), free(vp);
+}
+
 int main(void) {
     const char *dev = getenv("RG_BENCH_DEVICE");
     if (dev && !strcmp(dev, "cuda")) return device_main();
@@ -210,6 +290,12 @@ int main(void) {
     if (rg_threadpool_create(&pool, threads, &err)) {
         fprintf(stderr, "bench_flash_attn: %s\n", err.msg);
         return 1;
+    }
+    const char *prompt = getenv("RG_BENCH_FLASH_PROMPT");
+    if (prompt && !strcmp(prompt, "only")) {
+        bench_prompt(pool, threads);
+        rg_threadpool_free(pool);
+        return 0;
     }
     printf("bench_flash_attn: causal self-attention, %d heads over %d kv heads, f32, %d threads%s\n", H, HKV, threads,
            rg_cpu_has_avx2() ? ", AVX2" : ", baseline loops");
@@ -241,6 +327,7 @@ int main(void) {
             bufs_free(&b);
         }
     printf("speed: materialized forward + backward time over flash's\n");
+    if (!prompt || strcmp(prompt, "0")) bench_prompt(pool, threads);
     rg_threadpool_free(pool);
     return 0;
 }

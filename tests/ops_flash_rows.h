@@ -16,8 +16,9 @@ static void restore_inputs(const tcase *c);  // test_ops.c
 
 // ---------------------------------------------------------------------------
 // Cases. ip: causal, window, seg input (-1: none), sinks input (-1), q read through a
-// permute of a [Dh, H, T, S] leaf, first (1 for FLASH_ATTN_BACK: d is input 0); fp: scale,
-// softcap.
+// permute of a [Dh, H, T, S] leaf, first (1 for FLASH_ATTN_BACK: d is input 0), v read
+// through a permute of a [Tk, Dh, Hkv, S] leaf (the session's transposed V cache); fp:
+// scale, softcap.
 
 typedef struct flash_spec {
     const char *name;
@@ -28,6 +29,7 @@ typedef struct flash_spec {
     const int32_t *ids;  // document ids [Tk] (per_seq: [Tk, S]), or NULL
     bool per_seq, sinks, qperm, train;
     double q_scale;      // 0: 1
+    bool vperm;          // v as a transposed view (strided rows)
 } flash_spec;
 
 static const int32_t fa_ids35[35] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1,
@@ -38,39 +40,42 @@ static const int32_t fa_ids2x36[72] = {5, 5, 5, 5, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6,
 static int32_t fa_ids_big[200];  // t / 37: documents crossing the tiles
 
 static const flash_spec flash_fwd_specs[] = {
-    //  name                          Dh   T  Tk  H Hkv S causal W  cap  ids  per_seq sinks qperm train qs
-    {"causal Dh=8 T=35", 8, 35, 35, 2, 2, 1, true, 0, 0, NULL, false, false, false, true, 0},
-    {"non-causal Dh=5 gqa 2:1", 5, 34, 34, 2, 1, 1, false, 0, 0, NULL, false, false, false, true, 0},
-    {"docs causal S=2 [Tk,S]", 4, 36, 36, 2, 2, 2, true, 0, 0, fa_ids2x36, true, false, false, true, 0},
-    {"docs non-causal [Tk]", 6, 35, 35, 1, 1, 1, false, 0, 0, fa_ids35, false, false, false, true, 0},
-    {"window 5 causal", 8, 35, 35, 2, 1, 1, true, 5, 0, NULL, false, false, false, true, 0},
-    {"softcap 2 causal", 8, 33, 33, 2, 2, 1, true, 0, 2.0, NULL, false, false, false, true, 3.0},
-    {"gqa H=4 Hkv=2", 4, 33, 33, 4, 2, 1, true, 0, 0, NULL, false, false, false, true, 0},
-    {"gqa H=4 Hkv=1", 4, 33, 33, 4, 1, 1, true, 0, 0, NULL, false, false, false, true, 0},
-    {"prefix Tk=45 T=13", 8, 13, 45, 2, 2, 1, true, 0, 0, NULL, false, false, false, true, 0},
-    {"T=1 Tk=20", 8, 1, 20, 2, 1, 1, true, 0, 0, NULL, false, false, false, true, 0},
-    {"q permuted view", 8, 34, 34, 2, 1, 1, true, 0, 0, NULL, false, false, true, true, 0},
-    {"sinks causal", 8, 35, 35, 2, 1, 1, true, 0, 0, NULL, false, true, false, false, 0},
-    {"sinks window softcap", 8, 20, 30, 2, 2, 1, true, 7, 5.0, NULL, false, true, false, false, 2.0},
-    {"Dh=64 causal", 64, 40, 40, 2, 1, 1, true, 0, 0, NULL, false, false, false, false, 0},
-    {"Dh=128 prefix", 128, 33, 70, 2, 2, 1, true, 0, 0, NULL, false, false, false, false, 0},
-    {"Dh=256 non-causal", 256, 20, 20, 2, 1, 1, false, 0, 0, NULL, false, false, false, false, 0},
-    {"Dh=512 T=3", 512, 3, 9, 1, 1, 1, true, 0, 0, NULL, false, false, false, false, 0},
-    {"Dh=3 window softcap", 3, 70, 70, 2, 2, 1, true, 9, 1.5, NULL, false, false, false, false, 2.0},
-    {"big docs gqa S=2", 32, 130, 200, 4, 2, 2, true, 0, 0, fa_ids_big, false, false, false, false, 0},
+    //  name                          Dh   T  Tk  H Hkv S causal W  cap  ids  per_seq sinks qperm train qs vperm
+    {"causal Dh=8 T=35", 8, 35, 35, 2, 2, 1, true, 0, 0, NULL, false, false, false, true, 0, false},
+    {"non-causal Dh=5 gqa 2:1", 5, 34, 34, 2, 1, 1, false, 0, 0, NULL, false, false, false, true, 0, false},
+    {"docs causal S=2 [Tk,S]", 4, 36, 36, 2, 2, 2, true, 0, 0, fa_ids2x36, true, false, false, true, 0, false},
+    {"docs non-causal [Tk]", 6, 35, 35, 1, 1, 1, false, 0, 0, fa_ids35, false, false, false, true, 0, false},
+    {"window 5 causal", 8, 35, 35, 2, 1, 1, true, 5, 0, NULL, false, false, false, true, 0, false},
+    {"softcap 2 causal", 8, 33, 33, 2, 2, 1, true, 0, 2.0, NULL, false, false, false, true, 3.0, false},
+    {"gqa H=4 Hkv=2", 4, 33, 33, 4, 2, 1, true, 0, 0, NULL, false, false, false, true, 0, false},
+    {"gqa H=4 Hkv=1", 4, 33, 33, 4, 1, 1, true, 0, 0, NULL, false, false, false, true, 0, false},
+    {"prefix Tk=45 T=13", 8, 13, 45, 2, 2, 1, true, 0, 0, NULL, false, false, false, true, 0, false},
+    {"T=1 Tk=20", 8, 1, 20, 2, 1, 1, true, 0, 0, NULL, false, false, false, true, 0, false},
+    {"q permuted view", 8, 34, 34, 2, 1, 1, true, 0, 0, NULL, false, false, true, true, 0, false},
+    {"sinks causal", 8, 35, 35, 2, 1, 1, true, 0, 0, NULL, false, true, false, false, 0, false},
+    {"sinks window softcap", 8, 20, 30, 2, 2, 1, true, 7, 5.0, NULL, false, true, false, false, 2.0, false},
+    {"Dh=64 causal", 64, 40, 40, 2, 1, 1, true, 0, 0, NULL, false, false, false, false, 0, false},
+    {"Dh=128 prefix", 128, 33, 70, 2, 2, 1, true, 0, 0, NULL, false, false, false, false, 0, false},
+    {"Dh=256 non-causal", 256, 20, 20, 2, 1, 1, false, 0, 0, NULL, false, false, false, false, 0, false},
+    {"Dh=512 T=3", 512, 3, 9, 1, 1, 1, true, 0, 0, NULL, false, false, false, false, 0, false},
+    {"Dh=3 window softcap", 3, 70, 70, 2, 2, 1, true, 9, 1.5, NULL, false, false, false, false, 2.0, false},
+    {"big docs gqa S=2", 32, 130, 200, 4, 2, 2, true, 0, 0, fa_ids_big, false, false, false, false, 0, false},
+    {"v transposed prefix gqa", 8, 13, 45, 2, 1, 1, true, 0, 0, NULL, false, false, false, true, 0, true},
+    {"v transposed window softcap", 64, 40, 100, 4, 2, 1, true, 30, 3.0, NULL, false, false, false, false, 2.0, true},
 };
 
 static const flash_spec flash_back_specs[] = {
-    {"causal gqa 2:1", 8, 35, 35, 4, 2, 1, true, 0, 0, NULL, false, false, false, false, 0},
-    {"docs causal S=2 [Tk,S]", 4, 36, 36, 2, 2, 2, true, 0, 0, fa_ids2x36, true, false, false, false, 0},
-    {"docs non-causal [Tk]", 6, 35, 35, 1, 1, 1, false, 0, 0, fa_ids35, false, false, false, false, 0},
-    {"window softcap prefix", 8, 20, 30, 2, 1, 1, true, 7, 3.0, NULL, false, false, false, false, 2.0},
-    {"T=1 Tk=20 gqa 2:1", 8, 1, 20, 2, 1, 1, true, 0, 0, NULL, false, false, false, false, 0},
-    {"Dh=5 non-causal gqa 4:1", 5, 34, 34, 4, 1, 1, false, 0, 0, NULL, false, false, false, false, 0},
-    {"Dh=64 causal", 64, 40, 40, 2, 1, 1, true, 0, 0, NULL, false, false, false, false, 0},
-    {"Dh=128 prefix", 128, 33, 70, 2, 2, 1, true, 0, 0, NULL, false, false, false, false, 0},
-    {"Dh=256 window", 256, 20, 20, 2, 1, 1, true, 6, 0, NULL, false, false, false, false, 0},
-    {"big docs gqa S=2", 32, 130, 200, 4, 2, 2, true, 0, 0, fa_ids_big, false, false, false, false, 0},
+    {"causal gqa 2:1", 8, 35, 35, 4, 2, 1, true, 0, 0, NULL, false, false, false, false, 0, false},
+    {"docs causal S=2 [Tk,S]", 4, 36, 36, 2, 2, 2, true, 0, 0, fa_ids2x36, true, false, false, false, 0, false},
+    {"docs non-causal [Tk]", 6, 35, 35, 1, 1, 1, false, 0, 0, fa_ids35, false, false, false, false, 0, false},
+    {"window softcap prefix", 8, 20, 30, 2, 1, 1, true, 7, 3.0, NULL, false, false, false, false, 2.0, false},
+    {"T=1 Tk=20 gqa 2:1", 8, 1, 20, 2, 1, 1, true, 0, 0, NULL, false, false, false, false, 0, false},
+    {"Dh=5 non-causal gqa 4:1", 5, 34, 34, 4, 1, 1, false, 0, 0, NULL, false, false, false, false, 0, false},
+    {"Dh=64 causal", 64, 40, 40, 2, 1, 1, true, 0, 0, NULL, false, false, false, false, 0, false},
+    {"Dh=128 prefix", 128, 33, 70, 2, 2, 1, true, 0, 0, NULL, false, false, false, false, 0, false},
+    {"Dh=256 window", 256, 20, 20, 2, 1, 1, true, 6, 0, NULL, false, false, false, false, 0, false},
+    {"big docs gqa S=2", 32, 130, 200, 4, 2, 2, true, 0, 0, fa_ids_big, false, false, false, false, 0, false},
+    {"v transposed window prefix", 16, 20, 70, 2, 1, 1, true, 9, 0, NULL, false, false, false, false, 0, true},
 };
 
 #define FA_N(specs) ((int)(sizeof specs / sizeof *specs))
@@ -78,13 +83,14 @@ static const flash_spec flash_back_specs[] = {
 typedef struct fa_dims {
     int64_t Dh, T, Tk, H, Hkv, S, G;
     int iq, iseg, isinks;
-    bool qperm, causal;
+    bool qperm, vperm, causal;
     int64_t window;
     double scale, cap;
 } fa_dims;
 
 static fa_dims fa_dims_of(const tcase *c) {
     fa_dims d = {.iq = (int)c->ip[5], .iseg = (int)c->ip[2], .isinks = (int)c->ip[3], .qperm = c->ip[4] != 0,
+                 .vperm = c->ip[6] != 0,
                  .causal = c->ip[0] != 0, .window = c->ip[1], .scale = c->fp[0], .cap = c->fp[1]};
     const int64_t *qn = c->in[d.iq].ne, *kn = c->in[d.iq + 1].ne;
     d.Dh = qn[0], d.T = d.qperm ? qn[2] : qn[1], d.H = d.qperm ? qn[1] : qn[2], d.S = qn[3];
@@ -101,7 +107,7 @@ static int gen_flash_case(tcase *c, uint32_t type, int v, const flash_spec *spec
     const int64_t n_fwd = Dh * H * T * S + T * H * S;
     for (int t = 0; t < 200; t++) fa_ids_big[t] = t / 37;
     label(c, type, sp->name);
-    c->ip[0] = sp->causal, c->ip[1] = sp->window, c->ip[4] = sp->qperm, c->ip[5] = back;
+    c->ip[0] = sp->causal, c->ip[1] = sp->window, c->ip[4] = sp->qperm, c->ip[5] = back, c->ip[6] = sp->vperm;
     c->fp[0] = (double)(1.0f / sqrtf((float)Dh));
     c->fp[1] = (double)(float)sp->softcap;
     if (back) {
@@ -112,7 +118,8 @@ static int gen_flash_case(tcase *c, uint32_t type, int v, const flash_spec *spec
     if (sp->qperm) in_rand(c, "q", RG_TYPE_F32, Dh, H, T, S, qs, sp->train);
     else in_rand(c, "q", RG_TYPE_F32, Dh, T, H, S, qs, sp->train);
     in_rand(c, "k", type, Dh, Tk, Hkv, S, 1.0, sp->train);
-    in_rand(c, "v", type, Dh, Tk, Hkv, S, 1.0, sp->train);
+    if (sp->vperm) in_rand(c, "v", type, Tk, Dh, Hkv, S, 1.0, sp->train);
+    else in_rand(c, "v", type, Dh, Tk, Hkv, S, 1.0, sp->train);
     c->ip[2] = sp->ids ? c->n_in : -1;
     if (sp->ids) in_seg(c, Tk, sp->per_seq ? S : 1, sp->ids);
     c->ip[3] = sp->sinks ? c->n_in : -1;
@@ -131,8 +138,9 @@ static int gen_flash_attn_back(tcase *c, uint32_t type, int v) {
 static rg_node *fa_build_fwd(rg_graph *g, rg_node *const *in, const tcase *c) {
     const fa_dims d = fa_dims_of(c);
     rg_node *q = d.qperm ? rg_permute(g, in[d.iq], 0, 2, 1, 3) : in[d.iq];
+    rg_node *v = d.vperm ? rg_permute(g, in[d.iq + 2], 1, 0, 2, 3) : in[d.iq + 2];
     const rg_flash_params p = {(float)d.scale, (float)d.cap, d.window, d.causal};
-    return rg_flash_attn_ext(g, q, in[d.iq + 1], in[d.iq + 2], d.iseg >= 0 ? in[d.iseg] : NULL,
+    return rg_flash_attn_ext(g, q, in[d.iq + 1], v, d.iseg >= 0 ? in[d.iseg] : NULL,
                              d.isinks >= 0 ? in[d.isinks] : NULL, &p);
 }
 static int build_flash_attn_ext(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
@@ -152,6 +160,10 @@ static double fa_q(const fa_dims *d, double *const *x, int64_t s, int64_t h, int
 }
 static const double *fa_kv(const fa_dims *d, double *const *x, int which, int64_t s, int64_t g, int64_t j) {
     return x[d->iq + which] + d->Dh * (j + d->Tk * (g + d->Hkv * s));
+}
+// Element e of value j (kv head g, sequence s), stored [Dh, Tk] or transposed [Tk, Dh].
+static double fa_v(const fa_dims *d, double *const *x, int64_t s, int64_t g, int64_t j, int64_t e) {
+    return d->vperm ? x[d->iq + 2][j + d->Tk * (e + d->Dh * (g + d->Hkv * s))] : fa_kv(d, x, 2, s, g, j)[e];
 }
 static bool fa_ref_visible(const fa_dims *d, const tcase *c, int64_t s, int64_t t, int64_t j) {
     const int64_t qpos = t + d->Tk - d->T;
@@ -201,8 +213,7 @@ static void ref_flash_attn_ext(const tcase *c, double *const *x, double *y) {
                 for (int64_t e = 0; e < d.Dh; e++) o[e] = 0;
                 for (int64_t j = 0; j < d.Tk; j++) {
                     if (p[j] == 0) continue;
-                    const double *v = fa_kv(&d, x, 2, s, h / d.G, j);
-                    for (int64_t e = 0; e < d.Dh; e++) o[e] += p[j] * v[e];
+                    for (int64_t e = 0; e < d.Dh; e++) o[e] += p[j] * fa_v(&d, x, s, h / d.G, j, e);
                 }
             }
     free(z), free(p);
@@ -226,13 +237,13 @@ static void ref_flash_attn_back(const tcase *c, double *const *x, double *y) {
                 double D = -dlse;
                 for (int64_t e = 0; e < Dh; e++) o[e] = 0;
                 for (int64_t j = 0; j < d.Tk; j++)
-                    for (int64_t e = 0; e < Dh && p[j] != 0; e++) o[e] += p[j] * fa_kv(&d, x, 2, s, g, j)[e];
+                    for (int64_t e = 0; e < Dh && p[j] != 0; e++) o[e] += p[j] * fa_v(&d, x, s, g, j, e);
                 for (int64_t e = 0; e < Dh; e++) D += dO[e] * o[e];
                 for (int64_t j = 0; j < d.Tk; j++) {
                     if (p[j] == 0) continue;
-                    const double *k = fa_kv(&d, x, 1, s, g, j), *v = fa_kv(&d, x, 2, s, g, j);
+                    const double *k = fa_kv(&d, x, 1, s, g, j);
                     double dP = 0;
-                    for (int64_t e = 0; e < Dh; e++) dP += dO[e] * v[e];
+                    for (int64_t e = 0; e < Dh; e++) dP += dO[e] * fa_v(&d, x, s, g, j, e);
                     double dz = p[j] * (dP - D);
                     if (d.cap > 0) dz *= 1 - (z[j] / d.cap) * (z[j] / d.cap);
                     double *dkj = dk + Dh * (j + d.Tk * (g + d.Hkv * s)), *dvj = dv + Dh * (j + d.Tk * (g + d.Hkv * s));

@@ -3,6 +3,8 @@
 // refused without changing the cache. lfm2 and mamba2: the conv and SSM states
 // carried from call to call give the logits of one batch, token by token and
 // in uneven batches; a truncation to 0 starts over, one to 0 < n_past is refused.
+// Prompt batches through flash attention (rg_session_opts.flash_attn on) against the
+// materialized scores (off), per architecture with attention; auto's rule.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -265,6 +267,113 @@ static void test_loader_errors(void) {
     unlink(path);
 }
 
+// A prompt through FLASH_ATTN_EXT over the cache (flash_attn on) against the materialized scores (off): PN tokens in
+// batches of 13, so every batch after the first has a cached prefix (queries at n_past.. over keys 0..n_past + 12),
+// and the 34 tokens cross a flash query tile (32) and gemma's windows of 8 (gemma2's capped scores too); then
+// greedy generation, where both take the same single-token graph. The two attentions differ by float rounding
+// (another order of sums, the online softmax), but a layer's keys and values go into the F16 cache from hidden
+// states that carry that difference, and now and then round to the other F16 neighbour (as test_arch says of
+// gemma's token-by-token logits), which moves later logits by more than the rounding itself: measured 4e-7 (lfm2),
+// 8e-6 to 9e-6 (qwen2, llama, gemma2) and 6e-5 (gemma3: six layers, q/k norms) of the largest logit; with the
+// session's cache made F32 for a trial, 3.7e-7 to 1.0e-6 for all five (and the materialized path then equal to one
+// pass bit for bit). Bound 2e-4, the greedy tokens identical, and the flash logits within the F16 cache's 1e-3 of
+// one pass without a cache, as the materialized ones are.
+enum { PN = 34, GEN = 8 };
+
+static bool flash_prompt_run(rg_model *m, rg_flash_attn_mode mode, const int32_t *ids, float *logits, int32_t *gen) {
+    const int64_t V = m->hp.n_vocab;
+    rg_session *s;
+    rg_error err = {0};
+    rg_session_opts so = {.n_ctx = 64, .n_threads = 2, .n_batch = 13, .flash_attn = mode};
+    if (rg_session_create(&s, m, &so, &err)) {
+        RG_CHECK(0, "session: %s", err.msg);
+        return false;
+    }
+    rg_status st = rg_session_eval(s, ids, PN, logits, 1, &err);
+    float *last = malloc(sizeof(float) * (size_t)V);
+    int32_t tok = 0;
+    for (int64_t j = 1; j < V; j++) tok = logits[(PN - 1) * V + j] > logits[(PN - 1) * V + tok] ? (int32_t)j : tok;
+    for (int i = 0; !st && i < GEN; i++) {
+        gen[i] = tok;
+        st = rg_session_eval(s, &tok, 1, last, 0, &err);
+        tok = 0;
+        for (int64_t j = 1; j < V; j++) tok = last[j] > last[tok] ? (int32_t)j : tok;
+    }
+    RG_CHECK(st == RG_OK, "eval (flash_attn %d): %s", (int)mode, err.msg);
+    free(last);
+    rg_session_free(s);
+    return st == RG_OK;
+}
+
+static void test_flash_prompt(void) {
+    static const char *archs[] = {"qwen2", "llama", "gemma2", "gemma3", "lfm2"};
+    for (size_t a = 0; a < sizeof archs / sizeof *archs; a++) {
+        char path[64];
+        rg_model *m = tiny_arch(archs[a], RG_TYPE_F32, false, path);
+        RG_CHECK(m, "%s: model", archs[a]);
+        if (!m) continue;
+        const int64_t V = m->hp.n_vocab;
+        int32_t ids[PN], gen_f[GEN], gen_m[GEN];
+        for (int i = 0; i < PN; i++) ids[i] = (i * 37 + 11) % (int32_t)V;
+        float *fl = malloc(sizeof(float) * (size_t)(V * PN)), *ma = malloc(sizeof(float) * (size_t)(V * PN)),
+              *full = malloc(sizeof(float) * (size_t)(V * PN));
+        rg_error err = {0};
+        if (flash_prompt_run(m, RG_FLASH_ATTN_ON, ids, fl, gen_f) && flash_prompt_run(m, RG_FLASH_ATTN_OFF, ids, ma, gen_m) &&
+            rg_test_full_logits(m, NULL, 0.0f, ids, PN, full, &err) == RG_OK) {
+            const double e = max_rel(fl, ma, V * PN), ef = max_rel(fl, full, V * PN), em = max_rel(ma, full, V * PN);
+            const bool same = !memcmp(gen_f, gen_m, sizeof gen_f);
+            printf("    %s: prompt of %d in batches of 13, flash against materialized %.2e (<= 2e-4); against one pass "
+                   "%.2e flash, %.2e materialized (<= 1e-3); %d greedy tokens %s\n", archs[a], PN, e, ef, em, GEN,
+                   same ? "identical" : "DIFFER");
+            RG_CHECK(e <= 2e-4 && ef <= 1e-3 && same, "%s: flash %.3g from materialized, %.3g from one pass, tokens %s",
+                     archs[a], e, ef, same ? "same" : "differ");
+        }
+        free(fl), free(ma), free(full);
+        rg_model_free(m);
+        unlink(path);
+    }
+}
+
+// auto's rule (session.c): never for one token, on the CPU once the scores [n_kv, T, H] f32 pass 256 MiB, never on a
+// device; on and off force it for a batch.
+static void test_flash_prompt_rule(void) {
+    static const struct {
+        rg_flash_attn_mode mode;
+        rg_device dev;
+        int64_t n_head, T, n_kv;
+        bool flash;
+    } cases[] = {
+        {RG_FLASH_ATTN_AUTO, RG_DEVICE_CPU, 9, 256, 4096, false},  // perplexity's batches: 36 MiB
+        {RG_FLASH_ATTN_AUTO, RG_DEVICE_CPU, 9, 4096, 4096, true},  // one batch of 4096: 576 MiB
+        {RG_FLASH_ATTN_AUTO, RG_DEVICE_CPU, 32, 512, 4096, false}, // exactly 256 MiB
+        {RG_FLASH_ATTN_AUTO, RG_DEVICE_CPU, 32, 513, 4096, true},
+        {RG_FLASH_ATTN_AUTO, RG_DEVICE_CUDA, 9, 4096, 4096, false},
+        {RG_FLASH_ATTN_AUTO, RG_DEVICE_CPU, 9, 1, 1 << 20, false},
+        {RG_FLASH_ATTN_ON, RG_DEVICE_CPU, 9, 2, 2, true},
+        {RG_FLASH_ATTN_ON, RG_DEVICE_CPU, 9, 1, 100, false},        // a generated token keeps ATTN_DECODE
+        {RG_FLASH_ATTN_OFF, RG_DEVICE_CPU, 9, 4096, 4096, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const bool got = rg_session_flash_prompt(cases[i].mode, cases[i].dev, cases[i].n_head, cases[i].T, cases[i].n_kv);
+        RG_CHECK(got == cases[i].flash, "case %zu: mode %d device %d H %lld T %lld n_kv %lld: flash %d, expected %d", i,
+                 (int)cases[i].mode, (int)cases[i].dev, (long long)cases[i].n_head, (long long)cases[i].T,
+                 (long long)cases[i].n_kv, got, cases[i].flash);
+    }
+    // on is refused on a device before anything is made there.
+    char path[64];
+    rg_model *m = tiny(RG_TYPE_F32, false, path);
+    RG_REQUIRE(m, "model");
+    rg_session *s = NULL;
+    rg_error err = {0};
+    rg_session_opts so = {.n_ctx = 16, .n_threads = 1, .device = RG_DEVICE_CUDA, .flash_attn = RG_FLASH_ATTN_ON};
+    rg_status st = rg_session_create(&s, m, &so, &err);
+    RG_CHECK(st == RG_ERR_UNSUPPORTED && !s && strstr(err.msg, "no CUDA kernel"), "flash on a device: %s",
+             st ? err.msg : "created");
+    rg_session_free(s);
+    rg_model_free(m);
+    unlink(path);
+}
+
 static const rg_test_case cases[] = {
     RG_TEST(test_loader_errors),
     RG_TEST(test_f32),
@@ -278,6 +387,8 @@ static const rg_test_case cases[] = {
     RG_TEST(test_mamba2),
     RG_TEST(test_cuda_lfm2),
     RG_TEST(test_cuda_mamba2),
+    RG_TEST(test_flash_prompt),
+    RG_TEST(test_flash_prompt_rule),
     {0},
 };
 

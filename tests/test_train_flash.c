@@ -12,9 +12,13 @@
 //     attention layers flash, its short-conv layers unchanged);
 //   - the planned activations at T = 256: lower with flash (no [T, T, H] scores and
 //     probabilities per layer);
-//   - auto: flash from ctx 2048, the materialized scores below; on a CUDA device on is taken
-//     where the build has the CUDA kernels and refused with the reason where it has none
-//     (test_train_device compares a flash run on the device with the CPU's).
+//   - auto: flash from ctx 2048, the materialized scores below unless they would not fit the
+//     memory limit (then flash; off is refused, naming training.flash_attn); on a CUDA device on is
+//     taken where the build has the CUDA kernels and refused with the reason where it has none
+//     (test_train_device compares a flash run on the device with the CPU's);
+//   - rg_train_state_plan reports what the created state plans, and with flash, recompute and
+//     the fused loss the planned activations per token stay flat from ctx 1024 to 4096 (within
+//     10%), where the materialized attention's grow with the scores.
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -161,9 +165,89 @@ static void test_auto_and_device(void) {
     done_model(m);
 }
 
+// Below FLASH_AUTO_CTX auto is flash only when the materialized step would not fit: a limit
+// between the two plans' totals (LoRA, recompute, the fused loss: the scores are what is left).
+static void test_auto_fits_by_flash(void) {
+    rg_model *m = tiny("qwen2", RG_TYPE_F32, false);
+    RG_REQUIRE(m, "no model");
+    rg_error err = {0};
+    enum { TC = 1024 };
+    rg_train_config coff = config(RG_TRAIN_LORA, RG_FLASH_ATTN_OFF, RG_RECOMPUTE_LAYER, TC);
+    rg_train_config con = coff, cauto = coff;
+    coff.fused_ce = con.fused_ce = cauto.fused_ce = RG_FUSED_CE_ON;
+    coff.checkpoint_dtype = con.checkpoint_dtype = cauto.checkpoint_dtype = RG_TYPE_BF16;  // so flash is the hint left
+    con.flash_attn = RG_FLASH_ATTN_ON, cauto.flash_attn = RG_FLASH_ATTN_AUTO;
+    rg_train_memory moff, mon;
+    RG_REQUIRE(rg_train_state_plan(m, &coff, 0, &moff, &err) == RG_OK, "plan off: %s", err.msg);
+    RG_REQUIRE(rg_train_state_plan(m, &con, 0, &mon, &err) == RG_OK, "plan on: %s", err.msg);
+    RG_REQUIRE(mon.total < moff.total && !moff.flash_attn && mon.flash_attn, "totals %zu flash, %zu materialized",
+               mon.total, moff.total);
+    const size_t limit = (moff.total + mon.total) / 2;
+    printf("    LoRA at ctx %d with recompute and the fused loss: %.1f MiB materialized, %.1f MiB flash; limit %.1f MiB\n",
+           TC, moff.total / 1048576.0, mon.total / 1048576.0, limit / 1048576.0);
+    rg_train_state *s = tt_state(m, &cauto, 0, &err);
+    RG_CHECK(s && !s->flash_attn, "auto without a limit at ctx %d: %s", TC, s ? "flash" : err.msg);
+    rg_train_state_free(s);
+    s = tt_state(m, &cauto, limit, &err);
+    RG_CHECK(s && s->flash_attn && rg_train_state_memory(s).total <= limit, "auto under the limit: %s",
+             s ? "materialized" : err.msg);
+    rg_train_state_free(s);
+    s = tt_state(m, &coff, limit, &err);
+    RG_CHECK(!s && strstr(err.msg, "set training.flash_attn=on"), "off under the limit: %s", s ? "created" : err.msg);
+    rg_train_state_free(s);
+    done_model(m);
+}
+
+// The plan alone gives the created state's memory report, part by part.
+static void test_plan_is_the_run(void) {
+    rg_model *m = tiny("qwen2", RG_TYPE_F32, false);
+    RG_REQUIRE(m, "no model");
+    rg_error err = {0};
+    rg_train_config c = config(RG_TRAIN_LORA, RG_FLASH_ATTN_ON, RG_RECOMPUTE_LAYER, T);
+    c.fused_ce = RG_FUSED_CE_ON;
+    rg_train_memory p;
+    RG_REQUIRE(rg_train_state_plan(m, &c, 0, &p, &err) == RG_OK, "plan: %s", err.msg);
+    rg_train_state *s = tt_state(m, &c, 0, &err);
+    RG_REQUIRE(s, "create: %s", err.msg);
+    const rg_train_memory r = rg_train_state_memory(s);
+    RG_CHECK(p.weights == r.weights && p.gradients == r.gradients && p.optimizer == r.optimizer &&
+                 p.activations == r.activations && p.scratch == r.scratch && p.total == r.total &&
+                 p.flash_attn == r.flash_attn && p.recompute == r.recompute && p.fused_ce == r.fused_ce,
+             "plan %zu/%zu/%zu/%zu/%zu, run %zu/%zu/%zu/%zu/%zu", p.weights, p.gradients, p.optimizer, p.activations,
+             p.scratch, r.weights, r.gradients, r.optimizer, r.activations, r.scratch);
+    rg_train_state_free(s);
+    done_model(m);
+}
+
+// Flash, recompute and the fused loss leave no [ctx, ctx] or [n_vocab, ctx] term: the planned activations per token
+// at ctx 4096 within 10% of ctx 1024's (planning only: nothing of that size is allocated).
+static void test_activations_flat(void) {
+    rg_model *m = tiny("llama", RG_TYPE_F32, false);
+    RG_REQUIRE(m, "no model");
+    rg_error err = {0};
+    double per_tok[2][2];  // [flash][ctx 1024, 4096]
+    for (int flash = 0; flash < 2; flash++)
+        for (int i = 0; i < 2; i++) {
+            const int ctx = i ? 4096 : 1024;
+            rg_train_config c = config(RG_TRAIN_LORA, flash ? RG_FLASH_ATTN_ON : RG_FLASH_ATTN_OFF, RG_RECOMPUTE_LAYER, ctx);
+            c.fused_ce = RG_FUSED_CE_ON;
+            rg_train_memory p;
+            RG_REQUIRE(rg_train_state_plan(m, &c, 0, &p, &err) == RG_OK, "plan at ctx %d: %s", ctx, err.msg);
+            per_tok[flash][i] = (double)p.activations / ctx;
+        }
+    printf("    LoRA, recompute, fused loss: activations per token %.0f B at ctx 1024, %.0f B at 4096 with flash "
+           "(materialized: %.0f, %.0f)\n", per_tok[1][0], per_tok[1][1], per_tok[0][0], per_tok[0][1]);
+    RG_CHECK(fabs(per_tok[1][1] / per_tok[1][0] - 1) <= 0.10, "flash: %.0f B per token at 4096, %.0f at 1024",
+             per_tok[1][1], per_tok[1][0]);
+    RG_CHECK(per_tok[0][1] > 1.5 * per_tok[0][0], "materialized: %.0f B per token at 4096, %.0f at 1024 (the scores grow)",
+             per_tok[0][1], per_tok[0][0]);
+    done_model(m);
+}
+
 static const rg_test_case cases[] = {
     RG_TEST(test_full_f32),       RG_TEST(test_full_f32_tied),     RG_TEST(test_lora_q8_0),        RG_TEST(test_full_recompute),
-    RG_TEST(test_lfm2),           RG_TEST(test_activations_lower), RG_TEST(test_auto_and_device), {0},
+    RG_TEST(test_lfm2),           RG_TEST(test_activations_lower), RG_TEST(test_auto_and_device),
+    RG_TEST(test_auto_fits_by_flash), RG_TEST(test_plan_is_the_run), RG_TEST(test_activations_flat), {0},
 };
 
 int main(int argc, char **argv) { return rg_test_run(argc, argv, cases); }

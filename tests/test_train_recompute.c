@@ -39,6 +39,7 @@ static rg_train_config config(rg_train_method method, rg_recompute rc, uint32_t 
     rg_train_config c = tt_config(method, T);
     c.recompute = rc;
     c.checkpoint_dtype = ckpt;
+    c.flash_attn = RG_FLASH_ATTN_OFF;  // as auto is at this ctx, and not the rescue of a run over a limit (test_train_flash)
     return c;
 }
 

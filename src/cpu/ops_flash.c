@@ -2,9 +2,11 @@
 // [Tk, T] scores (graph.h has the shapes and the rules; training.md §6 the algorithm).
 //
 // Tiles of RG_FLASH_BR query rows and RG_FLASH_BC keys (ops_flash_jobs.h). K and V tiles
-// are widened to f32 (exact for f16) into the thread's scratch; q is read in place. The
+// are widened to f32 (exact for f16) into the thread's scratch, V gathered when its rows are
+// strided (the session's transposed V cache); q is read in place. The
 // scores of a tile are S = softcap(scale q.k) with -inf where masked, each q.k in eight
-// lanes and a fixed tree; a tile no query of the item can see is skipped whole.
+// lanes and a fixed tree; a tile no query of the item can see is skipped whole, and one every
+// query sees whole is not masked per element.
 //
 // Forward, an item per (sequence, head, query tile), keys in order (online softmax, §6.2):
 //   mx = max(m, rowmax S);  alpha = exp(m - mx);  p = exp(S - mx);  l = alpha l + sum p
@@ -54,9 +56,9 @@ static rg_status flash_job_of(const char *op, const rg_node *n, int first, flash
         return rg_fail(err, RG_ERR_ARG, "%s '%s': no queries, keys or values", op, n->t.name);
     const uint32_t kt = k->t.type;
     if (q->t.type != RG_TYPE_F32 || (kt != RG_TYPE_F32 && kt != RG_TYPE_F16) || v->t.type != kt ||
-        q->t.nb[0] != sizeof(float) || k->t.nb[0] != rg_type_get(kt)->type_size || v->t.nb[0] != k->t.nb[0])
+        q->t.nb[0] != sizeof(float) || k->t.nb[0] != rg_type_get(kt)->type_size)
         return rg_fail(err, RG_ERR_UNSUPPORTED, "%s '%s': queries must be f32, keys and values both f32 or both f16, "
-                       "each with packed rows (q %s, k %s, v %s)", op, n->t.name, rg_type_get(q->t.type)->name,
+                       "q and k with packed rows (q %s, k %s, v %s)", op, n->t.name, rg_type_get(q->t.type)->name,
                        rg_type_get(kt)->name, rg_type_get(v->t.type)->name);
     flash_dims *d = &j->d;
     d->Dh = q->t.ne[0], d->T = q->t.ne[1], d->H = q->t.ne[2], d->S = q->t.ne[3];

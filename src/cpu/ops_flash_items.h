@@ -183,9 +183,27 @@ static inline const float *fa_qrow(const flash_job *j, int64_t s, int64_t h, int
 }
 
 // Rows [j0, j0 + n) of kv head g of k or v (sequence s) as f32 [n][Dh] (f16 widened exactly).
+// Rows are packed, or (v only) strided: a transposed view such as the session's V cache,
+// [n_ctx, Dh] stored and read as [Dh, n_kv], gathered key-major (nb[1] is then the element size,
+// so the inner loop reads consecutive keys). Either way the tile holds the same values.
 static inline void fa_load(const flash_job *j, const rg_tensor *t, int64_t s, int64_t g, int64_t j0, int64_t n,
                            float *dst) {
     const int64_t Dh = j->d.Dh;
+    const size_t es = j->f16 ? sizeof(uint16_t) : sizeof(float);
+    if (t->nb[0] != es) {
+        const char *base = (const char *)t->data + j0 * t->nb[1] + g * t->nb[2] + s * t->nb[3];
+        float col[BC];  // n <= BC keys of element e
+        for (int64_t e = 0; e < Dh; e++) {
+            const char *src = base + e * t->nb[0];
+            if (j->f16 && t->nb[1] == es) rg_fp16_to_fp32_row((const uint16_t *)src, col, n);
+            else if (j->f16)
+                for (int64_t r = 0; r < n; r++) col[r] = rg_fp16_to_fp32(*(const uint16_t *)(src + r * t->nb[1]));
+            else
+                for (int64_t r = 0; r < n; r++) col[r] = *(const float *)(src + r * t->nb[1]);
+            for (int64_t r = 0; r < n; r++) dst[r * Dh + e] = col[r];
+        }
+        return;
+    }
     for (int64_t r = 0; r < n; r++) {
         const char *row = (const char *)t->data + (j0 + r) * t->nb[1] + g * t->nb[2] + s * t->nb[3];
         if (j->f16) rg_fp16_to_fp32_row((const uint16_t *)row, dst + r * Dh, Dh);
@@ -236,12 +254,19 @@ static inline void fa_scores(const flash_job *j, const float *const *qr, int64_t
         const bool two = r + 1 < nr;
         fa_dot_rows2(qr[r], two ? qr[r + 1] : NULL, Kt, nc, j->d.Dh, S + r * BC, two ? S + (r + 1) * BC : NULL);
     }
+    // Every key visible to every row (below the diagonal, inside the window, one document): the
+    // same values without asking per element (a prompt's tiles over a long cache are nearly all so).
+    const bool all = !seg && (!j->causal || j0 + nc - 1 <= qpos0) && (j->window <= 0 || qpos0 + nr - 1 - j0 < j->window);
     for (int64_t r = 0; r < nr; r++) {
         float *row = S + r * BC;
+        if (all && cap == 0.0f) {
+            for (int64_t c = 0; c < nc; c++) row[c] = j->scale * row[c];
+            continue;
+        }
         for (int64_t c = 0; c < nc; c++) {
             float s = j->scale * row[c];
             if (cap > 0.0f) s = cap * tanhf(s / cap);
-            row[c] = fa_visible(j, seg, qpos0 + r, j0 + c) ? s : -INFINITY;
+            row[c] = all || fa_visible(j, seg, qpos0 + r, j0 + c) ? s : -INFINITY;
         }
     }
 }

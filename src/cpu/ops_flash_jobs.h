@@ -20,7 +20,7 @@ typedef struct flash_dims {
 
 typedef struct flash_job {
     flash_dims d;
-    const rg_tensor *q, *k, *v;  // [Dh, T, H, S] f32; [Dh, Tk, Hkv, S] f32 or f16; packed rows, any strides
+    const rg_tensor *q, *k, *v;  // [Dh, T, H, S] f32; [Dh, Tk, Hkv, S] f32 or f16; any strides, q and k rows packed
     bool f16;                    // k and v are f16
     const int32_t *seg;          // document ids, or NULL
     int64_t seg_stride;          // between sequences: Tk ([Tk, S]) or 0 ([Tk])

@@ -5,8 +5,9 @@
 // cuda_parity holds them to the CPU's tolerance).
 //
 // Names as graph.h: q [Dh, T, H, S] f32, k and v [Dh, Tk, Hkv, S] f32 or f16 (widened
-// exactly when a tile is loaded), packed rows and any row strides; head h reads kv head
-// h / (H / Hkv); query t sits at position t + Tk - T (a KV prefix). A key is visible when
+// exactly when a tile is loaded), any row strides, q packed within its rows, k and v with any
+// element stride too (the session's transposed V cache); head h reads kv head h / (H / Hkv);
+// query t sits at position t + Tk - T (a KV prefix). A key is visible when
 // causal allows it (kpos <= qpos), within the window (qpos - kpos < W) and in the query's
 // document (seg[kpos] == seg[qpos]); the score is softcap(scale q.k) = c tanh(s / c).
 //
@@ -79,7 +80,7 @@ struct fa_tile {
 // The shapes and rules of a node (byte strides for q, k, v; the rest packed).
 struct fa_geom {
     int64_t Dh, T, Tk, H, Hkv, S, G, off;  // G = H / Hkv, off = Tk - T (query t at t + off)
-    int64_t q_nb1, q_nb2, q_nb3, k_nb1, k_nb2, k_nb3, v_nb1, v_nb2, v_nb3;
+    int64_t q_nb1, q_nb2, q_nb3, k_nb0, k_nb1, k_nb2, k_nb3, v_nb0, v_nb1, v_nb2, v_nb3;
     int64_t seg_stride;  // between sequences' ids: Tk ([Tk, S]) or 0 ([Tk])
     int64_t window;      // 0: none
     float scale, softcap;  // softcap 0: none
@@ -115,12 +116,15 @@ __device__ inline bool fa_reachable(const fa_geom &g, int64_t qpos0, int nr, int
     return !(g.window > 0 && qpos0 - (j0 + nc - 1) >= g.window);
 }
 
-// n rows of Dh values from base (rows nb1 bytes apart, f32 or f16) into dst [n][ld] as f32.
-__device__ inline void fa_load_rows(float *dst, int ld, const char *base, int64_t nb1, int n, int64_t Dh, bool f16) {
+// n rows of Dh values from base (rows nb1 bytes apart, elements nb0 apart: the session's
+// transposed V cache read as [Dh, n_kv] has nb0 = n_ctx elements; f32 or f16) into dst [n][ld]
+// as f32.
+__device__ inline void fa_load_rows(float *dst, int ld, const char *base, int64_t nb0, int64_t nb1, int n, int64_t Dh,
+                                    bool f16) {
     for (int64_t i = threadIdx.x; i < n * Dh; i += blockDim.x) {
         const int64_t r = i / Dh, e = i % Dh;
-        const char *row = base + r * nb1;
-        dst[r * ld + e] = f16 ? __half2float(((const __half *)row)[e]) : ((const float *)row)[e];
+        const char *x = base + r * nb1 + e * nb0;
+        dst[r * ld + e] = f16 ? __half2float(*(const __half *)x) : *(const float *)x;
     }
 }
 
@@ -202,7 +206,7 @@ __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_geom g, fa_bufs b
     const int nr = tile_len(g.T, i0, BR);
     const int64_t qpos0 = i0 + g.off;
     const int32_t *seg = b.seg ? b.seg + s * g.seg_stride : NULL;
-    fa_load_rows(sQ, LD, b.q + i0 * g.q_nb1 + h * g.q_nb2 + s * g.q_nb3, g.q_nb1, nr, g.Dh, false);
+    fa_load_rows(sQ, LD, b.q + i0 * g.q_nb1 + h * g.q_nb2 + s * g.q_nb3, 4, g.q_nb1, nr, g.Dh, false);
     if (threadIdx.x < BR) {
         sm[threadIdx.x] = b.sinks ? b.sinks[h] : -INFINITY;  // a sink: the softmax starts from its logit
         sl[threadIdx.x] = b.sinks ? 1.0f : 0.0f;
@@ -214,8 +218,8 @@ __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_geom g, fa_bufs b
         const int nc = tile_len(g.Tk, j0, BC);
         if (!fa_reachable(g, qpos0, nr, j0, nc)) continue;  // the same for every thread of the block
         __syncthreads();  // the previous tile's readers of sK, sV and sS are done
-        fa_load_rows(sK, LD, kbase + j0 * g.k_nb1, g.k_nb1, nc, g.Dh, g.f16);
-        fa_load_rows(sV, LD, vbase + j0 * g.v_nb1, g.v_nb1, nc, g.Dh, g.f16);
+        fa_load_rows(sK, LD, kbase + j0 * g.k_nb1, g.k_nb0, g.k_nb1, nc, g.Dh, g.f16);
+        fa_load_rows(sV, LD, vbase + j0 * g.v_nb1, g.v_nb0, g.v_nb1, nc, g.Dh, g.f16);
         __syncthreads();
         for (int i = threadIdx.x; i < BR * BC; i += blockDim.x) {
             const int r = i / BC, c = i % BC;
@@ -295,8 +299,8 @@ template <int D>
 __device__ inline void fa_load_query_tile(const fa_geom &g, const fa_bufs &b, int64_t s, int64_t h, int64_t i0, int nr,
                                           float *sQ, float *sdO, float *slse, float *sD) {
     constexpr int LD = fa_tile<D>::LD;
-    fa_load_rows(sQ, LD, b.q + i0 * g.q_nb1 + h * g.q_nb2 + s * g.q_nb3, g.q_nb1, nr, g.Dh, false);
-    fa_load_rows(sdO, LD, (const char *)(b.dO + g.Dh * (h + g.H * (i0 + g.T * s))),
+    fa_load_rows(sQ, LD, b.q + i0 * g.q_nb1 + h * g.q_nb2 + s * g.q_nb3, 4, g.q_nb1, nr, g.Dh, false);
+    fa_load_rows(sdO, LD, (const char *)(b.dO + g.Dh * (h + g.H * (i0 + g.T * s))), 4,
                  (int64_t)sizeof(float) * g.Dh * g.H, nr, g.Dh, false);
     if ((int)threadIdx.x < nr) {
         const int64_t row = i0 + threadIdx.x + g.T * (h + g.H * s);
@@ -328,8 +332,8 @@ __global__ void __launch_bounds__(FA_THREADS) fa_dkv_kernel(fa_geom g, fa_bufs b
     const int64_t kvh = blockIdx.y, s = blockIdx.z, j0 = (int64_t)blockIdx.x * BC;
     const int nc = tile_len(g.Tk, j0, BC);
     const int32_t *seg = b.seg ? b.seg + s * g.seg_stride : NULL;
-    fa_load_rows(t.K, LD, b.k + j0 * g.k_nb1 + kvh * g.k_nb2 + s * g.k_nb3, g.k_nb1, nc, g.Dh, g.f16);
-    fa_load_rows(t.V, LD, b.v + j0 * g.v_nb1 + kvh * g.v_nb2 + s * g.v_nb3, g.v_nb1, nc, g.Dh, g.f16);
+    fa_load_rows(t.K, LD, b.k + j0 * g.k_nb1 + kvh * g.k_nb2 + s * g.k_nb3, g.k_nb0, g.k_nb1, nc, g.Dh, g.f16);
+    fa_load_rows(t.V, LD, b.v + j0 * g.v_nb1 + kvh * g.v_nb2 + s * g.v_nb3, g.v_nb0, g.v_nb1, nc, g.Dh, g.f16);
     fa_regs<D> dK, dV;
     fa_regs_zero<D>(dK);
     fa_regs_zero<D>(dV);
@@ -376,8 +380,8 @@ __global__ void __launch_bounds__(FA_THREADS) fa_dq_kernel(fa_geom g, fa_bufs b)
         const int nc = tile_len(g.Tk, j0, BC);
         if (!fa_reachable(g, qpos0, nr, j0, nc)) continue;
         __syncthreads();  // the previous tile's readers of K, V, P and G are done
-        fa_load_rows(t.K, LD, kbase + j0 * g.k_nb1, g.k_nb1, nc, g.Dh, g.f16);
-        fa_load_rows(t.V, LD, vbase + j0 * g.v_nb1, g.v_nb1, nc, g.Dh, g.f16);
+        fa_load_rows(t.K, LD, kbase + j0 * g.k_nb1, g.k_nb0, g.k_nb1, nc, g.Dh, g.f16);
+        fa_load_rows(t.V, LD, vbase + j0 * g.v_nb1, g.v_nb0, g.v_nb1, nc, g.Dh, g.f16);
         __syncthreads();
         fa_back_tile<D>(g, seg, t.Q, t.dO, t.K, t.V, t.lse, t.D, nr, nc, qpos0, j0, t.P, t.G);
         __syncthreads();
@@ -409,8 +413,8 @@ fa_geom fa_geom_of(const rg_node *n, int first, const rg_node *seg) {
     g.Dh = q->ne[0], g.T = q->ne[1], g.H = q->ne[2], g.S = q->ne[3];
     g.Tk = k->ne[1], g.Hkv = k->ne[2], g.G = g.H / g.Hkv, g.off = g.Tk - g.T;
     g.q_nb1 = (int64_t)q->nb[1], g.q_nb2 = (int64_t)q->nb[2], g.q_nb3 = (int64_t)q->nb[3];
-    g.k_nb1 = (int64_t)k->nb[1], g.k_nb2 = (int64_t)k->nb[2], g.k_nb3 = (int64_t)k->nb[3];
-    g.v_nb1 = (int64_t)v->nb[1], g.v_nb2 = (int64_t)v->nb[2], g.v_nb3 = (int64_t)v->nb[3];
+    g.k_nb0 = (int64_t)k->nb[0], g.k_nb1 = (int64_t)k->nb[1], g.k_nb2 = (int64_t)k->nb[2], g.k_nb3 = (int64_t)k->nb[3];
+    g.v_nb0 = (int64_t)v->nb[0], g.v_nb1 = (int64_t)v->nb[1], g.v_nb2 = (int64_t)v->nb[2], g.v_nb3 = (int64_t)v->nb[3];
     g.seg_stride = seg && seg->t.ne[1] > 1 ? g.Tk : 0;
     g.window = n->ip[1];
     g.scale = n->fp[0], g.softcap = n->fp[1];
@@ -515,12 +519,13 @@ bool fa_packed(const rg_node *s, uint32_t type, bool optional) {
     return s->t.type == type && rg_tensor_is_contiguous(&s->t) && rg_tensor_nelements(&s->t) > 0;
 }
 
-// Rows packed, strides whole elements (aligned loads), not empty.
-bool fa_rows_ok(const rg_node *x, uint32_t type) {
+// Strides whole elements (aligned loads), not empty; rows packed unless strided_rows (k and v:
+// the loads take any element stride, q's take 4 bytes).
+bool fa_rows_ok(const rg_node *x, uint32_t type, bool strided_rows) {
     if (!x || x->t.type != type || rg_tensor_nelements(&x->t) == 0) return false;
     const size_t es = rg_type_get(type)->type_size;
-    if (x->t.ne[0] > 1 && x->t.nb[0] != es) return false;
-    for (int i = 1; i < RG_MAX_DIMS; i++)
+    if (x->t.ne[0] > 1 && !strided_rows && x->t.nb[0] != es) return false;
+    for (int i = 0; i < RG_MAX_DIMS; i++)
         if (x->t.nb[i] % es) return false;
     return true;
 }
@@ -532,7 +537,8 @@ bool fa_common_ok(const rg_node *n, int first, const rg_node *seg) {
     if (!q || !k || !v || !rg_pack_of(n, &p)) return false;
     if (n->t.type != RG_TYPE_F32 || !rg_tensor_is_contiguous(&n->t) || rg_tensor_nelements(&n->t) != p.total) return false;
     const uint32_t kt = k->t.type;
-    if ((kt != RG_TYPE_F32 && kt != RG_TYPE_F16) || !fa_rows_ok(q, RG_TYPE_F32) || !fa_rows_ok(k, kt) || !fa_rows_ok(v, kt))
+    if ((kt != RG_TYPE_F32 && kt != RG_TYPE_F16) || !fa_rows_ok(q, RG_TYPE_F32, false) || !fa_rows_ok(k, kt, true) ||
+        !fa_rows_ok(v, kt, true))
         return false;
     if (!fa_bucket(q->t.ne[0]) || k->t.ne[2] < 1 || q->t.ne[2] % k->t.ne[2] || k->t.ne[1] < q->t.ne[1]) return false;
     return fa_packed(seg, RG_TYPE_I32, true) && (!seg || seg->t.ne[0] == k->t.ne[1]);

@@ -43,8 +43,8 @@ static bool flash_params_ok(rg_graph *g, const char *op, const rg_flash_params *
     return true;
 }
 
-// q [Dh, T, H, S] f32, k and v [Dh, Tk, Hkv, S] both f32 or both f16 (packed rows), H a
-// multiple of Hkv, Tk >= T, seg I32 [Tk] or [Tk, S], sinks f32 [H].
+// q [Dh, T, H, S] f32, k and v [Dh, Tk, Hkv, S] both f32 or both f16 (q's and k's rows packed,
+// v's any: a transposed cache view), H a multiple of Hkv, Tk >= T, seg I32 [Tk] or [Tk, S], sinks f32 [H].
 static bool flash_sources(rg_graph *g, const char *op, const rg_node *q, const rg_node *k, const rg_node *v,
                           const rg_node *seg, const rg_node *sinks) {
     char s1[160], s2[160];
@@ -52,9 +52,9 @@ static bool flash_sources(rg_graph *g, const char *op, const rg_node *q, const r
     if (q->t.type != RG_TYPE_F32 || !rows_packed(q))
         return refuse(g, RG_ERR_ARG, "%s: queries %s must be f32 [head_dim, T, n_head, n_seqs] with packed rows", op,
                       desc(q, s1));
-    if ((kt != RG_TYPE_F32 && kt != RG_TYPE_F16) || v->t.type != kt || !rows_packed(k) || !rows_packed(v))
-        return refuse(g, RG_ERR_ARG, "%s: keys %s and values %s must both be f32 or both f16, with packed rows", op,
-                      desc(k, s1), desc(v, s2));
+    if ((kt != RG_TYPE_F32 && kt != RG_TYPE_F16) || v->t.type != kt || !rows_packed(k))
+        return refuse(g, RG_ERR_ARG, "%s: keys %s and values %s must both be f32 or both f16, the keys with packed rows",
+                      op, desc(k, s1), desc(v, s2));
     const int64_t Dh = q->t.ne[0], T = q->t.ne[1], H = q->t.ne[2], S = q->t.ne[3];
     const int64_t Tk = k->t.ne[1], Hkv = k->t.ne[2];
     if (k->t.ne[0] != Dh)

@@ -301,7 +301,9 @@ enum { RG_SSM_SCAN_BACK_DXBC = 0, RG_SSM_SCAN_BACK_DDT = 1, RG_SSM_SCAN_BACK_DA 
 // head h reads kv head h / (H / Hkv)), S sequences. The shapes are ggml's flash_attn_ext's:
 //   q      [Dh, T, H, S]     f32, packed rows (nb[0] = 4), any other strides: a permuted view
 //                            of [Dh, H, T] (permute 0, 2, 1, 3) needs no copy
-//   k, v   [Dh, Tk, Hkv, S]  both f32 or both f16, packed rows, any other strides
+//   k, v   [Dh, Tk, Hkv, S]  both f32 or both f16, any strides; k's rows packed, v's rows may
+//                            be strided (a transposed view: the session's V cache [n_ctx, Dh,
+//                            Hkv] read through permute 1, 0, 2, 3 needs no copy)
 //   seg    I32 [Tk] (every sequence) or [Tk, S], or NULL: the document id of each position
 //   sinks  F32 [H] or NULL: an extra logit per head in the softmax's denominator (no value)
 // Query t sits at position qpos = t + (Tk - T), key j at kpos = j. Key j is visible to query
@@ -322,6 +324,10 @@ typedef struct rg_flash_params {
 } rg_flash_params;
 rg_node *rg_flash_attn_ext(rg_graph *g, rg_node *q, rg_node *k, rg_node *v, rg_node *seg, rg_node *sinks,
                            const rg_flash_params *p);
+// Whether a caller builds its attention on FLASH_ATTN_EXT: training.flash_attn (train_state.c's
+// choose_flash) and a session's prompt batches (rg_session_flash_prompt) decide auto each in
+// their one place; on and off force it.
+typedef enum { RG_FLASH_ATTN_AUTO = 0, RG_FLASH_ATTN_ON = 1, RG_FLASH_ATTN_OFF = 2 } rg_flash_attn_mode;
 // FLASH_ATTN_BACK for the FLASH_ATTN_EXT node fwd: d is the gradient of fwd's whole packed
 // output (o's and lse's: dS = P (dP - D) with D = rowsum(dO o) - dlse). Reads q, k, v and seg
 // through fwd's sources. Packed: part 0 dq [Dh, T, H, S], part 1 dk, part 2 dv [Dh, Tk, Hkv, S]

@@ -26,9 +26,18 @@ typedef struct rg_session_opts {
     // (so a token's logits do not depend on whether it came in a batch). true: prompts keep F32 activations
     // (the SGEMM, as training does): slower, and what a comparison with F32 math on dequantized weights wants.
     bool exact_activations;
+    // Prompt batches (several tokens over the cache) through FLASH_ATTN_EXT instead of the materialized
+    // [n_kv, T, n_head] scores: auto (the default) when rg_session_flash_prompt says so, on, off (generate and
+    // perplexity --flash-attn). A single token keeps its ATTN_DECODE (or the materialized path of a capped or
+    // sliding layer) either way. On a CUDA device auto is off and on is refused: FLASH_ATTN_EXT has no CUDA kernel.
+    rg_flash_attn_mode flash_attn;
 } rg_session_opts;
 
 rg_status rg_session_create(rg_session **out, const rg_model *m, const rg_session_opts *opts, rg_error *err);
+
+// Whether a batch of n_tokens > 1 over n_kv cached keys (its own included) takes FLASH_ATTN_EXT: the session's
+// one decision (session.c has the measured numbers behind auto). n_head: the model's largest layer's.
+bool rg_session_flash_prompt(rg_flash_attn_mode mode, rg_device device, int64_t n_head, int64_t n_tokens, int64_t n_kv);
 void rg_session_free(rg_session *s);
 
 // Evaluates n tokens after the cached ones. logits: NULL, or [n_vocab] for the

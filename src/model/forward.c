@@ -17,6 +17,7 @@ rg_node *rg_model_leaf(rg_graph *g, const rg_gguf_tensor *t) {
 }
 
 rg_status rg_model_leaf_nodes(rg_graph *g, const rg_model *m, rg_model_nodes *w, rg_error *err) {
+    w->flash_attn = false;  // the materialized attention unless the caller says otherwise
     w->tok_embd = rg_model_leaf(g, m->tok_embd);
     w->out_norm = rg_model_leaf(g, m->out_norm);
     w->output = m->hp.tied ? w->tok_embd : rg_model_leaf(g, m->output);

@@ -20,9 +20,10 @@ typedef struct rg_layer_nodes {
 typedef struct rg_model_nodes {
     rg_node *tok_embd, *out_norm, *output;  // output == tok_embd when tied
     rg_layer_nodes *layers;                 // [n_layer], in the graph's arena
-    // Attention layers without a cache take FLASH_ATTN_EXT (its backward FLASH_ATTN_BACK) with
-    // the documents as ids (seg) instead of MUL_MAT + SOFT_MAX over the dense mask; training
-    // decides it once (train_state.c, training.flash_attn).
+    // Attention layers take FLASH_ATTN_EXT (its backward FLASH_ATTN_BACK) with the documents as
+    // ids (seg) instead of MUL_MAT + SOFT_MAX over the dense mask, or over the KV cache instead
+    // of the [n_kv, T, H] scores; training decides it once (train_state.c, training.flash_attn),
+    // a session per prompt batch (session.c, rg_session_flash_prompt). rg_model_leaf_nodes: false.
     bool flash_attn;
 } rg_model_nodes;
 

@@ -20,7 +20,7 @@ typedef struct rg_layer_ctx {
     rg_node *mask;              // F32 [n_tokens, n_tokens] added to attention scores, or NULL
     rg_node *seg;               // I32 [n_tokens] document ids (training's packed rows: the conv and scan restart at
                                 // each document, training.md 8.4), or NULL
-    bool flash;                 // attention without a cache through FLASH_ATTN_EXT, documents from seg (no mask)
+    bool flash;                 // attention through FLASH_ATTN_EXT: documents from seg (no mask), or over the cache
     rg_layer_state *state;      // the layer's buffers (NULL: no cache, a full pass)
     int state_first;            // this kind's first buffer in state (the mixer's come first, then the FFN's)
     int64_t n_past;             // tokens already in the state

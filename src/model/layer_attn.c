@@ -6,7 +6,10 @@
 // the layer has one (gemma's sliding layers, each with its RoPE base). The window
 // is the SOFT_MAX's own mask (ip[1]); the cache keeps every token. Its state is the KV cache: keys [Dh, n_ctx, Hkv]
 // and values stored transposed [n_ctx, Dh, Hkv], so both feed MUL_MAT with
-// packed rows (a single cached token takes ATTN_DECODE on the same views).
+// packed rows (a single cached token takes ATTN_DECODE on the same views). With
+// c->flash (training, or a session's prompt batch where rg_session_flash_prompt
+// says it pays) attention is FLASH_ATTN_EXT instead, never the [n_kv, T, H] scores:
+// over the cache it reads the values through a transposed view, which the kernel gathers.
 // d = n_embd, T = n_tokens, Dh = head_dim, H / Hkv = the layer's query / kv heads.
 #include "model/layer.h"
 
@@ -36,7 +39,7 @@ static rg_node *build(const rg_layer_ctx *c, rg_node *x) {
     q = rg_rope(g, q, c->pos, (int)hp->n_rot, hp->rope_mode, base, fscale);
     k = rg_rope(g, k, c->pos, (int)hp->n_rot, hp->rope_mode, base, fscale);
     rg_node *Q = rg_permute(g, q, 0, 2, 1, 3);                   // [Dh, T, H]
-    rg_node *K, *Vt;
+    rg_node *K, *Vt, *V;  // V: [Dh, n_kv, Hkv] for FLASH_ATTN_EXT
     if (cache) {
         // Write the new rows, then read every cached row: the reads are created
         // after the writes, and execution follows creation order.
@@ -54,18 +57,21 @@ static rg_node *build(const rg_layer_ctx *c, rg_node *x) {
         rg_cpy_into(g, rg_permute(g, v, 1, 2, 0, 3), vw);        // [T, Dh, Hkv] at columns n_past..
         K = rg_view(g, kc, 3, (int64_t[]){Dh, n_kv, Hkv}, (size_t[]){es, Dh * es, Dh * C * es}, 0);   // [Dh, n_kv, Hkv]
         Vt = rg_view(g, vc, 3, (int64_t[]){n_kv, Dh, Hkv}, (size_t[]){es, C * es, Dh * C * es}, 0);  // [n_kv, Dh, Hkv]
+        V = c->flash ? rg_permute(g, Vt, 1, 0, 2, 3) : NULL;     // [Dh, n_kv, Hkv], strided rows
     } else {
         K = rg_permute(g, k, 0, 2, 1, 3);                        // [Dh, T, Hkv]
-        Vt = rg_cont(g, rg_permute(g, v, 1, 2, 0, 3));           // [T, Dh, Hkv]
+        V = c->flash ? rg_permute(g, v, 0, 2, 1, 3) : NULL;      // [Dh, T, Hkv]
+        Vt = c->flash ? NULL : rg_cont(g, rg_permute(g, v, 1, 2, 0, 3));  // [T, Dh, Hkv]
     }
     rg_node *o;
-    if (c->flash && !cache) {
-        // FlashAttention-2 (ops_flash.c): causal, each query reads its own document's keys (seg, or
+    if (c->flash) {
+        // FlashAttention-2 (ops_flash.c): causal (query t at n_past + t over keys 0..n_kv-1: the op
+        // aligns the queries to the last keys), each query reads its own document's keys (seg, or
         // one document), with the layer's logit cap and window as SOFT_MAX takes them, never the
-        // [T, T] scores; o [Dh, H, T] is already the projection's layout.
+        // [n_kv, T] scores; o [Dh, H, T] is already the projection's layout.
         const rg_flash_params fp = {.scale = hp->attn_scale, .softcap = hp->attn_softcap, .window = Ly->window,
                                     .causal = true};
-        rg_node *fa = rg_flash_attn_ext(g, Q, K, rg_permute(g, v, 0, 2, 1, 3), c->seg, NULL, &fp);
+        rg_node *fa = rg_flash_attn_ext(g, Q, K, V, c->seg, NULL, &fp);
         o = rg_reshape(g, rg_flash_part(g, fa, RG_FLASH_O), 2, (int64_t[]){Dh * H, T});  // [Dh*H, T]
     } else if (cache && T == 1 && hp->attn_softcap == 0.0f && Ly->window == 0) {
         // A generated token: scores, softmax and weighted sum in one op (ops_attn_decode.c).

@@ -119,8 +119,9 @@ static const key_def keys[] = {
     CHOICEK("training.flash_attn", flash_attn, "auto", flash_attn_choices,
             "on: attention layers train through FLASH_ATTN_EXT/BACK (FlashAttention-2: never holding the [ctx, ctx] "
             "scores and probabilities of each layer, documents as ids); off: the materialized scores, softmax and "
-            "mask; auto: on from training.ctx 2048, where it is also faster on the CPU (bench_flash_attn); the same "
-            "on a CUDA device (cuda/ops_flash.cu; head_dim above 512 runs those nodes on the CPU)"),
+            "mask; auto: on from training.ctx 2048, where it is also faster on the CPU (bench_flash_attn), or when the "
+            "run would not fit otherwise (after recompute and fused_ce auto); the same on a CUDA device "
+            "(cuda/ops_flash.cu; head_dim above 512 runs those nodes on the CPU)"),
     INTK("training.save_every", save_every, "100", 0, INFINITY, "checkpoint every N optimizer steps; 0 = only at the end"),
     INTK("training.eval_every", eval_every, "50", 0, INFINITY, "evaluate every N optimizer steps; 0 = only at the end"),
     NUMK("training.eval_split", eval_split, "0.05", 0, false, 0.5, false, "fraction of the data held out for evaluation"),

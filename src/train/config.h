@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "graph/graph.h"  // rg_flash_attn_mode
 #include "retrograd.h"
 
 typedef enum { RG_OPTIM_ADAMW = 0, RG_OPTIM_SGD = 1 } rg_optim_kind;
@@ -31,7 +32,6 @@ typedef enum { RG_TRAIN_FULL = 0, RG_TRAIN_LORA = 1 } rg_train_method;
 typedef enum { RG_TRAIN_ON_ALL = 0, RG_TRAIN_ON_ASSISTANT = 1, RG_TRAIN_ON_COMPLETION = 2 } rg_train_on;
 typedef enum { RG_RECOMPUTE_AUTO = 0, RG_RECOMPUTE_NONE = 1, RG_RECOMPUTE_LAYER = 2 } rg_recompute;
 typedef enum { RG_FUSED_CE_AUTO = 0, RG_FUSED_CE_ON = 1, RG_FUSED_CE_OFF = 2 } rg_fused_ce;
-typedef enum { RG_FLASH_ATTN_AUTO = 0, RG_FLASH_ATTN_ON = 1, RG_FLASH_ATTN_OFF = 2 } rg_flash_attn_mode;
 typedef enum { RG_OVERLONG_TRUNCATE = 0, RG_OVERLONG_DROP = 1, RG_OVERLONG_ERROR = 2 } rg_overlong;
 // data.chat_template: the model's own, or a built-in family's layout (rg_chat_template_builtin)
 typedef enum {

@@ -199,7 +199,8 @@ static size_t physical_memory(void) {
 // asked, and the plan (an eval-only state stops after the loss). A second call replaces the graph and keeps the
 // trained buffers and the adapter (their order, hence the tensor ids, is the same).
 // training.flash_attn, decided here once for the forward, the backward (FLASH_ATTN_EXT's rule) and
-// recompute: on, off, or auto = on from FLASH_AUTO_CTX tokens, where bench_flash_attn measured the
+// recompute (and once more by create when the materialized step would not fit the memory limit):
+// on, off, or auto = on from FLASH_AUTO_CTX tokens, where bench_flash_attn measured the
 // fused path faster than the materialized one on the CPU (T 4096: 1.13x; T 1024: slower), and
 // whose [ctx, ctx] scores per layer are what stops long contexts fitting. A CUDA device takes the
 // same rule once this build has the CUDA kernels (cuda/ops_flash.cu, the GPU's or the host
@@ -247,16 +248,20 @@ static rg_status build_step(rg_train_state *s, bool fused, bool recompute, rg_pl
     rg_graph *g = s->g;
     rg_model_nodes w;
     memset(&w, 0, sizeof w);
-    w.flash_attn = s->flash_attn;
     rg_status st = s->eval_only                 ? eval_nodes(s, g, &w, err)
                    : cfg->method == RG_TRAIN_FULL ? full_nodes(s, g, &w, err)
                                                   : lora_nodes(s, g, &w, err);
     if (st) return st;
+    w.flash_attn = s->flash_attn;  // after the nodes: rg_model_leaf_nodes starts from the materialized attention
     const int64_t T = cfg->ctx;
     s->ids = rg_leaf(g, "ids", RG_TYPE_I32, 1, (int64_t[]){T}, NULL);
     s->pos = rg_leaf(g, "pos", RG_TYPE_I32, 1, (int64_t[]){T}, NULL);
     s->labels = rg_leaf(g, "labels", RG_TYPE_I32, 1, (int64_t[]){T}, NULL);
-    s->mask = rg_leaf(g, "doc_mask", RG_TYPE_F32, 2, (int64_t[]){T, T}, NULL);
+    // The dense document mask [T, T] only where a materialized attention reads it: a leaf no node reads is still
+    // planned, and at ctx 4096 it was 64 MiB of flash attention's activations (test_train_flash's flatness check).
+    bool reads_mask = false;
+    for (int64_t il = 0; il < m->hp.n_layer; il++) reads_mask |= m->layers[il].mixer == RG_KIND_ATTN && !s->flash_attn;
+    s->mask = reads_mask ? rg_leaf(g, "doc_mask", RG_TYPE_F32, 2, (int64_t[]){T, T}, NULL) : NULL;
     s->seg = NULL;
     for (int64_t il = 0; il < m->hp.n_layer && !s->seg; il++)  // recurrent layers restart at each document, and so does
         if (m->layers[il].mixer != RG_KIND_ATTN || s->flash_attn)  // flash attention (the mask is then not read)
@@ -303,8 +308,12 @@ rg_status rg_train_state_create(rg_train_state **out, const rg_model *m, const r
     return rg_train_state_create_on(out, m, cfg, total_steps, memory_limit, RG_DEVICE_CPU, err);
 }
 
-rg_status rg_train_state_create_on(rg_train_state **out, const rg_model *m, const rg_train_config *cfg,
-                                   int64_t total_steps, size_t memory_limit, rg_device device, rg_error *err) {
+static rg_train_memory memory_of(const rg_train_state *s, const rg_plan *p);
+
+// rg_train_state_create_on, or with plan (rg_train_state_plan) the step built and planned with the same choices,
+// its memory into *plan and nothing more allocated: no buffer, no optimizer state, no refusal over the limit.
+static rg_status create(rg_train_state **out, const rg_model *m, const rg_train_config *cfg, int64_t total_steps,
+                        size_t memory_limit, rg_device device, rg_train_memory *planned, rg_error *err) {
     *out = NULL;
     rg_status st;
     if ((st = rg_train_config_validate(cfg, err))) return st;
@@ -377,9 +386,29 @@ rg_status rg_train_state_create_on(rg_train_state **out, const rg_model *m, cons
         g = s->g;
         need = fixed + plan.buffer_bytes + plan.scratch_bytes;
     }
+    if (limit && need > limit && cfg->flash_attn == RG_FLASH_ATTN_AUTO && !s->flash_attn && device == RG_DEVICE_CPU) {
+        // The [ctx, ctx] scores (per layer, with their softmax and gradients) do not fit: attention through
+        // FLASH_ATTN_EXT/BACK. So auto is flash where it is faster (from FLASH_AUTO_CTX, choose_flash) or where the
+        // materialized scores do not fit (here). Last in this chain, after recompute and the fused loss: below
+        // FLASH_AUTO_CTX it is the slower attention on the CPU, and the earlier steps keep their old choices.
+        s->flash_attn = true;
+        if ((st = build_step(s, s->fused_ce, s->recompute, &plan, err))) {
+            rg_train_state_free(s);
+            return st;
+        }
+        g = s->g;
+        need = fixed + plan.buffer_bytes + plan.scratch_bytes;
+    }
+    if (planned) {
+        *planned = memory_of(s, &plan);
+        rg_train_state_free(s);
+        return RG_OK;
+    }
     if (limit && need > limit) {
         size_t weights = cfg->method == RG_TRAIN_FULL ? s->weight_bytes : mapped;
-        bool recomputing = s->recompute;
+        bool recomputing = s->recompute, any_attn = false;
+        for (int64_t il = 0; il < m->hp.n_layer; il++) any_attn |= m->layers[il].mixer == RG_KIND_ATTN;
+        const bool flashing = s->flash_attn || !any_attn;  // no hint for flash attention: on, or nothing to make flash
         rg_train_state_free(s);
         return rg_fail(err, RG_ERR_NOMEM,
                        "train: the run needs %.1f MiB but the limit is %.1f MiB (weights %.1f, gradients %.1f, optimizer "
@@ -391,6 +420,7 @@ rg_status rg_train_state_create_on(rg_train_state **out, const rg_model *m, cons
                        cfg->recompute == RG_RECOMPUTE_NONE ? "set training.recompute=layer, "
                        : cfg->fused_ce == RG_FUSED_CE_OFF  ? "set training.fused_ce=on, "
                        : recomputing && cfg->checkpoint_dtype == RG_TYPE_F32 ? "set training.checkpoint_dtype=bf16, "
+                       : !flashing && device == RG_DEVICE_CPU                ? "set training.flash_attn=on, "
                                                                              : "");
     }
     // Optimizer state, masters, accumulators.
@@ -449,6 +479,18 @@ rg_status rg_train_state_create_on(rg_train_state **out, const rg_model *m, cons
     return RG_OK;
 }
 
+rg_status rg_train_state_create_on(rg_train_state **out, const rg_model *m, const rg_train_config *cfg,
+                                   int64_t total_steps, size_t memory_limit, rg_device device, rg_error *err) {
+    return create(out, m, cfg, total_steps, memory_limit, device, NULL, err);
+}
+
+rg_status rg_train_state_plan(const rg_model *m, const rg_train_config *cfg, size_t memory_limit, rg_train_memory *out,
+                              rg_error *err) {
+    rg_train_state *s;
+    memset(out, 0, sizeof *out);
+    return create(&s, m, cfg, cfg->steps, memory_limit, RG_DEVICE_CPU, out, err);
+}
+
 rg_status rg_train_state_create_eval(rg_train_state **out, const rg_model *m, const rg_train_config *cfg,
                                      rg_lora *adapter, float user_scale, rg_error *err) {
     *out = NULL;
@@ -498,8 +540,13 @@ void rg_train_state_free(rg_train_state *s) {
 }
 
 rg_train_memory rg_train_state_memory(const rg_train_state *s) {
+    rg_train_memory r = memory_of(s, rg_exec_plan(s->ex));
+    if (s->dev_run) rg_train_device_memory(s, &r);
+    return r;
+}
+
+static rg_train_memory memory_of(const rg_train_state *s, const rg_plan *p) {
     rg_train_memory r = {0};
-    const rg_plan *p = rg_exec_plan(s->ex);
     size_t mapped = 0;
     for (uint64_t i = 0; i < s->model->file->n_tensors; i++) mapped += s->model->file->tensors[i].nbytes;
     r.weights = s->cfg.method == RG_TRAIN_FULL ? s->weight_bytes : mapped;
@@ -513,7 +560,6 @@ rg_train_memory rg_train_state_memory(const rg_train_state *s) {
     r.flash_attn = s->flash_attn;
     r.checkpoint_type = s->cfg.checkpoint_dtype;
     r.total = r.weights + r.gradients + r.optimizer + r.activations + r.scratch;
-    if (s->dev_run) rg_train_device_memory(s, &r);
     return r;
 }
 
@@ -524,8 +570,8 @@ static void bind_row(rg_train_state *s, const int32_t *ids, const int32_t *label
     memcpy(rg_exec_input(s->ex, s->ids), ids, sizeof(int32_t) * (size_t)T);
     memcpy(rg_exec_input(s->ex, s->labels), labels, sizeof(int32_t) * (size_t)T);
     memcpy(rg_exec_input(s->ex, s->pos), pos, sizeof(int32_t) * (size_t)T);
-    float *mask = rg_exec_input(s->ex, s->mask);  // [T keys, T queries]: query q reads keys of its own document only
-    for (int64_t q = 0; mask && q < T; q++)       // (NULL: no attention layer reads it)
+    float *mask = s->mask ? rg_exec_input(s->ex, s->mask) : NULL;  // [T keys, T queries]: query q reads keys of
+    for (int64_t q = 0; mask && q < T; q++)       // its own document only (NULL: no attention layer reads it)
         for (int64_t k = 0; k < T; k++) mask[q * T + k] = seg[k] == seg[q] ? 0.0f : -INFINITY;
     int32_t *doc = s->seg ? rg_exec_input(s->ex, s->seg) : NULL;
     if (doc) memcpy(doc, seg, sizeof(int32_t) * (size_t)T);

@@ -45,7 +45,7 @@ typedef struct rg_train_state {
     rg_graph *g;
     rg_exec *ex;
     rg_threadpool *pool;         // owned; shared by the graph and the optimizer
-    rg_node *ids, *pos, *labels, *mask, *loss;  // [ctx] x3, [ctx, ctx], [1]
+    rg_node *ids, *pos, *labels, *mask, *loss;  // [ctx] x3, [ctx, ctx] (NULL: no materialized attention), [1]
     rg_node *seg;                // I32 [ctx] document ids for the short conv and SSM layers (NULL: the model has none)
     rg_node *ce;                 // the node whose fp[0] is the loss scale: the CROSS_ENTROPY_LOSS, or the LINEAR_CE
                                  // whose element 0 `loss` views (training.fused_ce)
@@ -110,6 +110,12 @@ typedef struct rg_train_memory {
     uint32_t checkpoint_type;  // the type those inputs are kept in
 } rg_train_memory;
 rg_train_memory rg_train_state_memory(const rg_train_state *s);
+// The memory report of the step rg_train_state_create would make (CPU), from its plan alone: the same
+// choices (training.flash_attn, recompute and fused_ce auto against memory_limit, 0: the machine's memory),
+// without the planned buffer, the exec or the optimizer state ever allocated, and not refused when it
+// exceeds the limit (compare total with it). What a bench at a context too large to run asks.
+rg_status rg_train_state_plan(const rg_model *m, const rg_train_config *cfg, size_t memory_limit, rg_train_memory *out,
+                              rg_error *err);
 
 // One row of ctx tokens (ids, labels, pos, seg as rg_dataset_row writes them).
 // inv_n = 1 / (target tokens of the whole step). Adds this row's gradient to

@@ -50,6 +50,15 @@ a=$("${g[@]}" -p "Once upon a time" -n 24 --seed 7 -t 1 2>/dev/null)
 b=$("${g[@]}" -p "Once upon a time" -n 24 --seed 7 -t 2 2>/dev/null)
 [ "$a" = "$b" ]; check "generate is the same with 1 and 2 threads" $?
 
+# --flash-attn: the prompt batch through flash attention over the KV cache gives the materialized path's greedy
+# text (test_session has the logits); the profile names the op; on is refused on a device, naming why.
+a=$("${g[@]}" -p "Once upon a time there was" -n 24 --temp 0 --flash-attn off 2>/dev/null)
+b=$("${g[@]}" -p "Once upon a time there was" -n 24 --temp 0 --flash-attn on 2>/dev/null)
+[ -n "$a" ] && [ "$a" = "$b" ]; check "generate --flash-attn on gives the greedy text of off" $? "off '$a', on '$b'"
+expect "generate --flash-attn on profiles the op" 0 "flash_attn_ext +[0-9]+ nodes"    -- "${g[@]}" -p "Hi there" -n 2 --profile --flash-attn on
+expect "generate --flash-attn on on a device" 1 "FLASH_ATTN_EXT has no CUDA kernel"   -- "${g[@]}" -p "Hi" -n 2 --flash-attn on --device cuda
+expect "generate bad --flash-attn"           2 "--flash-attn must be auto, on or off, not 'yes'" -- "${g[@]}" -p "Hi" --flash-attn yes
+
 # chat
 expect "chat answers and ends at /exit"      0 "generation: [0-9]+ tokens.*"          -- bash -c "printf 'Hi\n/exit\n' | \"\$0\" generate -m \"\$1\" --chat -n 6" "$bin" "$m"
 expect "chat keeps the history in the cache" 0 "tokens after [1-9][0-9]* cached: [0-9]+:'(<\|im_end\|>|[^']*)'" -- bash -c "printf 'Hi\nAgain\n' | \"\$0\" generate -m \"\$1\" --chat -n 6 --verbose-prompt" "$bin" "$m"
@@ -98,6 +107,11 @@ expect "perplexity default context"          0 "chunks of 256 "                 
 a=$("${p[@]}" -f "$tmp/text.txt" -c 64 --chunks 3 2>/dev/null)
 b=$("${p[@]}" -f "$tmp/text.txt" -c 64 --chunks 3 -t 1 2>/dev/null)
 [ -n "$a" ] && [ "$a" = "$b" ]; check "perplexity is reproducible" $?
+a=$("${p[@]}" -f "$tmp/text.txt" -c 128 --flash-attn off 2>&1 | grep -Eo "PPL = [0-9.]+" | cut -d' ' -f3)
+b=$("${p[@]}" -f "$tmp/text.txt" -c 128 --flash-attn on 2>&1 | grep -Eo "PPL = [0-9.]+" | cut -d' ' -f3)
+[ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; exit !(d * d <= 1e-8 * a * a) }'
+check "perplexity --flash-attn on within 1e-4 of off" $? "off $a, on $b"
+expect "perplexity bad --flash-attn"         2 "--flash-attn must be auto, on or off, not '1'" -- "${p[@]}" -f "$tmp/text.txt" --flash-attn 1
 expect "perplexity of a too-short file"      1 "short.txt: [0-9]+ tokens is too short for one chunk of -c 256 tokens" -- "${p[@]}" -f "$tmp/short.txt"
 expect "perplexity without -f"               2 "-f TEXT.txt is required"              -- "${p[@]}"
 expect "perplexity without -m"               2 "-m MODEL.gguf is required"            -- "$bin" perplexity -f "$tmp/text.txt"

@@ -31,6 +31,8 @@ char *cli_read_file(const char *path, size_t *len);      // whole file, NUL-term
 bool cli_parse_i64(const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out);
 bool cli_parse_f32(const char *cmd, const char *opt, const char *s, float *out);
 bool cli_parse_device(const char *cmd, const char *s, rg_device *out);
+// --flash-attn auto|on|off (generate, perplexity: rg_session_opts.flash_attn); false with a message otherwise.
+bool cli_parse_flash_attn(const char *cmd, const char *s, rg_flash_attn_mode *out);
 int64_t cli_default_ctx(const rg_model *m);              // 4096, or the model's context if smaller
 
 // The repeatable --lora A.gguf[:SCALE] of generate and perplexity (lora_args.c).

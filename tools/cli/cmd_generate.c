@@ -119,6 +119,17 @@ bool cli_parse_device(const char *cmd, const char *s, rg_device *out) {
     return true;
 }
 
+bool cli_parse_flash_attn(const char *cmd, const char *s, rg_flash_attn_mode *out) {
+    if (!strcmp(s, "auto")) *out = RG_FLASH_ATTN_AUTO;
+    else if (!strcmp(s, "on")) *out = RG_FLASH_ATTN_ON;
+    else if (!strcmp(s, "off")) *out = RG_FLASH_ATTN_OFF;
+    else {
+        fprintf(stderr, "retrograd %s: --flash-attn must be auto, on or off, not '%s'\n", cmd, s);
+        return false;
+    }
+    return true;
+}
+
 int64_t cli_default_ctx(const rg_model *m) {
     int64_t train = m->hp.n_ctx_train;
     return train > 0 && train < 4096 ? train : 4096;
@@ -144,6 +155,9 @@ static void usage(FILE *f) {
             "  -c CTX                context length in tokens (default 4096, or the model's if smaller)\n"
             "  -t THREADS            CPU threads (default: all cores)\n"
             "  --device cpu|cuda     where to run (default cpu)\n"
+            "  --flash-attn auto|on|off\n"
+            "                        prompt batches through flash attention over the KV cache instead of the\n"
+            "                        [n_kv, T, n_head] scores (default auto: when those would pass 256 MiB; CPU only)\n"
             "  --lora A.gguf[:SCALE] apply a LoRA adapter (llama.cpp's format) with SCALE x alpha/rank (default 1);\n"
             "                        repeat it to apply several (their terms are summed)\n"
             "  --no-bos              never put a BOS token first\n"
@@ -491,6 +505,7 @@ int cmd_generate(int argc, char **argv) {
     const char *tmpl_name = NULL;  // --chat-template: a built-in layout
     int64_t n_predict = 128, n_ctx = 0, n_threads = 0, repeat_last_n = 64;
     rg_device device = RG_DEVICE_CPU;
+    rg_flash_attn_mode flash = RG_FLASH_ATTN_AUTO;
     rg_sampler_params sp = rg_sampler_defaults();
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -507,7 +522,7 @@ int cmd_generate(int argc, char **argv) {
         static const char *const with_value[] = {"-m", "-p", "-f", "-n", "--temp", "--top-k", "--top-p", "--min-p",
                                                  "--repeat-penalty", "--repeat-last-n", "--seed", "-c", "-t",
                                                  "--threads", "--device", "--ctx-size", "--n-predict", "--lora",
-                                                 "--chat-template"};
+                                                 "--chat-template", "--flash-attn"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(a, with_value[k]);
         if (!known) {
@@ -544,6 +559,7 @@ int cmd_generate(int argc, char **argv) {
         } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) ok = cli_parse_i64(C, a, v, 1, INT32_MAX, &n_ctx);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = cli_parse_i64(C, a, v, 1, 512, &n_threads);
         else if (!strcmp(a, "--device")) ok = cli_parse_device(C, v, &device);
+        else if (!strcmp(a, "--flash-attn")) ok = cli_parse_flash_attn(C, v, &flash);
         else if (!strcmp(a, "--lora")) ok = cli_loras_add(C, &loras, v);
         else if (!strcmp(a, "--chat-template")) tmpl_name = v;
         if (!ok) return 2;
@@ -623,7 +639,7 @@ int cmd_generate(int argc, char **argv) {
     rc = 1;
     rg_exec_profile prof = {0};
     rg_session_opts so = {.n_ctx = g.n_ctx, .n_threads = (int)n_threads, .device = device, .lora = lora,
-                          .lora_scale = lora_scale, .profile = profile ? &prof : NULL};
+                          .lora_scale = lora_scale, .profile = profile ? &prof : NULL, .flash_attn = flash};
     if (rg_session_create(&g.sess, g.model, &so, &err) ||
         rg_sampler_create(&g.smp, &sp, (int32_t)g.n_vocab, &err)) {
         fprintf(stderr, "retrograd %s: %s\n", C, err.msg);

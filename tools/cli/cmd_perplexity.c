@@ -1,5 +1,5 @@
 // cmd_perplexity.c - `retrograd perplexity -m MODEL.gguf -f TEXT.txt [-c CTX] [-t THREADS]
-// [--chunks N] [--device cpu|cuda] [--exact] [--lora A.gguf[:SCALE]]...`: the perplexity of a model on a text, computed as
+// [--chunks N] [--device cpu|cuda] [--exact] [--flash-attn auto|on|off] [--lora A.gguf[:SCALE]]...`: the perplexity of a model on a text, computed as
 // llama.cpp's perplexity tool computes it, so that the numbers compare.
 //
 //   - The whole file is tokenized once, as llama.cpp's perplexity does: BOS first (and EOS
@@ -40,7 +40,7 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: retrograd perplexity -m MODEL.gguf -f TEXT.txt [-c CTX] [-t THREADS] [--chunks N] [--device cpu|cuda]\n"
-               "                                [--exact] [--lora A.gguf[:SCALE]]...\n"
+               "                                [--exact] [--flash-attn auto|on|off] [--lora A.gguf[:SCALE]]...\n"
                "  -m MODEL.gguf     the model\n"
                "  -f TEXT.txt       the text to score\n"
                "  -c CTX            tokens per chunk (default 512, or the model's context if smaller); the second\n"
@@ -50,6 +50,9 @@ static void usage(FILE *f) {
                "  --device cpu|cuda where to run (default cpu)\n"
                "  --exact           F32 activations everywhere (slower; what a float reference on the dequantized\n"
                "                    weights computes): quantized weights otherwise multiply int8 activations\n"
+               "  --flash-attn auto|on|off\n"
+               "                    the batches through flash attention over the KV cache instead of the\n"
+               "                    [n_kv, T, n_head] scores (default auto: when those would pass 256 MiB; CPU only)\n"
                "  --lora A.gguf[:SCALE]\n"
                "                    apply a LoRA adapter (llama.cpp's format) with SCALE x alpha/rank (default 1);\n"
                "                    repeat it to apply several (their terms are summed)\n");
@@ -70,6 +73,7 @@ int cmd_perplexity(int argc, char **argv) {
     const char *model_path = NULL, *file = NULL;
     int64_t n_ctx = 0, n_threads = 0, max_chunks = -1;
     rg_device device = RG_DEVICE_CPU;
+    rg_flash_attn_mode flash = RG_FLASH_ATTN_AUTO;
     cli_loras loras = {0};
     bool exact = false;
     for (int i = 0; i < argc; i++) {
@@ -82,7 +86,8 @@ int cmd_perplexity(int argc, char **argv) {
             exact = true;
             continue;
         }
-        static const char *const with_value[] = {"-m", "-f", "-c", "--ctx-size", "-t", "--threads", "--chunks", "--device", "--lora"};
+        static const char *const with_value[] = {"-m", "-f", "-c", "--ctx-size", "-t", "--threads", "--chunks", "--device", "--lora",
+                                                 "--flash-attn"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(a, with_value[k]);
         if (!known) {
@@ -102,6 +107,7 @@ int cmd_perplexity(int argc, char **argv) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = cli_parse_i64(C, a, v, 1, 512, &n_threads);
         else if (!strcmp(a, "--chunks")) ok = cli_parse_i64(C, a, v, -1, INT32_MAX, &max_chunks);
         else if (!strcmp(a, "--device")) ok = cli_parse_device(C, v, &device);
+        else if (!strcmp(a, "--flash-attn")) ok = cli_parse_flash_attn(C, v, &flash);
         else if (!strcmp(a, "--lora")) ok = cli_loras_add(C, &loras, v);
         if (!ok) return 2;
     }
@@ -165,7 +171,7 @@ int cmd_perplexity(int argc, char **argv) {
     if (piece > 256) piece = 256;
     if (piece < 1) piece = 1;
     rg_session_opts so = {.n_ctx = n_ctx, .n_threads = (int)n_threads, .device = device, .lora = lora,
-                          .lora_scale = lora_scale, .exact_activations = exact};
+                          .lora_scale = lora_scale, .exact_activations = exact, .flash_attn = flash};
     chunk = malloc((size_t)n_ctx * sizeof *chunk);
     logits = malloc((size_t)(piece * V) * sizeof *logits);
     if (!chunk || !logits) {
