@@ -88,7 +88,6 @@ typedef struct tcase {
     int64_t out_ne[4];  // shape of the first output
     int64_t n_out;      // reference outputs in all (the builder may return extra outputs)
     double fwd_tol;     // < 0: the entry's bound
-    bool cpu_only;      // a variant the CUDA column leaves to the CPU by design (SOFT_MAX's sliding window)
 } tcase;
 
 typedef int (*gen_fn)(tcase *c, uint32_t type, int variant);  // 0: no such variant
@@ -821,7 +820,6 @@ static int gen_soft_max(tcase *c, uint32_t type, int v) {
     c->ip[0] = v == 2 || v >= 4;        // causal
     c->ip[1] = v == 1 || v == 3 || v == 5;  // mask
     c->ip[2] = v == 4 ? 3 : v == 5 ? 2 : 0;  // sliding window
-    c->cpu_only = c->ip[2] > 0;
     c->fp[0] = v == 0 ? (double)0.8f : v == 2 ? 0.5 : v == 3 || v == 5 ? (double)1.3f : 1.0;
     c->fp[1] = v == 3 || v == 5 ? 3.0 : 0.0;
     in_rand(c, "a", RG_TYPE_F32, n_kv, T, H, 1, 2.0, true);
@@ -1996,11 +1994,6 @@ static void parity_case(rg_op op, const op_entry *e, tcase *c, void *arg) {
     const int n_out = build_case(g, e, c, false, leaf, out);
     if (rg_graph_error(g, &err) || !out[0]) {
         report_error(name, c, "cuda", err.msg[0] ? err.msg : "the builder made no node");
-        rg_graph_free(g);
-        return;
-    }
-    if (rg_op_defs[op].cpu_only || c->cpu_only) {  // left to the CPU by design (the op table's cpu_only)
-        printf("    %-24s %-28s CPU only: the scheduler runs it on the CPU\n", name, c->label);
         rg_graph_free(g);
         return;
     }

@@ -119,11 +119,13 @@ __device__ static inline void rg_cu_unravel4(int64_t i, const int64_t ne[4], int
 //   ops_train.cu        OUT_PROD, LINEAR_CE(_BACK), ADAMW, SGD
 //   ops_ssm.cu          SSM_CONV(_BACK), SSM_DT, SSM_SCAN(_BACK)
 //   ops_flash.cu        FLASH_ATTN_EXT, FLASH_ATTN_BACK
+//   ops_gelu_softcap.cu GELU(_BACK), SOFTCAP(_BACK)
 void rg_cu_register_elementwise(rg_op_col *col);
 void rg_cu_register_norm(rg_op_col *col);
 void rg_cu_register_train(rg_op_col *col);
 void rg_cu_register_ssm(rg_op_col *col);
 void rg_cu_register_flash(rg_op_col *col);
+void rg_cu_register_gelu_softcap(rg_op_col *col);
 
 // The context of the backend running a node (its kernels get rg_exec_ctx from the executor).
 static inline rg_cuda_ctx *rg_cu_ctx(const rg_exec_ctx *c) { return (rg_cuda_ctx *)c->backend->impl; }

@@ -50,6 +50,7 @@
 #define rg_cu_gemm_half RG_CUDA_TWIN(gemm_half)
 #define rg_cu_register_ssm RG_CUDA_TWIN(register_ssm)
 #define rg_cu_register_flash RG_CUDA_TWIN(register_flash)
+#define rg_cu_register_gelu_softcap RG_CUDA_TWIN(register_gelu_softcap)
 #endif
 
 #include "cuda/cuda.h"

@@ -18,7 +18,8 @@
 //             difference from a plain F32 dot product is the summation order.
 //             Dims 2 and 3 broadcast as in
 //             architectures.md §0.1: x slice i2 uses weight slice i2 / (c2 / b2).
-//   SOFT_MAX  f32 rows, optional f32 mask [n_kv, >= T], causal flag, scale,
+//   SOFT_MAX  f32 rows, optional f32 mask [n_kv, >= T], causal flag, sliding window
+//             (ip[1], with the causal mask: keys before end - window give 0), scale,
 //             softcap, exactly the CPU's rule (ops_softmax_loss.c): z in f32
 //             with no fused multiply-add, f32 expf, the row sum in double,
 //             y = (float)(e * (1/sum)); fully masked rows give zeros.
@@ -106,7 +107,8 @@ __global__ static void widen_bf16_kernel(const uint16_t *src, int64_t ld, int64_
 //   y_k = expf(z_k - max z) / sum exp (sum in double), 0 for masked keys;
 //   a row whose z are all -inf gives zeros.
 __global__ static void soft_max_f32_kernel(const float *a, const float *mask, float *y, int64_t n_kv, int64_t T,
-                                           int64_t nrows, int64_t mask_ld, int causal, float scale, float softcap) {
+                                           int64_t nrows, int64_t mask_ld, int causal, int64_t window, float scale,
+                                           float softcap) {
     RG_SHARED(float, sh_max, 32);
     RG_SHARED(double, sh_sum, 32);
     for (int64_t r = blockIdx.x; r < nrows; r += gridDim.x) {
@@ -114,14 +116,17 @@ __global__ static void soft_max_f32_kernel(const float *a, const float *mask, fl
         const float *ar = a + r * n_kv;
         float *yr = y + r * n_kv;
         const float *mr = mask ? mask + i * mask_ld : NULL;
-        int64_t end = n_kv;
+        // keys at or beyond `end` causally masked, those before `start` out of the sliding window
+        int64_t end = n_kv, start = 0;
         if (causal) {
             const int64_t lim = i + (n_kv - T) + 1;
             end = lim < 0 ? 0 : lim < n_kv ? lim : n_kv;
+            if (window > 0 && end - window > 0) start = end - window;
         }
+        for (int64_t k = threadIdx.x; k < start; k += blockDim.x) yr[k] = 0.0f;
         // z, kept in y; each thread later reads back only the elements it wrote.
         float mx = -INFINITY;
-        for (int64_t k = threadIdx.x; k < end; k += blockDim.x) {
+        for (int64_t k = start + threadIdx.x; k < end; k += blockDim.x) {
             float z = __fmul_rn(scale, ar[k]);
             if (softcap > 0.0f) z = __fmul_rn(softcap, tanhf(__fdiv_rn(z, softcap)));
             if (mr) z = __fadd_rn(z, mr[k]);
@@ -134,14 +139,14 @@ __global__ static void soft_max_f32_kernel(const float *a, const float *mask, fl
             continue;
         }
         double sum = 0.0;
-        for (int64_t k = threadIdx.x; k < end; k += blockDim.x) {
+        for (int64_t k = start + threadIdx.x; k < end; k += blockDim.x) {
             const float e = expf(__fsub_rn(yr[k], mx));
             yr[k] = e;
             sum += (double)e;
         }
         sum = rg_cu_block_reduce(sum, 0.0, sh_sum, rg_cu_add());
         const double inv = 1.0 / sum;
-        for (int64_t k = threadIdx.x; k < end; k += blockDim.x) yr[k] = (float)__dmul_rn((double)yr[k], inv);
+        for (int64_t k = start + threadIdx.x; k < end; k += blockDim.x) yr[k] = (float)__dmul_rn((double)yr[k], inv);
         for (int64_t k = end + threadIdx.x; k < n_kv; k += blockDim.x) yr[k] = 0.0f;
     }
 }
@@ -205,7 +210,7 @@ static bool mul_mat_supported(const rg_node *n) {
 
 static bool soft_max_supported(const rg_node *n) {
     const rg_node *a = n->src[0], *mask = n->src[1];
-    if (n->ip[1] != 0) return false;  // a sliding window (gemma): the CPU's kernel only, for now
+    if (n->ip[1] < 0 || (n->ip[1] > 0 && !n->ip[0])) return false;  // the CPU refuses these with the reason
     if (!has_bytes(a) || a->t.type != RG_TYPE_F32 || !rg_tensor_is_contiguous(&a->t)) return false;
     if (!rg_tensor_same_shape(&a->t, &n->t)) return false;
     if (mask) {
@@ -401,7 +406,7 @@ static rg_status run_soft_max(rg_cuda_ctx *ctx, const rg_node *n, rg_error *err)
     const int64_t mask_ld = m ? (int64_t)(m->nb[1] / 4) : 0;
     const unsigned blocks = (unsigned)(nrows < 65535 * 16 ? nrows : 65535 * 16);
     RG_LAUNCH(soft_max_f32_kernel, blocks, RG_CU_THREADS, 0, ctx->stream, (const float *)da, (const float *)dm,
-              (float *)dy, n_kv, T, nrows, mask_ld, n->ip[0] != 0, n->fp[0], n->fp[1]);
+              (float *)dy, n_kv, T, nrows, mask_ld, n->ip[0] != 0, n->ip[1], n->fp[0], n->fp[1]);
     CU_LAUNCHED();
     return RG_OK;
 }
@@ -442,6 +447,7 @@ extern "C" const struct rg_op_col *rg_cuda_column(void) {
         rg_cu_register_train(cuda_column);
         rg_cu_register_ssm(cuda_column);
         rg_cu_register_flash(cuda_column);
+        rg_cu_register_gelu_softcap(cuda_column);
         cuda_column_ready = true;
     }
     return cuda_column;

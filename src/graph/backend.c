@@ -36,7 +36,7 @@ rg_op_col rg_op_cell(rg_backend_id b, int op) {
         c.supports = d->cpu_supports;
         c.work = d->cpu_work;
         c.types = d->cpu ? cpu_types(op) : NULL;
-    } else if (b == RG_BACKEND_CUDA && !rg_op_defs[op].cpu_only) {  // cpu_only: the scheduler keeps it on the CPU
+    } else if (b == RG_BACKEND_CUDA) {
         const rg_op_col *col = rg_cuda_column();
         if (col) c = col[op];
     }

@@ -277,13 +277,11 @@ static bool optim_types(const rg_node *n) {
 }
 
 #define OP(name_, min_, max_, kernel_, work_, supports_, backward_, inplace_) \
-    {name_, min_, max_, false, inplace_, kernel_, work_, supports_, backward_, false}
-#define OP_CPU(name_, min_, max_, kernel_, work_, supports_, backward_) \
-    {name_, min_, max_, false, false, kernel_, work_, supports_, backward_, true}
-#define VIEW_OP(name_, backward_) {name_, 1, 1, true, false, NULL, NULL, any_types, backward_, false}
+    {name_, min_, max_, false, inplace_, kernel_, work_, supports_, backward_}
+#define VIEW_OP(name_, backward_) {name_, 1, 1, true, false, NULL, NULL, any_types, backward_}
 
 const rg_op_def rg_op_defs[RG_OP_COUNT] = {
-    [RG_OP_NONE] = {"none", 0, 0, false, false, NULL, NULL, any_types, NULL, false},
+    [RG_OP_NONE] = {"none", 0, 0, false, false, NULL, NULL, any_types, NULL},
     [RG_OP_FILL] = OP("fill", 0, 0, cpu_fill, NULL, fill_types, NULL, false),
     [RG_OP_GET_ROWS] = OP("get_rows", 2, 2, cpu_get_rows, NULL, any_types, bw_get_rows, false),
     [RG_OP_GET_ROWS_BACK] = OP("get_rows_back", 2, 2, cpu_get_rows_back, NULL, plain_f32, NULL, false),
@@ -307,10 +305,10 @@ const rg_op_def rg_op_defs[RG_OP_COUNT] = {
     [RG_OP_SILU] = OP("silu", 1, 1, cpu_silu, NULL, plain_f32, bw_silu, true),
     [RG_OP_SILU_BACK] = OP("silu_back", 2, 2, cpu_silu_back, NULL, plain_f32, NULL, false),
     [RG_OP_SWIGLU] = OP("swiglu", 2, 2, cpu_swiglu, NULL, plain_f32, bw_swiglu, false),
-    [RG_OP_GELU] = OP_CPU("gelu", 1, 1, cpu_gelu, NULL, plain_f32, bw_gelu),
-    [RG_OP_GELU_BACK] = OP_CPU("gelu_back", 2, 2, cpu_gelu_back, NULL, plain_f32, NULL),
-    [RG_OP_SOFTCAP] = OP_CPU("softcap", 1, 1, cpu_softcap, NULL, plain_f32, bw_softcap),
-    [RG_OP_SOFTCAP_BACK] = OP_CPU("softcap_back", 2, 2, cpu_softcap_back, NULL, plain_f32, NULL),
+    [RG_OP_GELU] = OP("gelu", 1, 1, cpu_gelu, NULL, plain_f32, bw_gelu, false),
+    [RG_OP_GELU_BACK] = OP("gelu_back", 2, 2, cpu_gelu_back, NULL, plain_f32, NULL, false),
+    [RG_OP_SOFTCAP] = OP("softcap", 1, 1, cpu_softcap, NULL, plain_f32, bw_softcap, false),
+    [RG_OP_SOFTCAP_BACK] = OP("softcap_back", 2, 2, cpu_softcap_back, NULL, plain_f32, NULL, false),
     [RG_OP_RESHAPE] = VIEW_OP("reshape", bw_reshape),
     [RG_OP_VIEW] = VIEW_OP("view", bw_view),
     [RG_OP_PERMUTE] = VIEW_OP("permute", bw_permute),

@@ -47,9 +47,6 @@ typedef struct rg_op_def {
     rg_work_size_fn cpu_work;   // NULL: no scratch
     rg_supports_fn cpu_supports;
     rg_backward_fn backward;    // NULL: the op has no gradient (backward through it is an error)
-    // No device kernel by design for now: the scheduler runs it on the CPU (as any node a device does not take),
-    // and the CUDA parity suite does not count it as missing.
-    bool cpu_only;
 } rg_op_def;
 
 extern const rg_op_def rg_op_defs[RG_OP_COUNT];

@@ -11,8 +11,10 @@
 #   - LoRA on a quantized base on the device (the base's products fall back to the CPU);
 #   - the memory line and report.json give the run's device memory (scratch_*) and the device's;
 #   - generate --device cuda answers; report names the host execution;
-#   - lfm2 and mamba2 full f32 on the device (SSM_CONV, SSM_SCAN and their backward): 3 per-step
-#     losses within 1e-5 of the CPU run's; generate --device cuda on both.
+#   - lfm2, mamba2, gemma2 and gemma3 full f32 on the device (SSM_CONV, SSM_SCAN, GELU, SOFTCAP,
+#     the windowed SOFT_MAX and their backward): 3 per-step losses within 1e-5 of the CPU run's;
+#     generate --device cuda on each; gemma2 trains resident (RETRO_REQUIRE_GPU_RESIDENT=1: no
+#     node falls back to the CPU).
 set -u
 bin="$1/retrograd"
 tmp=$(mktemp -d)
@@ -84,7 +86,7 @@ expect "lora on q4_k_m on cuda" 0 "done: 4 steps" -- "$bin" train -m "$tmp/q4.gg
 expect "generate --device cuda" 0 "generation: [1-8] tokens" -- "$bin" generate -m "$tmp/cuda/model.gguf" \
   -p "What is 1 plus 2?" -n 8 --device cuda
 for i in $(seq 1 30); do echo "Line $i: the quick brown fox jumps over the lazy dog."; done > "$tmp/text.txt"
-for a in lfm2 mamba2; do
+for a in lfm2 mamba2 gemma2 gemma3; do
   "$bin" make-tiny --arch $a --type f32 -o "$tmp/$a.gguf" >/dev/null
   rec=(-m "$tmp/$a.gguf" -d "$tmp/text.txt" --set training.method=full --set training.lr=1e-3 --set training.ctx=48
        --set training.batch_size=2 --set training.eval_every=0 --set training.steps=3 --progress lines)
@@ -95,6 +97,9 @@ for a in lfm2 mamba2; do
   check "$a: train --device cuda: 3 per-step losses within 1e-5 of the CPU's" $? "$(losses "$tmp/$a-cuda/train.jsonl" | tr '\n' ' ')"
   expect "$a: generate --device cuda" 0 "generation: [1-4] tokens" -- "$bin" generate -m "$tmp/$a.gguf" -p "Line 1:" -n 4 --raw --device cuda
 done
+expect "gemma2: train --device cuda resident (RETRO_REQUIRE_GPU_RESIDENT=1)" 0 "done: 3 steps" -- \
+  env RETRO_REQUIRE_GPU_RESIDENT=1 "$bin" train -m "$tmp/gemma2.gguf" -d "$tmp/text.txt" --set training.method=full \
+  --set training.ctx=48 --set training.eval_every=0 --set training.steps=3 --progress lines --device cuda -o "$tmp/g2-res"
 if [ "$RETRO_CUDA_HOST" = 1 ]; then
   expect "report names the host execution" 0 "host execution of the CUDA code" -- "$bin" report
 fi
