@@ -12,6 +12,9 @@
 //           for ir over MC by 6:         A panels stream from L2
 //             C[ir:ir+6, jr:jr+16] (+)= Ap panel . Bp panel      (the 6x16 micro-kernel)
 //
+// Where AVX-512 is usable, two A panels at a time go through the 12x16 tall
+// micro-kernel (gemm_avx512.c) on the same packed panels, with the same bits.
+//
 // KC = 256 keeps one B panel at half of Zen 3's 32 KB L1 so the A panel and
 // the C rows fit beside it, and it is a multiple of every quant block size
 // (32, 64, 256), so a slice of a quantized row is whole blocks. MC = 144 (24
@@ -79,6 +82,7 @@ bool rg_sgemm_have_openblas(void) {
 }
 
 static bool use_avx2(void) { return rg_gemm_avx2_built && rg_cpu_has_avx2(); }
+static bool use_avx512(void) { return rg_gemm_avx512_built && rg_cpu_has_avx512_vnni(); }
 
 #ifdef RG_HAVE_OPENBLAS
 static pthread_once_t ob_once = PTHREAD_ONCE_INIT;
@@ -93,7 +97,7 @@ static void ob_init(void) {
 const char *rg_sgemm_impl_name(rg_sgemm_impl impl) {
     switch (impl) {
     case RG_SGEMM_AUTO: return "auto";
-    case RG_SGEMM_OURS: return use_avx2() ? "ours (avx2)" : "ours (portable)";
+    case RG_SGEMM_OURS: return !use_avx2() ? "ours (portable)" : use_avx512() ? "ours (avx2+avx512)" : "ours (avx2)";
     case RG_SGEMM_OURS_PORTABLE: return "ours (portable)";
     case RG_SGEMM_OPENBLAS:
 #ifdef RG_HAVE_OPENBLAS
@@ -184,6 +188,7 @@ typedef void (*pack_bt_half_fn)(int64_t kc, const uint16_t *src, int64_t ld, int
 
 typedef struct ours_ctx {
     ukernel_fn ukernel;
+    ukernel_fn ukernel_tall;  // RG_GEMM_TALL rows (RG_GEMM_TALL / 6 A panels) at once, or NULL
     pack_bt_fn pack_bt;
     pack_bt_fn pack_at;     // A rows -> [kc][6]
     pack_bt_half_fn pack_bt_half;  // F16/BF16 weight rows packed straight from the source, or NULL
@@ -398,14 +403,19 @@ static void panel_tiles(const ours_ctx *oc, const float *ap, int64_t mc, int64_t
     const int64_t per_row = next ? (int64_t)(next->bytes + 63) / 64 + 1 : 0;  // lines of a row, one more if unaligned
     const int64_t pf_total = next ? next->rows * per_row : 0, pf_tile = ceil_div(pf_total, ceil_div(mc, MR));
     int64_t pf = 0;
-    for (int64_t ir = 0; ir < mc; ir += MR) {
-        for (int64_t q = 0; q < pf_tile && pf < pf_total; q++, pf++) {
+    for (int64_t ir = 0; ir < mc;) {
+        // Four whole A panels against a whole B panel: the tall kernel, where there is one.
+        const bool tall = oc->ukernel_tall && nr == NR && ir + RG_GEMM_TALL <= mc;
+        const int64_t rows = tall ? RG_GEMM_TALL : MR;
+        for (int64_t q = 0; q < pf_tile * (rows / MR) && pf < pf_total; q++, pf++) {
             const char *row = next->first + (size_t)(pf / per_row) * next->stride;
             __builtin_prefetch(row + (size_t)(pf % per_row) * 64, 0, 2);
         }
         int64_t mr = min64(MR, mc - ir);
         float *ct = c + ir * ldc;
-        if (mr == MR && nr == NR) {
+        if (tall) {
+            oc->ukernel_tall(kc, ap + ir * kc, bpanel, ct, ldc, add);
+        } else if (mr == MR && nr == NR) {
             oc->ukernel(kc, ap + ir * kc, bpanel, ct, ldc, add);
         } else {
             oc->ukernel(kc, ap + ir * kc, bpanel, edge, NR, false);
@@ -413,6 +423,7 @@ static void panel_tiles(const ours_ctx *oc, const float *ap, int64_t mc, int64_t
                 for (int64_t j = 0; j < nr; j++)
                     ct[r * ldc + j] = add ? ct[r * ldc + j] + edge[r * NR + j] : edge[r * NR + j];
         }
+        ir += rows;
     }
 }
 
@@ -795,6 +806,7 @@ rg_status rg_gemm_run(rg_threadpool *pool, rg_sgemm_impl impl, const rg_gemm_bat
                            : bt->b_type == RG_TYPE_BF16 ? rg_gemm_pack_bt_bf16_avx2
                                                         : NULL;
     j.oc = (ours_ctx){avx2 ? rg_gemm_ukernel_avx2 : ukernel_portable,
+                      avx2 && use_avx512() ? rg_gemm_ukernel_tall_avx512 : NULL,
                       avx2 ? rg_gemm_pack_bt_avx2 : pack_bt_portable,
                       avx2 ? rg_gemm_pack_at_avx2 : pack_at_portable,
                       half, dequant, bs, type_size, ours_plan(bt)};

@@ -46,6 +46,7 @@ typedef enum rg_sgemm_impl {
 #define RG_GEMM_MR 6      // rows of C per micro-kernel call
 #define RG_GEMM_NR 16     // columns of C per micro-kernel call (two AVX2 vectors)
 #define RG_GEMM_KC 256    // depth of one packed panel: the unit of the k order
+#define RG_GEMM_TALL 12   // rows of C per call of the AVX-512 tall micro-kernel (two A panels)
 
 // Whether this build links OpenBLAS.
 bool rg_sgemm_have_openblas(void);
@@ -124,5 +125,12 @@ void rg_gemm_pack_at_avx2(int64_t kc, const float *src, int64_t ld, int n, float
 // rg_gemm_pack_bt_avx2 from F16 or BF16 rows (ld in elements), widened exactly to f32 on the way.
 void rg_gemm_pack_bt_f16_avx2(int64_t kc, const uint16_t *src, int64_t ld, int n, float *dst);
 void rg_gemm_pack_bt_bf16_avx2(int64_t kc, const uint16_t *src, int64_t ld, int n, float *dst);
+
+// Internal: the AVX-512 tall micro-kernel (gemm_avx512.c), rg_gemm_avx512_built = 0 and a stub
+// in builds without AVX-512. c[24 rows, 16 columns] (row r at c + r * ldc) = (add ? c : 0) + the
+// products of four consecutive packed A panels (a, a + kc * 6, ...) and the B panel b, each
+// element's sum in the same order as rg_gemm_ukernel_avx2's, so with the same bits.
+extern const int rg_gemm_avx512_built;
+void rg_gemm_ukernel_tall_avx512(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, bool add);
 
 #endif
