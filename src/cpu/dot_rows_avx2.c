@@ -181,16 +181,17 @@ static inline float sc_bf16(const uint8_t *p) {
     return v;
 }
 
-// One row at a time, front to back, four accumulators over steps of 32 and no software
-// prefetch: a single sequential stream the hardware prefetcher follows on its own.
-// F32: on SmolLM2's layer shapes (7 products a layer and the 113 MB output, each its own
-// parallel section, 2 threads) this read 18.0-21.3 GB/s where a four-row kernel read
-// 15.4-18.4 and the same one-row loop with a software prefetch 15.0-17.4 (interleaved,
-// three runs). F16 and BF16 (the same loop, each 8 values widened as loaded): SmolLM2
-// generation 70.7-75.9 / 69.8-78.1 tok/s against 54.2-57.6 / 53.9-58.5 for the four-row
-// kernel with prefetch (three interleaved runs; the memory's ceiling 93-104 tok/s); with
-// memory at 15-22 GB/s the two had measured alike, so the four-row kernel's prefetch only
-// pays where memory is slow.
+// One row at a time, front to back, four accumulators over steps of 32, and a software
+// prefetch of every line 1 KB ahead (the rows are contiguous, so past a row's end it
+// fetches the next row's start). F32: on SmolLM2's layer shapes (2 threads, Zen 3) the
+// one-row loop without any prefetch read 18.0-21.3 GB/s where a four-row kernel read
+// 15.4-18.4 (interleaved, three runs). The prefetch: on the LFM2-350M F16 shape's 721 MB
+// of matrices (2 threads, Sapphire Rapids, 2026-12-02, /tmp lab interleaved, two runs)
+// the loop read 19.1-19.6 GB/s without it and 23.0-23.5 with it 1 KB ahead from a
+// file's mapping in 4 KiB pages (256 B: 20.9, 512 B: 21.8-22.0, 2 KB: 21.7, 4 KB: 20.3-20.6;
+// the hardware prefetchers stop at every 4 KiB page and the software one does not),
+// and 26.3-26.8 against 29.9 from 2 MiB pages.
+#define FLOAT_PREFETCH_AHEAD 1024
 #define FLOAT_ONE_ROW(name, ES, LOAD, SCALAR)                                                                \
     void name(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y) {            \
         const float *xf = x;                                                                                \
@@ -200,6 +201,7 @@ static inline float sc_bf16(const uint8_t *p) {
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                     \
             int64_t k = 0;                                                                                  \
             for (; k < k32; k += 32) {                                                                      \
+                for (int o = 0; o < 32 * ES; o += 64) _mm_prefetch((const char *)p + k * ES + FLOAT_PREFETCH_AHEAD + o, _MM_HINT_T0); \
                 a0 = _mm256_fmadd_ps(LOAD(p + k * ES), _mm256_loadu_ps(xf + k), a0);                        \
                 a1 = _mm256_fmadd_ps(LOAD(p + (k + 8) * ES), _mm256_loadu_ps(xf + k + 8), a1);              \
                 a2 = _mm256_fmadd_ps(LOAD(p + (k + 16) * ES), _mm256_loadu_ps(xf + k + 16), a2);            \
