@@ -3,7 +3,8 @@
 // N = 256 (prompt/training: the SGEMM path) and N = 1 (generation: the dot
 // products); then the crossover between the two MUL_MAT paths.
 //
-// The peak is 32 FP32 FLOP per cycle per core (two 256-bit FMA pipes) times
+// The peak is 32 FP32 FLOP per cycle per core (two 256-bit FMA pipes; 64 where the measured
+// zmm FMA rate says two 512-bit pipes, bench_fma_flop_per_cycle) times
 // the clock, measured here with a chain of dependent integer adds (one per
 // cycle on every x86 core, so no latency table is assumed) on the thread's
 // CPU clock; /proc/cpuinfo's "cpu MHz" is printed beside it (in a VM it is
@@ -186,11 +187,12 @@ int main(int argc, char **argv) {
     int cores = rg_cpu_count();
     double mhz = bench_measured_mhz(), mhz_info = bench_cpuinfo_mhz();
     double clock = mhz > 0 ? mhz : mhz_info;
-    double peak1 = 32.0 * clock * 1e-3;  // GFLOP/s per core
+    const int fpc = bench_fma_flop_per_cycle(clock);
+    double peak1 = fpc * clock * 1e-3;  // GFLOP/s per core
     printf("bench_gemm: %d cores, clock %.0f MHz measured (dependent-add chain; /proc/cpuinfo says %.0f MHz)\n", cores,
            mhz, mhz_info);
-    printf("FMA peak: 32 FLOP/cycle/core x %.0f MHz = %.1f GFLOP/s per core, %.1f on %d cores\n", clock, peak1,
-           peak1 * cores, cores);
+    printf("FMA peak: %d FLOP/cycle/core (measured FMA rate / clock) x %.0f MHz = %.1f GFLOP/s per core, %.1f on %d cores\n",
+           fpc, clock, peak1, peak1 * cores, cores);
     printf("ours = %s; openblas = %s, one thread per tile of a fixed grid (gemm.c)\n",
            rg_sgemm_impl_name(RG_SGEMM_OURS),
            rg_sgemm_have_openblas() ? rg_sgemm_impl_name(RG_SGEMM_OPENBLAS) : "not in this build");

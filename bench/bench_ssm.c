@@ -9,7 +9,7 @@
 // Per op: microseconds (best of 5 batches), GB/s of the op's compulsory traffic (every
 // source read once, every output written once) and that as a share of the plain read
 // rate, and GFLOP/s of the arithmetic the recurrence needs as a share of the FMA peak (32
-// FLOP/cycle/core at the measured clock). The scan's counts, per token, head, state row n
+// FLOP/cycle/core at the measured clock, 64 where two 512-bit FMA pipes are measured). The scan's counts, per token, head, state row n
 // and lane p: forward 5 (S = decay S + B (x step): 3; y += S C: 2); backward 15 (the
 // state again: 3; dS = decay dS + C dy: 3; dC += S dy, dB += dS x step, dx += dS B and
 // ddecay += dS S_prev: 2 each, and 1 for the step's factor). The conv: 2 K per channel and
@@ -162,7 +162,7 @@ int main(void) {
         fprintf(stderr, "bench_ssm: %s\n", err.msg);
         return 1;
     }
-    const double mhz = bench_measured_mhz(), peak = 32.0 * mhz * 1e-3 * threads;
+    const double mhz = bench_measured_mhz(), peak = bench_fma_flop_per_cycle(mhz) * mhz * 1e-3 * threads;
     const double gbs = plain_read_gbs(threads);
     printf("bench_ssm: %d threads; a plain read of 512 MiB runs at %.1f GB/s; clock %.0f MHz measured, FMA peak %.1f "
            "GFLOP/s (both measured in this run)\n", threads, gbs, mhz, peak);

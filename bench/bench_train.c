@@ -51,7 +51,7 @@
 // H x Dh per layer, x3 for forward and backward); LoRA 4 x base parameters x
 // tokens (forward and dX, no dW) + 6 x adapter parameters x tokens +
 // attention. MFU = model FLOPs/s over the FMA peak of the cores used (32
-// FLOP/cycle/core at the measured clock). No peer's figure is printed here: llama.cpp's
+// FLOP/cycle/core at the measured clock, 64 where two 512-bit FMA pipes are measured). No peer's figure is printed here: llama.cpp's
 // finetune and PyTorch are measured beside this bench, in the same run, by
 // tools/reference/llama_finetune_compare.py and torch_train_compare.py.
 #include <math.h>
@@ -405,7 +405,7 @@ int main(int argc, char **argv) {
     if (env_threads && atoi(env_threads) > 0) threads = atoi(env_threads);
     if (env_ctx && atoi(env_ctx) > 1) row_ctx = atoi(env_ctx), row_ctx_given = true;
     double mhz = bench_measured_mhz();
-    double peak = 32.0 * mhz * 1e-3 * threads;
+    double peak = bench_fma_flop_per_cycle(mhz) * mhz * 1e-3 * threads;
     const char *env_dev = getenv("RG_BENCH_DEVICE");
     if (env_dev && !strcmp(env_dev, "cuda")) {
         bench_device = RG_DEVICE_CUDA;
