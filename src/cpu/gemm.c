@@ -12,8 +12,10 @@
 //           for ir over MC by 6:         A panels stream from L2
 //             C[ir:ir+6, jr:jr+16] (+)= Ap panel . Bp panel      (the 6x16 micro-kernel)
 //
-// Where AVX-512 is usable, two A panels at a time go through the 12x16 tall
-// micro-kernel (gemm_avx512.c) on the same packed panels, with the same bits.
+// Where AVX-512 is usable, two A panels at a time go through gemm_avx512.c's
+// kernels on the same packed panels, with the same bits: 12x32 against two B
+// panels where the B block is packed whole (the NC loop), 12x16 against the
+// one panel of the other loops.
 //
 // KC = 256 keeps one B panel at half of Zen 3's 32 KB L1 so the A panel and
 // the C rows fit beside it, and it is a multiple of every quant block size
@@ -189,6 +191,8 @@ typedef void (*pack_bt_half_fn)(int64_t kc, const uint16_t *src, int64_t ld, int
 typedef struct ours_ctx {
     ukernel_fn ukernel;
     ukernel_fn ukernel_tall;  // RG_GEMM_TALL rows (RG_GEMM_TALL / 6 A panels) at once, or NULL
+    // 12 rows (two A panels) against two B panels at once, or NULL
+    void (*ukernel_wide)(int64_t kc, const float *a, const float *b0, const float *b1, float *c, int64_t ldc, bool add);
     pack_bt_fn pack_bt;
     pack_bt_fn pack_at;     // A rows -> [kc][6]
     pack_bt_half_fn pack_bt_half;  // F16/BF16 weight rows packed straight from the source, or NULL
@@ -427,6 +431,18 @@ static void panel_tiles(const ours_ctx *oc, const float *ap, int64_t mc, int64_t
     }
 }
 
+// Two whole packed B panels (32 columns) against the packed A block: 12 rows at a time
+// through the wide kernel, the rows left over through panel_tiles, panel by panel.
+static void panel_pair_tiles(const ours_ctx *oc, const float *ap, int64_t mc, int64_t kc, const float *b0,
+                             const float *b1, float *c, int64_t ldc, bool add) {
+    int64_t ir = 0;
+    for (; ir + 2 * MR <= mc; ir += 2 * MR) oc->ukernel_wide(kc, ap + ir * kc, b0, b1, c + ir * ldc, ldc, add);
+    if (ir < mc) {
+        panel_tiles(oc, ap + ir * kc, mc - ir, kc, b0, NR, c + ir * ldc, ldc, add, NULL);
+        panel_tiles(oc, ap + ir * kc, mc - ir, kc, b1, NR, c + ir * ldc + NR, ldc, add, NULL);
+    }
+}
+
 static void ours_block(const ours_ctx *oc, const rg_gemm_batch *bt, const rg_gemm_problem *p, int64_t i0, int64_t i1,
                        int64_t j0, int64_t j1, float *ws) {
     if (i0 >= i1 || j0 >= j1) return;
@@ -519,7 +535,12 @@ static void ours_block(const ours_ctx *oc, const rg_gemm_batch *bt, const rg_gem
             for (int64_t ic = i0; ic < i1; ic += MC) {
                 int64_t mc = min64(MC, i1 - ic);
                 pack_a(oc, p->a, p->a_rs, p->a_cs, ic, mc, pc, kc, ap);
-                for (int64_t jr = 0; jr < nc; jr += NR)
+                int64_t jr = 0;
+                if (oc->ukernel_wide)
+                    for (; jr + 2 * NR <= nc; jr += 2 * NR)
+                        panel_pair_tiles(oc, ap, mc, kc, bpk + bpanel_off(jr, kc), bpk + bpanel_off(jr + NR, kc),
+                                         cb + (ic - i0) * ldcb + jr, ldcb, add);
+                for (; jr < nc; jr += NR)
                     panel_tiles(oc, ap, mc, kc, bpk + bpanel_off(jr, kc), min64(NR, nc - jr),
                                 cb + (ic - i0) * ldcb + jr, ldcb, add, NULL);
             }
@@ -807,6 +828,7 @@ rg_status rg_gemm_run(rg_threadpool *pool, rg_sgemm_impl impl, const rg_gemm_bat
                                                         : NULL;
     j.oc = (ours_ctx){avx2 ? rg_gemm_ukernel_avx2 : ukernel_portable,
                       avx2 && use_avx512() ? rg_gemm_ukernel_tall_avx512 : NULL,
+                      avx2 && use_avx512() ? rg_gemm_ukernel_wide_avx512 : NULL,
                       avx2 ? rg_gemm_pack_bt_avx2 : pack_bt_portable,
                       avx2 ? rg_gemm_pack_at_avx2 : pack_at_portable,
                       half, dequant, bs, type_size, ours_plan(bt)};

@@ -132,5 +132,9 @@ void rg_gemm_pack_bt_bf16_avx2(int64_t kc, const uint16_t *src, int64_t ld, int 
 // element's sum in the same order as rg_gemm_ukernel_avx2's, so with the same bits.
 extern const int rg_gemm_avx512_built;
 void rg_gemm_ukernel_tall_avx512(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, bool add);
+// c[12 rows, 32 columns] (+)= the two A panels at a against the B panels b0 (columns 0-15) and
+// b1 (16-31): two B panels a step of k, so half the broadcasts per FMA. Same bits again.
+void rg_gemm_ukernel_wide_avx512(int64_t kc, const float *a, const float *b0, const float *b1, float *c, int64_t ldc,
+                                  bool add);
 
 #endif
