@@ -508,10 +508,13 @@ static void plain_scan_run(const plain_scan *c, float *y, float *fin, float *dxb
 }
 
 // SSM_SCAN and SSM_SCAN_BACK through the graph on 1, 2 and 3 threads against plain_scan_run,
-// bit for bit: T = 150 makes three checkpoint chunks (64, 64, 22), documents start at the
-// chunk boundaries and beside them, 2 groups of 3 heads, 2 sequences, a non-zero state.
-static void test_ssm_scan_sequential(void) {
-    const int64_t P = 5, H = 6, N = 7, G = 2, T = 150, S = 2, D = P * H + 2 * G * N;
+// bit for bit: T = 150 makes checkpoint chunks with a short last one, documents start at the
+// chunk boundaries and beside them, G groups of H / G heads, 2 sequences, a non-zero state.
+// P = 5 runs the scalar lanes only; P = 24 the AVX-512 build's 16 lanes, then 8 (AVX2), and
+// the AVX2 backward; P = 64 the AVX-512 backward's fused pass (all of a head in registers).
+static void scan_sequential_case(int64_t P, int64_t H, int64_t N, int64_t G) {
+    const int64_t T = 150, S = 2, D = P * H + 2 * G * N;
+    printf("    P %lld, %lld heads, N %lld, %lld groups:\n", (long long)P, (long long)H, (long long)N, (long long)G);
     const int64_t n_fwd = P * H * T * S + N * P * H * S, n_back = D * T * S + H * T * S + H + N * P * H * S;
     tcase c;
     memset(&c, 0, sizeof c);
@@ -558,6 +561,12 @@ static void test_ssm_scan_sequential(void) {
     }
     free(want), free(got);
     free_case(&c);
+}
+
+static void test_ssm_scan_sequential(void) {
+    scan_sequential_case(5, 6, 7, 2);
+    scan_sequential_case(24, 4, 9, 2);
+    scan_sequential_case(64, 2, 16, 1);
 }
 
 // Refusals name the op, the source and its shape.

@@ -38,6 +38,7 @@
 #include "cpu/ops_ssm_scan_items.h"
 
 static bool scan_avx2(void) { return rg_ssm_scan_avx2_built && rg_cpu_has_avx2(); }
+static bool scan_avx512(void) { return rg_ssm_scan_avx512_built && scan_avx2() && rg_cpu_has_avx512_vnni(); }
 
 size_t cpu_ssm_scan_work(const rg_node *n, int n_threads) {
     return (size_t)(n_threads < 1 ? 1 : n_threads) * scan_work_floats(n->ip[1], n->ip[0]) * sizeof(float);
@@ -59,7 +60,7 @@ rg_status cpu_ssm_scan(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     j.y = (float *)n->t.data + p.off[RG_SSM_SCAN_Y];
     j.fin = (float *)n->t.data + p.off[RG_SSM_SCAN_STATE];
     const scan_dims *d = &j.d;
-    run_rows(ctx->pool, scan_avx2() ? rg_ssm_scan_items_avx2 : rg_ssm_scan_items, &j, 4 * d->N * d->P * d->T * d->H * d->S);
+    run_rows(ctx->pool, scan_avx512() ? rg_ssm_scan_items_avx512 : scan_avx2() ? rg_ssm_scan_items_avx2 : rg_ssm_scan_items, &j, 4 * d->N * d->P * d->T * d->H * d->S);
     return RG_OK;
 }
 
@@ -136,7 +137,8 @@ rg_status cpu_ssm_scan_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     j.dC_h = j.dB_h + d->S * d->T * d->H * d->N;
     j.work = j.dC_h + d->S * d->T * d->H * d->N;
     j.work_floats = back_work_floats(d->N, d->P, j.L, j.n_chunks);
-    run_rows(ctx->pool, scan_avx2() ? rg_ssm_scan_back_items_avx2 : rg_ssm_scan_back_items, &j, 12 * d->N * d->P * d->T * d->H * d->S);
+    run_rows(ctx->pool,
+             scan_avx512() ? rg_ssm_scan_back_items_avx512 : scan_avx2() ? rg_ssm_scan_back_items_avx2 : rg_ssm_scan_back_items, &j, 12 * d->N * d->P * d->T * d->H * d->S);
     run_rows(ctx->pool, back_reduce, &j, d->N * d->T * d->H * d->S);
     return RG_OK;
 }

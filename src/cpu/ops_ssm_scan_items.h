@@ -2,7 +2,7 @@
 // in ops_ssm_scan.c's header), included by ops_ssm_scan.c and ops_ssm_scan_avx2.c with
 // SCAN_FN(name) naming their entry points.
 #include <string.h>
-#ifdef __AVX2__
+#if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
@@ -23,12 +23,30 @@ static inline scan_token token_of(const scan_dims *d, const float *xbc, int64_t 
     return k;
 }
 
+#ifdef __AVX512F__
+// Lanes 8..15 of v (AVX-512 F alone: no DQ's extractf32x8).
+static inline __m256 hi8(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
+#endif
+
 // One token's step of one head: out = decay * in + B (x * step) ([N][P]; out may be in);
 // y (when not NULL) = sum_n out[n][:] C[n]. xs [P] is scratch.
 static inline void scan_step(const scan_dims *d, const scan_token *k, float step, float decay, const float *in, float *out,
                       float *xs, float *y) {
     const int64_t P = d->P;
-    int64_t p0 = 0;  // lanes done 8 at a time (AVX2): n in order per block, y in a register
+    int64_t p0 = 0;  // lanes done 16 (AVX-512) or 8 (AVX2) at a time: n in order per block, y in a register
+#ifdef __AVX512F__
+    for (; p0 + 16 <= P; p0 += 16) {
+        const __m512 xv = _mm512_mul_ps(_mm512_loadu_ps(k->x + p0), _mm512_set1_ps(step)), dv = _mm512_set1_ps(decay);
+        __m512 yv = _mm512_setzero_ps();
+        for (int64_t n = 0; n < d->N; n++) {
+            const __m512 so = _mm512_add_ps(_mm512_mul_ps(dv, _mm512_loadu_ps(in + n * P + p0)),
+                                            _mm512_mul_ps(_mm512_set1_ps(k->B[n]), xv));
+            _mm512_storeu_ps(out + n * P + p0, so);
+            if (y) yv = _mm512_add_ps(yv, _mm512_mul_ps(so, _mm512_set1_ps(k->C[n])));
+        }
+        if (y) _mm512_storeu_ps(y + p0, yv);
+    }
+#endif
 #ifdef __AVX2__
     for (; p0 + 8 <= P; p0 += 8) {
         const __m256 xv = _mm256_mul_ps(_mm256_loadu_ps(k->x + p0), _mm256_set1_ps(step)), dv = _mm256_set1_ps(decay);
@@ -104,6 +122,46 @@ static inline void back_token(const scan_back_job *j, int64_t s, int64_t h, int6
     const float step = j->dta[it], decay = j->dta[it + HTS], slope = j->dta[it + 2 * HTS];
     const float *dy = j->dy + P * it;  // [P]
     int64_t p_done = 0;  // lanes p already done 8 at a time (AVX2), the rest below
+    float *dB = j->dB_h + N * (h + d->H * (t + d->T * s)), *dC = j->dC_h + N * (h + d->H * (t + d->T * s));  // [N]
+    bool sums_done = false;  // dB and dC already made (the fused AVX-512 loop)
+#ifdef __AVX512F__
+    if (P % 16 == 0 && P <= 64) {
+        // All of a head's lanes in registers (P / 16 vectors each of dy, x, gB, q), n outer: one
+        // pass over G, S_prev and S_cur makes G, gB, q, dB and dC. Every lane's sums over n run in
+        // n order as below; dB's and dC's sums over p run in rg_ssm_lanes_sum's eight lanes
+        // (p mod 8), each vector's low half added before its high half: the same bits.
+        enum { VMAX = 4 };
+        const int nv = (int)(P / 16);
+        __m512 dyv[VMAX], xv[VMAX], gb[VMAX], qq[VMAX];
+        for (int v = 0; v < nv; v++) {
+            dyv[v] = _mm512_loadu_ps(dy + 16 * v), xv[v] = _mm512_loadu_ps(k.x + 16 * v);
+            gb[v] = qq[v] = _mm512_setzero_ps();
+        }
+        const __m512 dn = _mm512_set1_ps(decay_next);
+        for (int64_t n = 0; n < N; n++) {
+            const __m512 cn = _mm512_set1_ps(k.C[n]), bn = _mm512_set1_ps(k.B[n]);
+            float *Gn = G + n * P;
+            const float *Sp = S_prev + n * P, *Sc = S_cur + n * P;
+            __m256 ca = _mm256_setzero_ps(), ba = _mm256_setzero_ps();
+            for (int v = 0; v < nv; v++) {
+                const __m512 gv = _mm512_add_ps(_mm512_mul_ps(cn, dyv[v]), _mm512_mul_ps(dn, _mm512_loadu_ps(Gn + 16 * v)));
+                _mm512_storeu_ps(Gn + 16 * v, gv);
+                gb[v] = _mm512_add_ps(gb[v], _mm512_mul_ps(gv, bn));
+                qq[v] = _mm512_add_ps(qq[v], _mm512_mul_ps(gv, _mm512_loadu_ps(Sp + 16 * v)));
+                const __m512 cp = _mm512_mul_ps(_mm512_loadu_ps(Sc + 16 * v), dyv[v]), bp = _mm512_mul_ps(gv, xv[v]);
+                ca = _mm256_add_ps(_mm256_add_ps(ca, _mm512_castps512_ps256(cp)), hi8(cp));
+                ba = _mm256_add_ps(_mm256_add_ps(ba, _mm512_castps512_ps256(bp)), hi8(bp));
+            }
+            float c_acc[RG_SSM_LANES], b_acc[RG_SSM_LANES];
+            _mm256_storeu_ps(c_acc, ca);
+            _mm256_storeu_ps(b_acc, ba);
+            dC[n] = rg_ssm_lanes_sum(c_acc);
+            dB[n] = step * rg_ssm_lanes_sum(b_acc);
+        }
+        for (int v = 0; v < nv; v++) _mm512_storeu_ps(gB + 16 * v, gb[v]), _mm512_storeu_ps(q + 16 * v, qq[v]);
+        p_done = P, sums_done = true;
+    }
+#endif
 #ifdef __AVX2__
     // Blocks of 8 lanes p, n in order inside a block: gB and q stay in registers; every lane
     // makes the scalar loop's operations in its order (separate multiplies and adds).
@@ -140,8 +198,7 @@ static inline void back_token(const scan_back_job *j, int64_t s, int64_t h, int6
         s1 += (double)k.x[p] * (double)gB[p];
         s2 += (double)q[p];
     }
-    float *dB = j->dB_h + N * (h + d->H * (t + d->T * s)), *dC = j->dC_h + N * (h + d->H * (t + d->T * s));  // [N]
-    for (int64_t n = 0; n < N; n++) {  // the sums over p in rg_ssm_lanes_sum's order
+    for (int64_t n = 0; n < N && !sums_done; n++) {  // the sums over p in rg_ssm_lanes_sum's order
         const float *Gn = G + n * P, *Sc = S_cur + n * P;
         float c_acc[RG_SSM_LANES] = {0}, b_acc[RG_SSM_LANES] = {0};
         int64_t p = 0;

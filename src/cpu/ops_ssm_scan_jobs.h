@@ -61,5 +61,9 @@ void rg_ssm_scan_back_items(void *arg, int ith, int nth);
 void rg_ssm_scan_items_avx2(void *arg, int ith, int nth);
 void rg_ssm_scan_back_items_avx2(void *arg, int ith, int nth);
 extern const int rg_ssm_scan_avx2_built;
+// The AVX-512 build of the same loops (ops_ssm_scan_avx512.c), with the same bits.
+void rg_ssm_scan_items_avx512(void *arg, int ith, int nth);
+void rg_ssm_scan_back_items_avx512(void *arg, int ith, int nth);
+extern const int rg_ssm_scan_avx512_built;
 
 #endif
