@@ -137,7 +137,8 @@ static rg_status one_step(rg_train_state *s, const row_input *in, int rows, int6
     return rg_train_state_step(s, &gn, &lr, &skipped, err);
 }
 
-// Where a step goes on the CPU: every node run alone (rg_exec_run over [i, i+1)), summed per op (RG_BENCH_OPS).
+// Where a step goes on the CPU: every node run alone (rg_exec_run over [i, i+1)), summed per op (RG_BENCH_OPS=1;
+// RG_BENCH_OPS=shapes also per op and shapes).
 static void cpu_ops_table(rg_train_state *s) {
     double op_s[RG_OP_COUNT] = {0};
     int op_n[RG_OP_COUNT] = {0};
@@ -165,6 +166,41 @@ static void cpu_ops_table(rg_train_state *s) {
     for (int o = 0; o < RG_OP_COUNT; o++)
         if (op_n[o] && op_s[o] > 0.002)
             printf("    %-26s %4d nodes %8.3f s %5.1f%%\n", rg_op_name((rg_op)o), op_n[o], op_s[o], 100.0 * op_s[o] / t_all);
+    // RG_BENCH_OPS=shapes: the time summed over the nodes of one op and the same shapes and
+    // types (out, src0, src1), the 20 largest groups: where the small products of LoRA go
+    const char *mode = getenv("RG_BENCH_OPS");
+    if (mode && !strcmp(mode, "shapes")) {
+        enum { SIG = 160 };
+        char(*sig)[SIG] = calloc((size_t)g->n_nodes, SIG);
+        double *grp_s = calloc((size_t)g->n_nodes, sizeof *grp_s);
+        int *grp_n = calloc((size_t)g->n_nodes, sizeof *grp_n), n_grp = 0;
+        int *grp_of = calloc((size_t)g->n_nodes, sizeof *grp_of);
+        for (int i = 0; sig && grp_s && grp_n && grp_of && i < g->n_nodes; i++) {
+            if (!(node_s[i] > 0)) continue;
+            const rg_node *n = g->nodes[i];
+            char sh[3][48] = {"", "", ""};
+            rg_tensor_shape_str(&n->t, sh[0], 48);
+            for (int k = 0; k < 2; k++)
+                if (n->src[k]) rg_tensor_shape_str(&n->src[k]->t, sh[k + 1], 48);
+            char one[SIG];
+            snprintf(one, SIG, "%-10s out %s  src0 %s  src1 %s", rg_op_name(n->op), sh[0], sh[1], sh[2]);
+            int gi = 0;
+            while (gi < n_grp && strcmp(sig[grp_of[gi]], one)) gi++;
+            if (gi == n_grp) grp_of[n_grp++] = i, memcpy(sig[i], one, SIG);
+            grp_s[gi] += node_s[i], grp_n[gi]++;
+        }
+        printf("  per op and shape (the 20 largest groups):\n");
+        for (int rank = 0; rank < 20 && grp_s; rank++) {
+            int best = -1;
+            for (int gi = 0; gi < n_grp; gi++)
+                if (grp_s[gi] > 0 && (best < 0 || grp_s[gi] > grp_s[best])) best = gi;
+            if (best < 0) break;
+            printf("    %8.3f s %5.1f%%  x%-4d %s\n", grp_s[best], 100.0 * grp_s[best] / t_all, grp_n[best],
+                   sig[grp_of[best]]);
+            grp_s[best] = 0;
+        }
+        free(sig), free(grp_s), free(grp_n), free(grp_of);
+    }
     // the slowest single nodes, with their sources' shapes and types
     for (int rank = 0; rank < 12; rank++) {
         int best = -1;
