@@ -5,21 +5,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "graph/ops.h"
+#include "graph/build_util.h"
 #include "graph/pack.h"
-
-// Records the graph's first error (the later ones are usually its consequences).
-static bool refuse(rg_graph *g, rg_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static bool refuse(rg_graph *g, rg_status s, const char *fmt, ...) {
-    if (g->err.status == RG_OK) {
-        va_list ap;
-        va_start(ap, fmt);
-        g->err.status = s;
-        vsnprintf(g->err.msg, sizeof g->err.msg, fmt, ap);
-        va_end(ap);
-    }
-    return false;
-}
 
 // 'name' [ne...] (type)
 static const char *desc(const rg_node *n, char *buf) {
@@ -79,10 +66,6 @@ static bool flash_sources(rg_graph *g, const char *op, const rg_node *q, const r
         return refuse(g, RG_ERR_ARG, "%s: attention sinks %s must be f32 [n_head] = [%lld]", op, desc(sinks, s1),
                       (long long)H);
     return true;
-}
-
-static rg_node *contiguous(rg_graph *g, rg_node *a) {
-    return !a || rg_tensor_is_contiguous(&a->t) ? a : rg_cont(g, a);
 }
 
 rg_node *rg_flash_attn_ext(rg_graph *g, rg_node *q, rg_node *k, rg_node *v, rg_node *seg, rg_node *sinks,
