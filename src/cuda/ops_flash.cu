@@ -194,6 +194,16 @@ __device__ inline void fa_regs_store(const fa_regs<D> &acc, const fa_geom &g, in
 // Kernels
 // ===========================================================================
 
+// Keys j0 .. j0 + nc of kv head kvh, sequence s, and their values into sK and sV [BC][LD],
+// widened to f32 (any element and row strides): the tile every kernel reads.
+template <int D>
+__device__ inline void fa_load_kv_tile(const fa_geom &g, const fa_bufs &b, int64_t s, int64_t kvh, int64_t j0, int nc,
+                                       float *sK, float *sV) {
+    constexpr int LD = fa_tile<D>::LD;
+    fa_load_rows(sK, LD, b.k + j0 * g.k_nb1 + kvh * g.k_nb2 + s * g.k_nb3, g.k_nb0, g.k_nb1, nc, g.Dh, g.f16);
+    fa_load_rows(sV, LD, b.v + j0 * g.v_nb1 + kvh * g.v_nb2 + s * g.v_nb3, g.v_nb0, g.v_nb1, nc, g.Dh, g.f16);
+}
+
 // FLASH_ATTN_EXT: block (query tile, head, sequence).
 template <int D>
 __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_geom g, fa_bufs b) {
@@ -213,13 +223,11 @@ __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_geom g, fa_bufs b
     }
     fa_regs<D> acc;
     fa_regs_zero<D>(acc);
-    const char *kbase = b.k + kvh * g.k_nb2 + s * g.k_nb3, *vbase = b.v + kvh * g.v_nb2 + s * g.v_nb3;
     for (int64_t j0 = 0; j0 < g.Tk; j0 += BC) {
         const int nc = tile_len(g.Tk, j0, BC);
         if (!fa_reachable(g, qpos0, nr, j0, nc)) continue;  // the same for every thread of the block
         __syncthreads();  // the previous tile's readers of sK, sV and sS are done
-        fa_load_rows(sK, LD, kbase + j0 * g.k_nb1, g.k_nb0, g.k_nb1, nc, g.Dh, g.f16);
-        fa_load_rows(sV, LD, vbase + j0 * g.v_nb1, g.v_nb0, g.v_nb1, nc, g.Dh, g.f16);
+        fa_load_kv_tile<D>(g, b, s, kvh, j0, nc, sK, sV);
         __syncthreads();
         for (int i = threadIdx.x; i < BR * BC; i += blockDim.x) {
             const int r = i / BC, c = i % BC;
@@ -332,8 +340,7 @@ __global__ void __launch_bounds__(FA_THREADS) fa_dkv_kernel(fa_geom g, fa_bufs b
     const int64_t kvh = blockIdx.y, s = blockIdx.z, j0 = (int64_t)blockIdx.x * BC;
     const int nc = tile_len(g.Tk, j0, BC);
     const int32_t *seg = b.seg ? b.seg + s * g.seg_stride : NULL;
-    fa_load_rows(t.K, LD, b.k + j0 * g.k_nb1 + kvh * g.k_nb2 + s * g.k_nb3, g.k_nb0, g.k_nb1, nc, g.Dh, g.f16);
-    fa_load_rows(t.V, LD, b.v + j0 * g.v_nb1 + kvh * g.v_nb2 + s * g.v_nb3, g.v_nb0, g.v_nb1, nc, g.Dh, g.f16);
+    fa_load_kv_tile<D>(g, b, s, kvh, j0, nc, t.K, t.V);
     fa_regs<D> dK, dV;
     fa_regs_zero<D>(dK);
     fa_regs_zero<D>(dV);
@@ -365,7 +372,7 @@ __global__ void __launch_bounds__(FA_THREADS) fa_dkv_kernel(fa_geom g, fa_bufs b
 template <int D>
 __global__ void __launch_bounds__(FA_THREADS) fa_dq_kernel(fa_geom g, fa_bufs b) {
     using TL = fa_tile<D>;
-    constexpr int BR = TL::BR, BC = TL::BC, LD = TL::LD;
+    constexpr int BR = TL::BR, BC = TL::BC;
     RG_SHARED_DYN(float, sh);
     const fa_back_shared t = fa_back_carve<D>(sh);
     const int64_t h = blockIdx.y, s = blockIdx.z, kvh = h / g.G, i0 = (int64_t)blockIdx.x * BR;
@@ -375,13 +382,11 @@ __global__ void __launch_bounds__(FA_THREADS) fa_dq_kernel(fa_geom g, fa_bufs b)
     fa_load_query_tile<D>(g, b, s, h, i0, nr, t.Q, t.dO, t.lse, t.D);
     fa_regs<D> acc;
     fa_regs_zero<D>(acc);
-    const char *kbase = b.k + kvh * g.k_nb2 + s * g.k_nb3, *vbase = b.v + kvh * g.v_nb2 + s * g.v_nb3;
     for (int64_t j0 = 0; j0 < g.Tk; j0 += BC) {
         const int nc = tile_len(g.Tk, j0, BC);
         if (!fa_reachable(g, qpos0, nr, j0, nc)) continue;
         __syncthreads();  // the previous tile's readers of K, V, P and G are done
-        fa_load_rows(t.K, LD, kbase + j0 * g.k_nb1, g.k_nb0, g.k_nb1, nc, g.Dh, g.f16);
-        fa_load_rows(t.V, LD, vbase + j0 * g.v_nb1, g.v_nb0, g.v_nb1, nc, g.Dh, g.f16);
+        fa_load_kv_tile<D>(g, b, s, kvh, j0, nc, t.K, t.V);
         __syncthreads();
         fa_back_tile<D>(g, seg, t.Q, t.dO, t.K, t.V, t.lse, t.D, nr, nc, qpos0, j0, t.P, t.G);
         __syncthreads();
