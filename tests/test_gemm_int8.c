@@ -209,7 +209,7 @@ static void check_mul_mat_paths(uint32_t type, int64_t K) {
 static void test_bf16_kernel_matches_reference(void) {
     if (!rg_gemm_bf16_supports(16)) RG_SKIP("no AVX512_BF16 on this CPU: the BF16 path is not used here");
     static const shape bs[] = {{RG_TYPE_BF16, 16, 1, 1},  {RG_TYPE_BF16, 32, 7, 3},    {RG_TYPE_BF16, 576, 13, 9},
-                               {RG_TYPE_BF16, 1536, 24, 17}, {RG_TYPE_BF16, 96, 40, 8}};
+                               {RG_TYPE_BF16, 1536, 24, 17}, {RG_TYPE_BF16, 96, 40, 8}, {RG_TYPE_BF16, 64, 33, 30}};
     rg_threadpool *p1 = NULL, *p2 = NULL;
     rg_error err = {0};
     RG_REQUIRE(!rg_threadpool_create(&p1, 1, &err) && !rg_threadpool_create(&p2, 2, &err), "%s", err.msg);
@@ -221,16 +221,17 @@ static void test_bf16_kernel_matches_reference(void) {
         uint16_t *wb = malloc(sizeof(uint16_t) * (size_t)(s.K * s.M)), *xb = malloc(sizeof(uint16_t) * (size_t)(s.K * s.N));
         rg_fp32_to_bf16_row(wf, wb, s.K * s.M);
         rg_bf16_round_cols(x, s.K, s.K, 0, s.N, xb);
-        uint32_t *pa = malloc((size_t)s.K / 2 * 8 * 4), *pb = malloc((size_t)s.K / 2 * 8 * 4);
+        const int PN = RG_BF16_PANEL;
+        uint32_t *pa = malloc((size_t)s.K / 2 * PN * 4), *pb = malloc((size_t)s.K / 2 * PN * 4);
         float *ya = malloc(sizeof(float) * (size_t)(s.M * s.N)), *yr = malloc(sizeof(float) * (size_t)(s.M * s.N)),
               *y2 = malloc(sizeof(float) * (size_t)(s.M * s.N));
         int64_t diff = 0;
-        for (int64_t m0 = 0; m0 < s.M; m0 += 8) {
-            int rows = s.M - m0 < 8 ? (int)(s.M - m0) : 8;
+        for (int64_t m0 = 0; m0 < s.M; m0 += PN) {
+            int rows = s.M - m0 < PN ? (int)(s.M - m0) : PN;
             rg_bf16_panel_pack(pa, wb, (size_t)s.K * 2, s.K, m0, s.M);
             rg_bf16_panel_pack_avx512(pb, wb, (size_t)s.K * 2, s.K, m0, s.M);
-            RG_CHECK(!memcmp(pa, pb, (size_t)s.K / 2 * 8 * 4), "K %lld: the vectorized packing differs at panel %lld",
-                     (long long)s.K, (long long)(m0 / 8));
+            RG_CHECK(!memcmp(pa, pb, (size_t)s.K / 2 * PN * 4), "K %lld: the vectorized packing differs at panel %lld",
+                     (long long)s.K, (long long)(m0 / PN));
             rg_bf16_panel_mul_avx512(pb, s.K, xb, s.N, rows, ya + m0, s.M);
             rg_bf16_panel_mul_ref(pa, s.K, xb, s.N, rows, yr + m0, s.M);
         }

@@ -8,7 +8,7 @@
 #include "base/cpu.h"
 #include "tensor/half.h"
 
-enum { PANEL = 8 };
+enum { PANEL = RG_BF16_PANEL };
 
 bool rg_gemm_bf16_supports(int64_t K) { return rg_cpu_has_avx512_bf16() && K > 0 && K % 16 == 0; }
 

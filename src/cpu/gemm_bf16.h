@@ -11,8 +11,8 @@
 // Used only where the exec allows rounded activations (rg_exec_opts.int8_activations:
 // sessions for generation, never training) and the CPU has AVX512_BF16.
 //
-// The weights are repacked on the fly, a panel of 8 rows at a time: the pairs of the 8 rows
-// interleaved, one row per 32-bit lane, so one 32-byte load feeds VDPBF16PS against one
+// The weights are repacked on the fly, a panel of 16 rows at a time: the pairs of the 16 rows
+// interleaved, one row per 32-bit lane, so one 64-byte load feeds VDPBF16PS against one
 // broadcast activation pair.
 #ifndef RG_CPU_GEMM_BF16_H
 #define RG_CPU_GEMM_BF16_H
@@ -30,8 +30,9 @@ size_t rg_gemm_bf16_work(int64_t K, int64_t N, int n_threads);
 void rg_gemm_bf16(rg_threadpool *pool, int64_t K, int64_t M, int64_t N, const void *w, size_t w_stride,
                   const float *x, int64_t ldx, float *y, int64_t ldy, void *work);
 
-// The pieces, for the tests. A panel is [K / 2][8 rows] 32-bit pairs (rows past M zero); columns are
-// [N][K] BF16.
+// The pieces, for the tests. A panel is [K / 2][RG_BF16_PANEL rows] 32-bit pairs (rows past M zero);
+// columns are [N][K] BF16.
+#define RG_BF16_PANEL 16
 void rg_bf16_round_cols(const float *x, int64_t ldx, int64_t K, int64_t n0, int64_t n1, uint16_t *xb);
 void rg_bf16_panel_pack(uint32_t *panel, const void *w, size_t w_stride, int64_t K, int64_t m0, int64_t M);
 void rg_bf16_panel_pack_avx512(uint32_t *panel, const void *w, size_t w_stride, int64_t K, int64_t m0, int64_t M);
