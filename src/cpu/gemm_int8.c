@@ -11,6 +11,8 @@
 #include "tensor/quant/quant_legacy_k.h"
 
 enum { QK = 32, Q4_0_BYTES = 18, Q5_0_BYTES = 22, Q4_K_BYTES = 144, Q8_0_BYTES = 34, PANEL = RG_INT8_PANEL };
+// Bytes of one group (4 codes of every row of a panel), and of a block of 8 or 4 groups.
+enum { GROUP = 4 * PANEL, BLOCK8 = 8 * GROUP, BLOCK4 = 4 * GROUP };
 
 bool rg_gemm_int8_supports(uint32_t type, int64_t K) {
     if (!rg_cpu_has_avx512_vnni() || K <= 0) return false;
@@ -34,7 +36,7 @@ static size_t carve_cols(rg_q8_cols *c, char *buf, int64_t K, int64_t N) {
 // One panel's arrays, carved from buf (NULL: only the size).
 static size_t carve_panel(rg_int8_panel *p, uint32_t type, char *buf, int64_t K) {
     const int64_t n_sub = K / QK;
-    const size_t codes = align64((size_t)n_sub * 256), sc = align64((size_t)n_sub * PANEL * sizeof(float));
+    const size_t codes = align64((size_t)n_sub * BLOCK8), sc = align64((size_t)n_sub * PANEL * sizeof(float));
     const int32_t offset = type == RG_TYPE_Q4_0 ? 8 : type == RG_TYPE_Q5_0 ? 16 : type == RG_TYPE_Q8_0 ? 128 : 0;
     if (buf)
         *p = (rg_int8_panel){type, n_sub, offset, (uint8_t *)buf, (float *)(buf + codes), (float *)(buf + codes + sc)};
@@ -87,7 +89,7 @@ void rg_q8_cols_quantize(rg_q8_cols *c, const float *x, int64_t ldx) {
 static void pack_row_q4_0(rg_int8_panel *p, const uint8_t *row, int r) {
     for (int64_t b = 0; b < p->n_sub; b++) {
         const uint8_t *blk = row + b * Q4_0_BYTES;
-        for (int j = 0; j < 4; j++) memcpy(p->codes + b * 128 + j * 32 + r * 4, blk + 2 + 4 * j, 4);
+        for (int j = 0; j < 4; j++) memcpy(p->codes + b * BLOCK4 + j * GROUP + r * 4, blk + 2 + 4 * j, 4);
         p->scale[b * PANEL + r] = rg_fp16_to_fp32((uint16_t)(blk[0] | blk[1] << 8));
         p->min[b * PANEL + r] = 0.0f;
     }
@@ -108,7 +110,7 @@ static void pack_row_bytes(rg_int8_panel *p, const uint8_t *row, int r) {
         } else {
             for (int e = 0; e < QK; e++) u[e] = (uint8_t)(blk[2 + e] ^ 0x80);
         }
-        for (int e = 0; e < QK; e++) p->codes[b * 256 + (e / 4) * 32 + r * 4 + e % 4] = u[e];
+        for (int e = 0; e < QK; e++) p->codes[b * BLOCK8 + (e / 4) * GROUP + r * 4 + e % 4] = u[e];
         p->scale[b * PANEL + r] = rg_fp16_to_fp32((uint16_t)(blk[0] | blk[1] << 8));
         p->min[b * PANEL + r] = 0.0f;
     }
@@ -127,7 +129,7 @@ static void pack_row_q4_K(rg_int8_panel *p, const uint8_t *row, int r) {
         }
         for (int i = 0; i < 4; i++)
             for (int g = 0; g < 8; g++)
-                memcpy(p->codes + (sb * 4 + i) * 256 + g * 32 + r * 4, blk + 16 + 32 * i + 4 * g, 4);
+                memcpy(p->codes + (sb * 4 + i) * BLOCK8 + g * GROUP + r * 4, blk + 16 + 32 * i + 4 * g, 4);
     }
 }
 
@@ -142,18 +144,18 @@ void rg_int8_panel_pack(rg_int8_panel *p, const void *w, size_t w_stride, int64_
         }
         for (int64_t s = 0; s < p->n_sub; s++) p->scale[s * PANEL + r] = p->min[s * PANEL + r] = 0.0f;
         const int64_t groups = p->n_sub * (byte_codes(p->type) ? 8 : 4);
-        for (int64_t g = 0; g < groups; g++) memset(p->codes + g * 32 + r * 4, 0, 4);
+        for (int64_t g = 0; g < groups; g++) memset(p->codes + g * GROUP + r * 4, 0, 4);
     }
 }
 
 // The code of row r, element e (0..31) of sub-block s, in the panel's layout.
 static int code_at(const rg_int8_panel *p, int64_t s, int r, int e) {
-    if (byte_codes(p->type)) return p->codes[s * 256 + (e / 4) * 32 + r * 4 + e % 4];
+    if (byte_codes(p->type)) return p->codes[s * BLOCK8 + (e / 4) * GROUP + r * 4 + e % 4];
     if (p->type == RG_TYPE_Q4_0) {  // group e % 16 / 4, low nibble for e < 16
-        uint8_t byte = p->codes[s * 128 + (e % 16 / 4) * 32 + r * 4 + e % 4];
+        uint8_t byte = p->codes[s * BLOCK4 + (e % 16 / 4) * GROUP + r * 4 + e % 4];
         return e < 16 ? byte & 15 : byte >> 4;
     }
-    uint8_t byte = p->codes[(s / 2) * 256 + (e / 4) * 32 + r * 4 + e % 4];  // pair s / 2, group e / 4
+    uint8_t byte = p->codes[(s / 2) * BLOCK8 + (e / 4) * GROUP + r * 4 + e % 4];  // pair s / 2, group e / 4
     return s % 2 ? byte >> 4 : byte & 15;
 }
 

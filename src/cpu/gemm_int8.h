@@ -18,13 +18,13 @@
 // for generation, never training, whose gradients keep F32 activations) and the CPU has
 // AVX-512 VNNI (rg_cpu_has_avx512_vnni); elsewhere MUL_MAT takes the SGEMM as before.
 //
-// The weights are repacked on the fly, a panel of 8 rows at a time, so that one 32-byte load
-// gives 4 consecutive codes of all 8 rows, one row per 32-bit lane (low nibbles), and 4 codes
+// The weights are repacked on the fly, a panel of 16 rows at a time, so that one 64-byte load
+// gives 4 consecutive codes of all 16 rows, one row per 32-bit lane (low nibbles), and 4 codes
 // of the next sub-block (high nibbles): the layout VPDPBUSD multiplies against 4 broadcast
 // activation bytes. For the 4-bit types that is a copy of 4-byte pieces of the rows' code bytes:
 // Q4_0's 16 bytes per block hold codes i (low) and 16 + i (high); Q4_K's 32 bytes per pair of
 // sub-blocks hold sub-block 2p (low) and 2p + 1 (high). Q5_0 and Q8_0 codes take a byte each:
-// a block's 32 codes of the 8 rows, expanded, are transposed 4 bytes at a time.
+// a block's 32 codes of the 16 rows, expanded, are transposed 4 bytes at a time.
 #ifndef RG_CPU_GEMM_INT8_H
 #define RG_CPU_GEMM_INT8_H
 
@@ -34,7 +34,7 @@
 
 #include "base/threadpool.h"
 
-enum { RG_INT8_PANEL = 8 };  // weight rows per panel (one per 32-bit lane of a 256-bit register)
+enum { RG_INT8_PANEL = 16 };  // weight rows per panel (one per 32-bit lane of a 512-bit register)
 
 // The activations of N columns, quantized to Q8_0 and split for the kernels.
 typedef struct rg_q8_cols {
@@ -45,15 +45,15 @@ typedef struct rg_q8_cols {
     float *dsum;       // [N][nb] dx * (float)sx
 } rg_q8_cols;
 
-// One panel of 8 weight rows, repacked (rows past M are zeros with scales 0).
+// One panel of 16 weight rows, repacked (rows past M are zeros with scales 0).
 typedef struct rg_int8_panel {
     uint32_t type;   // RG_TYPE_Q4_0, Q5_0, Q8_0 or Q4_K
     int64_t n_sub;   // sub-blocks of 32 per row (K / 32)
     int32_t offset;  // what the unsigned codes are above the values' codes: 8, 16, 128 (Q4_K: 0, the minimum instead)
-    uint8_t *codes;  // Q4_0: [n_sub][4 groups][8 rows][4 bytes] nibbles; Q4_K: [n_sub / 2][8][8][4] nibbles;
-                     // Q5_0, Q8_0: [n_sub][8 groups][8 rows][4 bytes], a byte per code
-    float *scale;    // [n_sub][8] d (d * sc for Q4_K)
-    float *min;      // [n_sub][8] dmin * m (Q4_K; zeros otherwise)
+    uint8_t *codes;  // Q4_0: [n_sub][4 groups][16 rows][4 bytes] nibbles; Q4_K: [n_sub / 2][8][16][4] nibbles;
+                     // Q5_0, Q8_0: [n_sub][8 groups][16 rows][4 bytes], a byte per code
+    float *scale;    // [n_sub][16] d (d * sc for Q4_K)
+    float *min;      // [n_sub][16] dmin * m (Q4_K; zeros otherwise)
 } rg_int8_panel;
 
 // Whether the int8 path can run here (AVX-512 VNNI) for weights of this type and row length.
