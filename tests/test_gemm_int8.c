@@ -33,6 +33,7 @@ static const shape shapes[] = {
     {RG_TYPE_Q4_K, 768, 24, 17}, {RG_TYPE_Q4_K, 2304, 9, 6},
     {RG_TYPE_Q5_0, 32, 1, 1},   {RG_TYPE_Q5_0, 96, 7, 5},    {RG_TYPE_Q5_0, 576, 16, 9},  {RG_TYPE_Q5_0, 1536, 13, 4},
     {RG_TYPE_Q8_0, 32, 3, 2},   {RG_TYPE_Q8_0, 576, 9, 7},   {RG_TYPE_Q8_0, 1536, 24, 12},
+    {RG_TYPE_Q6_K, 256, 1, 1},  {RG_TYPE_Q6_K, 512, 7, 3},   {RG_TYPE_Q6_K, 768, 24, 17}, {RG_TYPE_Q6_K, 4608, 17, 5},
 };
 
 static float *randn(int64_t n, uint64_t seed, float scale) {
@@ -85,7 +86,9 @@ static void test_panel_kernel_matches_reference(void) {
             rg_int8_panel_pack_avx512(&pv, wq, rg_type_row_size(s.type, s.K), m0, s.M);
             RG_CHECK(!memcmp(p.scale, pv.scale, sizeof(float) * (size_t)(p.n_sub * RG_INT8_PANEL)) &&
                          !memcmp(p.min, pv.min, sizeof(float) * (size_t)(p.n_sub * RG_INT8_PANEL)) &&
-                         !memcmp(p.codes, pv.codes, (size_t)p.n_sub * (s.type == RG_TYPE_Q5_0 || s.type == RG_TYPE_Q8_0 ? 256 : 128)),
+                         !memcmp(p.sc16, pv.sc16, sizeof(int32_t) * (size_t)(2 * p.n_sub * RG_INT8_PANEL)) &&
+                         !memcmp(p.codes, pv.codes, (size_t)p.n_sub * 4 * RG_INT8_PANEL *
+                                                        (s.type == RG_TYPE_Q4_0 ? 4 : 8) / (s.type == RG_TYPE_Q4_K ? 2 : 1)),
                      "%s K %lld: the vectorized packing differs at panel %lld", rg_type_get(s.type)->name, (long long)s.K,
                      (long long)(m0 / RG_INT8_PANEL));
             rg_int8_panel_mul_avx512(&pv, &cols, rows, ya + m0, s.M);
@@ -187,9 +190,9 @@ static void check_mul_mat_paths(uint32_t type, int64_t K) {
         run_mul_mat(&y1, pool, true);
         for (int64_t m = 0; m < M; m++) worst_v = fmax(worst_v, fabs(yi[n * M + m] - yv[m]) / norm);
     }
-    // Q4_K's dot products quantize the activations to Q8_K (256 values per scale): not the same codes
-    // Q4_K's dot products quantize the activations to Q8_K, BF16's keep them F32: not the same rounding
-    const bool same_codes = type != RG_TYPE_Q4_K && type != RG_TYPE_BF16;
+    // Q4_K's and Q6_K's dot products quantize the activations to Q8_K (256 values per scale), BF16's
+    // keep them F32: not the same rounding
+    const bool same_codes = type != RG_TYPE_Q4_K && type != RG_TYPE_Q6_K && type != RG_TYPE_BF16;
     const bool used = type == RG_TYPE_BF16 ? rg_gemm_bf16_supports(K) : rg_gemm_int8_supports(type, K);
     const double vec_tol = same_codes ? 1e-5 : 2e-2;
     printf("    %s: int8 path %s; against the F32 SGEMM %.2e, against the dot products %.2e of max|y| (pass <= 2e-2, "
@@ -267,12 +270,13 @@ static void test_mul_mat_paths_q4_0(void) { check_mul_mat_paths(RG_TYPE_Q4_0, 57
 static void test_mul_mat_paths_q4_K(void) { check_mul_mat_paths(RG_TYPE_Q4_K, 768); }
 static void test_mul_mat_paths_q5_0(void) { check_mul_mat_paths(RG_TYPE_Q5_0, 576); }
 static void test_mul_mat_paths_q8_0(void) { check_mul_mat_paths(RG_TYPE_Q8_0, 576); }
+static void test_mul_mat_paths_q6_K(void) { check_mul_mat_paths(RG_TYPE_Q6_K, 768); }
 static void test_mul_mat_paths_bf16(void) { check_mul_mat_paths(RG_TYPE_BF16, 576); }
 
 static const rg_test_case cases[] = {
     RG_TEST(test_panel_kernel_matches_reference),
     RG_TEST(test_driver_exact_and_thread_independent),
-    RG_TEST(test_mul_mat_paths_q4_0),
+    RG_TEST(test_mul_mat_paths_q4_0), RG_TEST(test_mul_mat_paths_q6_K),
     RG_TEST(test_mul_mat_paths_q4_K),
     RG_TEST(test_mul_mat_paths_q5_0),
     RG_TEST(test_mul_mat_paths_q8_0),

@@ -10,18 +10,18 @@
 #include "tensor/quant/quant.h"
 #include "tensor/quant/quant_legacy_k.h"
 
-enum { QK = 32, Q4_0_BYTES = 18, Q5_0_BYTES = 22, Q4_K_BYTES = 144, Q8_0_BYTES = 34, PANEL = RG_INT8_PANEL };
+enum { QK = 32, Q4_0_BYTES = 18, Q5_0_BYTES = 22, Q4_K_BYTES = 144, Q6_K_BYTES = 210, Q8_0_BYTES = 34, PANEL = RG_INT8_PANEL };
 // Bytes of one group (4 codes of every row of a panel), and of a block of 8 or 4 groups.
 enum { GROUP = 4 * PANEL, BLOCK8 = 8 * GROUP, BLOCK4 = 4 * GROUP };
 
 bool rg_gemm_int8_supports(uint32_t type, int64_t K) {
     if (!rg_cpu_has_avx512_vnni() || K <= 0) return false;
     if (type == RG_TYPE_Q4_0 || type == RG_TYPE_Q5_0 || type == RG_TYPE_Q8_0) return K % 32 == 0;
-    if (type == RG_TYPE_Q4_K) return K % 256 == 0;
+    if (type == RG_TYPE_Q4_K || type == RG_TYPE_Q6_K) return K % 256 == 0;
     return false;
 }
 
-static bool byte_codes(uint32_t type) { return type == RG_TYPE_Q5_0 || type == RG_TYPE_Q8_0; }
+static bool byte_codes(uint32_t type) { return type == RG_TYPE_Q5_0 || type == RG_TYPE_Q8_0 || type == RG_TYPE_Q6_K; }
 
 static size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
@@ -29,18 +29,25 @@ static size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 static size_t carve_cols(rg_q8_cols *c, char *buf, int64_t K, int64_t N) {
     const int64_t nb = K / QK;
     const size_t q = align64((size_t)(N * K)), a = align64((size_t)(N * nb) * 4);
-    if (buf) *c = (rg_q8_cols){K, N, nb, (int8_t *)buf, (float *)(buf + q), (int32_t *)(buf + q + a), (float *)(buf + q + 2 * a)};
-    return q + 3 * a;
+    if (buf)
+        *c = (rg_q8_cols){K, N, nb, (int8_t *)buf, (float *)(buf + q), (int32_t *)(buf + q + a), (float *)(buf + q + 2 * a),
+                          (int32_t *)(buf + q + 3 * a)};
+    return q + 5 * a;
 }
 
 // One panel's arrays, carved from buf (NULL: only the size).
 static size_t carve_panel(rg_int8_panel *p, uint32_t type, char *buf, int64_t K) {
     const int64_t n_sub = K / QK;
     const size_t codes = align64((size_t)n_sub * BLOCK8), sc = align64((size_t)n_sub * PANEL * sizeof(float));
-    const int32_t offset = type == RG_TYPE_Q4_0 ? 8 : type == RG_TYPE_Q5_0 ? 16 : type == RG_TYPE_Q8_0 ? 128 : 0;
+    const int32_t offset = type == RG_TYPE_Q4_0 ? 8
+                           : type == RG_TYPE_Q5_0 ? 16
+                           : type == RG_TYPE_Q8_0 ? 128
+                           : type == RG_TYPE_Q6_K ? 32
+                                                  : 0;
     if (buf)
-        *p = (rg_int8_panel){type, n_sub, offset, (uint8_t *)buf, (float *)(buf + codes), (float *)(buf + codes + sc)};
-    return codes + 2 * sc;
+        *p = (rg_int8_panel){type, n_sub, offset, (uint8_t *)buf, (float *)(buf + codes), (float *)(buf + codes + sc),
+                             (int32_t *)(buf + codes + 2 * sc)};
+    return codes + 4 * sc;
 }
 
 static size_t staging_bytes(int64_t K) { return align64((size_t)(K / QK) * Q8_0_BYTES); }
@@ -70,8 +77,9 @@ static void quantize_col(rg_q8_cols *c, const float *col, int64_t n, uint8_t *st
         const uint8_t *blk = staging + b * Q8_0_BYTES;
         int8_t *q = c->q + n * c->K + b * QK;
         memcpy(q, blk + 2, QK);
-        int32_t s = 0;
-        for (int i = 0; i < QK; i++) s += q[i];
+        int32_t s = 0, s16 = 0;
+        for (int i = 0; i < QK; i++) s += q[i], s16 += i < 16 ? q[i] : 0;
+        c->sum16[2 * (n * c->nb + b)] = s16, c->sum16[2 * (n * c->nb + b) + 1] = s - s16;
         const float d = rg_fp16_to_fp32((uint16_t)(blk[0] | blk[1] << 8));
         c->d[n * c->nb + b] = d;
         c->sum[n * c->nb + b] = s;
@@ -116,6 +124,25 @@ static void pack_row_bytes(rg_int8_panel *p, const uint8_t *row, int r) {
     }
 }
 
+// Q6_K, 210 bytes: ql[128] @0 | qh[64] @128 | scales[16] int8 @192 | d f16 @208 (quant_k.c):
+// code u = low4 | high2 << 4 (0..63, the value's code + 32), a byte each as Q8_0's; the
+// sub-block's scale is d, and its two halves' int8 scales go to sc16.
+static void pack_row_q6_K(rg_int8_panel *p, const uint8_t *row, int r) {
+    for (int64_t b = 0; b < p->n_sub; b++) {
+        const uint8_t *blk = row + (b / 8) * Q6_K_BYTES;
+        for (int e = 0; e < QK; e++) {
+            const int el = (int)(b % 8) * QK + e, h = el / 128, k = (el % 128) / 32, l = el % 32;
+            const int lo = (blk[64 * h + l + 32 * (k & 1)] >> (4 * (k >> 1))) & 15;
+            const int hi = (blk[128 + 32 * h + l] >> (2 * k)) & 3;
+            p->codes[b * BLOCK8 + (e / 4) * GROUP + r * 4 + e % 4] = (uint8_t)(lo | hi << 4);
+        }
+        p->scale[b * PANEL + r] = rg_fp16_to_fp32((uint16_t)(blk[208] | blk[209] << 8));
+        p->min[b * PANEL + r] = 0.0f;
+        p->sc16[(2 * b) * PANEL + r] = (int8_t)blk[192 + 2 * (b % 8)];
+        p->sc16[(2 * b + 1) * PANEL + r] = (int8_t)blk[192 + 2 * (b % 8) + 1];
+    }
+}
+
 static void pack_row_q4_K(rg_int8_panel *p, const uint8_t *row, int r) {
     for (int64_t sb = 0; sb < p->n_sub / 8; sb++) {
         const uint8_t *blk = row + sb * Q4_K_BYTES;
@@ -134,15 +161,20 @@ static void pack_row_q4_K(rg_int8_panel *p, const uint8_t *row, int r) {
 }
 
 void rg_int8_panel_pack(rg_int8_panel *p, const void *w, size_t w_stride, int64_t m0, int64_t M) {
+    if (p->type != RG_TYPE_Q6_K) memset(p->sc16, 0, sizeof(int32_t) * (size_t)(2 * p->n_sub * PANEL));
     for (int r = 0; r < PANEL; r++) {
         if (m0 + r < M) {
             const uint8_t *row = (const uint8_t *)w + (size_t)(m0 + r) * w_stride;
             if (p->type == RG_TYPE_Q4_0) pack_row_q4_0(p, row, r);
             else if (p->type == RG_TYPE_Q4_K) pack_row_q4_K(p, row, r);
+            else if (p->type == RG_TYPE_Q6_K) pack_row_q6_K(p, row, r);
             else pack_row_bytes(p, row, r);
             continue;
         }
-        for (int64_t s = 0; s < p->n_sub; s++) p->scale[s * PANEL + r] = p->min[s * PANEL + r] = 0.0f;
+        for (int64_t s = 0; s < p->n_sub; s++) {
+            p->scale[s * PANEL + r] = p->min[s * PANEL + r] = 0.0f;
+            p->sc16[2 * s * PANEL + r] = p->sc16[(2 * s + 1) * PANEL + r] = 0;
+        }
         const int64_t groups = p->n_sub * (byte_codes(p->type) ? 8 : 4);
         for (int64_t g = 0; g < groups; g++) memset(p->codes + g * GROUP + r * 4, 0, 4);
     }
@@ -167,6 +199,14 @@ void rg_int8_panel_mul_ref(const rg_int8_panel *p, const rg_q8_cols *c, int rows
                 const int8_t *q = c->q + n * c->K + s * QK;
                 const int64_t cb = n * c->nb + s;
                 int32_t isum = 0;
+                if (p->type == RG_TYPE_Q6_K) {  // two halves of 16, each (sum u q - 32 sx) times its int8 scale
+                    int32_t ia = 0, ib = 0;
+                    for (int e = 0; e < 16; e++) ia += code_at(p, s, r, e) * q[e], ib += code_at(p, s, r, 16 + e) * q[16 + e];
+                    isum = p->sc16[2 * s * PANEL + r] * (ia - p->offset * c->sum16[2 * cb]) +
+                           p->sc16[(2 * s + 1) * PANEL + r] * (ib - p->offset * c->sum16[2 * cb + 1]);
+                    acc = __builtin_fmaf((float)isum, p->scale[s * PANEL + r] * c->d[cb], acc);
+                    continue;
+                }
                 for (int e = 0; e < QK; e++) isum += code_at(p, s, r, e) * q[e];
                 if (p->type != RG_TYPE_Q4_K) {
                     acc = __builtin_fmaf((float)(isum - p->offset * c->sum[cb]), p->scale[s * PANEL + r] * c->d[cb], acc);

@@ -1,4 +1,4 @@
-// gemm_int8.h - prompt-sized MUL_MAT with Q4_0, Q5_0, Q8_0 or Q4_K weights on int8 dot products,
+// gemm_int8.h - prompt-sized MUL_MAT with Q4_0, Q5_0, Q8_0, Q4_K or Q6_K weights on int8 dot products,
 // for inference.
 //
 // What llama.cpp does for these weights: the activations are quantized to Q8_0 (32-value
@@ -10,6 +10,8 @@
 //   Q8_0  (value d (u - 128), u = the signed code + 128): acc = fma((float)(sum u q - 128 sx), d * dx, acc)
 //   Q4_K  (value d sc u - dmin m, u 0..15): acc = fma((float)(sum u q), (d sc) * dx, acc);
 //                                           acc = fma(-(dmin m), dx * (float)sx, acc)
+//   Q6_K  (value d sc_h (u - 32), u 0..63, an int8 scale sc_h per half h of 16 values):
+//         acc = fma((float)(sc_0 (sum_0 u q - 32 sx_0) + sc_1 (sum_1 u q - 32 sx_1)), d * dx, acc)
 // over the sub-blocks in order, in float (d sc and dmin m rounded to float once per row and
 // sub-block). The AVX-512 kernel and the portable reference give the same bits; each output is
 // summed by one thread: the result does not depend on the thread count.
@@ -43,17 +45,19 @@ typedef struct rg_q8_cols {
     float *d;          // [N][nb] the block scales dx
     int32_t *sum;      // [N][nb] the sums of a block's codes sx
     float *dsum;       // [N][nb] dx * (float)sx
+    int32_t *sum16;    // [N][nb][2] the sums of each half block's codes (Q6_K's scales cover 16 values)
 } rg_q8_cols;
 
 // One panel of 16 weight rows, repacked (rows past M are zeros with scales 0).
 typedef struct rg_int8_panel {
-    uint32_t type;   // RG_TYPE_Q4_0, Q5_0, Q8_0 or Q4_K
+    uint32_t type;   // RG_TYPE_Q4_0, Q5_0, Q8_0, Q4_K or Q6_K
     int64_t n_sub;   // sub-blocks of 32 per row (K / 32)
-    int32_t offset;  // what the unsigned codes are above the values' codes: 8, 16, 128 (Q4_K: 0, the minimum instead)
+    int32_t offset;  // what the unsigned codes are above the values' codes: 8, 16, 128, Q6_K 32 (Q4_K: 0, the minimum instead)
     uint8_t *codes;  // Q4_0: [n_sub][4 groups][16 rows][4 bytes] nibbles; Q4_K: [n_sub / 2][8][16][4] nibbles;
-                     // Q5_0, Q8_0: [n_sub][8 groups][16 rows][4 bytes], a byte per code
+                     // Q5_0, Q8_0, Q6_K: [n_sub][8 groups][16 rows][4 bytes], a byte per code
     float *scale;    // [n_sub][16] d (d * sc for Q4_K)
     float *min;      // [n_sub][16] dmin * m (Q4_K; zeros otherwise)
+    int32_t *sc16;   // [n_sub][2][16] Q6_K: the int8 scales of each sub-block's two halves (zeros otherwise)
 } rg_int8_panel;
 
 // Whether the int8 path can run here (AVX-512 VNNI) for weights of this type and row length.

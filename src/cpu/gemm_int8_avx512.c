@@ -1,4 +1,4 @@
-// gemm_int8_avx512.c - a panel of 16 Q4_0, Q5_0, Q8_0 or Q4_K weight rows times Q8_0 columns on
+// gemm_int8_avx512.c - a panel of 16 Q4_0, Q5_0, Q8_0, Q4_K or Q6_K weight rows times Q8_0 columns on
 // VPDPBUSD (AVX-512 VNNI on 512-bit registers, one row per 32-bit lane); the arithmetic of
 // gemm_int8.h, bit for bit rg_int8_panel_mul_ref's. Also the panel packing, vectorized for the
 // byte-code types.
@@ -113,8 +113,11 @@ static void mul_q4_K(const rg_int8_panel *p, const rg_q8_cols *c, int rows, floa
     }
 }
 
-// Q5_0, Q8_0: one block = 8 loads of byte codes, group g holding codes 4g..4g+3 of the 16 rows.
+// Q5_0, Q8_0, Q6_K: one block = 8 loads of byte codes, group g holding codes 4g..4g+3 of the 16
+// rows. Q6_K sums each half of 16 (groups 0-3, 4-7) apart and scales it by its int8 scale in
+// integers: sc_0 (sum_0 - 32 sx_0) + sc_1 (sum_1 - 32 sx_1), then the one FMA.
 static void mul_bytes(const rg_int8_panel *p, const rg_q8_cols *c, int rows, float *y, int64_t ldy) {
+    const bool q6 = p->type == RG_TYPE_Q6_K;
     for (int64_t n0 = 0; n0 < c->N; n0 += 4) {
         const int nc = c->N - n0 < 4 ? (int)(c->N - n0) : 4;
         __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
@@ -122,10 +125,24 @@ static void mul_bytes(const rg_int8_panel *p, const rg_q8_cols *c, int rows, flo
             __m512i u[8];
             for (int g = 0; g < 8; g++) u[g] = _mm512_loadu_si512((const void *)(p->codes + b * 8 * GROUP + GROUP * g));
             const __m512 dw = _mm512_loadu_ps(p->scale + b * RG_INT8_PANEL);
+            const __m512i s0 = _mm512_loadu_si512((const void *)(p->sc16 + 2 * b * RG_INT8_PANEL));
+            const __m512i s1 = _mm512_loadu_si512((const void *)(p->sc16 + (2 * b + 1) * RG_INT8_PANEL));
             for (int i = 0; i < nc; i++) {
                 const int64_t n = n0 + i, cb = n * c->nb + b;
-                __m512i is = dot8(u, c->q + n * c->K + b * 32);
-                is = _mm512_sub_epi32(is, _mm512_set1_epi32(p->offset * c->sum[cb]));
+                const int8_t *q = c->q + n * c->K + b * 32;
+                __m512i is;
+                if (q6) {
+                    __m512i ia = _mm512_setzero_si512(), ib = _mm512_setzero_si512();
+                    for (int g = 0; g < 4; g++) {
+                        ia = _mm512_dpbusd_epi32(ia, u[g], bcast4(q + 4 * g));
+                        ib = _mm512_dpbusd_epi32(ib, u[4 + g], bcast4(q + 16 + 4 * g));
+                    }
+                    ia = _mm512_mullo_epi32(s0, _mm512_sub_epi32(ia, _mm512_set1_epi32(p->offset * c->sum16[2 * cb])));
+                    ib = _mm512_mullo_epi32(s1, _mm512_sub_epi32(ib, _mm512_set1_epi32(p->offset * c->sum16[2 * cb + 1])));
+                    is = _mm512_add_epi32(ia, ib);
+                } else {
+                    is = _mm512_sub_epi32(dot8(u, q), _mm512_set1_epi32(p->offset * c->sum[cb]));
+                }
                 acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(dw, _mm512_set1_ps(c->d[cb])), acc[i]);
             }
         }
@@ -137,6 +154,17 @@ void rg_int8_panel_mul_avx512(const rg_int8_panel *p, const rg_q8_cols *c, int r
     if (p->type == RG_TYPE_Q4_0) mul_q4_0(p, c, rows, y, ldy);
     else if (p->type == RG_TYPE_Q4_K) mul_q4_K(p, c, rows, y, ldy);
     else mul_bytes(p, c, rows, y, ldy);
+}
+
+// The 32 codes of Q6_K sub-block sb (0..7) of the superblock at blk, in element order (quant_k.c's
+// layout: low4 from ql's low or high nibbles, high2 from qh's bit pair k).
+static inline __m256i q6_K_codes(const uint8_t *blk, int sb) {
+    const int h = sb / 4, k = sb % 4;
+    const __m256i low = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(0x03);
+    __m256i ql = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32 * (k & 1)));
+    if (k >> 1) ql = _mm256_srli_epi16(ql, 4);
+    const __m256i qh = _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h)), 2 * k), two);
+    return _mm256_or_si256(_mm256_and_si256(ql, low), _mm256_slli_epi16(qh, 4));
 }
 
 // The 32 codes of a Q5_0 or Q8_0 block in element order, + the offset (gemm_int8.h).
@@ -151,10 +179,12 @@ static inline __m256i block_codes(uint32_t type, const uint8_t *blk) {
 }
 
 void rg_int8_panel_pack_avx512(rg_int8_panel *p, const void *w, size_t w_stride, int64_t m0, int64_t M) {
-    if (p->type != RG_TYPE_Q5_0 && p->type != RG_TYPE_Q8_0) {
+    if (p->type != RG_TYPE_Q5_0 && p->type != RG_TYPE_Q8_0 && p->type != RG_TYPE_Q6_K) {
         rg_int8_panel_pack(p, w, w_stride, m0, M);  // 4-byte copies already
         return;
     }
+    const bool q6 = p->type == RG_TYPE_Q6_K;
+    if (!q6) memset(p->sc16, 0, sizeof(int32_t) * (size_t)(2 * p->n_sub * RG_INT8_PANEL));
     const size_t bytes = p->type == RG_TYPE_Q5_0 ? 22 : 34;
     const int live = M - m0 < RG_INT8_PANEL ? (int)(M - m0) : RG_INT8_PANEL;
     for (int64_t b = 0; b < p->n_sub; b++) {
@@ -165,12 +195,22 @@ void rg_int8_panel_pack_avx512(rg_int8_panel *p, const void *w, size_t w_stride,
                 if (r >= live) {
                     v[i] = _mm256_setzero_si256();
                     p->scale[b * RG_INT8_PANEL + r] = 0.0f;
+                    if (q6) p->sc16[2 * b * RG_INT8_PANEL + r] = p->sc16[(2 * b + 1) * RG_INT8_PANEL + r] = 0;
                     continue;
                 }
-                const uint8_t *blk = (const uint8_t *)w + (size_t)(m0 + r) * w_stride + (size_t)b * bytes;
-                v[i] = block_codes(p->type, blk);
+                const uint8_t *row = (const uint8_t *)w + (size_t)(m0 + r) * w_stride;
                 uint16_t h;
-                memcpy(&h, blk, 2);
+                if (q6) {  // 210-byte superblocks of 8 sub-blocks: d f16 @208, int8 scales @192
+                    const uint8_t *blk = row + (size_t)(b / 8) * 210;
+                    v[i] = q6_K_codes(blk, (int)(b % 8));
+                    memcpy(&h, blk + 208, 2);
+                    p->sc16[2 * b * RG_INT8_PANEL + r] = (int8_t)blk[192 + 2 * (b % 8)];
+                    p->sc16[(2 * b + 1) * RG_INT8_PANEL + r] = (int8_t)blk[192 + 2 * (b % 8) + 1];
+                } else {
+                    const uint8_t *blk = row + (size_t)b * bytes;
+                    v[i] = block_codes(p->type, blk);
+                    memcpy(&h, blk, 2);
+                }
                 p->scale[b * RG_INT8_PANEL + r] = _cvtsh_ss(h);
             }
             rg_transpose8_epi32(v);

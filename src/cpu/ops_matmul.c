@@ -13,7 +13,7 @@
 //   larger N (prompt processing, training): the SGEMM, with the weights
 //     dequantized to F32 panel by panel as they are packed and the activations
 //     in F32, so gradients never see 8-bit activations. Except, in inference
-//     (rg_exec_ctx.int8_activations) with Q4_0, Q5_0, Q8_0 or Q4_K weights on
+//     (rg_exec_ctx.int8_activations) with Q4_0, Q5_0, Q8_0, Q4_K or Q6_K weights on
 //     AVX-512 VNNI: the integer GEMM of gemm_int8.h on Q8_0 activations; with BF16
 //     weights on AVX512_BF16: gemm_bf16.h on activations rounded to BF16. Both
 //     as llama.cpp does.

@@ -17,9 +17,10 @@ Usage: python3 tests/python/test_gemma3_real.py BUILD_DIR [MODEL.gguf]
    --exact (F32 activations, what transformers computes; the session's F16 KV cache remains)
    within 1e-4 relative in the final estimate (measured 1.8e-5) and 3e-4 in each chunk's running
    estimate (measured 1.0e-4, the first chunk's 127 tokens); with
-   the default int8 activations within 2e-3 of it (measured 3.9e-4) and within 5e-3 of llama.cpp's
-   llama-perplexity (measured 2.1e-3; llama.cpp's own int8 activations put it 1.7e-3 from
-   transformers).
+   the default int8 activations within 3e-3 of it and within 1.5e-3 of llama.cpp's
+   llama-perplexity, whose own int8 activations put it 1.7e-3 from transformers (measured
+   2.3e-3 and 5.9e-4 since Q6_K weights, the tied head's and half the ffn_down's, take the int8
+   path as llama.cpp's do; 3.9e-4 and 2.1e-3 when only the Q4_K ones did).
 4. Greedy generation (`generate --raw --temp 0`) of three prompts gives transformers' greedy
    text through the first step whose top two reference logits are within 0.05 (a near tie
    that 8-bit activation rounding may flip, ours or llama.cpp's); beyond it the texts may part.
@@ -169,10 +170,10 @@ def main():
     else:
         rel_tf = abs(ppl - tf["ppl"]) / tf["ppl"]
         rel_ll = abs(ppl - ref["perplexity"]["ppl"]) / ref["perplexity"]["ppl"]
-        print("    default activations: PPL %.4f; transformers %.4f (rel %.2e <= 2e-3), llama.cpp %.4f (rel %.2e <= 5e-3)"
+        print("    default activations: PPL %.4f; transformers %.4f (rel %.2e <= 3e-3), llama.cpp %.4f (rel %.2e <= 1.5e-3)"
               % (ppl, tf["ppl"], rel_tf, ref["perplexity"]["ppl"], rel_ll))
-        check("perplexity (int8 activations) within 2e-3 of transformers", rel_tf <= 2e-3, "rel %.2e" % rel_tf)
-        check("perplexity (int8 activations) within 5e-3 of llama.cpp's llama-perplexity", rel_ll <= 5e-3,
+        check("perplexity (int8 activations) within 3e-3 of transformers", rel_tf <= 3e-3, "rel %.2e" % rel_tf)
+        check("perplexity (int8 activations) within 1.5e-3 of llama.cpp's llama-perplexity", rel_ll <= 1.5e-3,
               "rel %.2e" % rel_ll)
 
     # 4. greedy text against transformers, through the first near tie
