@@ -408,7 +408,7 @@ static void panel_tiles(const ours_ctx *oc, const float *ap, int64_t mc, int64_t
     const int64_t pf_total = next ? next->rows * per_row : 0, pf_tile = ceil_div(pf_total, ceil_div(mc, MR));
     int64_t pf = 0;
     for (int64_t ir = 0; ir < mc;) {
-        // Four whole A panels against a whole B panel: the tall kernel, where there is one.
+        // Two whole A panels against a whole B panel: the tall kernel, where there is one.
         const bool tall = oc->ukernel_tall && nr == NR && ir + RG_GEMM_TALL <= mc;
         const int64_t rows = tall ? RG_GEMM_TALL : MR;
         for (int64_t q = 0; q < pf_tile * (rows / MR) && pf < pf_total; q++, pf++) {
