@@ -178,7 +178,7 @@ static void test_limits_registers(void) {
 static void test_limits_launch_bounds(void) {
     khost_result r;
     klim_launch_bounds(256, &r);
-    CHECK_FAILS(r, cudaErrorInvalidValue, "bounded_kernel", "256 threads", "__launch_bounds__ of 128");
+    CHECK_FAILS(r, cudaErrorLaunchOutOfResources, "bounded_kernel", "256 threads", "__launch_bounds__ of 128");
     klim_launch_bounds(128, &r);
     CHECK_OK(r);
 }

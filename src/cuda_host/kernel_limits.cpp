@@ -134,8 +134,11 @@ bool within_kernel_limits(const char *name, const void *fn, dim3 block, size_t s
                       name, r.demangled, threads, r.regs, r.arch, r.max_threads);
             return false;
         }
+        // The device folds the launch bounds and the registers into one figure, the function's
+        // maxThreadsPerBlock ("beyond which a launch of the function would fail"), so both are
+        // refused alike: cudaErrorLaunchOutOfResources. (Not yet confirmed on a GPU.)
         if (r.launch_bounds && threads > (unsigned long long)r.launch_bounds) {
-            set_error(cudaErrorInvalidValue,
+            set_error(cudaErrorLaunchOutOfResources,
                       "kernel '%s' (%s): a block of %llu threads, over its __launch_bounds__ of %d (sm_%d, %d registers)",
                       name, r.demangled, threads, r.launch_bounds, r.arch, r.regs);
             return false;
