@@ -289,6 +289,10 @@ static const scan_spec scan_back_specs[] = {
     {"T=70 seg[T,S] dt>20", 3, 2, 2, 1, 70, 2, true, scan_ids_long, true, false, true},
     {"big G=2 T=70", 16, 8, 16, 2, 70, 2, true, scan_ids_long, true, false, false},
     {"N=P=128 (64 KiB shared)", 128, 1, 128, 1, 3, 1, true, NULL, false, false, false},
+    // More columns, then more rows, than the 512 threads a CUDA block of the kernel may have (its
+    // registers allow 672 on sm_90): a thread takes several; P = 1000 also leaves a partial warp.
+    {"P=1000 (two columns a thread)", 1000, 1, 8, 1, 3, 1, true, NULL, false, false, false},
+    {"N=1024 (two rows a thread)", 3, 2, 1024, 1, 2, 1, true, NULL, false, false, false},
 };
 
 // Case v of specs (n of them) for SSM_SCAN (back false: every float input trained but in

@@ -27,7 +27,9 @@
 //                  slice of the device scratch (global memory), G in shared memory
 //                  [N][P+1]. Per token the sums over n run with a thread per p, those over
 //                  p with a thread per n (both in the CPU's order), and one thread makes
-//                  the double sums over p, ddt and dA's term. Then a kernel adds each
+//                  the double sums over p, ddt and dA's term; P and N up to 1024 on at
+//                  most SCAN_BACK_THREADS threads (what the registers allow), a thread
+//                  taking every SCAN_BACK_THREADS-th column and row. Then a kernel adds each
 //                  group's heads' dB and dC (head order) and one the sequences' dA.
 //                  Device scratch: 2 S T H N floats (the heads' dB and dC), S H doubles,
 //                  and per block (1 + T/64 + 65) N P floats.
@@ -50,6 +52,10 @@ constexpr int64_t SSM_MAX_BLOCKS = 65535 * 16;
 constexpr int SCAN_BACK_BLOCKS = 64;            // concurrent items of SSM_SCAN_BACK (each a scratch slice)
 constexpr int64_t SCAN_CHUNK = 64;              // the CPU's RG_SSM_SCAN_CHUNK (ops_ssm_scan.c)
 constexpr size_t SSM_MAX_SHARED = 200 * 1024;   // dynamic shared memory a scan block may ask for
+// SSM_SCAN_BACK's most threads a block: its register count (96 on sm_90, kernel_table.inc)
+// allows 672, not the 1024 that P or N may reach, so a thread takes every 512th column and
+// row; the launch bound makes ptxas keep it within 128 registers whatever the flags.
+constexpr int SCAN_BACK_THREADS = 512;
 
 // The document ids of sequence s, or NULL (cpu_ssm_seg's rule: [T] shared, or [T, S]).
 __device__ inline const int32_t *seg_of(const int32_t *seg, int64_t seg_rows, int64_t T, int64_t s) {
@@ -211,39 +217,39 @@ __device__ inline void back_step_column(const scan_geom &g, const float *row, in
     for (int64_t n = 0; n < g.N; n++) out[n * g.P + p] = __fadd_rn(__fmul_rn(decay, in[n * g.P + p]), __fmul_rn(B[n], xs));
 }
 
-__global__ void ssm_scan_back_kernel(scan_geom g, scan_back_bufs b) {
+__global__ void __launch_bounds__(SCAN_BACK_THREADS) ssm_scan_back_kernel(scan_geom g, scan_back_bufs b) {
     RG_SHARED_DYN(float, sh);
     const int64_t N = g.N, P = g.P, NP = N * P, Pp = P + 1, HTS = g.H * g.T * g.S;
     float *G = sh, *sgB = G + N * Pp, *sq = sgB + P;  // G [N][P + 1], gB [P], q [P]
     float *ckpt = b.work + (int64_t)blockIdx.x * (b.n_chunks + b.L + 1) * NP, *buf = ckpt + b.n_chunks * NP;
-    const int64_t tid = threadIdx.x;
+    const int64_t tid = threadIdx.x, nthr = blockDim.x;  // thread tid: columns p and rows n = tid mod nthr
     for (int64_t item = blockIdx.x; item < g.S * g.H; item += gridDim.x) {
         const int64_t s = item / g.H, h = item % g.H, grp = h / (g.H / g.G);
         __syncthreads();  // the previous item is done with G, buf and ckpt
         // The checkpoints, thread p's column each: the forward's states before every chunk.
-        if (tid < P) {
+        for (int64_t pc = tid; pc < P; pc += nthr) {
             const float *st = b.state ? b.state + NP * (h + g.H * s) : NULL;
-            for (int64_t n = 0; n < N; n++) buf[n * P + tid] = st ? st[n + N * tid] : 0.0f;
+            for (int64_t n = 0; n < N; n++) buf[n * P + pc] = st ? st[n + N * pc] : 0.0f;
             for (int64_t c = 0; c < b.n_chunks; c++) {
-                for (int64_t n = 0; n < N; n++) ckpt[c * NP + n * P + tid] = buf[n * P + tid];
+                for (int64_t n = 0; n < N; n++) ckpt[c * NP + n * P + pc] = buf[n * P + pc];
                 for (int64_t t = c * b.L; t < g.T && t < (c + 1) * b.L; t++) {
                     const int64_t it = h + g.H * (t + g.T * s);
-                    back_step_column(g, token_row(g, b.xbc, s, t), h, grp, tid, b.dta[it], b.dta[it + HTS], buf, buf);
+                    back_step_column(g, token_row(g, b.xbc, s, t), h, grp, pc, b.dta[it], b.dta[it + HTS], buf, buf);
                 }
             }
             const float *df = b.dfin + NP * (h + g.H * s);
-            for (int64_t n = 0; n < N; n++) G[n * Pp + tid] = df[n + N * tid];
+            for (int64_t n = 0; n < N; n++) G[n * Pp + pc] = df[n + N * pc];
         }
         float decay_next = 1.0f;  // G_{T-1} = C dy^T + the final state's gradient
         double dA_acc = 0.0;
         for (int64_t c = b.n_chunks - 1; c >= 0; c--) {
             const int64_t t0 = c * b.L, len = g.T - t0 < b.L ? g.T - t0 : b.L;
             __syncthreads();  // the previous chunk's readers of buf are done
-            if (tid < P) {
-                for (int64_t n = 0; n < N; n++) buf[n * P + tid] = ckpt[c * NP + n * P + tid];
+            for (int64_t pc = tid; pc < P; pc += nthr) {
+                for (int64_t n = 0; n < N; n++) buf[n * P + pc] = ckpt[c * NP + n * P + pc];
                 for (int64_t r = 0; r < len; r++) {
                     const int64_t it = h + g.H * (t0 + r + g.T * s);
-                    back_step_column(g, token_row(g, b.xbc, s, t0 + r), h, grp, tid, b.dta[it], b.dta[it + HTS],
+                    back_step_column(g, token_row(g, b.xbc, s, t0 + r), h, grp, pc, b.dta[it], b.dta[it + HTS],
                                      buf + r * NP, buf + (r + 1) * NP);
                 }
             }
@@ -253,32 +259,33 @@ __global__ void ssm_scan_back_kernel(scan_geom g, scan_back_bufs b) {
                 const float *row = token_row(g, b.xbc, s, t), *x = row + P * h, *B = row + P * g.H + N * grp;
                 const float *C = B + N * g.G, *dy = b.dy + P * it, *S_prev = buf + r * NP, *S_cur = buf + (r + 1) * NP;
                 __syncthreads();  // the previous token's readers of G, gB and q are done, buf is complete
-                if (tid < P) {  // G_t's column p and its sums over n
+                for (int64_t pc = tid; pc < P; pc += nthr) {  // G_t's column p and its sums over n
                     float gB = 0.0f, q = 0.0f;
                     for (int64_t n = 0; n < N; n++) {
-                        const float gv = __fadd_rn(__fmul_rn(C[n], dy[tid]), __fmul_rn(decay_next, G[n * Pp + tid]));
-                        G[n * Pp + tid] = gv;
+                        const float gv = __fadd_rn(__fmul_rn(C[n], dy[pc]), __fmul_rn(decay_next, G[n * Pp + pc]));
+                        G[n * Pp + pc] = gv;
                         gB = __fadd_rn(gB, __fmul_rn(gv, B[n]));
-                        q = __fadd_rn(q, __fmul_rn(gv, S_prev[n * P + tid]));
+                        q = __fadd_rn(q, __fmul_rn(gv, S_prev[n * P + pc]));
                     }
-                    b.dxbc[g.D * (t + g.T * s) + P * h + tid] = __fmul_rn(step, gB);
-                    sgB[tid] = gB, sq[tid] = q;
+                    b.dxbc[g.D * (t + g.T * s) + P * h + pc] = __fmul_rn(step, gB);
+                    sgB[pc] = gB, sq[pc] = q;
                 }
                 __syncthreads();
-                if (tid < N) {  // row n's sums over p, in rg_ssm_lanes_sum's order: this head's dC and dB terms
+                // row n's sums over p, in rg_ssm_lanes_sum's order: this head's dC and dB terms
+                for (int64_t nr = tid; nr < N; nr += nthr) {
                     float c_acc[RG_SSM_LANES], b_acc[RG_SSM_LANES];
                     for (int l = 0; l < RG_SSM_LANES; l++) c_acc[l] = 0.0f, b_acc[l] = 0.0f;
                     for (int64_t p0 = 0; p0 < P; p0 += RG_SSM_LANES) {
                         for (int l = 0; l < RG_SSM_LANES; l++) {  // lane l: p = l mod 8 (registers, static index)
                             const int64_t p = p0 + l;
                             if (p < P) {
-                                c_acc[l] = __fadd_rn(c_acc[l], __fmul_rn(S_cur[tid * P + p], dy[p]));
-                                b_acc[l] = __fadd_rn(b_acc[l], __fmul_rn(G[tid * Pp + p], x[p]));
+                                c_acc[l] = __fadd_rn(c_acc[l], __fmul_rn(S_cur[nr * P + p], dy[p]));
+                                b_acc[l] = __fadd_rn(b_acc[l], __fmul_rn(G[nr * Pp + p], x[p]));
                             }
                         }
                     }
-                    b.dC_h[tid + N * it] = rg_ssm_lanes_sum(c_acc);
-                    b.dB_h[tid + N * it] = __fmul_rn(step, rg_ssm_lanes_sum(b_acc));
+                    b.dC_h[nr + N * it] = rg_ssm_lanes_sum(c_acc);
+                    b.dB_h[nr + N * it] = __fmul_rn(step, rg_ssm_lanes_sum(b_acc));
                 }
                 if (tid == 0) {
                     double s1 = 0.0, s2 = 0.0;
@@ -294,9 +301,9 @@ __global__ void ssm_scan_back_kernel(scan_geom g, scan_back_bufs b) {
             }
         }
         __syncthreads();
-        if (tid < P) {  // dstate = decay_0 G_0
+        for (int64_t pc = tid; pc < P; pc += nthr) {  // dstate = decay_0 G_0
             float *ds = b.dstate + NP * (h + g.H * s);
-            for (int64_t n = 0; n < N; n++) ds[n + N * tid] = __fmul_rn(decay_next, G[n * Pp + tid]);
+            for (int64_t n = 0; n < N; n++) ds[n + N * pc] = __fmul_rn(decay_next, G[n * Pp + pc]);
         }
         if (tid == 0) b.dA_h[s * g.H + h] = dA_acc;
     }
@@ -456,8 +463,9 @@ rg_status run_ssm_scan_back(rg_cuda_ctx *ctx, const rg_exec_ctx *c, const rg_nod
     b.work = b.dC_h + g.S * g.T * g.H * g.N;
     const size_t shared = scan_back_shared(n);
     RG_TRY(rg_cu_shared_limit(ssm_scan_back_kernel, shared, n, err));
-    const int64_t nt = g.N > g.P ? g.N : g.P;
-    RG_LAUNCH(ssm_scan_back_kernel, (unsigned)scan_back_blocks(g), threads_for(nt), shared, ctx->stream, g, b);
+    const int64_t nt = g.N > g.P ? g.N : g.P;  // a thread per column and row, at most SCAN_BACK_THREADS
+    const unsigned threads = threads_for(nt < SCAN_BACK_THREADS ? nt : SCAN_BACK_THREADS);
+    RG_LAUNCH(ssm_scan_back_kernel, (unsigned)scan_back_blocks(g), threads, shared, ctx->stream, g, b);
     CU_LAUNCHED();
     RG_LAUNCH(ssm_scan_back_bc_kernel, blocks_for(g.N * g.G * g.T * g.S), SSM_THREADS, 0, ctx->stream, g,
               (const float *)b.dB_h, (const float *)b.dC_h, b.dxbc);

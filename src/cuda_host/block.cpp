@@ -480,6 +480,12 @@ void *shared_static(const void *site, size_t bytes, size_t align, const char *na
     b.static_bytes += bytes;
     if (b.static_bytes > 48 * 1024)
         fault("static shared memory reaches %zu bytes at '%s': a block may declare 48 KiB", b.static_bytes, name);
+    // The launch was checked with the table's static bytes; a declaration past them means
+    // the table does not describe this kernel.
+    if (b.launch->table_static_smem >= 0 && b.static_bytes > (size_t)b.launch->table_static_smem)
+        fault("'%s': %zu bytes of static shared memory declared, over the %ld the kernel table gives the kernel "
+              "(run scripts/cuda-kernel-table.sh generate)",
+              name, b.static_bytes, b.launch->table_static_smem);
     if (b.static_bytes + b.launch->shmem > b.launch->smem_limit)
         fault("'%s': %zu bytes of static and %zu of dynamic shared memory exceed the kernel's %zu", name,
               b.static_bytes, b.launch->shmem, b.launch->smem_limit);

@@ -91,3 +91,14 @@ if(RG_HAVE_CUDA_HOST)
     endif()
   endforeach()
 endif()
+
+# The kernel table (src/cuda_host/kernel_table.inc, the launch limits of the host execution)
+# against a fresh nvcc compile of src/cuda/*.cu: `cmake --build BUILD --target rg_cuda_kernel_table`
+# fails with the diff when it is stale. Not part of ALL: it compiles every .cu once more per
+# architecture of the table (test_cuda_host_limits runs the same check).
+if(RG_HAVE_CUDA)
+  add_custom_target(rg_cuda_kernel_table
+    COMMAND ${CMAKE_COMMAND} -E env "NVCC=${CMAKE_CUDA_COMPILER}"
+            bash "${CMAKE_SOURCE_DIR}/scripts/cuda-kernel-table.sh" check
+    WORKING_DIRECTORY "${CMAKE_SOURCE_DIR}" VERBATIM)
+endif()

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "cuda_host/intrinsics.h"
+#include "cuda_host/kernel_limits.h"
 
 namespace rgh {
 
@@ -171,12 +172,16 @@ constexpr int warpSize = 32;
 // A __shared__ variable would be one per thread on the host: use RG_SHARED.
 #undef __shared__
 #define __shared__ static_assert(false, "use RG_SHARED / RG_SHARED_DYN (src/cuda/cuda_common.cuh), not __shared__");
+// The host compiler's __launch_bounds__ records nothing: what nvcc made of it (and of
+// the registers) is in the kernel table, which every launch is checked against.
 #ifndef __launch_bounds__
 #define __launch_bounds__(...)
 #endif
 
+// The kernel goes through keyed<F> as a template argument, so that the launch knows
+// its mangled name and the file it is launched from (kernel_limits.h).
 #define RGH_LAUNCH(kernel, grid, block, shmem, stream, ...) \
-    ::rgh::launch(#kernel, kernel, grid, block, shmem, stream, ##__VA_ARGS__)
+    ::rgh::launch(#kernel, ::rgh::keyed<kernel>(__FILE__), grid, block, shmem, stream, ##__VA_ARGS__)
 #define RGH_SHARED(T, name, count)                   \
     static char rgh_shared_site_##name;               \
     T(&name)[count] = *static_cast<T(*)[count]>(     \

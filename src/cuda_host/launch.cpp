@@ -60,6 +60,10 @@ void submit_launch(const char *name, const void *fn, dim3 grid, dim3 block, size
                   name, shmem, dyn_limit, kSmemOptin);
         return;
     }
+    // Registers, __launch_bounds__ and static shared memory, as nvcc compiled the kernel.
+    const size_t smem_limit = attr != g_max_dynamic_smem.end() ? kSmemOptin : kSmemDefault;
+    long table_static_smem;
+    if (!within_kernel_limits(name, fn, block, shmem, smem_limit, &table_static_smem)) return;
     // A GPU would fault inside the kernel (sticky); here it is found before it runs.
     const std::string bad = bad_pointer(name, *body);
     if (!bad.empty()) {
@@ -74,7 +78,8 @@ void submit_launch(const char *name, const void *fn, dim3 grid, dim3 block, size
     launch->grid = grid;
     launch->block = block;
     launch->shmem = shmem;
-    launch->smem_limit = attr != g_max_dynamic_smem.end() ? kSmemOptin : kSmemDefault;
+    launch->smem_limit = smem_limit;
+    launch->table_static_smem = table_static_smem;
     launch->body = std::move(body);
     auto w = std::make_shared<Work>();
     w->what = "kernel '" + launch->name + "'";

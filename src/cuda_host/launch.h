@@ -18,6 +18,7 @@ struct Launch {
     dim3 grid, block;
     size_t shmem;          // dynamic shared memory, bytes
     size_t smem_limit;     // static + dynamic bytes a block may use (48 KiB, or more by the attribute)
+    long table_static_smem;  // static shared memory the kernel table gives it, -1 when it has no row
     std::shared_ptr<const KernelBody> body;
 };
 
