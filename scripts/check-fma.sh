@@ -16,8 +16,12 @@
 #             in our source or the CUDA math library's own (expf, tanhf, ...: explicit there).
 # Printed per kernel (informational): PTX fma with the build's flags against --fmad=true and,
 # where nvdisasm is found (NVDISASM=, PATH, the toolkit, or `pip install nvidia-cuda-nvdisasm`
-# into a cache when RG_FMA_PIP=1), FFMA in the sm_90 SASS both ways (division and square root
-# expand to FFMA in SASS, so those counts are above the PTX's).
+# into a cache when RG_FMA_PIP=1), FFMA in the sm_90 SASS both ways (ptxas unrolls loops and
+# expands division, square root and integer division with FFMA, so those counts are above
+# the PTX's; the pair shows what contraction would add).
+# The detector itself is tested first on a probe kernel (a*b+c and a lone a*b): under
+# --fmad=true nvcc fuses the first into fma.rn and leaves the second a plain mul.f32 (which the
+# detector must flag); with the build's flags neither an fma nor a flagged operation.
 # Without nvcc every check is a skip, not a pass.
 #
 # RG_FMA_FLAGS overrides the build's flags (the self-test: RG_FMA_FLAGS= must fail).
@@ -32,9 +36,9 @@ NVCC=${NVCC:-$(command -v nvcc || true)}
 [ -z "$NVCC" ] && [ -x /usr/local/cuda/bin/nvcc ] && NVCC=/usr/local/cuda/bin/nvcc
 cus=("$@")
 [ ${#cus[@]} = 0 ] && cus=(src/cuda/*.cu)
-if [ -z "$NVCC" ]; then
+if [ -z "$NVCC" ] || ! [ -x "$NVCC" ]; then
     echo "SKIP: nvcc not found (NVCC=, PATH, /usr/local/cuda/bin): the FMA audit needs the CUDA compiler"
-    skipped=$((1 + ${#cus[@]}))
+    skipped=$((2 + ${#cus[@]}))  # the flags, the detector, each file
     summary
 fi
 
@@ -76,6 +80,8 @@ contract=()
 for f in "${flag_list[@]}"; do [[ "$f" =~ ^-?-fmad ]] || contract+=("$f"); done
 contract+=(--fmad=true)
 common=(-arch=sm_90 -std=c++17 -Iinclude -Isrc -DRG_HAVE_CUDA=1)
+# A float add/sub/mul with no rounding modifier: ptxas may contract it into an fma.
+CONTRACTABLE='^[[:space:]]+(@!?%p[0-9]+[[:space:]]+)?(add|sub|mul)(\.(ftz|sat))*\.(f16|f16x2|bf16|bf16x2|f32|f64)[[:space:]]'
 
 # ptx_counts FILE: "function fma" per .entry/.func (demangled), fma of any float type.
 ptx_counts() {
@@ -97,6 +103,22 @@ compile() {
     "$NVCC" "${common[@]}" "$@" -cubin -keep -keep-dir "$tmp/$mode" "$cu" -o "$tmp/$mode/$(basename "$cu" .cu).cubin" \
         2>"$tmp/$mode/err"
 }
+# The probe: the detector must see what --fmad=true allows, and nothing with the flags.
+printf '__global__ void probe(float *y, const float *a, const float *b) { y[0] = a[0] * b[0] + y[1]; y[2] = a[1] * b[1]; }\n' \
+    >"$tmp/fma_probe.cu"
+FMA='^[[:space:]]+(@!?%p[0-9]+[[:space:]]+)?fma\.'
+if compile "$tmp/fma_probe.cu" probe_c "${contract[@]}" && compile "$tmp/fma_probe.cu" probe_f "${flag_list[@]}"; then
+    cc=$(grep -cE "$CONTRACTABLE" "$tmp/probe_c/fma_probe.ptx"); cf=$(grep -cE "$FMA" "$tmp/probe_c/fma_probe.ptx")
+    fc=$(grep -cE "$CONTRACTABLE" "$tmp/probe_f/fma_probe.ptx"); ff=$(grep -cE "$FMA" "$tmp/probe_f/fma_probe.ptx")
+    if [ "$cc" -gt 0 ] && [ "$cf" -gt 0 ] && [ "$fc" = 0 ] && [ "$ff" = 0 ]; then
+        pass "detector: the probe under --fmad=true has $cf fused and $cc contractable operations, with the flags none"
+    else
+        fail "detector: the probe under --fmad=true has $cf fused (want > 0) and $cc contractable (want > 0) operations, with the flags $ff and $fc (want 0 and 0)"
+    fi
+else
+    fail "detector: nvcc failed on the probe kernel: $(head -3 "$tmp/probe_c/err" "$tmp/probe_f/err" 2>/dev/null)"
+fi
+
 for cu in "${cus[@]}"; do
     base=$(basename "$cu" .cu)
     if ! compile "$cu" f "${flag_list[@]}"; then
@@ -105,10 +127,8 @@ for cu in "${cus[@]}"; do
     fi
     cp "$tmp/f/$base.ptx" "$tmp/$base.ptx"
     # A float add/sub/mul with no rounding modifier may be contracted by ptxas.
-    bad=$(grep -nE '^[[:space:]]+(@!?%p[0-9]+[[:space:]]+)?(add|sub|mul)(\.(ftz|sat))*\.(f16|f16x2|bf16|bf16x2|f32|f64)[[:space:]]' \
-        "$tmp/$base.ptx" | head -5)
-    nbad=$(grep -cE '^[[:space:]]+(@!?%p[0-9]+[[:space:]]+)?(add|sub|mul)(\.(ftz|sat))*\.(f16|f16x2|bf16|bf16x2|f32|f64)[[:space:]]' \
-        "$tmp/$base.ptx")
+    bad=$(grep -nE "$CONTRACTABLE" "$tmp/$base.ptx" | head -5)
+    nbad=$(grep -cE "$CONTRACTABLE" "$tmp/$base.ptx")
     if [ "$nbad" = 0 ]; then
         pass "$cu: every float add/sub/mul of its PTX has a rounding modifier (no contraction possible)"
     else
