@@ -1635,7 +1635,8 @@ static const op_entry entries[RG_OP_COUNT] = {
     // flash attention (ops_flash_rows.h): f32 dot products of Dh <= 512 terms in 8 lanes, the 2-ulp exp, sums of
     // Tk <= 200 weighted values (the weights sum to 1): o and lse 1e-6 (seen: 1.7e-7); the backward's sums of as
     // many products over the query rows and GQA heads: 2e-6 (seen: 5.2e-7). The CUDA kernels (ops_flash.cu) sum in
-    // their own tile orders: cuda_parity holds them to the same bounds, not to the CPU's bits.
+    // their own tile orders with fmaf: cuda_parity holds them to bounds from Tk and Dh (ops_parity_bounds.h), not to
+    // the CPU's bits.
     [RG_OP_FLASH_ATTN_EXT] = {T_ATTN, gen_flash_attn_ext, build_flash_attn_ext, ref_flash_attn_ext, NULL, M_NORM, 1e-6},
     [RG_OP_FLASH_ATTN_BACK] = {T_ATTN, gen_flash_attn_back, build_flash_attn_back, ref_flash_attn_back, NULL, M_NORM,
                                2e-6},
