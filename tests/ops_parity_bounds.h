@@ -99,6 +99,16 @@ static double fwd_terms(rg_op op, const tcase *c) {
     case RG_OP_FLASH_ATTN_EXT:  // s = scale q.k (Dh), exp (and tanhf), l sums Tk, o = P v / l (Tk)
         pb_flash_dims(c, &Dh, &Tk, &TG);
         return 2 * Tk + Dh + ULPS_EXPF + ULPS_LOGF + ULPS_TANHF + 4;
+    case RG_OP_ATTN_DECODE: {  // like flash: scores of Dh, exp, sums of n_kv (cache_k: [Dh, C, Hkv], ip[0] n_kv)
+        const double n_kv = (double)c->ip[0], dh = (double)c->in[0].ne[0];
+        return 2 * n_kv + dh + ULPS_EXPF + ULPS_LOGF + 4;
+    }
+    case RG_OP_SOFT_MAX:  // scale, mask, softcap (tanhf), - max, expf, a sum of the row, one division
+        return (double)c->in[0].ne[0] + ULPS_EXPF + ULPS_TANHF + 4;
+    case RG_OP_LINEAR_CE: {  // logits: dots of d; lse: expf over V, logf; the loss: the mean over T
+        const double d = (double)c->in[1].ne[0], V = (double)c->in[0].ne[1], T = (double)c->in[1].ne[1];
+        return d + V + T + ULPS_EXPF + ULPS_LOGF + 4;
+    }
     case RG_OP_FLASH_ATTN_BACK:  // the EXT backward's chain (bwd_terms above)
         pb_flash_dims(c, &Dh, &Tk, &TG);
         return fmax(Tk, TG) + 3 * Dh + ULPS_EXPF + ULPS_TANHF + 8;
