@@ -1,6 +1,8 @@
 // device.cu - device discovery, the first kernel of the CUDA backend, and the
 // per-executor context: device, stream, cuBLAS handle, a grow-only memory pool
 // and the copy counters (the ops themselves are in ops.cu).
+// FMA rule (nvcc builds with --fmad=false, scripts/check-fma.sh): none; the one add kernel
+// rounds as the CPU's add.
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -26,6 +26,10 @@
 //             Differences from the CPU: CUDA's expf/tanhf (<= 2 ulp) and the
 //             order of the double sum.
 //
+// FMA rule (nvcc builds with --fmad=false, scripts/check-fma.sh): no fused multiply-add; the
+// kernels round each product and sum as the CPU kernels they mirror do (most rows of
+// test_ops cuda_parity are the CPU's bits, which an fmaf would change).
+//
 // Layout: the kernels first, then the launchers (llm.c style).
 #include <float.h>
 #include <limits.h>

@@ -47,6 +47,9 @@
 // view offset a multiple of the element size (so that every access is aligned),
 // no empty tensor, a contiguous output (CPY_INTO: the window).
 //
+// FMA rule (nvcc builds with --fmad=false, scripts/check-fma.sh): no fused multiply-add; the
+// CPU's elementwise kernels make none, and these rows are the CPU's bits.
+//
 // Layout: device helpers, kernels, launchers, then the registration.
 #include <math.h>
 #include <stdint.h>

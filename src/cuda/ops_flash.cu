@@ -2,7 +2,12 @@
 // FLASH_ATTN_BACK; cuda_common.cuh): FlashAttention-2 on CUDA cores in f32, the rules of
 // the CPU kernel (src/cpu/ops_flash.c, ops_flash_items.h) with its own tiles and orders,
 // so the results agree with the CPU's within f32 roundoff, not bit for bit (test_ops
-// cuda_parity holds them to the CPU's tolerance).
+// cuda_parity holds them to a bound derived from the lengths of their sums).
+//
+// FMA rule (nvcc builds with --fmad=false; scripts/check-fma.sh proves no other fusion): the
+// dot products and accumulations of the inner loops (fa_dot, fa_regs_accum, dK/dV, the
+// softmax's running sum) are written fmaf, one rounding per term as on the GPU's FFMA and in
+// the host execution alike; everything else rounds each product and sum apart.
 //
 // Names as graph.h: q [Dh, T, H, S] f32, k and v [Dh, Tk, Hkv, S] f32 or f16 (widened
 // exactly when a tile is loaded), any row strides, q packed within its rows, k and v with any
@@ -130,7 +135,7 @@ __device__ inline void fa_load_rows(float *dst, int ld, const char *base, int64_
 
 __device__ inline float fa_dot(const float *a, const float *b, int64_t n) {
     float acc = 0.0f;
-    for (int64_t e = 0; e < n; e++) acc += a[e] * b[e];
+    for (int64_t e = 0; e < n; e++) acc = fmaf(a[e], b[e], acc);
     return acc;
 }
 
@@ -176,7 +181,7 @@ __device__ inline void fa_regs_accum(fa_regs<D> &acc, const fa_geom &g, int nr, 
     fa_regs_each<D>(g, nr, [&](int rr, int i, int r, int e) {
         const float *w = W + r * fa_tile<D>::BC;
         float a = alpha ? alpha[r] * acc[rr][i] : acc[rr][i];
-        for (int c = 0; c < nc; c++) a += w[c] * X[c * fa_tile<D>::LD + e];
+        for (int c = 0; c < nc; c++) a = fmaf(w[c], X[c * fa_tile<D>::LD + e], a);
         acc[rr][i] = a;
     });
 }
@@ -249,7 +254,7 @@ __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_geom g, fa_bufs b
                     p[c] = expf(p[c] - mx);
                     ps += p[c];
                 }
-                sl[r] = alpha * sl[r] + ps;
+                sl[r] = fmaf(alpha, sl[r], ps);
                 sm[r] = mx;
                 salpha[r] = alpha;
             }
@@ -357,8 +362,8 @@ __global__ void __launch_bounds__(FA_THREADS) fa_dkv_kernel(fa_geom g, fa_bufs b
             fa_regs_each<D>(g, nc, [&](int kk, int i, int c, int e) {
                 float av = dV[kk][i], ak = dK[kk][i];
                 for (int r = 0; r < nr; r++) {
-                    av += t.P[r * BC + c] * t.dO[r * LD + e];
-                    ak += t.G[r * BC + c] * t.Q[r * LD + e];
+                    av = fmaf(t.P[r * BC + c], t.dO[r * LD + e], av);
+                    ak = fmaf(t.G[r * BC + c], t.Q[r * LD + e], ak);
                 }
                 dV[kk][i] = av, dK[kk][i] = ak;
             });

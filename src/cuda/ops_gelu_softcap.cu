@@ -13,6 +13,8 @@
 // after the rounding to f32 almost never shows (cuda_parity holds them to the CPU's bound).
 // Supports: f32, packed sources of the output's shape, a positive cap (the CPU refuses the rest
 // with the reason, so those nodes stay there).
+// FMA rule (nvcc builds with --fmad=false, scripts/check-fma.sh): no fused multiply-add in our
+// code (the CPU's formulas make none); the fma in the PTX are the CUDA math library's own.
 #include <math.h>
 #include <stdint.h>
 

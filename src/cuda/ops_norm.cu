@@ -43,6 +43,10 @@
 //                  f32 dot products sum in another order than the CPU's (which
 //                  itself differs between its AVX2 and scalar paths).
 //
+// FMA rule (nvcc builds with --fmad=false, scripts/check-fma.sh): a fused multiply-add only where
+// written (__fmaf_rn in ATTN_DECODE's dot products, as the CPU's AVX2 kernel's _mm256_fmadd_ps);
+// the norms, rope, softmax and loss rows are the CPU's bits, which a fusion would change.
+//
 // Layout: the kernels first, then the launchers, then the support rules and the registration.
 #include <math.h>
 #include <stdint.h>

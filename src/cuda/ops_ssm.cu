@@ -4,11 +4,14 @@
 // written with the _rn intrinsics so that nvcc never fuses it, and takes its decisions
 // (document starts, conv taps, step, decay, slope) from cpu/ssm_math.h, which both compile.
 // So the results are the CPU's bits (test_ops cuda_parity checks bits for these ops), with
-// one exception on a GPU: SSM_DT's values (and the scan's, which use them) come from
-// double exp and log1p rounded once to f32; CUDA's are within 1-2 ulp of double where
-// glibc's are correctly rounded, so a value can differ by 1 f32 ulp when its double
-// lands that close to a rounding boundary (about 2^-28 of the values; never in the
-// host execution, which calls glibc).
+// two exceptions. SSM_DT has its own f32 code (ssm_dt_f32, CUDA's expf and log1pf), held to
+// a derived ulp bound, not to bits. The scans' step, decay and slope come from
+// rg_ssm_dt_values, double exp and log1p rounded once to f32; on a GPU CUDA's are within
+// 1-2 ulp of double where glibc's are correctly rounded, so a value can differ by 1 f32 ulp
+// when its double lands that close to a rounding boundary (about 2^-28 of the values;
+// never in the host execution, which calls glibc).
+// FMA rule (nvcc builds with --fmad=false, scripts/check-fma.sh): no fused multiply-add,
+// because the CPU kernels make none and these kernels promise the CPU's bits.
 //
 //   SSM_CONV       x [C, T, S] f32 with packed rows, any row strides (a view of zxbcdt);
 //                  c, state, seg contiguous; K <= 8. A thread per (channel, token) of y,
@@ -146,6 +149,26 @@ __global__ void ssm_conv_back_c_kernel(conv_geom g, const float *dy, const float
     }
 }
 
+// SSM_DT's values in f32 with the CUDA math library: the CPU's rule (cpu/ssm_math.h,
+// rg_ssm_dt_values: double, each value rounded once) written a second time, so the parity row
+// compares two implementations. The error against the CPU's (test_ops, ssm_dt_ulps): step
+// <= expf's + log1pf's ulps + 1 (d log1p(y) / log1p(y) <= dy / y), slope <= expf's + 2,
+// decay <= expf's + 1 + |step A| times step's (exp's argument carries step's error).
+__device__ inline void ssm_dt_f32(float dt, float A, bool starts_doc, float *step, float *decay, float *slope) {
+    const bool big = dt > 20.0f;  // llama.cpp's rule: softplus(dt) = dt, sigmoid = 1 above 20
+    const float s = big ? dt : log1pf(expf(dt));
+    *step = s;
+    *decay = starts_doc ? 0.0f : expf(__fmul_rn(s, A));
+    if (big) {
+        *slope = 1.0f;
+    } else if (dt >= 0.0f) {
+        *slope = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-dt)));
+    } else {
+        const float e = expf(dt);
+        *slope = __fdiv_rn(e, __fadd_rn(1.0f, e));
+    }
+}
+
 // SSM_DT: a thread per (h, t, s) -> out [H, T, S, 3].
 __global__ void ssm_dt_kernel(const float *dt, const float *A, const int32_t *seg, int64_t seg_rows, int64_t H,
                               int64_t T, int64_t S, float *out) {
@@ -154,7 +177,7 @@ __global__ void ssm_dt_kernel(const float *dt, const float *A, const int32_t *se
         const int64_t h = i % H, t = i / H % T, s = i / H / T;
         const bool starts = rg_ssm_starts_doc(seg_of(seg, seg_rows, T, s), t);
         float step, decay, slope;
-        rg_ssm_dt_values(dt[i], A[h], starts, &step, &decay, &slope);
+        ssm_dt_f32(dt[i], A[h], starts, &step, &decay, &slope);
         out[i] = step, out[i + count] = decay, out[i + 2 * count] = slope;
     }
 }

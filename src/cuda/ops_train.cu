@@ -43,6 +43,10 @@
 //                   tensor id, element)), or by RNE (half_bits.h) of an f32 master updated in
 //                   place: the functions the CPU runs, so bit for bit too. SGD with a momentum
 //                   buffer (src[3]) updates it in place as rg_sgd_momentum_row does.
+//
+// FMA rule (nvcc builds with --fmad=false, scripts/check-fma.sh): __fmaf_rn exactly where the
+// CPU's ops_optim.c calls fmaf, every other operation rounded apart: the optimizer's bits are
+// the CPU's.
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>

@@ -1,5 +1,6 @@
 // twin.cu - this build's table of the backend's entry points (cuda_twin.h):
 // rg_cudadev_table under nvcc, rg_cudahost_table in the host twin.
+// FMA rule (scripts/check-fma.sh): no arithmetic here.
 #include "cuda/cuda_common.cuh"
 
 extern "C" const rg_cuda_twin RG_CUDA_TWIN(table) = {
