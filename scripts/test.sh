@@ -76,6 +76,10 @@ if build_or_fail release build -DRG_WERROR=ON; then
     env RETRO_CUDA_HOST=1 RETRO_CUDA_HOST_ORDER=reverse build/test_ops cuda_parity
   run_suite "test_ops cuda_parity, half weights widened (RETRO_CUDA_HALF_GEMM=f32)" \
     env RETRO_CUDA_HOST=1 RETRO_CUDA_HALF_GEMM=f32 build/test_ops cuda_parity
+  # The GPU build rounds as the host execution does: no kernel's PTX keeps a contractable float
+  # operation (nvcc --fmad=false), so every FFMA is one its source writes (SASS counts through
+  # nvdisasm from PyPI). Skipped, and counted so, where nvcc is absent.
+  run_suite "check-fma: no kernel fuses what its source does not write" env RG_FMA_PIP=1 bash scripts/check-fma.sh
   for t in build/test_cuda build/test_train_device build/test_device_memory; do
     [ -x "$t" ] && run_suite "$(basename "$t") with RETRO_CUDA_GRAPHS=1 (host execution)" env RETRO_CUDA_HOST=1 RETRO_CUDA_GRAPHS=1 "$t"
   done
@@ -92,7 +96,13 @@ if build_or_fail sanitize build-asan -DCMAKE_BUILD_TYPE=Debug -DRG_SANITIZE=ON -
   for t in build-asan/test_*; do
     [ -x "$t" ] && RG_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 run_suite "asan $(basename "$t")" "$t"
   done
-  RETRO_CUDA_HOST=1 RG_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 run_suite "asan test_cuda (RETRO_CUDA_HOST=1)" build-asan/test_cuda
+  # Every CUDA kernel suite and the parity walk on the host execution under ASan+UBSan as well: an
+  # out-of-bounds access, a misaligned vector load or store (UBSan's alignment check) or a read of
+  # freed device memory is reported where it happens, naming the running kernel.
+  for t in test_cuda test_cuda_elementwise test_cuda_norm test_cuda_train; do
+    RETRO_CUDA_HOST=1 RG_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 run_suite "asan $t (RETRO_CUDA_HOST=1)" build-asan/$t
+  done
+  RETRO_CUDA_HOST=1 ASAN_OPTIONS=detect_leaks=1 run_suite "asan test_ops cuda_parity (RETRO_CUDA_HOST=1)" build-asan/test_ops cuda_parity
   run_suite "asan cli" bash tests/cli/test_cli.sh build-asan
   run_suite "asan cli generate" bash tests/cli/test_cli_generate.sh build-asan
   run_suite "asan cli train" bash tests/cli/test_cli_train.sh build-asan
