@@ -2242,4 +2242,10 @@ static const rg_test_case cases[] = {RG_TEST(test_table),          OP_LIST(X_CAS
                                      RG_TEST(test_flash_attn_errors),
                                      RG_TEST(test_cuda_parity),          {0}};
 
-int main(int argc, char **argv) { return rg_test_run(argc, argv, cases); }
+#include "ops_perf.h"
+
+// `test_ops perf [FILTER]` times the table's rows (ops_perf.h); anything else runs the tests.
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "perf")) return perf_main(argc > 2 ? argv[2] : NULL);
+    return rg_test_run(argc, argv, cases);
+}
