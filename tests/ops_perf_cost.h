@@ -46,7 +46,19 @@ static inline double perf_src_nel(const rg_node *n, int k) {
     return n->src[k] ? (double)rg_tensor_nelements(&n->src[k]->t) : 0;
 }
 
-// FP operations of one run of node n; -1 when the op only moves bytes.
+// Tokens whose label is not the ignore index (the fused CE skips the others); all T when the
+// labels are not host bytes. Call before an exec binds the leaf to device memory.
+static inline double perf_ce_tokens(const rg_node *labels, int64_t ignore) {
+    const int64_t T = labels->t.ne[0];
+    const int32_t *l = labels->t.data;
+    if (!l || labels->t.type != RG_TYPE_I32 || !rg_tensor_is_contiguous(&labels->t)) return (double)T;
+    int64_t n = 0;
+    for (int64_t t = 0; t < T; t++) n += l[t] != ignore;
+    return (double)n;
+}
+
+// FP operations of one run of node n; -1 when the op only moves bytes. Reads the labels of the
+// fused CE: call it before an exec rebinds the leaves.
 static inline double perf_node_flops(const rg_node *n) {
     const rg_node *a = n->src[0], *b = n->src[1];
     switch (n->op) {
@@ -78,13 +90,14 @@ static inline double perf_node_flops(const rg_node *n) {
     case RG_OP_CROSS_ENTROPY_LOSS_BACK: return 4.0 * perf_src_nel(n, n->op == RG_OP_CROSS_ENTROPY_LOSS ? 0 : 1);
     case RG_OP_ADAMW: return 12.0 * perf_src_nel(n, 0);    // two moments, their corrections, the step, decay
     case RG_OP_SGD: return (n->src[3] ? 5.0 : 3.0) * perf_src_nel(n, 0);
-    case RG_OP_LINEAR_CE: {  // w [d, V], h [d, T]: the logits' products, then the CE on them
-        const double d = (double)a->t.ne[0], V = (double)a->t.ne[1], T = (double)b->t.ne[1];
+    case RG_OP_LINEAR_CE: {  // w [d, V], h [d, T]: the logits' products, then the CE on them, per labelled token
+        const double d = (double)a->t.ne[0], V = (double)a->t.ne[1], T = perf_ce_tokens(n->src[2], n->ip[0]);
         return 2.0 * d * V * T + 4.0 * V * T;
     }
     case RG_OP_LINEAR_CE_BACK: {  // the logits again, dh = w G, and dw = h G^T when src[3] is there
         const rg_node *f = n->src[2];
-        const double d = (double)f->src[0]->t.ne[0], V = (double)f->src[0]->t.ne[1], T = (double)f->src[1]->t.ne[1];
+        const double d = (double)f->src[0]->t.ne[0], V = (double)f->src[0]->t.ne[1];
+        const double T = perf_ce_tokens(f->src[2], f->ip[0]);
         return (n->src[3] ? 6.0 : 4.0) * d * V * T + 4.0 * V * T;
     }
     case RG_OP_ATTN_DECODE: {  // q [Dh, H, T], k [Dh, n_kv, Hkv]: q.k and the weighted v per visible key
