@@ -122,10 +122,9 @@ static void perf_rate(char *buf, size_t cap, double amount, double s, double pea
         snprintf(buf, cap, "%10s %-7s | %6s", "-", unit, "-");
         return;
     }
-    const double rate = amount / s * 1e-9;
-    if (peak > 0) snprintf(buf, cap, rate < 10 * peak ? "%10.3f %-7s | %5.1f%%" : "%10.3f %-7s | %5.0f%%", rate, unit,
-                           100 * rate / peak);
-    else snprintf(buf, cap, "%10.3f %-7s | %6s", rate, unit, "-");
+    const double rate = amount / s * 1e-9;  // three significant digits: a launch-bound GPU row is 1e-5 of the peak
+    if (peak > 0) snprintf(buf, cap, "%10.4g %-7s | %5.3g%%", rate, unit, 100 * rate / peak);
+    else snprintf(buf, cap, "%10.4g %-7s | %6s", rate, unit, "-");
 }
 
 // One line: `node` (the row's op, in g) timed on `dev`; it moved `bytes` and made `flops` (< 0: no count).
