@@ -11,16 +11,28 @@
 #   1. build BUILD (GPU_CHECK_BUILD, default build-gpu) from this checkout alone: RG_CUDA=ON,
 #      RG_OPENBLAS=OFF, RG_YAML=OFF (no Debian package needed; cmake and ninja may be the pip
 #      ones); tests and benchmarks included
+#   1b. the register table: scripts/cuda-kernel-table.sh print (each kernel's registers, shared
+#      memory, spills and occupancy from the real nvcc compile) into kernel-table.txt and the
+#      summary; said so when that script is not in the checkout
 #   2. retrograd report --json --device cuda (a run without a usable device stops here: FAIL)
 #   3. the CUDA test binaries on the GPU (RETRO_CUDA_HOST unset): test_cuda* (printed
 #      verbatim), test_session, test_train_device, test_device_memory, test_f16_base_training; then test_ops' CUDA parity table: an (op,
 #      type) without a kernel is a known gap (counted), one over tolerance fails
+#   3b. test_cuda under compute-sanitizer: memcheck, racecheck, synccheck, initcheck, each with
+#      its own limit (API errors not reported: the tests provoke them on purpose). A report is a
+#      FAIL with its first lines in the summary; a missing compute-sanitizer, or one that refuses
+#      the device, is listed apart (not a failure), as is a run cut by its limit before any report
+#      (a sanitizer slows kernels 10-100x: slow is not wrong)
+#   3c. test_ops perf on the GPU: every op x type x shape row timed on the CPU and the device
+#      (time, GB/s, GFLOP/s and their shares of each backend's peak) into test_ops-perf.log; the
+#      slowest device rows and the lowest shares in the summary
 #   4. tests/cli/test_cli_cuda.sh with RETRO_CUDA_HOST=0 (that script reads an unset variable
 #      as the host execution)
 #   5. make-tiny --shape smollm2 and --shape 1b in BF16 into a temporary folder, timed and
 #      checked with info (the benchmarks make their F32 and F16 files there as they need them)
 #   5b. retrograd train on the smollm2 shape's BF16 file on the CPU and on the device (tensor
 #      path and RETRO_CUDA_HALF_GEMM=f32), 3 steps: the per-step losses against the CPU's
+#   5c. memcheck and racecheck over the other test_cuda_* binaries, while the budget lasts
 #   6. device benchmarks (RG_BENCH_DEVICE=cuda): bench_train's tiny and smollm2 shape rows
 #      (2 timed steps, each row with a profiled step: time per op, fallbacks, copies);
 #      bench_generate on the smollm2 and 1b BF16 files, and once with the profile; bench_train's
@@ -35,8 +47,9 @@
 # GPU_CHECK_DRY=1 runs the whole script on a machine without a GPU, through the host execution
 # of the CUDA code (RETRO_CUDA_HOST=1), at the smallest sizes, to check the script itself: the
 # tiny-shape rows only (bench_train skips the larger shapes there), bench_generate on the tiny
-# BF16 file, the 1b shape as a --dry-run listing, and two CPU test binaries. Its figures are
-# CPU timings, never GPU results, and its summary says so.
+# BF16 file, the 1b shape as a --dry-run listing, and two CPU test binaries; the sanitizer steps
+# say "no GPU: skipped", and test_ops perf times the host execution (its cuda-host lines). Its
+# figures are CPU timings, never GPU results, and its summary says so.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out="${OUT:-out/gpu-check}"
@@ -54,7 +67,7 @@ trap 'rm -rf "$shapes"' EXIT
 
 # ---------------------------------------------------------------------------
 # Steps and their records.
-failed_steps="" skipped_steps="" timed_out="" n_bin=0 n_pass=0 n_fail=0 n_skip=0
+failed_steps="" skipped_steps="" timed_out="" not_run="" n_bin=0 n_pass=0 n_fail=0 n_skip=0
 
 say() { echo "$*" | tee -a "$out/summary.txt"; }
 stamp() { printf '%4ds' "$((SECONDS - deadline + budget))"; }
@@ -124,12 +137,60 @@ bench() {
     cut -c1-220 | sed 's/^/    /' | tee -a "$out/summary.txt"
 }
 
+# sanitize TOOL LIMIT BIN: BIN (RG_TEST_QUICK=1) under compute-sanitizer --tool TOOL, into
+# sanitize-TOOL-BIN.log. API errors are not reported where the sanitizer can be told so (the
+# tests provoke failing calls on purpose and check them). A report is a FAIL with its first
+# lines in the summary; no sanitizer, no GPU (GPU_CHECK_DRY) or a sanitizer that refuses the
+# device (it stops before its ERROR SUMMARY with an "Error:" line of its own) is listed apart.
+# (sanitizer and sanitizer_opts: found in step 0)
+sanitize() {
+  local tool="$1" limit="$2" bin="$3" base name log
+  base=$(basename "$bin"); name="$tool $base"; log="sanitize-$tool-$base.log"
+  if [ "$dry" = 1 ]; then say "  $name: no GPU: skipped (GPU_CHECK_DRY)"; not_run="$not_run $tool-$base"; return; fi
+  if [ -z "$sanitizer" ]; then
+    say "  $name: not run: compute-sanitizer not found (PATH, beside nvcc, /usr/local/cuda/compute-sanitizer)"; not_run="$not_run $tool-$base"; return
+  fi
+  run "$name" "$limit" "$log" env RG_TEST_QUICK=1 "$sanitizer" --tool "$tool" ${sanitizer_opts[@]+"${sanitizer_opts[@]}"} --print-limit 20 \
+    --error-exitcode 99 "$bin" || return 0
+  local f="$out/$log" errors reports tests
+  errors=$(sed -nE 's/^========= ERROR SUMMARY: ([0-9]+) error.*/\1/p' "$f" | tail -1)
+  # The reports: the sanitizer's own lines, less its banner and summaries.
+  reports=$(grep -E '^========= ' "$f" | grep -vE '^========= (COMPUTE-SANITIZER|ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY)' | grep -v '^========= *$')
+  tests=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$f" | tail -1)
+  if [ -z "$errors" ] && [ "$rc" != 124 ] && grep -qE '^========= (Error|Internal error)' "$f"; then
+    say "  $name: not run: compute-sanitizer refused: $(grep -m1 -E '^========= (Error|Internal error)' "$f" | cut -c11-200)"
+    not_run="$not_run $tool-$base"
+  elif [ "${errors:-0}" -gt 0 ] || [ "$rc" = 99 ] || { [ "$rc" = 124 ] && [ -n "$reports" ]; }; then
+    verdict "$name" 1 "${errors:-some} sanitizer errors${tests:+; $tests}; log $log"
+    head -12 <<<"$reports" | cut -c1-220 | sed 's/^/    /' | tee -a "$out/summary.txt"
+  elif [ "$rc" = 124 ]; then
+    say "  $name: TIMEOUT after ${took}s with no report so far (listed apart: slow is not wrong; log $log)"
+    timed_out="$timed_out $tool-$base"
+  else
+    verdict "$name" "$([ "$rc" = 0 ] && [ -n "$errors" ] && echo 0 || echo 1)" \
+      "${errors:+$errors sanitizer errors; }${tests:-no test summary line}"
+  fi
+}
+
+# perf_summary LOG: test_ops perf's peaks, its slowest device rows and the device rows furthest
+# below the FP32 peak (the lines are '|'-separated: 5 the median time, 8 the FLOP rate, 9 its share;
+# the backend column says cuda-host for the host execution).
+perf_summary() {
+  local log="$1"
+  grep -E '^(peak |RETRO_CUDA_HOST)' "$log" | cut -c1-240 | sed 's/^/    /'
+  echo "    slowest device rows (median time per run):"
+  grep -E '^  cuda' "$log" | grep -E ' us x ' | sort -t'|' -k5,5bgr | head -8 | perf_short
+  echo "    furthest below the device's FP32 peak (rows with a FLOP count, by GFLOP/s):"
+  grep -E '^  cuda' "$log" | grep -E ' us x ' | awk -F'|' '$9 ~ /%/' | sort -t'|' -k8,8bg | head -8 | perf_short
+}
+perf_short() { sed -E 's/ *\| host execution: a CPU timing, not a GPU result//; s/  +/ /g; s/^/    /' | cut -c1-220; }
+
 finish() {
   local verdict=PASS
   [ -n "$failed_steps" ] && verdict=FAIL
   local where="GPU mode"
   [ "$dry" = 1 ] && where="GPU_CHECK_DRY: the host execution of the CUDA code, not a GPU; its figures are CPU timings"
-  say "gpu-check: $verdict - $where; $n_bin test binaries: $n_pass passed, $n_fail failed, $n_skip skipped${failed_steps:+; failed:$failed_steps}${timed_out:+; benchmarks cut by their time limit:$timed_out}${skipped_steps:+; skipped for time:$skipped_steps}; $((SECONDS - deadline + budget))s of ${budget}s (logs in $out)"
+  say "gpu-check: $verdict - $where; $n_bin test binaries: $n_pass passed, $n_fail failed, $n_skip skipped${failed_steps:+; failed:$failed_steps}${timed_out:+; cut by their time limit:$timed_out}${not_run:+; not run (not a failure):$not_run}${skipped_steps:+; skipped for time:$skipped_steps}; $((SECONDS - deadline + budget))s of ${budget}s (logs in $out)"
   [ "$verdict" = PASS ]
   exit $?
 }
@@ -138,6 +199,14 @@ finish() {
 # 0. The machine and the tools: nvcc from the CUDA install when it is not on PATH; cmake and
 # ninja from PATH or from the Python packages of those names.
 command -v nvcc >/dev/null 2>&1 || export PATH="/usr/local/cuda/bin:$PATH"
+sanitizer="" sanitizer_opts=()
+for cand in "$(command -v compute-sanitizer 2>/dev/null)" "$(dirname "$(command -v nvcc 2>/dev/null || echo .)")/compute-sanitizer" \
+            /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
+  [ -n "$cand" ] && [ -x "$cand" ] && { sanitizer="$cand"; break; }
+done
+if [ -n "$sanitizer" ] && "$sanitizer" --help 2>/dev/null | grep -q -- '--report-api-errors'; then
+  sanitizer_opts=(--report-api-errors no)
+fi
 cmake_bin=$(command -v cmake 2>/dev/null)
 [ -n "$cmake_bin" ] || cmake_bin=$(python3 -c 'import cmake, os; print(os.path.join(cmake.CMAKE_BIN_DIR, "cmake"))' 2>/dev/null)
 gen=()
@@ -153,6 +222,7 @@ fi
   echo "mode: $([ "$dry" = 1 ] && echo 'GPU_CHECK_DRY=1 (host execution of the CUDA code)' || echo GPU)"
   nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version,clocks.max.sm --format=csv 2>&1
   nvcc --version 2>&1 | tail -2
+  echo "compute-sanitizer: ${sanitizer:-not found} $("${sanitizer:-false}" --version 2>/dev/null | grep -m1 -i version)"
   echo "cmake: ${cmake_bin:-not found} $("${cmake_bin:-false}" --version 2>/dev/null | head -1)"
   echo "generator: ${gen[*]:-default}; cores: $(nproc); $(free -g 2>/dev/null | awk '/^Mem:/ {print "memory " $2 " GiB"}')"
   echo "RETRO_CUDA_ARCHITECTURES=$RETRO_CUDA_ARCHITECTURES budget=${budget}s build=$build"
@@ -170,6 +240,20 @@ run "build" 420 build.log "$cmake_bin" --build "$build" -j"$(nproc)" && verdict 
 [ -z "$failed_steps$skipped_steps" ] || { tail -40 "$out/build.log"; finish; }
 bin="$build/retrograd"
 
+# 1b. The register table (h-limits' scripts/cuda-kernel-table.sh: the checked-in table of the
+# real nvcc compile, with each kernel's occupancy). No GPU needed; cheap, so it comes first.
+if [ -f scripts/cuda-kernel-table.sh ]; then
+  if run "kernel table" 60 kernel-table.txt bash scripts/cuda-kernel-table.sh print; then
+    verdict "kernel table" "$rc" "$(grep -c . "$out/kernel-table.txt") lines in kernel-table.txt"
+    head -150 "$out/kernel-table.txt" | sed 's/^/    /' | tee -a "$out/summary.txt"
+    n=$(wc -l < "$out/kernel-table.txt")
+    [ "$n" -gt 150 ] && say "    ... $((n - 150)) more lines in kernel-table.txt"
+  fi
+else
+  say "  kernel table: not printed: scripts/cuda-kernel-table.sh is not in this checkout"
+  not_run="$not_run kernel-table"
+fi
+
 # 2. The device.
 run "report" 60 report.json "$bin" report --json --device cuda &&
   verdict "report" "$(grep -q '"device": "cuda"' "$out/report.json"; echo $?)" \
@@ -182,10 +266,24 @@ for t in "$build"/test_cuda "$build"/test_cuda_* "$build"/test_session "$build"/
 done
 echo "--- test_cuda (verbatim)"; cat "$out/test_cuda.log" 2>/dev/null || echo "(no test_cuda log)"; echo "--- end test_cuda"
 if run "test_ops cuda parity" 150 test_ops-parity.log env RG_TEST_QUICK=1 "$build/test_ops" test_cuda_parity; then
-  line=$(grep -E '^ +[0-9]+ rows: [0-9]+ without a CUDA kernel, [0-9]+ over tolerance' "$out/test_ops-parity.log" | tail -1 | sed 's/^ *//')
+  line=$(grep -E '^ +[0-9]+ rows: [0-9]+ without a CUDA kernel,( [0-9]+ CPU only by design,)? [0-9]+ over tolerance' \
+    "$out/test_ops-parity.log" | tail -1 | sed 's/^ *//')
   over=$(sed -nE 's/.* ([0-9]+) over tolerance.*/\1/p' <<<"$line")
   grep FAIL "$out/test_ops-parity.log" | grep -vE 'MISSING|^FAIL test_cuda_parity|tally.missing' > "$out/parity-failures.txt"
   verdict "test_ops cuda parity" "$([ "$over" = 0 ] && echo 0 || echo 1)" "${line:-no parity line} (a row without a kernel is a known gap)"
+fi
+
+# 3b. test_cuda under each compute-sanitizer tool.
+for tool in memcheck racecheck synccheck initcheck; do
+  sanitize "$tool" "$([ "$tool" = synccheck ] && echo 60 || echo 90)" "$build/test_cuda"
+done
+
+# 3c. The op table's perf mode on the device (on the host execution under GPU_CHECK_DRY).
+if run "test_ops perf" 120 test_ops-perf.log env RG_TEST_QUICK=1 "$build/test_ops" perf; then
+  line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$out/test_ops-perf.log" | tail -1)
+  verdict "test_ops perf" "$([ "$rc" = 0 ] && [ -n "$line" ] && echo 0 || echo 1)" \
+    "${line:-no summary line} (lines timed, failed, without a kernel; log test_ops-perf.log)"
+  perf_summary "$out/test_ops-perf.log" | tee -a "$out/summary.txt"
 fi
 
 # 4. The commands on the device.
@@ -239,6 +337,14 @@ train_compare() {
   done
 }
 train_compare
+
+# 5c. The other CUDA test binaries under memcheck and racecheck, while the budget lasts (not
+# test_cuda_host*: those test the host execution, which no GPU runs).
+for t in "$build"/test_cuda_*; do
+  { [ -x "$t" ] && [ -f "$t" ]; } || continue
+  case "$(basename "$t")" in test_cuda_host*) continue ;; esac
+  for tool in memcheck racecheck; do sanitize "$tool" 60 "$t"; done
+done
 
 # 6. The device benchmarks.
 dev=(RG_BENCH_DEVICE=cuda RG_BENCH_SHAPES="$shapes")

@@ -39,6 +39,12 @@ static void test_cuda_device_is_detected(void) {
     RG_CHECK(info.name[0] != 0, "empty device name");
     RG_CHECK(info.major >= 7, "compute capability %d.%d is below what this build targets", info.major, info.minor);
     RG_CHECK(info.total_mem > 0 && info.free_mem <= info.total_mem, "memory %zu / %zu", info.free_mem, info.total_mem);
+    // The clocks and bus width the perf mode's peaks are built on (test_ops perf): every device this
+    // build targets reports them (the host execution's are made up).
+    printf("    SM clock %d MHz, memory clock %d MHz x %d bits\n", info.clock_khz / 1000, info.mem_clock_khz / 1000,
+           info.mem_bus_bits);
+    RG_CHECK(info.clock_khz > 0 && info.mem_clock_khz > 0 && info.mem_bus_bits > 0, "clock %d kHz, memory %d kHz x %d bits",
+             info.clock_khz, info.mem_clock_khz, info.mem_bus_bits);
     RG_CHECK(rg_cuda_device_get(9999, &info, &err) != RG_OK && strstr(err.msg, "9999"), "bad index: %s", err.msg);
 }
 

@@ -2298,11 +2298,17 @@ static void test_linear_ce_unfused(void) {
     compare_unfused(RG_TYPE_Q8_0, 96);
 }
 
+#include "ops_perf.h"
+
 #define X_CASE(lc, UC) {#lc, test_##lc},
 static const rg_test_case cases[] = {RG_TEST(test_table),          OP_LIST(X_CASE) RG_TEST(test_linear_ce_unfused),
                                      RG_TEST(test_ssm_scan_sequential), RG_TEST(test_ssm_errors),
                                      RG_TEST(test_flash_attn_bits),      RG_TEST(test_flash_attn_materialized),
-                                     RG_TEST(test_flash_attn_errors),
+                                     RG_TEST(test_flash_attn_errors),    RG_TEST(test_perf_costs),
                                      RG_TEST(test_cuda_parity),          {0}};
 
-int main(int argc, char **argv) { return rg_test_run(argc, argv, cases); }
+// `test_ops perf [FILTER]` times the table's rows (ops_perf.h); anything else runs the tests.
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "perf")) return perf_main(argc > 2 ? argv[2] : NULL);
+    return rg_test_run(argc, argv, cases);
+}

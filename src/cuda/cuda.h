@@ -18,6 +18,9 @@ typedef struct rg_cuda_device_info {
     size_t total_mem;        // bytes
     size_t free_mem;         // bytes, at the time of the query
     int multiprocessors;
+    int clock_khz;           // the SM clock's peak (cudaDevAttrClockRate); 0 when the device does not say
+    int mem_clock_khz;       // the memory clock's peak (cudaDevAttrMemoryClockRate); 0 when unknown
+    int mem_bus_bits;        // the global memory bus width: with the clocks, the peaks a perf line is held to
     int driver_version;      // cudaDriverGetVersion: 1000 * major + 10 * minor (12040 = CUDA 12.4)
     int runtime_version;     // the runtime this build links (cudaRuntimeGetVersion)
 } rg_cuda_device_info;

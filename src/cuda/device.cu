@@ -51,6 +51,13 @@ extern "C" rg_status rg_cuda_device_get(int index, rg_cuda_device_info *out, rg_
     out->total_mem = total_b;
     out->free_mem = free_b;
     out->multiprocessors = p.multiProcessorCount;
+    out->mem_bus_bits = p.memoryBusWidth;
+    // The clocks left cudaDeviceProp in CUDA 13. A device that does not report them still
+    // works: the peaks built on them (test_ops perf) are then unknown, not an error.
+    if (cudaDeviceGetAttribute(&out->clock_khz, cudaDevAttrClockRate, index) != cudaSuccess) out->clock_khz = 0;
+    if (cudaDeviceGetAttribute(&out->mem_clock_khz, cudaDevAttrMemoryClockRate, index) != cudaSuccess)
+        out->mem_clock_khz = 0;
+    cudaGetLastError();
     RG_CUDA_TRY(cudaDriverGetVersion(&out->driver_version), "cudaDriverGetVersion");
     RG_CUDA_TRY(cudaRuntimeGetVersion(&out->runtime_version), "cudaRuntimeGetVersion");
 done:

@@ -91,6 +91,11 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
     case cudaDevAttrMaxThreadsPerMultiProcessor: *value = 2048; break;
     case cudaDevAttrMaxBlocksPerMultiprocessor: *value = 32; break;
     case cudaDevAttrL2CacheSize: *value = 1 << 20; break;
+    // Made-up clocks (1 GHz) and the bus width of cudaGetDeviceProperties: the peaks test_ops
+    // perf derives from them are labelled fake there.
+    case cudaDevAttrClockRate:
+    case cudaDevAttrMemoryClockRate: *value = 1000000; break;
+    case cudaDevAttrGlobalMemoryBusWidth: *value = 64; break;
     case cudaDevAttrUnifiedAddressing:
     case cudaDevAttrCanMapHostMemory:
     case cudaDevAttrConcurrentKernels: *value = 1; break;
