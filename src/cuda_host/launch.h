@@ -4,9 +4,11 @@
 #define RG_CUDA_HOST_LAUNCH_H
 
 #include <cuda_runtime_api.h>
+#include <stdint.h>
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace rgh {
 
@@ -19,6 +21,7 @@ struct Launch {
     size_t shmem;          // dynamic shared memory, bytes
     size_t smem_limit;     // static + dynamic bytes a block may use (48 KiB, or more by the attribute)
     std::shared_ptr<const KernelBody> body;
+    std::vector<uint64_t> serials;  // dev_serial of each of body->pointers when submitted
 };
 
 // Runs every block of the launch in order (x fastest, then y, then z), each
