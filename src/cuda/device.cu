@@ -247,6 +247,7 @@ extern "C" rg_status rg_cuda_mem_info(rg_cuda_ctx *ctx, size_t *free_bytes, size
 extern "C" rg_status rg_cuda_graph_begin(rg_cuda_ctx *ctx, rg_error *err) {
     const struct rg_node *n = NULL;
     CU_TRY(cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal));
+    ctx->capturing = true;
     return RG_OK;
 }
 
@@ -255,6 +256,7 @@ extern "C" rg_status rg_cuda_graph_end(rg_cuda_ctx *ctx, void **graph, rg_error 
     cudaGraph_t g = NULL;
     cudaGraphExec_t ge = NULL;
     *graph = NULL;
+    ctx->capturing = false;
     CU_TRY(cudaStreamEndCapture(ctx->stream, &g));
     cudaError_t e = cudaGraphInstantiate(&ge, g, 0);
     cudaGraphDestroy(g);
@@ -284,6 +286,15 @@ rg_status rg_cuda_pool_get(rg_cuda_ctx *ctx, int slot, size_t bytes, void **out,
                            rg_error *err) {
     rg_cuda_buf *b = &ctx->buf[slot];
     if (bytes == 0) bytes = 1;
+    if (b->cap < bytes && ctx->capturing) {
+        // A capturing thread may not allocate (cudaMalloc invalidates the capture): the
+        // executor captures a node range only at its second run with the same shapes, and
+        // the first sized the pool.
+        return rg_fail(err, RG_ERR_ARG,
+                       "cuda %s '%s' (node %d): pool slot %d needs %zu bytes and holds %zu during a CUDA graph "
+                       "capture (the pool must be sized by an uncaptured run of the same nodes first)",
+                       node_op(n), node_name(n), node_id(n), slot, bytes, b->cap);
+    }
     if (b->cap < bytes) {
         // Grow by at least half, in whole MiB, so that a run of slowly growing
         // nodes does not reallocate each time. cudaFree waits for the device.

@@ -1,10 +1,13 @@
 // queue.cpp - see queue.h.
 #include "cuda_host/queue.h"
 
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <deque>
 #include <map>
+#include <thread>
 
 #include "cuda_host/devmem.h"
 #include "cuda_host/state.h"
@@ -15,6 +18,8 @@ struct Capture {
     std::vector<WorkPtr> items;
     cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
     bool invalid = false;
+    std::thread::id thread;   // the thread that began it
+    const void *origin = nullptr;  // the stream it began on (for messages)
 };
 
 struct Stream {
@@ -143,6 +148,109 @@ cudaError_t run_until(Stream *s, uint64_t limit) {
     return cudaSuccess;
 }
 
+// ---------------------------------------------------------------------------
+// Interleaved drains. RETRO_CUDA_HOST_ORDER=shuffle runs the work a sync needs in a
+// seeded random interleaving of the streams (RETRO_CUDA_HOST_SEED), =reverse always picks
+// the latest-submitted item that may run: either order keeps every real dependency
+// (stream order, event waits, the legacy stream's implicit ordering) and nothing
+// else, so work on two streams without an event wait between them runs in an
+// order a GPU could choose and a missing wait shows as a wrong result.
+
+enum class Order { plain, shuffle, reverse };
+
+Order drain_order(void) {
+    const char *v = getenv("RETRO_CUDA_HOST_ORDER");  // read per drain: tests switch it
+    if (v && !strcmp(v, "shuffle")) return Order::shuffle;
+    if (v && !strcmp(v, "reverse")) return Order::reverse;
+    return Order::plain;
+}
+
+// splitmix64 over the seed and the number of drains so far: the same program with the
+// same seed interleaves the same way.
+uint64_t drain_random(void) {
+    static uint64_t drains;
+    const char *v = getenv("RETRO_CUDA_HOST_SEED");
+    uint64_t z = (v && *v ? strtoull(v, nullptr, 10) : 1) + ++drains * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+// For each stream, the items with a sequence number below its value must run.
+using Needs = std::map<Stream *, uint64_t>;
+
+// Adds what the needed items depend on, until nothing more is added.
+void close_needs(Needs *need) {
+    for (bool grew = true; grew;) {
+        grew = false;
+        auto raise = [&](Stream *t, uint64_t limit) {
+            uint64_t &cur = (*need)[t];
+            if (limit > cur) cur = limit, grew = true;
+        };
+        const Needs now = *need;
+        for (const auto &kv : now) {
+            Stream *x = kv.first;
+            for (const Stream::Item &it : x->q) {
+                if (it.seq >= kv.second) break;
+                if (it.w->kind == Work::WAIT)
+                    if (std::shared_ptr<Stream> t = it.w->wait_stream.lock()) raise(t.get(), it.w->wait_seq + 1);
+                if (x->legacy)
+                    each_stream([&](Stream *b) {
+                        if (blocking(b)) raise(b, it.seq);
+                    });
+                else if (blocking(x) && g_legacy)
+                    raise(g_legacy.get(), it.seq);
+            }
+        }
+    }
+}
+
+bool done_below(const Stream *t, uint64_t limit) { return t->q.empty() || t->q.front().seq >= limit; }
+
+// Whether the first item of x may run now: what it depends on has run.
+bool head_ready(Stream *x) {
+    const Stream::Item &h = x->q.front();
+    if (h.w->kind == Work::WAIT)
+        if (std::shared_ptr<Stream> t = h.w->wait_stream.lock())
+            if (!done_below(t.get(), h.w->wait_seq + 1)) return false;
+    bool ready = true;
+    if (x->legacy)
+        each_stream([&](Stream *b) { ready = ready && (!blocking(b) || done_below(b, h.seq)); });
+    else if (blocking(x) && g_legacy)
+        ready = done_below(g_legacy.get(), h.seq);
+    return ready;
+}
+
+cudaError_t drain_interleaved(Needs need, Order order) {
+    close_needs(&need);
+    std::vector<Stream *> ready;
+    for (;;) {
+        ready.clear();
+        for (const auto &kv : need)
+            if (!kv.first->q.empty() && kv.first->q.front().seq < kv.second && head_ready(kv.first))
+                ready.push_back(kv.first);
+        // The needed item with the lowest number is always ready, so none ready means all ran.
+        if (ready.empty()) return cudaSuccess;
+        Stream *pick = ready[0];
+        if (order == Order::reverse) {
+            for (Stream *x : ready)
+                if (x->q.front().seq > pick->q.front().seq) pick = x;
+        } else {
+            pick = ready[drain_random() % ready.size()];
+        }
+        const WorkPtr w = pick->q.front().w;
+        pick->q.pop_front();
+        if (cudaError_t e = execute(*w)) return e;
+    }
+}
+
+// Runs the items of s below `limit` and what they depend on, in the drain order.
+cudaError_t drain(Stream *s, uint64_t limit) {
+    const Order order = drain_order();
+    if (order == Order::plain) return run_until(s, limit);
+    return drain_interleaved(Needs{{s, limit}}, order);
+}
+
 void invalidate_captures(bool global_only) {
     each_stream([&](Stream *s) {
         if (s->capture && (!global_only || s->capture->mode == cudaStreamCaptureModeGlobal)) s->capture->invalid = true;
@@ -215,9 +323,11 @@ cudaError_t sync_stream(Stream *s) {
         s->capture->invalid = true;
         return set_error(cudaErrorStreamCaptureUnsupported, "synchronizing a stream that captures");
     }
+    // The legacy stream waits for every blocking stream, a capturing one too.
+    if (cudaError_t e = check_queueable(s, "synchronizing the legacy stream")) return e;
     if (!work_pending()) return sticky_error();
     DevAccess open;
-    cudaError_t e = run_until(s, UINT64_MAX);
+    cudaError_t e = drain(s, UINT64_MAX);
     return e != cudaSuccess ? e : sticky_error();
 }
 
@@ -225,19 +335,70 @@ cudaError_t sync_all(void) {
     if (!work_pending()) return sticky_error();
     DevAccess open;
     cudaError_t e = cudaSuccess;
-    each_stream([&](Stream *s) {
-        if (e == cudaSuccess) e = run_until(s, UINT64_MAX);
-    });
+    if (const Order order = drain_order(); order != Order::plain) {
+        Needs all;
+        each_stream([&](Stream *s) { all[s] = UINT64_MAX; });
+        e = drain_interleaved(std::move(all), order);
+    } else {
+        each_stream([&](Stream *s) {
+            if (e == cudaSuccess) e = run_until(s, UINT64_MAX);
+        });
+    }
     return e != cudaSuccess ? e : sticky_error();
 }
 
+// The calling thread's capture interaction mode (cudaThreadExchangeStreamCaptureMode).
+static thread_local cudaStreamCaptureMode t_mode = cudaStreamCaptureModeGlobal;
+
+static const char *mode_name(cudaStreamCaptureMode m) {
+    switch (m) {
+    case cudaStreamCaptureModeGlobal: return "cudaStreamCaptureModeGlobal";
+    case cudaStreamCaptureModeThreadLocal: return "cudaStreamCaptureModeThreadLocal";
+    case cudaStreamCaptureModeRelaxed: return "cudaStreamCaptureModeRelaxed";
+    }
+    return "an unknown capture mode";
+}
+
+// CUDA's rule for "potentially unsafe" calls: a thread whose own mode is not Relaxed may
+// not make one while it has a capture of its own that did not begin Relaxed, nor, when
+// its mode is Global, while another thread has a capture that began Global. The call
+// fails and invalidates those captures.
 cudaError_t refuse_during_capture(const char *call) {
-    bool global = false;
-    each_stream([&](Stream *s) { global = global || (s->capture && s->capture->mode == cudaStreamCaptureModeGlobal); });
-    if (!global) return cudaSuccess;
-    invalidate_captures(true);
-    return set_error(cudaErrorStreamCaptureUnsupported, "%s while a stream captures (cudaStreamCaptureModeGlobal)",
-                     call);
+    if (t_mode == cudaStreamCaptureModeRelaxed) return cudaSuccess;
+    const std::thread::id me = std::this_thread::get_id();
+    const Capture *first = nullptr;
+    each_stream([&](Stream *s) {
+        Capture *c = s->capture.get();
+        if (!c) return;
+        const bool own = c->thread == me && c->mode != cudaStreamCaptureModeRelaxed;
+        const bool other = c->thread != me && t_mode == cudaStreamCaptureModeGlobal && c->mode == cudaStreamCaptureModeGlobal;
+        if (!own && !other) return;
+        c->invalid = true;
+        if (!first) first = c;
+    });
+    if (!first) return cudaSuccess;
+    return set_error(cudaErrorStreamCaptureUnsupported,
+                     "%s while stream %p captures (%s, begun by %s thread): not allowed during a capture; the "
+                     "capture is invalidated",
+                     call, first->origin, mode_name(first->mode), first->thread == me ? "this" : "another");
+}
+
+cudaError_t exchange_capture_mode(cudaStreamCaptureMode *mode) {
+    if (!mode) return set_error(cudaErrorInvalidValue, "cudaThreadExchangeStreamCaptureMode: NULL mode");
+    if (*mode != cudaStreamCaptureModeGlobal && *mode != cudaStreamCaptureModeThreadLocal &&
+        *mode != cudaStreamCaptureModeRelaxed)
+        return set_error(cudaErrorInvalidValue, "cudaThreadExchangeStreamCaptureMode: mode %d", (int)*mode);
+    const cudaStreamCaptureMode old = t_mode;
+    t_mode = *mode;
+    *mode = old;
+    return cudaSuccess;
+}
+
+bool thread_captures(void) {
+    const std::thread::id me = std::this_thread::get_id();
+    bool any = false;
+    each_stream([&](Stream *s) { any = any || (s->capture && s->capture->thread == me); });
+    return any;
 }
 
 // ---------------------------------------------------------------------------
@@ -328,7 +489,7 @@ cudaError_t event_query(cudaEvent_t h, bool wait) {
     if (!ev->recorded || ev->done) return cudaSuccess;
     if (std::shared_ptr<Stream> s = ev->stream.lock()) {
         DevAccess open;
-        cudaError_t e = run_until(s.get(), ev->seq + 1);
+        cudaError_t e = drain(s.get(), ev->seq + 1);
         if (e != cudaSuccess) return e;
     }
     return ev->done ? cudaSuccess : sticky_error();
@@ -379,8 +540,13 @@ cudaError_t capture_begin(cudaStream_t hs, cudaStreamCaptureMode mode) {
     if (!s) return cudaErrorInvalidResourceHandle;
     if (s->legacy) return set_error(cudaErrorStreamCaptureUnsupported, "the legacy stream cannot capture");
     if (s->capture) return set_error(cudaErrorIllegalState, "cudaStreamBeginCapture: the stream captures already");
+    if (mode != cudaStreamCaptureModeGlobal && mode != cudaStreamCaptureModeThreadLocal &&
+        mode != cudaStreamCaptureModeRelaxed)
+        return set_error(cudaErrorInvalidValue, "cudaStreamBeginCapture: mode %d", (int)mode);
     s->capture = std::make_shared<Capture>();
     s->capture->mode = mode;
+    s->capture->thread = std::this_thread::get_id();
+    s->capture->origin = (const void *)hs;
     s->capture_origin = true;
     return cudaSuccess;
 }
