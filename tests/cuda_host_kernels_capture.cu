@@ -296,27 +296,36 @@ extern "C" void khcap_two_streams(int with_wait, khost_result *r) {
     finish(r, cudaSuccess);
 }
 
-extern "C" void khcap_pool_in_capture(int sized_first, khost_result *r) {
+extern "C" void khcap_pool_in_capture(int what, khost_result *r) {
     memset(r, 0, sizeof *r);
     rg_cuda_ctx *ctx = nullptr;
     rg_error err;
     err.msg[0] = 0;
     rg_status st = rg_cuda_ctx_create(&ctx, 0, &err);
-    void *p = nullptr;
+    void *p = nullptr, *graph = nullptr;
     const size_t bytes = (size_t)3 << 20;
-    if (!st && sized_first) st = rg_cuda_pool_get(ctx, RG_CU_BUF_TMP2, bytes, &p, nullptr, &err);
+    if (!st && what) st = rg_cuda_pool_get(ctx, RG_CU_BUF_TMP2, bytes, &p, nullptr, &err);
     if (!st) st = rg_cuda_graph_begin(ctx, &err);
     if (!st) {
         st = rg_cuda_pool_get(ctx, RG_CU_BUF_TMP2, bytes, &p, nullptr, &err);
-        void *graph = nullptr;
+        if (!st) RG_LAUNCH(iota_kernel, N / 256, 256, 0, ctx->stream, (float *)p, N);
         rg_error e2;
         const rg_status se = rg_cuda_graph_end(ctx, &graph, st ? &e2 : &err);
-        if (graph) rg_cuda_graph_free(ctx, graph);
         if (!st) st = se;
     }
+    if (!st && what == 2) {
+        // The pool grows after the capture; the graph still replays its old buffer.
+        void *bigger = nullptr;
+        st = rg_cuda_pool_get(ctx, RG_CU_BUF_TMP2, 4 * bytes, &bigger, nullptr, &err);
+        if (!st) st = rg_cuda_graph_launch(ctx, graph, &err);
+        if (!st) st = rg_cuda_sync(ctx, &err);
+        r->v[1] = bigger != p;
+    }
     r->v[0] = ctx ? (double)ctx->buf[RG_CU_BUF_TMP2].cap : 0;
+    if (graph) rg_cuda_graph_free(ctx, graph);
     if (ctx) rg_cuda_ctx_free(ctx);
     r->err = (int)st;
     snprintf(r->name, sizeof r->name, "%s", rg_status_name(st));
     snprintf(r->msg, sizeof r->msg, "%s", st ? err.msg : "");
+    if (st) cudaDeviceReset();
 }

@@ -35,10 +35,12 @@ void khcap_capture_call(int mode, int other_thread, int call, khost_result *r);
 // Stream 1 fills x, stream 2 computes y = x + 1 (with_wait: after an event wait on
 // stream 1's fill), then cudaDeviceSynchronize drains both. v[0]: wrong elements of y.
 void khcap_two_streams(int with_wait, khost_result *r);
-// The CUDA backend's pool during a graph capture (device.cu): a context captures and its
-// pool slot RG_CU_BUF_TMP2 is asked for 3 MiB, after an uncaptured request of the same
-// size (sized_first) or not. err: the rg_status, msg its message; v[0]: the slot's bytes.
-void khcap_pool_in_capture(int sized_first, khost_result *r);
+// The CUDA backend's pool and graphs (device.cu): a context captures a kernel writing its
+// pool slot RG_CU_BUF_TMP2 of 3 MiB. what: 0 the slot was not sized before the capture;
+// 1 an uncaptured request sized it; 2 sized, and after the capture the slot grows and the
+// graph is replayed (v[1] = 1 when the slot moved). err: the rg_status, msg its message;
+// v[0]: the slot's bytes.
+void khcap_pool_in_capture(int what, khost_result *r);
 
 #ifdef __cplusplus
 }

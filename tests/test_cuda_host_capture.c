@@ -176,6 +176,14 @@ static void test_capture_pool_sized_before(void) {
     printf("    %s: %s\n", r.name, r.msg);
 }
 
+// A graph keeps the pool buffer it was captured with when the slot grows afterwards.
+static void test_capture_pool_grows_after_capture(void) {
+    khost_result r;
+    khcap_pool_in_capture(2, &r);
+    RG_CHECK(r.err == 0, "replaying a graph after its pool slot grew: %s: %s", r.name, r.msg);
+    RG_CHECK(r.v[1] == 1, "the slot did not move: the case tests nothing");
+}
+
 static const rg_test_case cases[] = {
     RG_TEST(test_capture_descriptors_seen),
     RG_TEST(test_capture_struct_host_pointer),
@@ -186,6 +194,7 @@ static const rg_test_case cases[] = {
     RG_TEST(test_capture_relaxed_allows),
     RG_TEST(test_capture_missing_event_wait),
     RG_TEST(test_capture_pool_sized_before),
+    RG_TEST(test_capture_pool_grows_after_capture),
     {0},
 };
 

@@ -162,6 +162,12 @@ struct rg_cuda_ctx {
     size_t dequant_budget;    // bytes of widened weight per MUL_MAT slice; 0 = no slicing
     int half_gemm;            // RG_CUDA_HALF_GEMM_* (cuda.h): how F16/BF16 weights are multiplied
     bool capturing;           // between rg_cuda_graph_begin and _end: the pool may not grow
+    int graphs;               // live CUDA graphs captured on this context
+    // Pool buffers replaced while graphs were live: a graph replays the pointers it was
+    // captured with, so they are freed only when the last graph is.
+    void **retired;
+    int n_retired;
+    size_t retired_bytes;
 };
 
 // Builds the error for a failed CUDA call (clears the runtime's last error so
