@@ -329,3 +329,45 @@ extern "C" void khcap_pool_in_capture(int what, khost_result *r) {
     snprintf(r->msg, sizeof r->msg, "%s", st ? err.msg : "");
     if (st) cudaDeviceReset();
 }
+
+extern "C" void khcap_graph_fork(int with_wait, khost_result *r) {
+    memset(r, 0, sizeof *r);
+    float *x = nullptr, *y = nullptr;
+    cudaStream_t s1, s2;
+    cudaEvent_t fork, filled, join;
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    TRY(cudaMalloc(&x, N * 4));
+    TRY(cudaMalloc(&y, N * 4));
+    TRY(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+    TRY(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    TRY(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    TRY(cudaEventCreateWithFlags(&filled, cudaEventDisableTiming));
+    TRY(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+    TRY(cudaStreamBeginCapture(s1, cudaStreamCaptureModeThreadLocal));
+    TRY(cudaEventRecord(fork, s1));
+    TRY(cudaStreamWaitEvent(s2, fork, 0));  // stream 2 joins the capture
+    RG_LAUNCH(iota_kernel, N / 256, 256, 0, s1, x, N);
+    if (with_wait) {
+        TRY(cudaEventRecord(filled, s1));
+        TRY(cudaStreamWaitEvent(s2, filled, 0));
+    }
+    RG_LAUNCH(plus_one_kernel, N / 256, 256, 0, s2, x, y, N);
+    TRY(cudaEventRecord(join, s2));
+    TRY(cudaStreamWaitEvent(s1, join, 0));
+    TRY(cudaStreamEndCapture(s1, &g));
+    TRY(cudaGraphInstantiate(&ge, g, 0));
+    TRY(cudaGraphDestroy(g));
+    TRY(cudaGraphLaunch(ge, s1));
+    TRY(cudaStreamSynchronize(s1));
+    r->v[0] = wrong(y, 1.0f);
+    TRY(cudaGraphExecDestroy(ge));
+    TRY(cudaEventDestroy(fork));
+    TRY(cudaEventDestroy(filled));
+    TRY(cudaEventDestroy(join));
+    TRY(cudaStreamDestroy(s1));
+    TRY(cudaStreamDestroy(s2));
+    TRY(cudaFree(x));
+    TRY(cudaFree(y));
+    finish(r, cudaSuccess);
+}

@@ -35,6 +35,10 @@ void khcap_capture_call(int mode, int other_thread, int call, khost_result *r);
 // Stream 1 fills x, stream 2 computes y = x + 1 (with_wait: after an event wait on
 // stream 1's fill), then cudaDeviceSynchronize drains both. v[0]: wrong elements of y.
 void khcap_two_streams(int with_wait, khost_result *r);
+// A graph forks stream 2 off stream 1: stream 1 fills x, stream 2 computes y = x + 1
+// (with_wait: after an event wait on the fill), then joins back; the graph is replayed
+// once from fresh memory. v[0]: wrong elements of y.
+void khcap_graph_fork(int with_wait, khost_result *r);
 // The CUDA backend's pool and graphs (device.cu): a context captures a kernel writing its
 // pool slot RG_CU_BUF_TMP2 of 3 MiB. what: 0 the slot was not sized before the capture;
 // 1 an uncaptured request sized it; 2 sized, and after the capture the slot grows and the

@@ -165,6 +165,24 @@ static void test_capture_missing_event_wait(void) {
     env_restore("RETRO_CUDA_HOST_ORDER", saved);
 }
 
+// The same inside a graph: the replay interleaves the lanes of a forked capture.
+static void test_capture_graph_missing_event_wait(void) {
+    char *saved;
+    env_swap("RETRO_CUDA_HOST_ORDER", "reverse", &saved);
+    khost_result r;
+    khcap_graph_fork(1, &r);
+    CHECK_OK(r);
+    RG_CHECK(r.v[0] == 0, "reverse replay with the event wait: %g elements wrong", r.v[0]);
+    khcap_graph_fork(0, &r);
+    CHECK_OK(r);
+    RG_CHECK(r.v[0] == 1024, "reverse replay without the wait: %g of 1024 wrong, expected all", r.v[0]);
+    unsetenv("RETRO_CUDA_HOST_ORDER");
+    khcap_graph_fork(0, &r);  // capture order: the fill was captured first
+    CHECK_OK(r);
+    RG_CHECK(r.v[0] == 0, "replay in capture order: %g elements wrong", r.v[0]);
+    env_restore("RETRO_CUDA_HOST_ORDER", saved);
+}
+
 static void test_capture_pool_sized_before(void) {
     khost_result r;
     khcap_pool_in_capture(1, &r);
@@ -193,6 +211,7 @@ static const rg_test_case cases[] = {
     RG_TEST(test_capture_global_refuses_every_thread),
     RG_TEST(test_capture_relaxed_allows),
     RG_TEST(test_capture_missing_event_wait),
+    RG_TEST(test_capture_graph_missing_event_wait),
     RG_TEST(test_capture_pool_sized_before),
     RG_TEST(test_capture_pool_grows_after_capture),
     {0},

@@ -6,7 +6,10 @@
 // one. Block-shared storage comes from RGH_SHARED / RGH_SHARED_DYN (a __shared__
 // local would be one per thread here, so the plain keyword is refused), launches
 // from RGH_LAUNCH (src/cuda/cuda_common.cuh maps RG_LAUNCH, RG_SHARED and
-// RG_SHARED_DYN onto these or onto the nvcc spellings).
+// RG_SHARED_DYN onto these or onto the nvcc spellings). A struct passed to a
+// kernel by value declares its pointer members beside its definition
+// (RG_KERNEL_POINTERS / RG_KERNEL_NO_POINTERS), so that the launch checks them
+// as it checks pointer arguments.
 #ifndef RG_CUDA_HOST_KERNEL_H
 #define RG_CUDA_HOST_KERNEL_H
 

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <thread>
@@ -15,7 +16,16 @@
 namespace rgh {
 
 struct Capture {
-    std::vector<WorkPtr> items;
+    std::vector<GraphItem> items;
+    std::map<const Stream *, int> lane;        // the lane of each stream in the capture
+    std::vector<size_t> lane_items;            // items captured on each lane so far
+    std::map<int, std::vector<std::pair<int, size_t>>> pending;  // joins for a lane's next item
+    int lane_of(const Stream *s) {
+        auto it = lane.find(s);
+        if (it != lane.end()) return it->second;
+        lane_items.push_back(0);
+        return lane[s] = (int)lane_items.size() - 1;
+    }
     cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
     bool invalid = false;
     std::thread::id thread;   // the thread that began it
@@ -40,7 +50,9 @@ struct Event {
     std::weak_ptr<Stream> stream;
     uint64_t seq = 0, gen = 0;
     double ms = 0;                     // host time when the record ran
-    std::shared_ptr<Capture> capture;  // recorded inside this capture
+    std::shared_ptr<Capture> capture;  // recorded inside this capture,
+    int cap_lane = 0;                  // on this lane
+    size_t cap_items = 0;              // after that lane's first cap_items items
 };
 
 namespace {
@@ -302,7 +314,11 @@ cudaError_t submit(Stream *s, WorkPtr w) {
         if (s->capture->invalid)
             return set_error(cudaErrorStreamCaptureInvalidated, "%s: the stream's capture was invalidated earlier",
                              w->what.c_str());
-        s->capture->items.push_back(std::move(w));
+        Capture &c = *s->capture;
+        const int lane = c.lane_of(s);
+        c.items.push_back(GraphItem{std::move(w), lane, std::move(c.pending[lane])});
+        c.pending.erase(lane);
+        c.lane_items[(size_t)lane]++;
         return cudaSuccess;
     }
     cudaError_t e = check_queueable(s, w->what.c_str());
@@ -464,6 +480,8 @@ cudaError_t event_record(cudaEvent_t h, cudaStream_t hs) {
     if (!find_both(hs, h, "cudaEventRecord", &s, &ev)) return cudaErrorInvalidResourceHandle;
     if (s->capture) {
         ev->capture = s->capture;  // a stream that waits on it joins the capture
+        ev->cap_lane = s->capture->lane_of(s);
+        ev->cap_items = s->capture->lane_items[(size_t)ev->cap_lane];
         return cudaSuccess;
     }
     cudaError_t e = check_queueable(s, "cudaEventRecord");
@@ -517,6 +535,8 @@ cudaError_t stream_wait_event(cudaStream_t hs, cudaEvent_t h) {
             return set_error(cudaErrorStreamCaptureIsolation, "cudaStreamWaitEvent joins two captures");
         if (s->legacy) return set_error(cudaErrorStreamCaptureImplicit, "the legacy stream cannot join a capture");
         s->capture = ev->capture;
+        // The stream's next captured item runs after what the record follows.
+        if (ev->cap_items) s->capture->pending[s->capture->lane_of(s)].emplace_back(ev->cap_lane, ev->cap_items);
         return cudaSuccess;
     }
     if (!ev->recorded || ev->done) return cudaSuccess;
@@ -567,6 +587,7 @@ cudaError_t capture_end(cudaStream_t hs, cudaGraph_t *out) {
     if (c->invalid) return set_error(cudaErrorStreamCaptureInvalidated, "the capture was invalidated by an earlier call");
     auto g = std::make_shared<Graph>();
     g->items = c->items;
+    g->lanes = (int)c->lane_items.size();
     g_graphs[g.get()] = g;
     *out = reinterpret_cast<cudaGraph_t>(g.get());
     return cudaSuccess;
@@ -591,6 +612,44 @@ cudaError_t graph_instantiate(cudaGraphExec_t *out, cudaGraph_t hg) {
     return cudaSuccess;
 }
 
+// Runs a graph's EXEC items: in capture order by default; with RETRO_CUDA_HOST_ORDER=shuffle
+// or =reverse its lanes interleave as a sync's streams do, keeping each lane's order and
+// the joins of its events.
+static cudaError_t replay(const Graph &g, std::string *why) {
+    const Order order = drain_order();
+    std::vector<std::vector<size_t>> lane(g.lanes > 0 ? (size_t)g.lanes : 1);
+    for (size_t i = 0; i < g.items.size(); i++) lane[(size_t)g.items[i].lane].push_back(i);
+    std::vector<size_t> done(lane.size(), 0);  // items of each lane that ran
+    std::vector<size_t> ready;
+    for (size_t left = g.items.size(); left > 0; left--) {
+        size_t pick = g.items.size();
+        if (order == Order::plain) {
+            pick = g.items.size() - left;
+        } else {
+            ready.clear();
+            for (size_t l = 0; l < lane.size(); l++) {
+                if (done[l] == lane[l].size()) continue;
+                const GraphItem &head = g.items[lane[l][done[l]]];
+                bool ok = true;
+                for (const auto &dep : head.after) ok = ok && done[(size_t)dep.first] >= dep.second;
+                if (ok) ready.push_back(lane[l][done[l]]);
+            }
+            if (ready.empty()) break;  // cannot happen: the joins follow capture order
+            pick = order == Order::reverse ? *std::max_element(ready.begin(), ready.end())
+                                           : ready[drain_random() % ready.size()];
+        }
+        const GraphItem &item = g.items[pick];
+        done[(size_t)item.lane]++;
+        if (item.w->kind != Work::EXEC) continue;
+        cudaError_t e = exec_one(*item.w, why);
+        if (e != cudaSuccess) {
+            *why = "in a graph: " + *why;
+            return e;
+        }
+    }
+    return cudaSuccess;
+}
+
 cudaError_t graph_launch(cudaGraphExec_t hx, cudaStream_t hs) {
     auto it = g_execs.find((const void *)hx);
     if (it == g_execs.end())
@@ -601,17 +660,7 @@ cudaError_t graph_launch(cudaGraphExec_t hx, cudaStream_t hs) {
     std::shared_ptr<const Graph> g = it->second;
     auto w = std::make_shared<Work>();
     w->what = "cudaGraphLaunch";
-    w->run = [g](std::string *why) {
-        for (const WorkPtr &item : g->items) {
-            if (item->kind != Work::EXEC) continue;
-            cudaError_t e = exec_one(*item, why);
-            if (e != cudaSuccess) {
-                *why = "in a graph: " + *why;
-                return e;
-            }
-        }
-        return cudaSuccess;
-    };
+    w->run = [g](std::string *why) { return replay(*g, why); };
     return submit(s, w);
 }
 

@@ -29,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace rgh {
@@ -54,8 +55,18 @@ using WorkPtr = std::shared_ptr<const Work>;
 // EXEC work that does f and cannot fail.
 WorkPtr simple_work(std::string what, std::function<void()> f, bool host_code = false);
 
+// A graph's work in capture order. Each item belongs to the lane of the stream that
+// captured it and runs after the earlier items of its lane and after the first `after`
+// items of other lanes that an event joined to it (cudaEventRecord in the capture, then
+// cudaStreamWaitEvent): the edges a replay must keep when it interleaves the lanes.
+struct GraphItem {
+    WorkPtr w;
+    int lane;
+    std::vector<std::pair<int, size_t>> after;  // (lane, items of that lane that run first)
+};
 struct Graph {
-    std::vector<WorkPtr> items;
+    std::vector<GraphItem> items;
+    int lanes = 0;
 };
 
 // Resolves a handle (NULL and cudaStreamLegacy: the legacy stream,
