@@ -131,24 +131,31 @@ static void test_capture_relaxed_allows(void) {
     CHECK_FAILS(r, cudaErrorStreamCaptureUnsupported, "cudaDeviceSynchronize while this thread captures");
 }
 
-static void test_capture_missing_event_wait(void) {
-    char *saved;
-    env_swap("RETRO_CUDA_HOST_ORDER", "reverse", &saved);
+// A two-stream scenario (with_wait, result: v[0] wrong elements of 1024) in the
+// reverse order: right with the event wait, all wrong without it.
+static void check_reverse_order(void (*scenario)(int, khost_result *), const char *what) {
+    setenv("RETRO_CUDA_HOST_ORDER", "reverse", 1);
     khost_result r;
-    khcap_two_streams(1, &r);
+    scenario(1, &r);
     CHECK_OK(r);
-    RG_CHECK(r.v[0] == 0, "reverse order with the event wait: %g elements wrong", r.v[0]);
-    khcap_two_streams(0, &r);
+    RG_CHECK(r.v[0] == 0, "%s, reverse order, with the event wait: %g elements wrong", what, r.v[0]);
+    scenario(0, &r);
     CHECK_OK(r);
-    RG_CHECK(r.v[0] == 1024, "reverse order without the wait: %g of 1024 wrong, expected all", r.v[0]);
-    setenv("RETRO_CUDA_HOST_ORDER", "shuffle", 1);
-    char *saved_seed;
+    RG_CHECK(r.v[0] == 1024, "%s, reverse order, without the wait: %g of 1024 wrong, expected all", what, r.v[0]);
+}
+
+static void test_capture_missing_event_wait(void) {
+    char *saved, *saved_seed;
+    env_swap("RETRO_CUDA_HOST_ORDER", NULL, &saved);
     env_swap("RETRO_CUDA_HOST_SEED", NULL, &saved_seed);
+    check_reverse_order(khcap_two_streams, "two streams");
+    setenv("RETRO_CUDA_HOST_ORDER", "shuffle", 1);
     int wrong_seeds = 0, right_seeds = 0;
     for (int seed = 1; seed <= 16; seed++) {
         char v[16];
         snprintf(v, sizeof v, "%d", seed);
         setenv("RETRO_CUDA_HOST_SEED", v, 1);
+        khost_result r;
         khcap_two_streams(1, &r);
         CHECK_OK(r);
         RG_CHECK(r.v[0] == 0, "seed %d with the event wait: %g elements wrong", seed, r.v[0]);
@@ -168,18 +175,12 @@ static void test_capture_missing_event_wait(void) {
 // The same inside a graph: the replay interleaves the lanes of a forked capture.
 static void test_capture_graph_missing_event_wait(void) {
     char *saved;
-    env_swap("RETRO_CUDA_HOST_ORDER", "reverse", &saved);
+    env_swap("RETRO_CUDA_HOST_ORDER", NULL, &saved);
     khost_result r;
-    khcap_graph_fork(1, &r);
-    CHECK_OK(r);
-    RG_CHECK(r.v[0] == 0, "reverse replay with the event wait: %g elements wrong", r.v[0]);
-    khcap_graph_fork(0, &r);
-    CHECK_OK(r);
-    RG_CHECK(r.v[0] == 1024, "reverse replay without the wait: %g of 1024 wrong, expected all", r.v[0]);
-    unsetenv("RETRO_CUDA_HOST_ORDER");
     khcap_graph_fork(0, &r);  // capture order: the fill was captured first
     CHECK_OK(r);
     RG_CHECK(r.v[0] == 0, "replay in capture order: %g elements wrong", r.v[0]);
+    check_reverse_order(khcap_graph_fork, "a forked graph");
     env_restore("RETRO_CUDA_HOST_ORDER", saved);
 }
 
