@@ -38,16 +38,25 @@ extern "C" {
 // RG_SHARED(T, name, count): T name[count] shared by the block (static);
 // a 2-D array takes a row type: typedef float row[33]; RG_SHARED(row, tile, 32).
 // RG_SHARED_DYN(T, name): T *name, the launch's dynamic shared memory.
+// RG_KERNEL_POINTERS(T, members...): beside a struct passed to a kernel by value, its pointer
+// members (arrays of pointers too); RG_KERNEL_NO_POINTERS(T) for one with none. The host twin
+// checks them as it checks pointer arguments (at launch and at graph replay), refuses a struct
+// argument without either at compile time, and a struct word that points into device memory
+// at an offset the list does not name at launch. nvcc sees nothing.
 #ifdef __CUDACC__
 #define RG_LAUNCH(kernel, grid, block, shmem, stream, ...) kernel<<<(grid), (block), (shmem), (stream)>>>(__VA_ARGS__)
 #define RG_SHARED(T, name, count) __shared__ T name[count]
 #define RG_SHARED_DYN(T, name)                                     \
     extern __shared__ __align__(16) unsigned char rg_shared_dyn_##name[]; \
     T *const name = reinterpret_cast<T *>(rg_shared_dyn_##name)
+#define RG_KERNEL_POINTERS(T, ...)
+#define RG_KERNEL_NO_POINTERS(T)
 #else
 #define RG_LAUNCH RGH_LAUNCH
 #define RG_SHARED RGH_SHARED
 #define RG_SHARED_DYN RGH_SHARED_DYN
+#define RG_KERNEL_POINTERS RGH_KERNEL_POINTERS
+#define RG_KERNEL_NO_POINTERS RGH_KERNEL_NO_POINTERS
 #endif
 
 // The node's fp/ip in device memory, for a cell registered with device_params (graph/backend.h):
@@ -152,6 +161,13 @@ struct rg_cuda_ctx {
     size_t alloc_bytes;       // held by rg_cuda_mem_alloc (the executor's buffers and leaves)
     size_t dequant_budget;    // bytes of widened weight per MUL_MAT slice; 0 = no slicing
     int half_gemm;            // RG_CUDA_HALF_GEMM_* (cuda.h): how F16/BF16 weights are multiplied
+    bool capturing;           // between rg_cuda_graph_begin and _end: the pool may not grow
+    int graphs;               // live CUDA graphs captured on this context
+    // Pool buffers replaced while graphs were live: a graph replays the pointers it was
+    // captured with, so they are freed only when the last graph is.
+    void **retired;
+    int n_retired;
+    size_t retired_bytes;
 };
 
 // Builds the error for a failed CUDA call (clears the runtime's last error so

@@ -175,12 +175,20 @@ extern "C" rg_status rg_cuda_ctx_create(rg_cuda_ctx **out, int device, rg_error 
     return RG_OK;
 }
 
+// Frees the pool buffers kept for graphs (cudaFree waits for the device).
+static void free_retired(rg_cuda_ctx *ctx) {
+    for (int i = 0; i < ctx->n_retired; i++) cudaFree(ctx->retired[i]);
+    free(ctx->retired);
+    ctx->retired = NULL, ctx->n_retired = 0, ctx->retired_bytes = 0;
+}
+
 extern "C" void rg_cuda_ctx_free(rg_cuda_ctx *ctx) {
     if (!ctx) return;
     // Errors are ignored here: a context is freed on error paths too.
     cudaSetDevice(ctx->device);
     if (ctx->stream) cudaStreamSynchronize(ctx->stream);
     for (int i = 0; i < RG_CU_BUF_COUNT; i++) cudaFree(ctx->buf[i].ptr);
+    free_retired(ctx);
     if (ctx->cublas) cublasDestroy(ctx->cublas);
     if (ctx->stream) cudaStreamDestroy(ctx->stream);
     cudaGetLastError();
@@ -256,6 +264,7 @@ extern "C" rg_status rg_cuda_mem_info(rg_cuda_ctx *ctx, size_t *free_bytes, size
 extern "C" rg_status rg_cuda_graph_begin(rg_cuda_ctx *ctx, rg_error *err) {
     const struct rg_node *n = NULL;
     CU_TRY(cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal));
+    ctx->capturing = true;
     return RG_OK;
 }
 
@@ -264,11 +273,13 @@ extern "C" rg_status rg_cuda_graph_end(rg_cuda_ctx *ctx, void **graph, rg_error 
     cudaGraph_t g = NULL;
     cudaGraphExec_t ge = NULL;
     *graph = NULL;
+    ctx->capturing = false;
     CU_TRY(cudaStreamEndCapture(ctx->stream, &g));
     cudaError_t e = cudaGraphInstantiate(&ge, g, 0);
     cudaGraphDestroy(g);
     if (e != cudaSuccess) return rg_cu_fail(err, n, "cudaGraphInstantiate", e, __FILE__, __LINE__);
     *graph = (void *)ge;
+    ctx->graphs++;
     return RG_OK;
 }
 
@@ -279,12 +290,16 @@ extern "C" rg_status rg_cuda_graph_launch(rg_cuda_ctx *ctx, void *graph, rg_erro
 }
 
 extern "C" void rg_cuda_graph_free(rg_cuda_ctx *ctx, void *graph) {
-    (void)ctx;
-    if (graph) cudaGraphExecDestroy((cudaGraphExec_t)graph);
+    if (!graph) return;
+    cudaGraphExecDestroy((cudaGraphExec_t)graph);
+    cudaGetLastError();
+    if (--ctx->graphs == 0) free_retired(ctx);
     cudaGetLastError();
 }
 
-extern "C" size_t rg_cuda_ctx_bytes(const rg_cuda_ctx *ctx) { return ctx ? ctx->alloc_bytes + ctx->pool_bytes : 0; }
+extern "C" size_t rg_cuda_ctx_bytes(const rg_cuda_ctx *ctx) {
+    return ctx ? ctx->alloc_bytes + ctx->pool_bytes + ctx->retired_bytes : 0;
+}
 
 // ---------------------------------------------------------------------------
 // The memory pool and the counted copies
@@ -293,13 +308,31 @@ rg_status rg_cuda_pool_get(rg_cuda_ctx *ctx, int slot, size_t bytes, void **out,
                            rg_error *err) {
     rg_cuda_buf *b = &ctx->buf[slot];
     if (bytes == 0) bytes = 1;
+    if (b->cap < bytes && ctx->capturing) {
+        // A capturing thread may not allocate (cudaMalloc invalidates the capture): the
+        // executor captures a node range only at its second run with the same shapes, and
+        // the first sized the pool.
+        return rg_fail(err, RG_ERR_ARG,
+                       "cuda %s '%s' (node %d): pool slot %d needs %zu bytes and holds %zu during a CUDA graph "
+                       "capture (the pool must be sized by an uncaptured run of the same nodes first)",
+                       node_op(n), node_name(n), node_id(n), slot, bytes, b->cap);
+    }
     if (b->cap < bytes) {
         // Grow by at least half, in whole MiB, so that a run of slowly growing
         // nodes does not reallocate each time. cudaFree waits for the device.
         const size_t mib = (size_t)1 << 20;
         size_t want = b->cap + b->cap / 2 > bytes ? b->cap + b->cap / 2 : bytes;
         want = (want + mib - 1) / mib * mib;
-        if (b->ptr) CU_TRY(cudaFree(b->ptr));
+        if (b->ptr && ctx->graphs > 0) {
+            // A live graph may replay the old buffer: keep it until the last graph is freed.
+            void **r = (void **)realloc(ctx->retired, (size_t)(ctx->n_retired + 1) * sizeof *r);
+            if (!r) return rg_fail(err, RG_ERR_NOMEM, "cuda: out of host memory growing the pool");
+            ctx->retired = r;
+            ctx->retired[ctx->n_retired++] = b->ptr;
+            ctx->retired_bytes += b->cap;
+        } else if (b->ptr) {
+            CU_TRY(cudaFree(b->ptr));
+        }
         ctx->pool_bytes -= b->cap;
         b->ptr = NULL, b->cap = 0;
         if (cudaMalloc(&b->ptr, want) != cudaSuccess) {

@@ -26,6 +26,7 @@ extern "C" {
 typedef struct narrow_geom {
     int64_t ne[4], s[4];
 } narrow_geom;
+RG_KERNEL_NO_POINTERS(narrow_geom)
 
 __global__ static void narrow_kernel(const float *src, narrow_geom g, int bf16, uint16_t *dst, int64_t count) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {

@@ -55,6 +55,7 @@ typedef struct add_geom {
     int64_t bne[4];  // b's shape: b.ne[i] divides ne[i]
     int64_t bs[4];   // b's strides
 } add_geom;
+RG_KERNEL_NO_POINTERS(add_geom)
 
 // add_bcast_f32: y[i0,i1,i2,i3] = a[i0,i1,i2,i3] + b[i0 % bne0, i1 % bne1, i2 % bne2, i3 % bne3]
 // with a and b addressed through their own strides, y contiguous.

@@ -228,6 +228,7 @@ struct ew_geom {
     bool b_flat;     // likewise b
     float s;         // fp[0]
 };
+RG_KERNEL_NO_POINTERS(ew_geom)
 
 // ew: y[k] = Op(a[k], b[k tiled into b]). In place (y == a, a_flat) every thread
 // reads its element before writing it.
@@ -247,6 +248,7 @@ __global__ void ew_kernel(const float *a, const float *b, float *y, ew_geom g, i
 struct copy_geom {
     int64_t ne[4], sne[4], snb[4], dnb[4];
 };
+RG_KERNEL_NO_POINTERS(copy_geom)
 
 // copy_bits: the element's bytes (T is the element size).
 // dst_off (device memory, or NULL): bytes added to dst, read when the kernel runs (CPY_INTO's
@@ -277,6 +279,7 @@ __global__ void copy_convert_kernel(const char *src, uint32_t stype, char *dst, 
 struct rb_geom {
     int64_t L[4], f[4], as[4];
 };
+RG_KERNEL_NO_POINTERS(rb_geom)
 
 __global__ void repeat_back_kernel(const float *a, float *y, rb_geom g, int64_t n) {
     GRID_STRIDE(k, n) {
@@ -300,6 +303,7 @@ struct seg_geom {
     int64_t ne[4], nb[4];  // the source's shape and strides (bytes)
     int64_t nel, seg, nseg;
 };
+RG_KERNEL_NO_POINTERS(seg_geom)
 
 // segment_sum (f32 source): 8 threads per segment; thread `lane` sums elements lane, lane + 8,
 // ... of the segment in double, in order; the segment's sum is tree8 of the 8.
@@ -357,6 +361,7 @@ struct gr_geom {
     int64_t ane[4], anb[4];  // table shape and strides (bytes)
     int64_t inb[3];          // ids strides (bytes)
 };
+RG_KERNEL_NO_POINTERS(gr_geom)
 
 __global__ void get_rows_kernel(const char *a, uint32_t atype, const char *ids, float *y, gr_geom g, int64_t n) {
     GRID_STRIDE(k, n) {
@@ -379,6 +384,7 @@ struct grb_geom {
     int64_t ine[3], inb[3];  // ids' shape and strides (bytes)
     int64_t k, rows;         // ids, table rows
 };
+RG_KERNEL_NO_POINTERS(grb_geom)
 
 __device__ inline int64_t grb_id(const char *ids, const grb_geom &g, int64_t t) {
     const int64_t t0 = t % g.ine[0], r = t / g.ine[0];

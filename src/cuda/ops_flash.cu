@@ -91,6 +91,7 @@ struct fa_geom {
     float scale, softcap;  // softcap 0: none
     int causal, f16;     // f16: k and v are f16
 };
+RG_KERNEL_NO_POINTERS(fa_geom)
 
 // Device pointers: the sources and the parts of the outputs.
 struct fa_bufs {
@@ -103,6 +104,7 @@ struct fa_bufs {
     float *Dsum;                      // scratch [T, H, S]
     float *dq, *dk, *dv;              // [Dh, T, H, S], [Dh, Tk, Hkv, S] twice
 };
+RG_KERNEL_POINTERS(fa_bufs, q, k, v, seg, sinks, o, lse, dO, dlse, fo, flse, Dsum, dq, dk, dv)
 
 __device__ inline int tile_len(int64_t total, int64_t at, int cap) {
     return total - at < cap ? (int)(total - at) : cap;

@@ -70,6 +70,7 @@ struct row_geom {
     int64_t ne1, ne2;      // rows are r = i1 + ne1 * (i2 + ne2 * i3)
     int64_t s1, s2, s3;    // strides in elements
 };
+RG_KERNEL_NO_POINTERS(row_geom)
 
 __device__ inline int64_t row_offset(const row_geom &g, int64_t r) {
     const int64_t i1 = r % g.ne1, i23 = r / g.ne1;

@@ -73,6 +73,7 @@ __device__ inline const int32_t *seg_of(const int32_t *seg, int64_t seg_rows, in
 struct conv_geom {
     int64_t C, T, S, K, xs1, xs2, seg_rows;
 };
+RG_KERNEL_NO_POINTERS(conv_geom)
 
 // u(tau)[ch] of sequence s: x, or the state before the chunk; *ok false where it reads
 // zero (before `first`, or in a NULL state), as the CPU's conv_col.
@@ -186,6 +187,7 @@ __global__ void ssm_dt_kernel(const float *dt, const float *A, const int32_t *se
 struct scan_geom {
     int64_t P, H, N, G, T, S, D, seg_rows;
 };
+RG_KERNEL_NO_POINTERS(scan_geom)
 
 __device__ inline const float *token_row(const scan_geom &g, const float *xbc, int64_t s, int64_t t) {
     return xbc + g.D * (t + g.T * s);
@@ -231,6 +233,7 @@ struct scan_back_bufs {
     float *work;                                     // per block: ckpt [n_chunks][N][P], buf [(L + 1)][N][P]
     int64_t L, n_chunks;
 };
+RG_KERNEL_POINTERS(scan_back_bufs, dy, dfin, xbc, dta, A, state, dxbc, ddt, dstate, dB_h, dC_h, dA_h, work)
 
 // Thread p's column of one token's state step: out[:, p] = decay in[:, p] + B (x_p step), as scan_step.
 __device__ inline void back_step_column(const scan_geom &g, const float *row, int64_t h, int64_t grp, int64_t p,

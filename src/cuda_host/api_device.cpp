@@ -124,6 +124,10 @@ cudaError_t cudaGetDevice(int *device) {
 cudaError_t cudaDeviceSynchronize(void) {
     RGH_ENTER();
     if (cudaError_t e = refuse_during_capture("cudaDeviceSynchronize")) return e;
+    // Even in Relaxed mode: it would wait for work the thread's capture only records.
+    if (thread_captures())
+        return set_error(cudaErrorStreamCaptureUnsupported,
+                         "cudaDeviceSynchronize while this thread captures (cudaStreamCaptureModeRelaxed too)");
     return sync_all();
 }
 

@@ -4,7 +4,10 @@
 // side must lie inside one live allocation, the host side must not be device
 // memory); the blocking forms run the legacy stream up to themselves, which
 // runs what they depend on first.
+#include <stdio.h>
 #include <string.h>
+
+#include <string>
 
 #include "cuda_host/devmem.h"
 #include "cuda_host/queue.h"
@@ -57,12 +60,41 @@ cudaError_t check_copy(const char *call, void *dst, const void *src, size_t n, c
     return check_side(call, "source", src, n, src_dev, kind);
 }
 
+// A recorded copy's or memset's device side must still be the allocation it was when
+// recorded: a graph replays it after the memory may have been freed, or freed and
+// allocated again (`serial` from dev_serial then).
+cudaError_t still_allocated(const char *call, const char *side, const void *p, uint64_t serial, std::string *why) {
+    const char *since = dev_since(p, serial);
+    if (!since) return cudaSuccess;
+    char s[256];
+    snprintf(s, sizeof s, "%s: the %s %p %s since the call was captured", call, side, p, since);
+    *why = s;
+    return cudaErrorIllegalAddress;
+}
+
 WorkPtr copy_work(const char *call, void *dst, const void *src, size_t n) {
-    return simple_work(call, [dst, src, n] { memmove(dst, src, n); });
+    const uint64_t dst_serial = dev_serial(dst), src_serial = dev_serial(src);
+    auto w = std::make_shared<Work>();
+    w->what = call;
+    w->run = [=](std::string *why) {
+        if (cudaError_t e = still_allocated(call, "destination", dst, dst_serial, why)) return e;
+        if (cudaError_t e = still_allocated(call, "source", src, src_serial, why)) return e;
+        memmove(dst, src, n);
+        return cudaSuccess;
+    };
+    return w;
 }
 
 WorkPtr set_work(const char *call, void *dst, int value, size_t n) {
-    return simple_work(call, [dst, value, n] { memset(dst, value, n); });
+    const uint64_t serial = dev_serial(dst);
+    auto w = std::make_shared<Work>();
+    w->what = call;
+    w->run = [=](std::string *why) {
+        if (cudaError_t e = still_allocated(call, "destination", dst, serial, why)) return e;
+        memset(dst, value, n);
+        return cudaSuccess;
+    };
+    return w;
 }
 
 // The blocking forms: queued on the legacy stream, which then runs up to them.
@@ -93,6 +125,7 @@ cudaError_t cudaFree(void *p) {
 cudaError_t cudaMallocHost(void **p, size_t bytes) {
     RGH_ENTER();
     if (!p) return set_error(cudaErrorInvalidValue, "cudaMallocHost: NULL result pointer");
+    if (cudaError_t e = refuse_during_capture("cudaMallocHost")) return e;
     return pinned_malloc(p, bytes);
 }
 
@@ -103,6 +136,7 @@ cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned int flags) {
 
 cudaError_t cudaFreeHost(void *p) {
     RGH_ENTER();
+    if (cudaError_t e = refuse_during_capture("cudaFreeHost")) return e;
     if (cudaError_t e = sync_all()) return e;
     return pinned_free(p);
 }

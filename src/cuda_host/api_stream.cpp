@@ -92,6 +92,11 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mo
     return capture_begin(s, mode);
 }
 
+cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode) {
+    RGH_ENTER();
+    return exchange_capture_mode(mode);
+}
+
 cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph) {
     RGH_ENTER();
     return capture_end(s, graph);

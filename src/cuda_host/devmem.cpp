@@ -42,6 +42,7 @@ struct Alloc {
     size_t block;      // offset of the block in the mapping
     size_t footprint;  // bytes of the block
     size_t bytes;      // the caller's bytes
+    uint64_t serial;   // which allocation: a block re-used by a later cudaMalloc gets a new one
 };
 
 struct Region {
@@ -57,6 +58,7 @@ struct Region {
     std::deque<Alloc> quarantine;
     size_t quarantined = 0;
     std::map<uintptr_t, size_t> pinned;  // cudaMallocHost blocks
+    uint64_t serials = 0;                // allocations made so far
 } R;
 
 size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
@@ -193,7 +195,7 @@ cudaError_t dev_malloc(void **out, size_t bytes) {
     memset(user + bytes, kCanary, len - kRedZone - bytes);
     RGH_POISON(block, kRedZone);
     RGH_POISON(user + bytes, len - kRedZone - bytes);
-    R.live.emplace(off + kRedZone, Alloc{off, len, bytes});
+    R.live.emplace(off + kRedZone, Alloc{off, len, bytes, ++R.serials});
     R.used += len;
     *out = user;
     return cudaSuccess;
@@ -224,6 +226,18 @@ cudaError_t dev_free(void *p) {
     flush_quarantine(kQuarantineBytes, kQuarantineBlocks);
     if (!damage.empty()) return fault_sticky(cudaErrorIllegalAddress, "at cudaFree: " + damage);
     return cudaSuccess;
+}
+
+uint64_t dev_serial(const void *p) {
+    const Alloc *a = p ? live_at(p) : nullptr;
+    return a ? a->serial : 0;
+}
+
+const char *dev_since(const void *p, uint64_t serial) {
+    if (!serial) return nullptr;
+    const uint64_t now = dev_serial(p);
+    if (now == serial) return nullptr;
+    return now ? "was freed and its memory re-allocated" : "was freed";
 }
 
 size_t dev_total(void) { return R.base ? R.total : total_from_env(); }

@@ -18,6 +18,7 @@
 
 #include <cuda_runtime_api.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <string>
 
@@ -39,6 +40,13 @@ enum class Ptr {
 };
 Ptr classify(const void *p);
 const char *ptr_kind_name(Ptr k);
+// The serial number of the live allocation that holds p (0: none). Every cudaMalloc
+// gets a new one, so a graph can tell its memory from a later allocation at the same
+// address.
+uint64_t dev_serial(const void *p);
+// NULL when p still lies in the allocation that had `serial` (from dev_serial when the
+// work was recorded; 0: none, nothing to compare), else what happened to it since.
+const char *dev_since(const void *p, uint64_t serial);
 // true when [p, p + n) lies inside one live device allocation.
 bool dev_range(const void *p, size_t n);
 // true when [p, p + n) lies inside one pinned host allocation.

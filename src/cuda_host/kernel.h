@@ -6,7 +6,10 @@
 // one. Block-shared storage comes from RGH_SHARED / RGH_SHARED_DYN (a __shared__
 // local would be one per thread here, so the plain keyword is refused), launches
 // from RGH_LAUNCH (src/cuda/cuda_common.cuh maps RG_LAUNCH, RG_SHARED and
-// RG_SHARED_DYN onto these or onto the nvcc spellings).
+// RG_SHARED_DYN onto these or onto the nvcc spellings). A struct passed to a
+// kernel by value declares its pointer members beside its definition
+// (RG_KERNEL_POINTERS / RG_KERNEL_NO_POINTERS), so that the launch checks them
+// as it checks pointer arguments.
 #ifndef RG_CUDA_HOST_KERNEL_H
 #define RG_CUDA_HOST_KERNEL_H
 
@@ -15,6 +18,7 @@
 #endif
 
 #include <cuda_runtime.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -94,6 +98,31 @@ void *shared_static(const void *site, size_t bytes, size_t align, const char *na
 // The launch's dynamic shared memory (its shmem bytes), poisoned likewise.
 void *shared_dynamic(void);
 
+// The pointer members of a struct kernel argument, as RG_KERNEL_POINTERS lists them.
+struct PointerMember {
+    const char *name;
+    size_t offset;  // bytes from the struct's start
+    size_t count;   // pointers at that offset: 1, or an array's elements
+};
+struct PointerMembers {
+    const char *type;  // the struct as the descriptor spells it
+    const PointerMember *members;
+    size_t n;
+};
+template <class M>
+constexpr PointerMember pointer_member(const char *name, size_t offset) {
+    using E = typename std::remove_all_extents<M>::type;
+    static_assert(std::is_pointer<E>::value, "RG_KERNEL_POINTERS lists a member that is not a pointer or an array of them");
+    return PointerMember{name, offset, sizeof(M) / sizeof(E)};
+}
+
+// Whether T has a descriptor (RG_KERNEL_POINTERS / RG_KERNEL_NO_POINTERS beside its
+// definition, found by argument-dependent lookup, so one in an anonymous namespace works).
+template <class T, class = void>
+struct has_pointer_desc : std::false_type {};
+template <class T>
+struct has_pointer_desc<T, std::void_t<decltype(rgh_kernel_pointers((const T *)nullptr))>> : std::true_type {};
+
 // A launch's arguments and kernel, type-erased: run() is one CUDA thread.
 class KernelBody {
   public:
@@ -102,8 +131,22 @@ class KernelBody {
     struct PointerArg {
         int index;  // 0-based position in the kernel's parameter list
         const void *ptr;
+        const char *type = nullptr;    // a struct member: the struct's type,
+        const char *member = nullptr;  // the member's name
+        int element = -1;              // and the element of a member array (-1: not an array)
     };
-    std::vector<PointerArg> pointers;  // the arguments of pointer type, checked at launch and at run
+    // The arguments of pointer type and the pointer members of struct arguments, checked
+    // at launch and at run.
+    std::vector<PointerArg> pointers;
+    // The struct arguments' bytes: the launch refuses one whose unlisted words point into
+    // device or pinned memory (a member its descriptor forgot).
+    struct StructArg {
+        int index;
+        const PointerMembers *desc;
+        const unsigned char *bytes;  // inside this body's copy of the arguments
+        size_t size;
+    };
+    std::vector<StructArg> structs;
 };
 
 template <class... P>
@@ -113,6 +156,8 @@ class KernelCall final : public KernelBody {
     explicit KernelCall(void (*fn)(P...), A &&...a) : fn_(fn), args_(std::forward<A>(a)...) {
         note_all(std::index_sequence_for<P...>{});
     }
+    KernelCall(const KernelCall &) = delete;  // structs[].bytes point into args_
+    KernelCall &operator=(const KernelCall &) = delete;
     // Each thread gets its own copy of the arguments, as kernel parameters are by value.
     void run() const override { std::apply(fn_, args_); }
 
@@ -123,9 +168,30 @@ class KernelCall final : public KernelBody {
     }
     template <class T>
     void note(int index, const T &v) {
-        if constexpr (std::is_pointer<T>::value && !std::is_function<typename std::remove_pointer<T>::type>::value)
+        if constexpr (std::is_pointer<T>::value && !std::is_function<typename std::remove_pointer<T>::type>::value) {
             pointers.push_back(PointerArg{index, (const void *)v});
+        } else if constexpr (std::is_class<T>::value || std::is_union<T>::value) {
+            // No kernel may pass a pointer the launch cannot see.
+            static_assert(has_pointer_desc<T>::value,
+                          "a struct kernel argument needs RG_KERNEL_POINTERS(type, pointer members...) or "
+                          "RG_KERNEL_NO_POINTERS(type) beside its definition (src/cuda/cuda_common.cuh)");
+            if constexpr (has_pointer_desc<T>::value) {
+                static const PointerMembers desc = rgh_kernel_pointers((const T *)nullptr);
+                note_struct(index, desc, (const unsigned char *)&v, sizeof v);
+            }
+        }
         (void)index, (void)v;
+    }
+    void note_struct(int index, const PointerMembers &desc, const unsigned char *bytes, size_t size) {
+        for (size_t m = 0; m < desc.n; m++) {
+            const PointerMember &pm = desc.members[m];
+            for (size_t e = 0; e < pm.count; e++) {
+                const void *p;
+                memcpy(&p, bytes + pm.offset + e * sizeof p, sizeof p);
+                pointers.push_back(PointerArg{index, p, desc.type, pm.name, pm.count > 1 ? (int)e : -1});
+            }
+        }
+        structs.push_back(StructArg{index, &desc, bytes, size});
     }
     void (*fn_)(P...);
     std::tuple<typename std::decay<P>::type...> args_;
@@ -159,6 +225,80 @@ inline T from_bits(uint64_t b) {
 }
 
 }  // namespace rgh
+
+// ---------------------------------------------------------------------------
+// Descriptors of struct kernel arguments (src/cuda/cuda_common.cuh's RG_KERNEL_POINTERS and
+// RG_KERNEL_NO_POINTERS map onto these; nvcc sees nothing). At namespace scope beside the
+// struct: RGH_KERNEL_POINTERS(fa_bufs, q, k, v) lists its pointer members (an array of
+// pointers counts each element); RGH_KERNEL_NO_POINTERS(row_geom) says it has none.
+
+#define RGH_PM_(T, m) ::rgh::pointer_member<decltype(T::m)>(#m, offsetof(T, m)),
+#define RGH_EACH_1(F, T, a) F(T, a)
+#define RGH_EACH_2(F, T, a, ...) F(T, a) RGH_EACH_1(F, T, __VA_ARGS__)
+#define RGH_EACH_3(F, T, a, ...) F(T, a) RGH_EACH_2(F, T, __VA_ARGS__)
+#define RGH_EACH_4(F, T, a, ...) F(T, a) RGH_EACH_3(F, T, __VA_ARGS__)
+#define RGH_EACH_5(F, T, a, ...) F(T, a) RGH_EACH_4(F, T, __VA_ARGS__)
+#define RGH_EACH_6(F, T, a, ...) F(T, a) RGH_EACH_5(F, T, __VA_ARGS__)
+#define RGH_EACH_7(F, T, a, ...) F(T, a) RGH_EACH_6(F, T, __VA_ARGS__)
+#define RGH_EACH_8(F, T, a, ...) F(T, a) RGH_EACH_7(F, T, __VA_ARGS__)
+#define RGH_EACH_9(F, T, a, ...) F(T, a) RGH_EACH_8(F, T, __VA_ARGS__)
+#define RGH_EACH_10(F, T, a, ...) F(T, a) RGH_EACH_9(F, T, __VA_ARGS__)
+#define RGH_EACH_11(F, T, a, ...) F(T, a) RGH_EACH_10(F, T, __VA_ARGS__)
+#define RGH_EACH_12(F, T, a, ...) F(T, a) RGH_EACH_11(F, T, __VA_ARGS__)
+#define RGH_EACH_13(F, T, a, ...) F(T, a) RGH_EACH_12(F, T, __VA_ARGS__)
+#define RGH_EACH_14(F, T, a, ...) F(T, a) RGH_EACH_13(F, T, __VA_ARGS__)
+#define RGH_EACH_15(F, T, a, ...) F(T, a) RGH_EACH_14(F, T, __VA_ARGS__)
+#define RGH_EACH_16(F, T, a, ...) F(T, a) RGH_EACH_15(F, T, __VA_ARGS__)
+#define RGH_EACH_17(F, T, a, ...) F(T, a) RGH_EACH_16(F, T, __VA_ARGS__)
+#define RGH_EACH_18(F, T, a, ...) F(T, a) RGH_EACH_17(F, T, __VA_ARGS__)
+#define RGH_EACH_19(F, T, a, ...) F(T, a) RGH_EACH_18(F, T, __VA_ARGS__)
+#define RGH_EACH_20(F, T, a, ...) F(T, a) RGH_EACH_19(F, T, __VA_ARGS__)
+#define RGH_EACH_21(F, T, a, ...) F(T, a) RGH_EACH_20(F, T, __VA_ARGS__)
+#define RGH_EACH_22(F, T, a, ...) F(T, a) RGH_EACH_21(F, T, __VA_ARGS__)
+#define RGH_EACH_23(F, T, a, ...) F(T, a) RGH_EACH_22(F, T, __VA_ARGS__)
+#define RGH_EACH_24(F, T, a, ...) F(T, a) RGH_EACH_23(F, T, __VA_ARGS__)
+#define RGH_EACH_N(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, _17, _18, _19, _20, _21, \
+                   _22, _23, _24, N, ...)                                                                         \
+    RGH_EACH_##N
+#define RGH_EACH(F, T, ...)                                                                                      \
+    RGH_EACH_N(__VA_ARGS__, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1) \
+    (F, T, __VA_ARGS__)
+
+#define RGH_KERNEL_POINTERS(T, ...)                                                        \
+    [[maybe_unused]] inline ::rgh::PointerMembers rgh_kernel_pointers(const T *) {         \
+        static const ::rgh::PointerMember members[] = {RGH_EACH(RGH_PM_, T, __VA_ARGS__)}; \
+        return ::rgh::PointerMembers{#T, members, sizeof members / sizeof members[0]};     \
+    }
+#define RGH_KERNEL_NO_POINTERS(T)                                                  \
+    [[maybe_unused]] inline ::rgh::PointerMembers rgh_kernel_pointers(const T *) { \
+        return ::rgh::PointerMembers{#T, nullptr, 0};                              \
+    }
+
+// CUDA's vector and dimension types hold numbers only (the 8-byte x4 types are
+// deprecated for their _16a / _32a spellings, which no kernel here takes).
+RGH_KERNEL_NO_POINTERS(dim3)
+#define RGH_VECTOR_TYPES_(b) \
+    RGH_KERNEL_NO_POINTERS(b##1) RGH_KERNEL_NO_POINTERS(b##2) RGH_KERNEL_NO_POINTERS(b##3)
+RGH_VECTOR_TYPES_(char)
+RGH_VECTOR_TYPES_(uchar)
+RGH_VECTOR_TYPES_(short)
+RGH_VECTOR_TYPES_(ushort)
+RGH_VECTOR_TYPES_(int)
+RGH_VECTOR_TYPES_(uint)
+RGH_VECTOR_TYPES_(long)
+RGH_VECTOR_TYPES_(ulong)
+RGH_VECTOR_TYPES_(longlong)
+RGH_VECTOR_TYPES_(ulonglong)
+RGH_VECTOR_TYPES_(float)
+RGH_VECTOR_TYPES_(double)
+RGH_KERNEL_NO_POINTERS(char4)
+RGH_KERNEL_NO_POINTERS(uchar4)
+RGH_KERNEL_NO_POINTERS(short4)
+RGH_KERNEL_NO_POINTERS(ushort4)
+RGH_KERNEL_NO_POINTERS(int4)
+RGH_KERNEL_NO_POINTERS(uint4)
+RGH_KERNEL_NO_POINTERS(float4)
+#undef RGH_VECTOR_TYPES_
 
 // ---------------------------------------------------------------------------
 // The built-ins

@@ -1,8 +1,11 @@
 // launch.cpp - RG_LAUNCH's way into the runtime: the launch configuration is
 // checked as a GPU checks it (errors through cudaGetLastError), every pointer
-// argument must be device memory, pinned host memory or NULL, and the launch
+// argument (and pointer member of a struct argument, kernel.h) must be device
+// memory, pinned host memory or NULL, and the launch
 // is queued on its stream (or recorded by a capture). cudaFuncSetAttribute
 // keeps the dynamic shared-memory limit per kernel.
+#include <string.h>
+
 #include <map>
 
 #include "cuda_host/devmem.h"
@@ -19,14 +22,63 @@ const size_t kSmemDefault = 48 * 1024, kSmemOptin = 232448;
 
 std::map<const void *, size_t> g_max_dynamic_smem;  // cudaFuncAttributeMaxDynamicSharedMemorySize
 
-// "" when every pointer argument may be used by a kernel, else which one may not.
-std::string bad_pointer(const std::string &kernel, const KernelBody &body) {
-    for (const KernelBody::PointerArg &a : body.pointers) {
+// "argument 2", or "argument 1 (fa_bufs::q)" for a struct's member.
+std::string arg_name(const KernelBody::PointerArg &a) {
+    char s[192];
+    if (!a.member)
+        snprintf(s, sizeof s, "argument %d", a.index);
+    else if (a.element < 0)
+        snprintf(s, sizeof s, "argument %d (%s::%s)", a.index, a.type, a.member);
+    else
+        snprintf(s, sizeof s, "argument %d (%s::%s[%d])", a.index, a.type, a.member, a.element);
+    return s;
+}
+
+// "" when every pointer argument (struct members included) may be used by a kernel, else
+// which one may not. `serials` (one per pointer, from dev_serial when the launch was
+// submitted) finds memory freed, or freed and allocated again, since: only a graph's
+// replay can see that, as cudaFree runs the queued work first.
+std::string bad_pointer(const std::string &kernel, const KernelBody &body, const std::vector<uint64_t> *serials) {
+    for (size_t i = 0; i < body.pointers.size(); i++) {
+        const KernelBody::PointerArg &a = body.pointers[i];
+        char s[384];
+        if (const char *since = serials ? dev_since(a.ptr, (*serials)[i]) : nullptr) {
+            snprintf(s, sizeof s, "kernel '%s' %s: the device memory at %p %s since the launch was captured",
+                     kernel.c_str(), arg_name(a).c_str(), a.ptr, since);
+            return s;
+        }
         const Ptr k = classify(a.ptr);
         if (k == Ptr::null || k == Ptr::device || k == Ptr::pinned) continue;
-        char s[384];
-        snprintf(s, sizeof s, "kernel '%s' argument %d: %p is %s", kernel.c_str(), a.index, a.ptr, ptr_kind_name(k));
+        snprintf(s, sizeof s, "kernel '%s' %s: %p is %s", kernel.c_str(), arg_name(a).c_str(), a.ptr,
+                 ptr_kind_name(k));
         return s;
+    }
+    return "";
+}
+
+bool listed(const PointerMembers &d, size_t off) {
+    for (size_t m = 0; m < d.n; m++)
+        if (off >= d.members[m].offset && off < d.members[m].offset + d.members[m].count * sizeof(void *)) return true;
+    return false;
+}
+
+// "" unless a struct argument holds a pointer to device or pinned memory in a word its
+// descriptor does not list: a member the check would not see.
+std::string unlisted_pointer(const std::string &kernel, const KernelBody &body) {
+    for (const KernelBody::StructArg &st : body.structs) {
+        for (size_t off = 0; off + sizeof(void *) <= st.size; off += sizeof(void *)) {
+            if (listed(*st.desc, off)) continue;
+            const void *w;
+            memcpy(&w, st.bytes + off, sizeof w);
+            const Ptr k = w ? classify(w) : Ptr::null;
+            if (k == Ptr::null || k == Ptr::host) continue;
+            char s[384];
+            snprintf(s, sizeof s,
+                     "kernel '%s' argument %d: struct %s member at byte %zu holds %p (%s) that its "
+                     "RG_KERNEL_POINTERS does not list",
+                     kernel.c_str(), st.index, st.desc->type, off, w, ptr_kind_name(k));
+            return s;
+        }
     }
     return "";
 }
@@ -65,7 +117,8 @@ void submit_launch(const char *name, const void *fn, dim3 grid, dim3 block, size
     long table_static_smem;
     if (!within_kernel_limits(name, fn, block, shmem, smem_limit, &table_static_smem)) return;
     // A GPU would fault inside the kernel (sticky); here it is found before it runs.
-    const std::string bad = bad_pointer(name, *body);
+    std::string bad = unlisted_pointer(name, *body);
+    if (bad.empty()) bad = bad_pointer(name, *body, nullptr);
     if (!bad.empty()) {
         fault_sticky(cudaErrorIllegalAddress, bad);
         return;
@@ -80,12 +133,13 @@ void submit_launch(const char *name, const void *fn, dim3 grid, dim3 block, size
     launch->shmem = shmem;
     launch->smem_limit = smem_limit;
     launch->table_static_smem = table_static_smem;
+    for (const KernelBody::PointerArg &a : body->pointers) launch->serials.push_back(dev_serial(a.ptr));
     launch->body = std::move(body);
     auto w = std::make_shared<Work>();
     w->what = "kernel '" + launch->name + "'";
     w->run = [launch](std::string *why) {
         // Again when it runs: a graph replays it after the memory may have been freed.
-        *why = bad_pointer(launch->name, *launch->body);
+        *why = bad_pointer(launch->name, *launch->body, &launch->serials);
         if (!why->empty()) return cudaErrorIllegalAddress;
         return run_launch(*launch, why);
     };

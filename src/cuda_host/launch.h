@@ -4,9 +4,11 @@
 #define RG_CUDA_HOST_LAUNCH_H
 
 #include <cuda_runtime_api.h>
+#include <stdint.h>
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace rgh {
 
@@ -20,6 +22,7 @@ struct Launch {
     size_t smem_limit;     // static + dynamic bytes a block may use (48 KiB, or more by the attribute)
     long table_static_smem;  // static shared memory the kernel table gives it, -1 when it has no row
     std::shared_ptr<const KernelBody> body;
+    std::vector<uint64_t> serials;  // dev_serial of each of body->pointers when submitted
 };
 
 // Runs every block of the launch in order (x fastest, then y, then z), each

@@ -7,12 +7,19 @@
 // GPU. Before an item runs, what it depends on runs: the earlier items of its
 // stream, the record an event wait names (cudaStreamWaitEvent), and the legacy
 // default stream's implicit ordering (stream 0 waits for every blocking stream
-// and they for it; cudaStreamNonBlocking streams do not take part).
+// and they for it; cudaStreamNonBlocking streams do not take part). By default a
+// sync runs one stream's items after another's; RETRO_CUDA_HOST_ORDER=shuffle
+// interleaves the streams' items in an order drawn from RETRO_CUDA_HOST_SEED and
+// =reverse always runs the latest-submitted item that may run, both within those
+// dependencies only, so that a missing event wait gives a wrong result.
 //
 // While a stream captures (cudaStreamBeginCapture), what is enqueued on it is
 // recorded instead, in program order; a graph launch replays the recorded work
 // with the arguments it was given. Streams that wait on an event recorded in a
-// capture join it.
+// capture join it. While a capture is under way, the calls CUDA calls
+// "potentially unsafe" (allocation, freeing, synchronous copies, synchronization)
+// are refused by the rules of the capture's and the calling thread's modes
+// (refuse_during_capture).
 #ifndef RG_CUDA_HOST_QUEUE_H
 #define RG_CUDA_HOST_QUEUE_H
 
@@ -22,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace rgh {
@@ -47,8 +55,18 @@ using WorkPtr = std::shared_ptr<const Work>;
 // EXEC work that does f and cannot fail.
 WorkPtr simple_work(std::string what, std::function<void()> f, bool host_code = false);
 
+// A graph's work in capture order. Each item belongs to the lane of the stream that
+// captured it and runs after the earlier items of its lane and after the first `after`
+// items of other lanes that an event joined to it (cudaEventRecord in the capture, then
+// cudaStreamWaitEvent): the edges a replay must keep when it interleaves the lanes.
+struct GraphItem {
+    WorkPtr w;
+    int lane;
+    std::vector<std::pair<int, size_t>> after;  // (lane, items of that lane that run first)
+};
 struct Graph {
-    std::vector<WorkPtr> items;
+    std::vector<GraphItem> items;
+    int lanes = 0;
 };
 
 // Resolves a handle (NULL and cudaStreamLegacy: the legacy stream,
@@ -60,9 +78,17 @@ cudaError_t submit(Stream *s, WorkPtr w);
 // Runs the stream's work (and what it depends on); cudaSuccess or the sticky error.
 cudaError_t sync_stream(Stream *s);
 cudaError_t sync_all(void);
-// Fails with cudaErrorStreamCaptureUnsupported (invalidating the captures)
-// when a capture in global mode is under way: for synchronous calls.
+// Fails with cudaErrorStreamCaptureUnsupported (invalidating the captures that
+// forbid it) when CUDA forbids a "potentially unsafe" call (allocation, freeing,
+// synchronous copies and synchronization) now: the calling thread has a capture
+// that did not begin in cudaStreamCaptureModeRelaxed, or another thread has one in
+// cudaStreamCaptureModeGlobal; a thread whose mode is Relaxed
+// (cudaThreadExchangeStreamCaptureMode) may make them.
 cudaError_t refuse_during_capture(const char *call);
+// cudaThreadExchangeStreamCaptureMode.
+cudaError_t exchange_capture_mode(cudaStreamCaptureMode *mode);
+// Whether the calling thread began a capture that is under way (any mode).
+bool thread_captures(void);
 bool stream_capturing(const Stream *s);
 
 cudaError_t stream_create(cudaStream_t *out, unsigned flags);

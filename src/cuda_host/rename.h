@@ -63,6 +63,7 @@
 #define cudaEventDestroy rgh_cudaEventDestroy
 
 #define cudaStreamBeginCapture rgh_cudaStreamBeginCapture
+#define cudaThreadExchangeStreamCaptureMode rgh_cudaThreadExchangeStreamCaptureMode
 #define cudaStreamEndCapture rgh_cudaStreamEndCapture
 #define cudaStreamIsCapturing rgh_cudaStreamIsCapturing
 #define cudaGraphInstantiate rgh_cudaGraphInstantiate
