@@ -226,6 +226,11 @@ cudaError_t dev_free(void *p) {
     return cudaSuccess;
 }
 
+void dev_mapping(uintptr_t *lo, size_t *span) {
+    *lo = (uintptr_t)R.base;
+    *span = R.base ? R.reserved : 0;
+}
+
 size_t dev_total(void) { return R.base ? R.total : total_from_env(); }
 size_t dev_used(void) { return R.used; }
 

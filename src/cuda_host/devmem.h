@@ -18,6 +18,7 @@
 
 #include <cuda_runtime_api.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <string>
 
@@ -39,6 +40,8 @@ enum class Ptr {
 };
 Ptr classify(const void *p);
 const char *ptr_kind_name(Ptr k);
+// The device mapping's address range (0, 0 before the first cudaMalloc).
+void dev_mapping(uintptr_t *lo, size_t *span);
 // true when [p, p + n) lies inside one live device allocation.
 bool dev_range(const void *p, size_t n);
 // true when [p, p + n) lies inside one pinned host allocation.
