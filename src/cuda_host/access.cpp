@@ -12,15 +12,23 @@ bool g_in_atomic;
 
 namespace {
 
-// 1 for each addressable byte of the shared arena.
+// 1 for each addressable byte of the shared arena; none at or above g_smem_top.
 unsigned char g_smem_ok[kSharedArenaBytes];
+size_t g_smem_top;
 
 }  // namespace
 
-void smem_mark(size_t offset, size_t bytes, bool addressable) {
+void smem_reset(size_t dynamic_bytes) {
+    memset(g_smem_ok, 0, g_smem_top);
+    g_smem_top = 0;
+    smem_mark(0, dynamic_bytes);
+}
+
+void smem_mark(size_t offset, size_t bytes) {
     if (offset >= kSharedArenaBytes) return;
     if (bytes > kSharedArenaBytes - offset) bytes = kSharedArenaBytes - offset;
-    memset(g_smem_ok + offset, addressable, bytes);
+    memset(g_smem_ok + offset, 1, bytes);
+    if (offset + bytes > g_smem_top) g_smem_top = offset + bytes;
 }
 
 void check_access(uintptr_t addr, size_t bytes, unsigned flags) {

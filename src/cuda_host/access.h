@@ -45,9 +45,11 @@ extern bool g_in_atomic;
 // Checks one access of kernel code (the hooks call it only while a kernel runs).
 void check_access(uintptr_t addr, size_t bytes, unsigned flags);
 
-// The shared arena's addressable bytes (the dynamic region, the static arrays);
-// everything else in it is refused.
-void smem_mark(size_t offset, size_t bytes, bool addressable);
+// The shared arena's addressable bytes: a block starts with its launch's
+// dynamic bytes at offset 0 (ending exactly at the byte count), and each static
+// array is added when declared; everything else in the arena is refused.
+void smem_reset(size_t dynamic_bytes);
+void smem_mark(size_t offset, size_t bytes);
 
 // The running CUDA thread: its linear index in the block and the block's linear
 // index in the grid (block.cpp).

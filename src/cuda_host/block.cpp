@@ -348,8 +348,7 @@ void begin_block(Block &b) {
     unsigned char *smem = smem_arena();
     RGH_POISON(smem, b.top > b.launch->shmem ? b.top : b.launch->shmem);
     RGH_UNPOISON(smem, b.launch->shmem);
-    smem_mark(0, b.top > b.launch->shmem ? b.top : b.launch->shmem, false);
-    smem_mark(0, b.launch->shmem, true);  // ends at the launch's byte count exactly
+    smem_reset(b.launch->shmem);
     memset(smem, 0xFF, b.launch->shmem);
     b.sites.clear();
     b.static_bytes = 0;
@@ -565,7 +564,7 @@ void *shared_static(const void *site, size_t bytes, size_t align, const char *na
     b.top = off + bytes + kSiteGap;
     unsigned char *p = smem_arena() + off;
     RGH_UNPOISON(p, bytes);
-    smem_mark(off, bytes, true);
+    smem_mark(off, bytes);
     memset(p, 0xFF, bytes);
     return p;
 }

@@ -43,11 +43,14 @@ if(RG_HAVE_CUDA_HOST)
   # -fsanitize=thread). ASan cannot share an object with it: the ASan build goes
   # without (UBSan's -fsanitize=alignment checks vector accesses there).
   set(rg_host_twin_flags "-include;${rg_rename}")
-  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND NOT RG_SANITIZE)
-    list(APPEND rg_host_twin_flags -fsanitize=thread --param=tsan-instrument-func-entry-exit=0)
+  option(RG_CUDA_HOST_INSTRUMENT "Instrument the host twin's kernel code (alignment, shared bounds, race check)" ON)
+  if(RG_CUDA_HOST_INSTRUMENT AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND NOT RG_SANITIZE)
+    # -fno-tree-sra: else gcc splits a float4 load into four float loads before
+    # the instrumentation sees it, and a misaligned one is never seen.
+    list(APPEND rg_host_twin_flags -fsanitize=thread --param=tsan-instrument-func-entry-exit=0 -fno-tree-sra)
     message(STATUS "retrograd: host twin's memory accesses instrumented (alignment, shared bounds, RETRO_CUDA_HOST_RACECHECK)")
   else()
-    message(STATUS "retrograd: host twin's memory accesses not instrumented (needs gcc and no RG_SANITIZE): no RETRO_CUDA_HOST_RACECHECK")
+    message(STATUS "retrograd: host twin's memory accesses not instrumented (needs gcc, no RG_SANITIZE, RG_CUDA_HOST_INSTRUMENT): no RETRO_CUDA_HOST_RACECHECK")
   endif()
 
   # The host twin of a .cu file: a generated .cpp that includes it, so that the
