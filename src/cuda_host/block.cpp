@@ -587,9 +587,24 @@ uint64_t env_seed(void) {
     return v && *v ? strtoull(v, nullptr, 0) : 1;
 }
 
+// Under ASan+UBSan the host twin is not instrumented (access.h): a misaligned
+// access or an overflow is the sanitizer's report, which ends the process. Its
+// death callback names the kernel, block and thread that were running.
+#if RGH_ASAN
+void name_running_kernel_at_death(void) {
+    if (!g_blk || !g_thread) return;
+    fprintf(stderr, "retrograd cuda host: the sanitizer stopped %s\n",
+            where(*g_blk, static_cast<const Thread *>(g_thread)).c_str());
+}
+#endif
+
 }  // namespace
 
 cudaError_t run_launch(const Launch &launch, std::string *why) {
+#if RGH_ASAN
+    static bool death_named = (__sanitizer_set_death_callback(name_running_kernel_at_death), true);
+    (void)death_named;
+#endif
     static std::vector<Thread> threads;
     static uint64_t launches;  // of this process: with the seed, what a shuffled order is drawn from
     const unsigned n = launch.block.x * launch.block.y * launch.block.z;
