@@ -18,7 +18,7 @@ typedef struct krace_result {
     double v[4];    // the scenario's figures
 } krace_result;
 
-// 1 when the host twin's memory accesses are instrumented (gcc, no ASan):
+// 1 when the host twin's memory accesses are instrumented (-DRG_CUDA_HOST_RACECHECK=ON):
 // without it the race check, the alignment and the shared-bounds checks are off.
 int krace_instrumented(void);
 

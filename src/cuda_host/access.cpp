@@ -10,11 +10,11 @@ namespace rgh {
 AccessRanges g_ranges;
 bool g_in_atomic;
 
+unsigned char g_smem_ok[kSharedArenaBytes];
+
 namespace {
 
-// 1 for each addressable byte of the shared arena; none at or above g_smem_top.
-unsigned char g_smem_ok[kSharedArenaBytes];
-size_t g_smem_top;
+size_t g_smem_top;  // no byte at or above it is addressable
 
 }  // namespace
 

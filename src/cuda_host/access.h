@@ -1,6 +1,7 @@
-// access.h - every load and store of kernel code, seen by the runtime. The host
-// twin's kernel translation units are compiled with gcc's ThreadSanitizer
-// instrumentation only (src/cuda_host/cuda_host.cmake): each memory access calls
+// access.h - every load and store of kernel code, seen by the runtime. With
+// -DRG_CUDA_HOST_RACECHECK=ON the host twin's kernel translation units are
+// compiled with gcc's ThreadSanitizer instrumentation only
+// (src/cuda_host/cuda_host.cmake): each memory access calls
 // a __tsan_* entry point, which tsan_hooks.cpp defines itself (libtsan is never
 // linked). While a kernel runs, an access to device memory or to the block's
 // shared-memory arena is checked here:
@@ -9,8 +10,9 @@
 //   - a shared access must fall inside the launch's dynamic bytes or a static
 //     array (not past the dynamic region, not in the gap between two arrays);
 //   - with RETRO_CUDA_HOST_RACECHECK=1, racecheck.cpp looks for races.
-// Without the instrumentation (the ASan build) the hooks are never called and
-// these checks are off; UBSan's alignment check and ASan's poisoning stand in.
+// Without the instrumentation (the default build, the ASan build) the hooks are
+// never called and these checks are off; in the ASan build UBSan's alignment
+// check and ASan's poisoning stand in.
 #ifndef RG_CUDA_HOST_ACCESS_H
 #define RG_CUDA_HOST_ACCESS_H
 
@@ -42,8 +44,31 @@ extern AccessRanges g_ranges;
 // Set while an atomic of intrinsics.h runs (its plain read and write are one atomic access).
 extern bool g_in_atomic;
 
-// Checks one access of kernel code (the hooks call it only while a kernel runs).
+// 1 for each addressable byte of the shared arena (smem_reset, smem_mark). The
+// holes between addressable runs are at least kMinSharedHole bytes wide, so an
+// access no wider than that is inside one run when its first and last bytes are.
+extern unsigned char g_smem_ok[kSharedArenaBytes];
+const size_t kMinSharedHole = 64;
+
+// Checks one access of kernel code (the hooks call it only while a kernel runs):
+// faults the kernel or records the access for the race check.
 void check_access(uintptr_t addr, size_t bytes, unsigned flags);
+
+// What the hooks run for every access: the common case (no kernel running, an
+// address outside device and shared memory, an aligned access that is fine with
+// the race check off) returns without a call.
+inline void on_access(uintptr_t a, size_t bytes, unsigned flags) {
+    const AccessRanges &r = g_ranges;
+    const bool misaligned = (flags & ACC_ALIGNED) && (a & (bytes - 1));
+    if (a - r.dev_lo < r.dev_span) {
+        if (misaligned || r.race) check_access(a, bytes, flags);
+    } else if (a - r.smem_lo < r.smem_span) {
+        const size_t off = a - r.smem_lo;
+        const bool inside = bytes <= kMinSharedHole && off + bytes <= kSharedArenaBytes && g_smem_ok[off] &&
+                            g_smem_ok[off + bytes - 1];
+        if (misaligned || r.race || !inside) check_access(a, bytes, flags);
+    }
+}
 
 // The shared arena's addressable bytes: a block starts with its launch's
 // dynamic bytes at offset 0 (ending exactly at the byte count), and each static

@@ -100,7 +100,7 @@ Fiber g_sched;  // the scheduler: the OS thread's own stack
 const size_t kGuard = 4096;
 const size_t kSmemDynMax = 227 * 1024;      // cudaDevAttrMaxSharedMemoryPerBlockOptin
 const size_t kSmemArena = kSharedArenaBytes;  // dynamic + static + gaps between sites
-const size_t kSiteGap = 64;                 // poisoned (ASan) between two sites
+const size_t kSiteGap = kMinSharedHole;     // poisoned (ASan) and refused (access.h) between two sites
 
 size_t stack_bytes(void) {
     static size_t b = 0;
@@ -517,7 +517,7 @@ uint64_t warp_collective(Collective kind, const char *what, unsigned mask, uint6
     } else if (w.pending[k].kind != kind) {
         fault("%s(mask 0x%08x) while lanes 0x%08x wait in %s with the same mask", what, mask, w.pending[k].arrived,
               w.pending[k].what);
-    } else if (w.pending[k].line != line || strcmp(w.pending[k].file, file)) {
+    } else if (w.pending[k].line != line || (w.pending[k].file != file && strcmp(w.pending[k].file, file))) {
         // Lanes of diverged branches that each reach "the same" collective: a
         // GPU does not promise to match them (the lanes may never converge).
         fault("%s(mask 0x%08x) at %s:%d while lanes 0x%08x of warp %u wait in %s at %s:%d: the lanes of one "
@@ -636,6 +636,14 @@ cudaError_t run_launch(const Launch &launch, std::string *why) {
     g_ranges.smem_dynamic = launch.shmem;
     dev_mapping(&g_ranges.dev_lo, &g_ranges.dev_span);
     g_ranges.race = env_flag("RETRO_CUDA_HOST_RACECHECK");
+#ifndef RGH_INSTRUMENTED
+    static bool told = false;  // the hooks are never called: say so rather than pass silently
+    if (g_ranges.race && !told) {
+        told = true;
+        fprintf(stderr, "retrograd cuda host: RETRO_CUDA_HOST_RACECHECK=1 does nothing in this build (configure "
+                        "with -DRG_CUDA_HOST_RACECHECK=ON to instrument the host twin's memory accesses)\n");
+    }
+#endif
     if (g_ranges.race) race_launch(g_ranges.dev_lo, g_ranges.dev_span);
     const uint64_t gx = launch.grid.x, gxy = gx * launch.grid.y, blocks = gxy * launch.grid.z;
     BlockOrder shuffled;

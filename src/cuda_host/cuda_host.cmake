@@ -37,20 +37,25 @@ if(RG_HAVE_CUDA_HOST)
   set(CMAKE_CXX_EXTENSIONS OFF)
   set(rg_rename "${CMAKE_SOURCE_DIR}/src/cuda_host/rename.h")
 
-  # Kernel code's loads and stores seen by the runtime (src/cuda_host/access.h):
+  # -DRG_CUDA_HOST_RACECHECK=ON: kernel code's loads and stores seen by the
+  # runtime (src/cuda_host/access.h): misaligned vector accesses, shared memory
+  # past the dynamic bytes or between static arrays, and RETRO_CUDA_HOST_RACECHECK=1.
   # gcc's ThreadSanitizer instrumentation of the host twin only, its entry points
   # defined by tsan_hooks.cpp (libtsan is never linked, so the link takes no
-  # -fsanitize=thread). ASan cannot share an object with it: the ASan build goes
+  # -fsanitize=thread). A build option, off by default: every access of kernel
+  # code becomes a call, which made test_ops cuda_parity about 2x slower even with
+  # the checks off. ASan cannot share an object with it: the ASan build goes
   # without (UBSan's -fsanitize=alignment checks vector accesses there).
   set(rg_host_twin_flags "-include;${rg_rename}")
-  option(RG_CUDA_HOST_INSTRUMENT "Instrument the host twin's kernel code (alignment, shared bounds, race check)" ON)
-  if(RG_CUDA_HOST_INSTRUMENT AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND NOT RG_SANITIZE)
+  option(RG_CUDA_HOST_RACECHECK "Instrument the host twin's kernel code: alignment and shared-bounds checks, RETRO_CUDA_HOST_RACECHECK=1 (gcc, not with RG_SANITIZE)" OFF)
+  if(RG_CUDA_HOST_RACECHECK)
+    if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "GNU" OR RG_SANITIZE)
+      message(FATAL_ERROR "RG_CUDA_HOST_RACECHECK=ON needs gcc as the C++ compiler and RG_SANITIZE=OFF")
+    endif()
     # -fno-tree-sra: else gcc splits a float4 load into four float loads before
     # the instrumentation sees it, and a misaligned one is never seen.
     list(APPEND rg_host_twin_flags -fsanitize=thread --param=tsan-instrument-func-entry-exit=0 -fno-tree-sra)
     message(STATUS "retrograd: host twin's memory accesses instrumented (alignment, shared bounds, RETRO_CUDA_HOST_RACECHECK)")
-  else()
-    message(STATUS "retrograd: host twin's memory accesses not instrumented (needs gcc, no RG_SANITIZE, RG_CUDA_HOST_INSTRUMENT): no RETRO_CUDA_HOST_RACECHECK")
   endif()
 
   # The host twin of a .cu file: a generated .cpp that includes it, so that the
@@ -73,6 +78,9 @@ if(RG_HAVE_CUDA_HOST)
   endforeach()
   add_library(rg_cuda_host OBJECT ${rg_host_runtime} ${rg_host_twin})
   target_include_directories(rg_cuda_host PRIVATE ${CMAKE_SOURCE_DIR}/include ${CMAKE_SOURCE_DIR}/src)
+  if(RG_CUDA_HOST_RACECHECK)
+    target_compile_definitions(rg_cuda_host PRIVATE RGH_INSTRUMENTED=1)
+  endif()
   target_include_directories(rg_cuda_host SYSTEM PRIVATE "${RG_CUDA_HOST_INCLUDE}")
 
   target_compile_definitions(rg_objects PUBLIC RG_HAVE_CUDA_HOST=1)

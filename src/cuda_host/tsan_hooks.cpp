@@ -13,7 +13,7 @@
 
 namespace {
 inline void hook(void *p, unsigned long n, unsigned flags) {
-    if (__builtin_expect(rgh::g_thread != nullptr, 0) && n) rgh::check_access((uintptr_t)p, n, flags);
+    if (__builtin_expect(rgh::g_thread != nullptr, 0) && n) rgh::on_access((uintptr_t)p, n, flags);
 }
 }  // namespace
 
