@@ -15,6 +15,7 @@
 // complete is an error naming the kernel, the block and the thread, never a hang: a barrier that a returned thread will never
 // reach, a collective whose mask names a returned lane, a pass in which no
 // thread can go on.
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -596,6 +597,54 @@ void name_running_kernel_at_death(void) {
     fprintf(stderr, "retrograd cuda host: the sanitizer stopped %s\n",
             where(*g_blk, static_cast<const Thread *>(g_thread)).c_str());
 }
+#else
+// Without ASan and without the instrumentation a misaligned vector store (an
+// aligned SSE store) or a wild pointer in kernel code is a SIGSEGV: the handler
+// names the kernel, block and thread, then puts the previous disposition back
+// and returns, so the access runs again and the process ends as it would have.
+struct sigaction g_old_segv, g_old_bus;
+
+void name_running_kernel_on_signal(int sig, siginfo_t *info, void *) {
+    if (g_blk && g_thread) {
+        char s[512], at[40] = "";
+        if (info->si_addr) snprintf(at, sizeof at, " at %p", info->si_addr);  // none for a misaligned SSE access
+        const int n = snprintf(s, sizeof s, "retrograd cuda host: %s%s in %s (a misaligned vector access or a bad "
+                               "pointer in kernel code)\n", sig == SIGBUS ? "SIGBUS" : "SIGSEGV", at,
+                               where(*g_blk, static_cast<const Thread *>(g_thread)).c_str());
+        if (n > 0 && write(2, s, (size_t)n < sizeof s ? (size_t)n : sizeof s - 1) < 0) {
+        }
+    }
+    sigaction(sig, sig == SIGBUS ? &g_old_bus : &g_old_segv, nullptr);
+}
+
+// Once per process; an alternate signal stack once per thread that runs kernels
+// (a fiber's overflow into its guard page leaves no stack to run the handler on).
+void name_running_kernel_on_fault(void) {
+    static thread_local bool alt_stack = false;
+    if (!alt_stack) {
+        alt_stack = true;
+        stack_t now;
+        if (sigaltstack(nullptr, &now) == 0 && (now.ss_flags & SS_DISABLE)) {
+            const size_t bytes = 64 * 1024;
+            void *p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (p != MAP_FAILED) {
+                stack_t st;
+                st.ss_sp = p, st.ss_size = bytes, st.ss_flags = 0;
+                sigaltstack(&st, nullptr);
+            }
+        }
+    }
+    static bool installed = false;
+    if (installed) return;
+    installed = true;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = name_running_kernel_on_signal;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &g_old_segv);
+    sigaction(SIGBUS, &sa, &g_old_bus);
+}
 #endif
 
 }  // namespace
@@ -604,6 +653,8 @@ cudaError_t run_launch(const Launch &launch, std::string *why) {
 #if RGH_ASAN
     static bool death_named = (__sanitizer_set_death_callback(name_running_kernel_at_death), true);
     (void)death_named;
+#else
+    name_running_kernel_on_fault();
 #endif
     static std::vector<Thread> threads;
     static uint64_t launches;  // of this process: with the seed, what a shuffled order is drawn from
