@@ -589,8 +589,10 @@ uint64_t env_seed(void) {
 }
 
 // Under ASan+UBSan the host twin is not instrumented (access.h): a misaligned
-// access or an overflow is the sanitizer's report, which ends the process. Its
-// death callback names the kernel, block and thread that were running.
+// access or an overflow is the sanitizer's report, which ends the process.
+// ASan's death callback and UBSan's report hook (__ubsan_on_report below: UBSan
+// is its own library, with its own death callbacks) name the kernel, block and
+// thread that were running.
 #if RGH_ASAN
 void name_running_kernel_at_death(void) {
     if (!g_blk || !g_thread) return;
@@ -745,6 +747,11 @@ void release_blocks(void) {
 }
 
 }  // namespace rgh
+
+#if RGH_ASAN
+// Called by UBSan for every report (libubsan's weak definition is overridden).
+extern "C" void __ubsan_on_report(void) { rgh::name_running_kernel_at_death(); }
+#endif
 
 long long rgh_clock64(void) {
     struct timespec ts;
