@@ -11,10 +11,11 @@
 // each pass, in an order drawn from RETRO_CUDA_HOST_SEED (printed with any
 // error, so that a failure replays), which shows a block reading what another
 // block of the same launch wrote. RETRO_CUDA_HOST_RACECHECK=1 adds the race
-// check (racecheck.h) to the checks of every access (access.h). What cannot
-// complete is an error naming the kernel, the block and the thread, never a hang: a barrier that a returned thread will never
-// reach, a collective whose mask names a returned lane, a pass in which no
-// thread can go on.
+// check (racecheck.h) to the checks of every access (access.h, in a build with
+// -DRG_CUDA_HOST_RACECHECK=ON). What cannot complete is an error naming the
+// kernel, the block and the thread, never a hang: a barrier that a returned
+// thread will never reach, a collective whose mask names a returned lane, a
+// pass in which no thread can go on.
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>

@@ -256,7 +256,9 @@ inline unsigned __match_all_sync(unsigned mask, T value, int *pred, RGH_SITE) {
 inline unsigned __reduce_add_sync(unsigned mask, unsigned v, RGH_SITE) {
     return (unsigned)::rgh::warp_collective(::rgh::COLL_REDUCE_ADD_U32, "__reduce_add_sync", mask, v, 4, 0, 32, RGH_AT);
 }
-inline int __reduce_add_sync(unsigned mask, int v, RGH_SITE) { return (int)__reduce_add_sync(mask, (unsigned)v, RGH_AT); }
+inline int __reduce_add_sync(unsigned mask, int v, RGH_SITE) {
+    return (int)__reduce_add_sync(mask, (unsigned)v, RGH_AT);
+}
 inline unsigned __reduce_min_sync(unsigned mask, unsigned v, RGH_SITE) {
     return (unsigned)::rgh::warp_collective(::rgh::COLL_REDUCE_MIN_U32, "__reduce_min_sync", mask, v, 4, 0, 32, RGH_AT);
 }
@@ -264,10 +266,12 @@ inline unsigned __reduce_max_sync(unsigned mask, unsigned v, RGH_SITE) {
     return (unsigned)::rgh::warp_collective(::rgh::COLL_REDUCE_MAX_U32, "__reduce_max_sync", mask, v, 4, 0, 32, RGH_AT);
 }
 inline int __reduce_min_sync(unsigned mask, int v, RGH_SITE) {
-    return (int)::rgh::warp_collective(::rgh::COLL_REDUCE_MIN_I32, "__reduce_min_sync", mask, (uint32_t)v, 4, 0, 32, RGH_AT);
+    return (int)::rgh::warp_collective(::rgh::COLL_REDUCE_MIN_I32, "__reduce_min_sync", mask, (uint32_t)v, 4, 0, 32,
+                                       RGH_AT);
 }
 inline int __reduce_max_sync(unsigned mask, int v, RGH_SITE) {
-    return (int)::rgh::warp_collective(::rgh::COLL_REDUCE_MAX_I32, "__reduce_max_sync", mask, (uint32_t)v, 4, 0, 32, RGH_AT);
+    return (int)::rgh::warp_collective(::rgh::COLL_REDUCE_MAX_I32, "__reduce_max_sync", mask, (uint32_t)v, 4, 0, 32,
+                                       RGH_AT);
 }
 inline unsigned __reduce_and_sync(unsigned mask, unsigned v, RGH_SITE) {
     return (unsigned)::rgh::warp_collective(::rgh::COLL_REDUCE_AND, "__reduce_and_sync", mask, v, 4, 0, 32, RGH_AT);

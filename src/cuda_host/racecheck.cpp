@@ -86,7 +86,8 @@ uint32_t g_gen = 0;
     char other[96];
     if (other_block) {
         const unsigned long long b = other_block - 1;
-        snprintf(other, sizeof other, "block (%llu,%llu,%llu)", b % g.x, b / g.x % g.y, b / ((unsigned long long)g.x * g.y));
+        snprintf(other, sizeof other, "block (%llu,%llu,%llu)", b % g.x, b / g.x % g.y,
+                 b / ((unsigned long long)g.x * g.y));
     } else {
         snprintf(other, sizeof other, "another block");
     }
