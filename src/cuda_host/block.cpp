@@ -6,10 +6,17 @@
 // point, and a missing barrier shows as a read of poisoned shared memory or of
 // stale values. RETRO_CUDA_HOST_ORDER=reverse runs them in decreasing index
 // order instead, which shows the reads the increasing order cannot (a thread
-// reading what a lower one wrote without a barrier in between). What cannot
-// complete is an error naming the kernel, the block and the thread, never a hang: a barrier that a returned thread will never
-// reach, a collective whose mask names a returned lane, a pass in which no
-// thread can go on.
+// reading what a lower one wrote without a barrier in between);
+// RETRO_CUDA_HOST_ORDER=shuffle runs the blocks of a launch, and the threads of
+// each pass, in an order drawn from RETRO_CUDA_HOST_SEED (printed with any
+// error, so that a failure replays), which shows a block reading what another
+// block of the same launch wrote. RETRO_CUDA_HOST_RACECHECK=1 adds the race
+// check (racecheck.h) to the checks of every access (access.h, in a build with
+// -DRG_CUDA_HOST_RACECHECK=ON). What cannot complete is an error naming the
+// kernel, the block and the thread, never a hang: a barrier that a returned
+// thread will never reach, a collective whose mask names a returned lane, a
+// pass in which no thread can go on.
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,10 +28,13 @@
 #include <string>
 #include <vector>
 
+#include "cuda_host/access.h"
 #include "cuda_host/asan.h"
+#include "cuda_host/devmem.h"
 #include "cuda_host/fiber.h"
 #include "cuda_host/kernel.h"
 #include "cuda_host/launch.h"
+#include "cuda_host/racecheck.h"
 
 namespace rgh {
 
@@ -51,6 +61,8 @@ struct Pending {
     Collective kind;
     const char *what;
     unsigned mask, arrived;
+    const char *file;  // the call site of the first lane to arrive
+    int line;
 };
 
 struct Warp {
@@ -89,8 +101,8 @@ Fiber g_sched;  // the scheduler: the OS thread's own stack
 
 const size_t kGuard = 4096;
 const size_t kSmemDynMax = 227 * 1024;      // cudaDevAttrMaxSharedMemoryPerBlockOptin
-const size_t kSmemArena = 320 * 1024;       // dynamic + static + gaps between sites
-const size_t kSiteGap = 64;                 // poisoned (ASan) between two sites
+const size_t kSmemArena = kSharedArenaBytes;  // dynamic + static + gaps between sites
+const size_t kSiteGap = kMinSharedHole;     // poisoned (ASan) and refused (access.h) between two sites
 
 size_t stack_bytes(void) {
     static size_t b = 0;
@@ -155,19 +167,22 @@ Thread *running(const char *what) {
 }
 
 // Ends the running thread's block with an error; the thread never resumes.
-[[noreturn]] __attribute__((format(printf, 1, 2))) void fault(const char *fmt, ...) {
+[[noreturn]] void vfault(const char *fmt, va_list ap) {
     Thread *t = static_cast<Thread *>(g_thread);
     Block &b = *g_blk;
     char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     if (!b.failed) {
         b.failed = true;
         b.why = where(b, t) + ": " + msg;
     }
     fiber_exit(&t->fiber, &g_sched);
+}
+
+[[noreturn]] __attribute__((format(printf, 1, 2))) void fault(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vfault(fmt, ap);
 }
 
 void yield(Thread *t) { fiber_switch(&t->fiber, &g_sched); }
@@ -256,6 +271,7 @@ void complete(Block &b, unsigned warp, const Pending &p) {
         }
         t.wait = Wait::ready;
     }
+    if (g_ranges.race) race_collective(warp, p.mask);
 }
 
 bool is_shuffle(Collective k) {
@@ -334,10 +350,13 @@ void begin_block(Block &b) {
     unsigned char *smem = smem_arena();
     RGH_POISON(smem, b.top > b.launch->shmem ? b.top : b.launch->shmem);
     RGH_UNPOISON(smem, b.launch->shmem);
+    smem_reset(b.launch->shmem);
     memset(smem, 0xFF, b.launch->shmem);
     b.sites.clear();
     b.static_bytes = 0;
     b.top = (b.launch->shmem + 255) / 256 * 256 + kSiteGap;
+    g_ranges.smem_static_lo = b.top;
+    if (g_ranges.race) race_block(b.n);
 }
 
 // Threads whose fibers were left mid-run: their stacks are reused by the next launch.
@@ -348,13 +367,62 @@ void abandon(Block &b) {
     }
 }
 
-bool run_block(Block &b, bool reverse) {
+// ---------------------------------------------------------------------------
+// Orders
+
+enum class Order { forward, reverse, shuffle };
+
+// splitmix64: a small seeded generator, the same sequence on every machine.
+uint64_t next_random(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+template <class T>
+void shuffle(std::vector<T> &v, uint64_t *state) {
+    for (size_t i = v.size(); i > 1; i--) std::swap(v[i - 1], v[next_random(state) % i]);
+}
+
+uint64_t gcd(uint64_t a, uint64_t b) {
+    while (b) a %= b, std::swap(a, b);
+    return a;
+}
+
+// The blocks of a launch in shuffled order: a full permutation up to 4M blocks,
+// above that an affine one (a * i + c mod n, a prime to n) that needs no memory.
+struct BlockOrder {
+    uint64_t n = 0, a = 1, c = 0;
+    std::vector<uint32_t> perm;
+    void init(uint64_t blocks, uint64_t *state) {
+        n = blocks;
+        perm.clear();
+        if (n <= (1u << 22)) {
+            perm.resize(n);
+            for (uint32_t i = 0; i < n; i++) perm[i] = i;
+            shuffle(perm, state);
+            return;
+        }
+        do a = next_random(state) % n; while (!a || gcd(a, n) != 1);
+        c = next_random(state) % n;
+    }
+    uint64_t at(uint64_t i) const { return perm.empty() ? (uint64_t)(((unsigned __int128)a * i + c) % n) : perm[i]; }
+};
+
+bool run_block(Block &b, Order order, uint64_t *state) {
     begin_block(b);
     std::vector<Thread> &th = *b.threads;
+    static std::vector<unsigned> pass;  // the thread order of one pass under shuffle
     for (;;) {
         bool ran = false;
+        if (order == Order::shuffle) {
+            pass.resize(b.n);
+            for (unsigned k = 0; k < b.n; k++) pass[k] = k;
+            shuffle(pass, state);
+        }
         for (unsigned k = 0; k < b.n; k++) {
-            Thread &t = th[reverse ? b.n - 1 - k : k];
+            Thread &t = th[order == Order::shuffle ? pass[k] : order == Order::reverse ? b.n - 1 - k : k];
             if (t.wait != Wait::ready) continue;
             if (!t.started) {
                 fiber_init(&t.fiber, thread_main, &t);
@@ -419,13 +487,14 @@ int block_barrier(const char *what, BarrierOp op, int pred) {
             x.wait = Wait::ready;
         }
         b.at_barrier = 0;
+        if (g_ranges.race) race_barrier();
     }
     yield(t);
     return (int)t->out;
 }
 
 uint64_t warp_collective(Collective kind, const char *what, unsigned mask, uint64_t value, unsigned bytes, int arg,
-                         int width) {
+                         int width, const char *file, int line) {
     Thread *t = running(what);
     Block &b = *g_blk;
     const unsigned warp = t->tid >> 5, lane = t->tid & 31;
@@ -446,10 +515,17 @@ uint64_t warp_collective(Collective kind, const char *what, unsigned mask, uint6
             if (p.mask & mask)
                 fault("%s(mask 0x%08x) while lanes 0x%08x of the warp wait in %s(mask 0x%08x): the masks overlap",
                       what, mask, p.arrived, p.what, p.mask);
-        w.pending.push_back(Pending{kind, what, mask, 0});
+        w.pending.push_back(Pending{kind, what, mask, 0, file, line});
     } else if (w.pending[k].kind != kind) {
         fault("%s(mask 0x%08x) while lanes 0x%08x wait in %s with the same mask", what, mask, w.pending[k].arrived,
               w.pending[k].what);
+    } else if (w.pending[k].line != line || (w.pending[k].file != file && strcmp(w.pending[k].file, file))) {
+        // Lanes of diverged branches that each reach "the same" collective: a
+        // GPU does not promise to match them (the lanes may never converge).
+        fault("%s(mask 0x%08x) at %s:%d while lanes 0x%08x of warp %u wait in %s at %s:%d: the lanes of one "
+              "collective must reach it from the same call site",
+              what, mask, file, line, w.pending[k].arrived, warp, w.pending[k].what, w.pending[k].file,
+              w.pending[k].line);
     }
     t->in = value, t->bytes = bytes, t->arg = arg, t->width = width;
     t->wait = Wait::warp;
@@ -475,8 +551,10 @@ void *shared_static(const void *site, size_t bytes, size_t align, const char *na
     Block &b = *g_blk;
     for (const SharedSite &s : b.sites)
         if (s.site == site) return smem_arena() + s.offset;
-    if (align < 16) align = 16;
-    const size_t off = (b.top + align - 1) / align * align;
+    // The element's alignment only, as on a GPU, and where possible not twice
+    // that, so that code relying on more (a float array read as float4) shows.
+    size_t off = (b.top + align - 1) / align * align;
+    if (off % (2 * align) == 0) off += align;
     b.static_bytes += bytes;
     if (b.static_bytes > 48 * 1024)
         fault("static shared memory reaches %zu bytes at '%s': a block may declare 48 KiB", b.static_bytes, name);
@@ -494,6 +572,7 @@ void *shared_static(const void *site, size_t bytes, size_t align, const char *na
     b.top = off + bytes + kSiteGap;
     unsigned char *p = smem_arena() + off;
     RGH_UNPOISON(p, bytes);
+    smem_mark(off, bytes);
     memset(p, 0xFF, bytes);
     return p;
 }
@@ -503,8 +582,91 @@ void *shared_dynamic(void) {
     return smem_arena();
 }
 
+namespace {
+
+bool env_flag(const char *name) {
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+// RETRO_CUDA_HOST_SEED (decimal or 0x hex), 1 when unset.
+uint64_t env_seed(void) {
+    const char *v = getenv("RETRO_CUDA_HOST_SEED");
+    return v && *v ? strtoull(v, nullptr, 0) : 1;
+}
+
+// Under ASan+UBSan the host twin is not instrumented (access.h): a misaligned
+// access or an overflow is the sanitizer's report, which ends the process.
+// ASan's death callback and UBSan's report hook (__ubsan_on_report below: UBSan
+// is its own library, with its own death callbacks) name the kernel, block and
+// thread that were running.
+#if RGH_ASAN
+void name_running_kernel_at_death(void) {
+    if (!g_blk || !g_thread) return;
+    fprintf(stderr, "retrograd cuda host: the sanitizer stopped %s\n",
+            where(*g_blk, static_cast<const Thread *>(g_thread)).c_str());
+}
+#else
+// Without ASan and without the instrumentation a misaligned vector store (an
+// aligned SSE store) or a wild pointer in kernel code is a SIGSEGV: the handler
+// names the kernel, block and thread, then puts the previous disposition back
+// and returns, so the access runs again and the process ends as it would have.
+struct sigaction g_old_segv, g_old_bus;
+
+void name_running_kernel_on_signal(int sig, siginfo_t *info, void *) {
+    if (g_blk && g_thread) {
+        char s[512], at[40] = "";
+        if (info->si_addr) snprintf(at, sizeof at, " at %p", info->si_addr);  // none for a misaligned SSE access
+        const int n = snprintf(s, sizeof s, "retrograd cuda host: %s%s in %s (a misaligned vector access or a bad "
+                               "pointer in kernel code)\n", sig == SIGBUS ? "SIGBUS" : "SIGSEGV", at,
+                               where(*g_blk, static_cast<const Thread *>(g_thread)).c_str());
+        if (n > 0 && write(2, s, (size_t)n < sizeof s ? (size_t)n : sizeof s - 1) < 0) {
+        }
+    }
+    sigaction(sig, sig == SIGBUS ? &g_old_bus : &g_old_segv, nullptr);
+}
+
+// Once per process; an alternate signal stack once per thread that runs kernels
+// (a fiber's overflow into its guard page leaves no stack to run the handler on).
+void name_running_kernel_on_fault(void) {
+    static thread_local bool alt_stack = false;
+    if (!alt_stack) {
+        alt_stack = true;
+        stack_t now;
+        if (sigaltstack(nullptr, &now) == 0 && (now.ss_flags & SS_DISABLE)) {
+            const size_t bytes = 64 * 1024;
+            void *p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (p != MAP_FAILED) {
+                stack_t st;
+                st.ss_sp = p, st.ss_size = bytes, st.ss_flags = 0;
+                sigaltstack(&st, nullptr);
+            }
+        }
+    }
+    static bool installed = false;
+    if (installed) return;
+    installed = true;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = name_running_kernel_on_signal;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &g_old_segv);
+    sigaction(SIGBUS, &sa, &g_old_bus);
+}
+#endif
+
+}  // namespace
+
 cudaError_t run_launch(const Launch &launch, std::string *why) {
+#if RGH_ASAN
+    static bool death_named = (__sanitizer_set_death_callback(name_running_kernel_at_death), true);
+    (void)death_named;
+#else
+    name_running_kernel_on_fault();
+#endif
     static std::vector<Thread> threads;
+    static uint64_t launches;  // of this process: with the seed, what a shuffled order is drawn from
     const unsigned n = launch.block.x * launch.block.y * launch.block.z;
     pool_reserve(n);
     if (threads.size() < n) threads.resize(n);
@@ -521,33 +683,82 @@ cudaError_t run_launch(const Launch &launch, std::string *why) {
     b.grid = launch.grid;
     g_blk = &b;
     g_block = &b;
-    const char *order = getenv("RETRO_CUDA_HOST_ORDER");  // read per launch: tests switch it
-    const bool reverse = order && !strcmp(order, "reverse");
+    // Read per launch: tests switch them.
+    const char *order_env = getenv("RETRO_CUDA_HOST_ORDER");
+    const Order order = !order_env                         ? Order::forward
+                        : !strcmp(order_env, "reverse") ? Order::reverse
+                        : !strcmp(order_env, "shuffle") ? Order::shuffle
+                                                        : Order::forward;
+    const uint64_t seed = env_seed(), launch_no = ++launches;
+    uint64_t state = seed ^ (launch_no * 0xD1B54A32D192ED03ull);
+    g_ranges.smem_lo = (uintptr_t)smem_arena();
+    g_ranges.smem_span = kSmemArena;
+    g_ranges.smem_dynamic = launch.shmem;
+    dev_mapping(&g_ranges.dev_lo, &g_ranges.dev_span);
+    g_ranges.race = env_flag("RETRO_CUDA_HOST_RACECHECK");
+#ifndef RGH_INSTRUMENTED
+    static bool told = false;  // the hooks are never called: say so rather than pass silently
+    if (g_ranges.race && !told) {
+        told = true;
+        fprintf(stderr, "retrograd cuda host: RETRO_CUDA_HOST_RACECHECK=1 does nothing in this build (configure "
+                        "with -DRG_CUDA_HOST_RACECHECK=ON to instrument the host twin's memory accesses)\n");
+    }
+#endif
+    if (g_ranges.race) race_launch(g_ranges.dev_lo, g_ranges.dev_span);
+    const uint64_t gx = launch.grid.x, gxy = gx * launch.grid.y, blocks = gxy * launch.grid.z;
+    BlockOrder shuffled;
+    if (order == Order::shuffle) shuffled.init(blocks, &state);
     cudaError_t e = cudaSuccess;
-    for (unsigned z = 0; z < launch.grid.z && e == cudaSuccess; z++)
-        for (unsigned y = 0; y < launch.grid.y && e == cudaSuccess; y++)
-            for (unsigned x = 0; x < launch.grid.x; x++) {
-                b.idx.x = x, b.idx.y = y, b.idx.z = z;
-                if (!run_block(b, reverse)) {
-                    *why = b.why;
-                    e = cudaErrorLaunchFailure;
-                    break;
-                }
+    for (uint64_t i = 0; i < blocks; i++) {
+        const uint64_t k = order == Order::shuffle ? shuffled.at(i) : i;
+        b.idx.x = (unsigned)(k % gx), b.idx.y = (unsigned)(k / gx % launch.grid.y), b.idx.z = (unsigned)(k / gxy);
+        if (!run_block(b, order, &state)) {
+            *why = b.why;
+            if (order == Order::shuffle) {
+                char s[160];
+                snprintf(s, sizeof s, " (RETRO_CUDA_HOST_ORDER=shuffle RETRO_CUDA_HOST_SEED=%llu, launch %llu of the "
+                         "process)", (unsigned long long)seed, (unsigned long long)launch_no);
+                *why += s;
             }
+            e = cudaErrorLaunchFailure;
+            break;
+        }
+    }
     RGH_POISON(smem_arena(), b.top > launch.shmem ? b.top : launch.shmem);
     g_blk = nullptr;
     g_block = nullptr;
+    g_ranges.race = false;
     return e;
+}
+
+unsigned running_tid(void) { return running("a memory access")->tid; }
+
+unsigned long long running_block(void) {
+    const Block &b = *g_blk;
+    return b.idx.x + (unsigned long long)b.grid.x * (b.idx.y + (unsigned long long)b.grid.y * b.idx.z);
+}
+
+void kernel_fault(const char *fmt, ...) {
+    running("a memory access");
+    va_list ap;
+    va_start(ap, fmt);
+    vfault(fmt, ap);
 }
 
 void release_blocks(void) {
     if (g_pool.stacks) munmap(g_pool.stacks, g_pool.n * (kGuard + stack_bytes()));
     if (g_pool.smem) munmap(g_pool.smem, kSmemArena);
+    race_release();
     g_pool.stacks = nullptr, g_pool.n = 0, g_pool.smem = nullptr;
     g_pool.uc.clear();
 }
 
 }  // namespace rgh
+
+#if RGH_ASAN
+// Called by UBSan for every report (libubsan's weak definition is overridden).
+extern "C" void __ubsan_on_report(void) { rgh::name_running_kernel_at_death(); }
+#endif
 
 long long rgh_clock64(void) {
     struct timespec ts;

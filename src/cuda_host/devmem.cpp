@@ -240,6 +240,11 @@ const char *dev_since(const void *p, uint64_t serial) {
     return now ? "was freed and its memory re-allocated" : "was freed";
 }
 
+void dev_mapping(uintptr_t *lo, size_t *span) {
+    *lo = (uintptr_t)R.base;
+    *span = R.base ? R.reserved : 0;
+}
+
 size_t dev_total(void) { return R.base ? R.total : total_from_env(); }
 size_t dev_used(void) { return R.used; }
 

@@ -47,6 +47,8 @@ uint64_t dev_serial(const void *p);
 // NULL when p still lies in the allocation that had `serial` (from dev_serial when the
 // work was recorded; 0: none, nothing to compare), else what happened to it since.
 const char *dev_since(const void *p, uint64_t serial);
+// The device mapping's address range (0, 0 before the first cudaMalloc).
+void dev_mapping(uintptr_t *lo, size_t *span);
 // true when [p, p + n) lies inside one live device allocation.
 bool dev_range(const void *p, size_t n);
 // true when [p, p + n) lies inside one pinned host allocation.

@@ -8,7 +8,7 @@
 // error, not bit-identical to a GPU.
 //
 // Atomics are plain read-modify-write: the threads of the host execution never
-// run at the same time.
+// run at the same time (they tell the race check they are atomic).
 #ifndef RG_CUDA_HOST_INTRINSICS_H
 #define RG_CUDA_HOST_INTRINSICS_H
 
@@ -172,10 +172,19 @@ long long rgh_clock64(void);
 // Atomics: plain read-modify-write (one CUDA thread runs at a time)
 
 namespace rgh {
+// Set around the plain read and write of an atomic so that the access checks
+// (cuda_host/access.h) see one atomic access: two atomics never race.
+extern bool g_in_atomic;
 template <class T, class F>
 inline T atomic_rmw(T *p, F f) {
+    // The compiler barriers keep the flag's stores around the access (nothing
+    // else reads the flag as far as the optimizer knows, so it would drop them).
+    g_in_atomic = true;
+    __asm__ __volatile__("" ::: "memory");
     const T old = *p;
     *p = f(old);
+    __asm__ __volatile__("" ::: "memory");
+    g_in_atomic = false;
     return old;
 }
 }  // namespace rgh

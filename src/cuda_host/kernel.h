@@ -86,8 +86,12 @@ enum Collective {
     COLL_REDUCE_OR,
     COLL_REDUCE_XOR,
 };
+// file and line: the kernel's call site (the wrappers' defaults, __builtin_FILE
+// and __builtin_LINE, take the caller's), matched as well as the mask. A source
+// line rather than a return address: compiler copies of one call (an unrolled or
+// unswitched loop) still match, and every lane of an unrolled call runs each copy.
 uint64_t warp_collective(Collective kind, const char *what, unsigned mask, uint64_t value, unsigned value_bytes,
-                         int arg, int width);
+                         int arg, int width, const char *file, int line);
 // The lanes of the caller's warp that have not returned.
 unsigned warp_active_mask(void);
 
@@ -337,83 +341,91 @@ inline cudaError_t cudaFuncSetAttribute(T *func, enum cudaFuncAttribute attr, in
 // ---------------------------------------------------------------------------
 // Synchronization: barriers and warp collectives
 
+// The call site each collective wrapper takes (its defaults are the caller's file and line).
+#define RGH_SITE const char *rgh_file = __builtin_FILE(), int rgh_line = __builtin_LINE()
+#define RGH_AT rgh_file, rgh_line
+
 inline void __syncthreads() { ::rgh::block_barrier("__syncthreads()", ::rgh::BAR_PLAIN, 0); }
 inline int __syncthreads_count(int pred) { return ::rgh::block_barrier("__syncthreads_count()", ::rgh::BAR_COUNT, pred); }
 inline int __syncthreads_and(int pred) { return ::rgh::block_barrier("__syncthreads_and()", ::rgh::BAR_AND, pred); }
 inline int __syncthreads_or(int pred) { return ::rgh::block_barrier("__syncthreads_or()", ::rgh::BAR_OR, pred); }
 
-inline void __syncwarp(unsigned mask = 0xFFFFFFFFu) {
-    ::rgh::warp_collective(::rgh::COLL_SYNCWARP, "__syncwarp", mask, 0, 0, 0, 32);
+inline void __syncwarp(unsigned mask = 0xFFFFFFFFu, RGH_SITE) {
+    ::rgh::warp_collective(::rgh::COLL_SYNCWARP, "__syncwarp", mask, 0, 0, 0, 32, RGH_AT);
 }
 inline unsigned __activemask() { return ::rgh::warp_active_mask(); }
 
 template <class T>
-inline T __shfl_sync(unsigned mask, T var, int src_lane, int width = warpSize) {
+inline T __shfl_sync(unsigned mask, T var, int src_lane, int width = warpSize, RGH_SITE) {
     return ::rgh::from_bits<T>(::rgh::warp_collective(::rgh::COLL_SHFL, "__shfl_sync", mask, ::rgh::to_bits(var),
-                                                      sizeof(T), src_lane, width));
+                                                      sizeof(T), src_lane, width, RGH_AT));
 }
 template <class T>
-inline T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = warpSize) {
+inline T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = warpSize, RGH_SITE) {
     return ::rgh::from_bits<T>(::rgh::warp_collective(::rgh::COLL_SHFL_UP, "__shfl_up_sync", mask,
-                                                      ::rgh::to_bits(var), sizeof(T), (int)delta, width));
+                                                      ::rgh::to_bits(var), sizeof(T), (int)delta, width, RGH_AT));
 }
 template <class T>
-inline T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = warpSize) {
+inline T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = warpSize, RGH_SITE) {
     return ::rgh::from_bits<T>(::rgh::warp_collective(::rgh::COLL_SHFL_DOWN, "__shfl_down_sync", mask,
-                                                      ::rgh::to_bits(var), sizeof(T), (int)delta, width));
+                                                      ::rgh::to_bits(var), sizeof(T), (int)delta, width, RGH_AT));
 }
 template <class T>
-inline T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = warpSize) {
+inline T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = warpSize, RGH_SITE) {
     return ::rgh::from_bits<T>(::rgh::warp_collective(::rgh::COLL_SHFL_XOR, "__shfl_xor_sync", mask,
-                                                      ::rgh::to_bits(var), sizeof(T), lane_mask, width));
+                                                      ::rgh::to_bits(var), sizeof(T), lane_mask, width, RGH_AT));
 }
 
-inline unsigned __ballot_sync(unsigned mask, int pred) {
-    return (unsigned)::rgh::warp_collective(::rgh::COLL_BALLOT, "__ballot_sync", mask, pred != 0, 4, 0, 32);
+inline unsigned __ballot_sync(unsigned mask, int pred, RGH_SITE) {
+    return (unsigned)::rgh::warp_collective(::rgh::COLL_BALLOT, "__ballot_sync", mask, pred != 0, 4, 0, 32, RGH_AT);
 }
-inline int __all_sync(unsigned mask, int pred) {
-    return (int)::rgh::warp_collective(::rgh::COLL_ALL, "__all_sync", mask, pred != 0, 4, 0, 32);
+inline int __all_sync(unsigned mask, int pred, RGH_SITE) {
+    return (int)::rgh::warp_collective(::rgh::COLL_ALL, "__all_sync", mask, pred != 0, 4, 0, 32, RGH_AT);
 }
-inline int __any_sync(unsigned mask, int pred) {
-    return (int)::rgh::warp_collective(::rgh::COLL_ANY, "__any_sync", mask, pred != 0, 4, 0, 32);
+inline int __any_sync(unsigned mask, int pred, RGH_SITE) {
+    return (int)::rgh::warp_collective(::rgh::COLL_ANY, "__any_sync", mask, pred != 0, 4, 0, 32, RGH_AT);
 }
 template <class T>
-inline unsigned __match_any_sync(unsigned mask, T value) {
+inline unsigned __match_any_sync(unsigned mask, T value, RGH_SITE) {
     return (unsigned)::rgh::warp_collective(::rgh::COLL_MATCH_ANY, "__match_any_sync", mask, ::rgh::to_bits(value),
-                                            sizeof(T), 0, 32);
+                                            sizeof(T), 0, 32, RGH_AT);
 }
 template <class T>
-inline unsigned __match_all_sync(unsigned mask, T value, int *pred) {
+inline unsigned __match_all_sync(unsigned mask, T value, int *pred, RGH_SITE) {
     uint64_t r = ::rgh::warp_collective(::rgh::COLL_MATCH_ALL, "__match_all_sync", mask, ::rgh::to_bits(value),
-                                        sizeof(T), 0, 32);
+                                        sizeof(T), 0, 32, RGH_AT);
     *pred = (int)(r >> 32);
     return (unsigned)r;
 }
 
-inline unsigned __reduce_add_sync(unsigned mask, unsigned v) {
-    return (unsigned)::rgh::warp_collective(::rgh::COLL_REDUCE_ADD_U32, "__reduce_add_sync", mask, v, 4, 0, 32);
+inline unsigned __reduce_add_sync(unsigned mask, unsigned v, RGH_SITE) {
+    return (unsigned)::rgh::warp_collective(::rgh::COLL_REDUCE_ADD_U32, "__reduce_add_sync", mask, v, 4, 0, 32, RGH_AT);
 }
-inline int __reduce_add_sync(unsigned mask, int v) { return (int)__reduce_add_sync(mask, (unsigned)v); }
-inline unsigned __reduce_min_sync(unsigned mask, unsigned v) {
-    return (unsigned)::rgh::warp_collective(::rgh::COLL_REDUCE_MIN_U32, "__reduce_min_sync", mask, v, 4, 0, 32);
+inline int __reduce_add_sync(unsigned mask, int v, RGH_SITE) {
+    return (int)__reduce_add_sync(mask, (unsigned)v, RGH_AT);
 }
-inline unsigned __reduce_max_sync(unsigned mask, unsigned v) {
-    return (unsigned)::rgh::warp_collective(::rgh::COLL_REDUCE_MAX_U32, "__reduce_max_sync", mask, v, 4, 0, 32);
+inline unsigned __reduce_min_sync(unsigned mask, unsigned v, RGH_SITE) {
+    return (unsigned)::rgh::warp_collective(::rgh::COLL_REDUCE_MIN_U32, "__reduce_min_sync", mask, v, 4, 0, 32, RGH_AT);
 }
-inline int __reduce_min_sync(unsigned mask, int v) {
-    return (int)::rgh::warp_collective(::rgh::COLL_REDUCE_MIN_I32, "__reduce_min_sync", mask, (uint32_t)v, 4, 0, 32);
+inline unsigned __reduce_max_sync(unsigned mask, unsigned v, RGH_SITE) {
+    return (unsigned)::rgh::warp_collective(::rgh::COLL_REDUCE_MAX_U32, "__reduce_max_sync", mask, v, 4, 0, 32, RGH_AT);
 }
-inline int __reduce_max_sync(unsigned mask, int v) {
-    return (int)::rgh::warp_collective(::rgh::COLL_REDUCE_MAX_I32, "__reduce_max_sync", mask, (uint32_t)v, 4, 0, 32);
+inline int __reduce_min_sync(unsigned mask, int v, RGH_SITE) {
+    return (int)::rgh::warp_collective(::rgh::COLL_REDUCE_MIN_I32, "__reduce_min_sync", mask, (uint32_t)v, 4, 0, 32,
+                                       RGH_AT);
 }
-inline unsigned __reduce_and_sync(unsigned mask, unsigned v) {
-    return (unsigned)::rgh::warp_collective(::rgh::COLL_REDUCE_AND, "__reduce_and_sync", mask, v, 4, 0, 32);
+inline int __reduce_max_sync(unsigned mask, int v, RGH_SITE) {
+    return (int)::rgh::warp_collective(::rgh::COLL_REDUCE_MAX_I32, "__reduce_max_sync", mask, (uint32_t)v, 4, 0, 32,
+                                       RGH_AT);
 }
-inline unsigned __reduce_or_sync(unsigned mask, unsigned v) {
-    return (unsigned)::rgh::warp_collective(::rgh::COLL_REDUCE_OR, "__reduce_or_sync", mask, v, 4, 0, 32);
+inline unsigned __reduce_and_sync(unsigned mask, unsigned v, RGH_SITE) {
+    return (unsigned)::rgh::warp_collective(::rgh::COLL_REDUCE_AND, "__reduce_and_sync", mask, v, 4, 0, 32, RGH_AT);
 }
-inline unsigned __reduce_xor_sync(unsigned mask, unsigned v) {
-    return (unsigned)::rgh::warp_collective(::rgh::COLL_REDUCE_XOR, "__reduce_xor_sync", mask, v, 4, 0, 32);
+inline unsigned __reduce_or_sync(unsigned mask, unsigned v, RGH_SITE) {
+    return (unsigned)::rgh::warp_collective(::rgh::COLL_REDUCE_OR, "__reduce_or_sync", mask, v, 4, 0, 32, RGH_AT);
+}
+inline unsigned __reduce_xor_sync(unsigned mask, unsigned v, RGH_SITE) {
+    return (unsigned)::rgh::warp_collective(::rgh::COLL_REDUCE_XOR, "__reduce_xor_sync", mask, v, 4, 0, 32, RGH_AT);
 }
 
 #endif
