@@ -3,13 +3,15 @@
 #
 #   1. the C test binaries, Release build with -Werror (CUDA compiled where nvcc is), and
 #      test_cuda again with RETRO_CUDA_HOST=1: every CUDA case on the host execution of
-#      the CUDA code, then with each block's threads in reverse order (test_cuda_host and
-#      test_cuda_host_blas test that runtime itself)
-#   2. the same binaries under AddressSanitizer + UndefinedBehaviorSanitizer (the host
-#      execution included)
-#   3. the command line on good and bad input
-#   4. the independent reader: the `gguf` Python package against our files
-#   5. every libFuzzer target (scripts/fuzz.sh all: GGUF reader, JSONL data, config,
+#      the CUDA code, then with each block's threads in reverse order and with blocks, threads
+#      and streams shuffled (test_cuda_host* test that runtime itself)
+#   2. the CUDA suites again in a build whose kernel code's loads and stores the host execution
+#      sees (-DRG_CUDA_HOST_RACECHECK=ON): alignment, shared-memory bounds, the race check
+#   3. the same binaries under AddressSanitizer + UndefinedBehaviorSanitizer (the host
+#      execution included, every CUDA kernel suite and the parity walk)
+#   4. the command line on good and bad input
+#   5. the independent reader: the `gguf` Python package against our files
+#   6. every libFuzzer target (scripts/fuzz.sh all: GGUF reader, JSONL data, config,
 #      tokenizer, chat templates) for RG_FUZZ_SECONDS each (default 30; 0 skips)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -70,10 +72,21 @@ if build_or_fail release build -DRG_WERROR=ON; then
     [ -x "$t" ] && run_suite "$(basename "$t") on the host execution, threads in reverse order" \
       env RETRO_CUDA_HOST=1 RETRO_CUDA_HOST_ORDER=reverse "$t"
   done
+  # Blocks, threads and streams in an order drawn from RETRO_CUDA_HOST_SEED (default 1): a block
+  # that reads another block's output of the same launch, or work on two streams without an event
+  # wait, gives other results than in the fixed orders.
+  for t in build/test_cuda build/test_cuda_elementwise build/test_cuda_norm build/test_cuda_train; do
+    [ -x "$t" ] && run_suite "$(basename "$t") on the host execution, blocks, threads and streams shuffled" \
+      env RETRO_CUDA_HOST=1 RETRO_CUDA_HOST_ORDER=shuffle "$t"
+  done
+  run_suite "test_cuda with RETRO_CUDA_GRAPHS=1, shuffled (seed 2: graph replays interleave their streams)" \
+    env RETRO_CUDA_HOST=1 RETRO_CUDA_GRAPHS=1 RETRO_CUDA_HOST_ORDER=shuffle RETRO_CUDA_HOST_SEED=2 build/test_cuda
   # The parity suite: the op table walked on the device, every op x float type against the CPU.
   run_suite "test_ops cuda_parity on the host execution of the CUDA code" env RETRO_CUDA_HOST=1 build/test_ops cuda_parity
   run_suite "test_ops cuda_parity on the host execution, threads in reverse order" \
     env RETRO_CUDA_HOST=1 RETRO_CUDA_HOST_ORDER=reverse build/test_ops cuda_parity
+  run_suite "test_ops cuda_parity on the host execution, blocks, threads and streams shuffled" \
+    env RETRO_CUDA_HOST=1 RETRO_CUDA_HOST_ORDER=shuffle build/test_ops cuda_parity
   run_suite "test_ops cuda_parity, half weights widened (RETRO_CUDA_HALF_GEMM=f32)" \
     env RETRO_CUDA_HOST=1 RETRO_CUDA_HALF_GEMM=f32 build/test_ops cuda_parity
   # The GPU build rounds as the host execution does: no kernel's PTX keeps a contractable float
@@ -90,6 +103,25 @@ if build_or_fail release build -DRG_WERROR=ON; then
   run_suite "architecture tables against gguf-py" python3 tests/python/test_arch_reference.py build
   run_suite "speed comparison tool" python3 tests/python/test_speed_tools.py build
   run_suite "the real Gemma-3-270M against transformers and llama.cpp" python3 tests/python/test_gemma3_real.py build
+fi
+
+# Kernel code's loads and stores instrumented (-DRG_CUDA_HOST_RACECHECK=ON: gcc's tsan instrumentation,
+# the runtime's own hooks, no libtsan): misaligned vector accesses and shared memory out of bounds are
+# kernel errors, and RETRO_CUDA_HOST_RACECHECK=1 checks shared memory between barriers and device memory
+# between the blocks of a launch. Only the suites it serves are built.
+race_targets="test_cuda_host test_cuda_host_race test_cuda_host_capture test_cuda test_cuda_elementwise test_cuda_norm test_cuda_train test_session test_device_memory test_ops"
+export RG_BUILD_TARGETS="$race_targets"
+build_or_fail racecheck build-racecheck -DRG_CUDA=OFF -DRG_CUDA_HOST_RACECHECK=ON -DRG_WERROR=ON; race_built=$?
+unset RG_BUILD_TARGETS
+if [ "$race_built" = 0 ]; then
+  for t in test_cuda_host_race test_cuda_host test_cuda_host_capture; do
+    run_suite "racecheck build: $t" build-racecheck/$t
+  done
+  for t in test_cuda test_cuda_elementwise test_cuda_norm test_cuda_train test_session test_device_memory; do
+    run_suite "$t under the race check (host execution)" env RETRO_CUDA_HOST=1 RETRO_CUDA_HOST_RACECHECK=1 build-racecheck/$t
+  done
+  run_suite "test_ops cuda_parity under the race check (host execution)" \
+    env RETRO_CUDA_HOST=1 RETRO_CUDA_HOST_RACECHECK=1 build-racecheck/test_ops cuda_parity
 fi
 
 if build_or_fail sanitize build-asan -DCMAKE_BUILD_TYPE=Debug -DRG_SANITIZE=ON -DRG_CUDA=OFF -DCMAKE_C_FLAGS=-O1 -DCMAKE_CXX_FLAGS=-O1; then
