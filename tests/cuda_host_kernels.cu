@@ -11,26 +11,9 @@
 
 #include "cuda/cuda_common.cuh"
 #include "cuda_host_kernels.h"
+#include "cuda_host_scenario.h"
 
 namespace {
-
-// Ends a scenario: records e (and its message), and resets the device after an
-// error so the next scenario starts clean.
-void finish(khost_result *r, cudaError_t e) {
-    r->err = (int)e;
-    snprintf(r->name, sizeof r->name, "%s", cudaGetErrorName(e));
-    snprintf(r->msg, sizeof r->msg, "%s", cudaGetErrorString(e));
-    if (e != cudaSuccess) cudaDeviceReset();
-}
-
-#define TRY(call)                         \
-    do {                                  \
-        cudaError_t e_ = (call);          \
-        if (e_ != cudaSuccess) {          \
-            finish(r, e_);                \
-            return;                       \
-        }                                 \
-    } while (0)
 
 double now_s(void) {
     struct timespec ts;

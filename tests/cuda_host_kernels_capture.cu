@@ -12,27 +12,9 @@
 
 #include "cuda/cuda_common.cuh"
 #include "cuda_host_kernels_capture.h"
+#include "cuda_host_scenario.h"
 
 namespace {
-
-// Ends a scenario with e; msg (when not NULL) replaces the runtime's text, for a
-// scenario whose error came from an earlier call than the last one. Resets the device
-// after an error.
-void finish(khost_result *r, cudaError_t e, const char *msg = nullptr) {
-    r->err = (int)e;
-    snprintf(r->name, sizeof r->name, "%s", cudaGetErrorName(e));
-    snprintf(r->msg, sizeof r->msg, "%s", msg ? msg : cudaGetErrorString(e));
-    if (e != cudaSuccess) cudaDeviceReset();
-}
-
-#define TRY(call)                \
-    do {                         \
-        cudaError_t e_ = (call); \
-        if (e_ != cudaSuccess) { \
-            finish(r, e_);       \
-            return;              \
-        }                        \
-    } while (0)
 
 constexpr int N = 1024;
 

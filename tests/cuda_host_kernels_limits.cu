@@ -8,6 +8,7 @@
 #include "cuda/cuda_common.cuh"
 #include "cuda_host/kernel_limits.h"
 #include "cuda_host_kernels_limits.h"
+#include "cuda_host_scenario.h"
 
 // Shaped like src/cuda's kernels, for klim_keys: the names nvcc gives them are in the test.
 struct klim_geom {
@@ -32,13 +33,6 @@ __global__ static void add_f32_kernel(const float *a, const float *b, float *y, 
 }
 
 namespace {
-
-void finish(khost_result *r, cudaError_t e) {
-    r->err = (int)e;
-    snprintf(r->name, sizeof r->name, "%s", cudaGetErrorName(e));
-    snprintf(r->msg, sizeof r->msg, "%s", cudaGetErrorString(e));
-    if (e != cudaSuccess) cudaDeviceReset();
-}
 
 // The launch's error, else the synchronization's.
 cudaError_t launched(void) {

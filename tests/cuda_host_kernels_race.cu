@@ -7,26 +7,11 @@
 
 #include "cuda/cuda_common.cuh"
 #include "cuda_host_kernels_race.h"
+#include "cuda_host_scenario.h"
 
 namespace {
 
 const unsigned kFull = 0xFFFFFFFFu;
-
-void finish(krace_result *r, cudaError_t e) {
-    r->err = (int)e;
-    snprintf(r->name, sizeof r->name, "%s", cudaGetErrorName(e));
-    snprintf(r->msg, sizeof r->msg, "%s", cudaGetErrorString(e));
-    if (e != cudaSuccess) cudaDeviceReset();
-}
-
-#define TRY(call)                \
-    do {                         \
-        cudaError_t e_ = (call); \
-        if (e_ != cudaSuccess) { \
-            finish(r, e_);       \
-            return;              \
-        }                        \
-    } while (0)
 
 // ---------------------------------------------------------------------------
 // Shared-memory races

@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cuda_host_checks.h"
 #include "rg_test.h"
 
 #ifdef RG_HAVE_CUDA_HOST
@@ -36,16 +37,6 @@
 #define HAVE_ASAN 0
 #endif
 
-#define CHECK_OK(r) RG_CHECK((r).err == cudaSuccess, "scenario failed: %s: %s", (r).name, (r).msg)
-// The scenario must end with `code` and a message containing each of the strings.
-#define CHECK_FAILS(r, code, ...)                                                                               \
-    do {                                                                                                        \
-        RG_CHECK((r).err == (code), "ended with %s (%d), expected %d: %s", (r).name, (r).err, (code), (r).msg); \
-        const char *const want_[] = {__VA_ARGS__};                                                              \
-        for (size_t k_ = 0; k_ < sizeof want_ / sizeof *want_; k_++)                                            \
-            RG_CHECK(strstr((r).msg, want_[k_]) != NULL, "the message lacks '%s': %s", want_[k_], (r).msg);   \
-        printf("    %s: %s\n", (r).name, (r).msg);                                                              \
-    } while (0)
 
 // Runs fn in a child process; *status is its wait status, err its stderr (truncated).
 static void run_child(void (*fn)(void), int *status, char *err, size_t cap) {
@@ -406,11 +397,6 @@ static const rg_test_case cases[] = {
 };
 
 #else  // no host execution in this build
-
-static void test_host_execution_is_built(void) {
-    RG_SKIP("this build has no host execution of the CUDA code (configured with RG_CUDA_HOST=OFF, or no CUDA "
-            "toolkit headers were found)");
-}
 
 static const rg_test_case cases[] = {
     RG_TEST(test_host_execution_is_built),
