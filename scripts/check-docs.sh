@@ -21,7 +21,7 @@
 #            key the docs name in backticks (`training.lr`, `lora.rank`, `data.pack`) is listed by
 #            `retrograd train --help`.
 # Before the docs, the checker itself is tried on a copy of them with one fault of each kind
-# planted (a file line removed, a bad path, an unknown symbol, an unknown option and key): each
+# planted (a file line removed, a file listed that is not there, a bad path, an unknown symbol, an unknown option and key): each
 # must be reported.
 # RG_DOCS_ROOT checks another tree's docs against the code here (the self-test uses it);
 # RG_DOCS_NO_SELFTEST=1 skips the self-test.
@@ -235,7 +235,9 @@ if [ -z "${RG_DOCS_ROOT:-}" ] && [ "${RG_DOCS_NO_SELFTEST:-0}" != 1 ]; then
     cp -r docs "$st/docs"; cp README.md "$st/README.md"
     victim=$(head -1 "$tmp/src_files")
     # drop the line that lists the first file (or its full path)
-    awk -v b="\`$(basename "$victim")\`" -v p="\`$victim\`" 'index($0, p) || (/^- `/ && index($0, b) == 3) { next } { print }' \
+    # ... and list a file that does not exist under the src/cuda/ heading
+    awk -v b="\`$(basename "$victim")\`" -v p="\`$victim\`" 'index($0, p) || (/^- `/ && index($0, b) == 3) { next } { print }
+        /^#.*`src\/cuda\/`/ { print ""; print "- `op_table.cu` — the CUDA op table" }' \
         docs/ARCHITECTURE.md >"$st/docs/ARCHITECTURE.md"
     bogus_sym="rg_""no_such_symbol"
     printf '\nPlanted: `src/graph/no_such_file.c`, `%s`, `training.no_such_key`.\n\n```sh\nretrograd train --no-such-option 1\n```\n' \
@@ -246,6 +248,7 @@ if [ -z "${RG_DOCS_ROOT:-}" ] && [ "${RG_DOCS_NO_SELFTEST:-0}" != 1 ]; then
         else fail "self-test: $1 was not reported (wanted /$2/); the checker printed:"; sed 's/^/        /' "$st/out"; fi
     }
     expect "a file under src/ without its line in ARCHITECTURE.md" "^FAIL docs/ARCHITECTURE.md:[0-9]*:? ?$victim is not named"
+    expect "a file ARCHITECTURE.md lists that does not exist" "^FAIL docs/ARCHITECTURE.md:[0-9]+: .op_table.cu. is listed under .src/cuda/. but src/cuda/op_table.cu does not exist"
     expect "a path that does not exist" "^FAIL README.md:[0-9]+: path .src/graph/no_such_file.c. does not exist"
     expect "a symbol that is nowhere in the code" "^FAIL README.md:[0-9]+: symbol .$bogus_sym. occurs nowhere"
     if [ -x "$bin" ] && "$bin" train --help >/dev/null 2>&1; then
