@@ -14,12 +14,12 @@
 #            (DIR, TARGET) or <name> is a placeholder and matches anything.
 #   symbols  every rg_*, RG_* and RETRO_* name in backticks occurs somewhere in the code (src/,
 #            include/, tools/, tests/, bench/, fuzz/, scripts/, CMake files); `rg_cuda_*` is a prefix.
-#   commands every `retrograd CMD ...` line of README.md's fenced code blocks (a line starting
+#   commands every `retrograd CMD ...` line of the fenced code blocks (a line starting
 #            with [, ( or - continues the one above) parses: CMD prints `usage: retrograd CMD` on
 #            --help, and each option the line uses appears in that help (its usage lines or its
 #            option lines "  --name VALUE  text" / "  -x, --name VALUE  text"). Every training
-#            key the docs name in backticks (`training.lr`, `lora.rank`, `data.pack`) is listed by
-#            `retrograd train --help`.
+#            key the docs name in backticks (`training.lr`, `lora.rank`, `data.pack`) or after
+#            --set in a code block is listed by `retrograd train --help`.
 # Before the docs, the checker itself is tried on a copy of them with one fault of each kind
 # planted (a file line removed, a file listed that is not there, a bad path, an unknown symbol, an unknown option and key): each
 # must be reported.
@@ -66,8 +66,11 @@ for d in "$root"/docs/*.md; do [ -f "$d" ] && docs+=("docs/$(basename "$d")"); d
     fence {
         line = $0; sub(/[[:space:]]+#[[:space:]].*$/, "", line)
         n = split(line, ws, /[[:space:]]+/)
-        for (i = 1; i <= n; i++) word_items(ws[i], 0)
-        if (FILENAME != "README.md") next
+        for (i = 1; i <= n; i++) {
+            word_items(ws[i], 0)
+            k = ws[i]; sub(/=.*$/, "", k)
+            if (i > 1 && ws[i - 1] == "--set" && k ~ /^(training|lora|data)\.[a-z][a-z0-9_]*$/ && k !~ /\.(c|h|cu|cuh|cpp|md|py|sh|txt|json|jsonl|yaml|gguf|svg)$/) print FILENAME, FNR, "key", k
+        }
         if (match(line, /(^|[[:space:]\/])retrograd[[:space:]]+[a-z][a-z0-9-]*/)) {
             cmd = substr(line, RSTART, RLENGTH); sub(/^.*retrograd[[:space:]]+/, "", cmd)
             print FILENAME, FNR, "cmd", cmd "\t" substr(line, RSTART + RLENGTH)
@@ -84,7 +87,7 @@ for d in "$root"/docs/*.md; do [ -f "$d" ] && docs+=("docs/$(basename "$d")"); d
             for (i = 1; i <= n; i++) {
                 word_items(ws[i], 1)
                 k = ws[i]; sub(/=.*$/, "", k)
-                if (k ~ /^(training|lora|data)\.[a-z][a-z0-9_]*$/) print FILENAME, FNR, "key", k
+                if (k ~ /^(training|lora|data)\.[a-z][a-z0-9_]*$/ && k !~ /\.(c|h|cu|cuh|cpp|md|py|sh|txt|json|jsonl|yaml|gguf|svg)$/) print FILENAME, FNR, "key", k
             }
         }
     }' "${docs[@]}") >"$tmp/items"
@@ -170,7 +173,7 @@ n_bad=$(wc -l <"$tmp/sym_fail")
 cat "$tmp/sym_fail"; failed=$((failed + n_bad))
 [ "$n_bad" = 0 ] && pass "symbols: the $n_syms rg_/RG_/RETRO_ names in ${docs[*]} occur in the code"
 
-# ---- commands: each README command line's options appear in `retrograd CMD --help`.
+# ---- commands: each command line's options appear in `retrograd CMD --help`.
 # help_options CMD: writes $tmp/help.CMD (the options, one a line) or returns 1 with the reason in $tmp/why.CMD.
 help_options() {
     local cmd=$1 out rc
@@ -225,7 +228,7 @@ while IFS=$'\t' read -r doc line _ key; do
     fail "$doc:$line: training key \`$key\` is not listed by \`retrograd train --help\`"
     n_bad=$((n_bad + 1))
 done < <(awk -F'\t' '$3 == "key"' "$tmp/items")
-[ "$n_bad" = 0 ] && pass "commands: the $n_lines retrograd command lines of README.md use only options their --help lists, and the $n_keys training keys named are train --help's"
+[ "$n_bad" = 0 ] && pass "commands: the $n_lines retrograd command lines of the code blocks use only options their --help lists, and the $n_keys training keys named are train --help's"
 
 # ---- the checker itself: one planted fault of each kind must be reported.
 if [ -z "${RG_DOCS_ROOT:-}" ] && [ "${RG_DOCS_NO_SELFTEST:-0}" != 1 ]; then
