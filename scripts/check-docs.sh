@@ -13,7 +13,8 @@
 #            is src/graph/exec.c) exists. Globs must match something; an upper-case component
 #            (DIR, TARGET) or <name> is a placeholder and matches anything.
 #   symbols  every rg_*, RG_* and RETRO_* name in backticks occurs somewhere in the code (src/,
-#            include/, tools/, tests/, bench/, fuzz/, scripts/, CMake files); `rg_cuda_*` is a prefix.
+#            include/, tools/, tests/, bench/, fuzz/, scripts/, CMake files), and every test_* name
+#            there or as a test file's name (a binary, a case); `rg_cuda_*` is a prefix.
 #   commands every `retrograd CMD ...` line of the fenced code blocks (a line starting
 #            with [, ( or - continues the one above) parses: CMD prints `usage: retrograd CMD` on
 #            --help, and each option the line uses appears in that help (its usage lines or its
@@ -55,9 +56,9 @@ for d in "$root"/docs/*.md; do [ -f "$d" ] && docs+=("docs/$(basename "$d")"); d
             print FILENAME, FNR, "path", "src/" w
         }
         if (!kind_ok) return
-        while (match(w, /(^|[^A-Za-z0-9_])(rg|RG|RETRO)_[A-Za-z0-9_]*\*?/)) {
+        while (match(w, /(^|[^A-Za-z0-9_])(rg|RG|RETRO|test)_[A-Za-z0-9_]*\*?/)) {
             id = substr(w, RSTART, RLENGTH); sub(/^[^A-Za-z0-9_]/, "", id)
-            if (id !~ /^(rg|RG|RETRO)_\*?$/) print FILENAME, FNR, "sym", id
+            if (id !~ /^(rg|RG|RETRO|test)_\*?$/) print FILENAME, FNR, "sym", id
             w = substr(w, RSTART + RLENGTH)
         }
     }
@@ -157,10 +158,11 @@ while IFS=$'\t' read -r doc line path pat; do
 done <"$tmp/paths"
 [ "$n_bad" = 0 ] && pass "paths: the $n_paths paths named in ${docs[*]} exist"
 
-# ---- symbols: every rg_*/RG_*/RETRO_* name occurs in the code (this script left out).
+# ---- symbols: every rg_*/RG_*/RETRO_*/test_* name occurs in the code (this script left out).
 (cd "$code_root" && { find src include tools tests bench fuzz scripts .ci -type f ! -name check-docs.sh -print0 2>/dev/null
                        find . -maxdepth 1 -name 'CMakeLists.txt' -print0; } |
-    xargs -0 grep -ohE '(rg|RG|RETRO)_[A-Za-z0-9_]*' 2>/dev/null) | LC_ALL=C sort -u >"$tmp/symbols"
+    xargs -0 grep -ohE '(rg|RG|RETRO|test)_[A-Za-z0-9_]*' 2>/dev/null
+  find tests bench fuzz -type f -name 'test_*' | sed 's|.*/||; s|\..*||') | LC_ALL=C sort -u >"$tmp/symbols"
 n_syms=$(awk -F'\t' '$3 == "sym"' "$tmp/items" | wc -l)
 awk -F'\t' 'FILENAME == ARGV[1] { have[$0] = 1; next }
     $3 == "sym" {
@@ -171,7 +173,7 @@ awk -F'\t' 'FILENAME == ARGV[1] { have[$0] = 1; next }
     }' "$tmp/symbols" "$tmp/items" >"$tmp/sym_fail"
 n_bad=$(wc -l <"$tmp/sym_fail")
 cat "$tmp/sym_fail"; failed=$((failed + n_bad))
-[ "$n_bad" = 0 ] && pass "symbols: the $n_syms rg_/RG_/RETRO_ names in ${docs[*]} occur in the code"
+[ "$n_bad" = 0 ] && pass "symbols: the $n_syms rg_/RG_/RETRO_/test_ names in ${docs[*]} occur in the code"
 
 # ---- commands: each command line's options appear in `retrograd CMD --help`.
 # help_options CMD: writes $tmp/help.CMD (the options, one a line) or returns 1 with the reason in $tmp/why.CMD.
