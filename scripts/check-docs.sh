@@ -27,7 +27,7 @@
 # RG_DOCS_ROOT checks another tree's docs against the code here (the self-test uses it);
 # RG_DOCS_NO_SELFTEST=1 skips the self-test.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 code_root=$PWD
 build=${1:-build}
 case $build in /*) ;; *) build=$code_root/$build ;; esac
@@ -245,6 +245,7 @@ if [ -z "${RG_DOCS_ROOT:-}" ] && [ "${RG_DOCS_NO_SELFTEST:-0}" != 1 ]; then
         /^#.*`src\/cuda\/`/ { print ""; print "- `op_table.cu` — the CUDA op table" }' \
         docs/ARCHITECTURE.md >"$st/docs/ARCHITECTURE.md"
     bogus_sym="rg_""no_such_symbol"
+    # shellcheck disable=SC2016  # the backticks are markdown, not expansions
     printf '\nPlanted: `src/graph/no_such_file.c`, `%s`, `training.no_such_key`.\n\n```sh\nretrograd train --no-such-option 1\n```\n' \
         "$bogus_sym" >>"$st/README.md"
     RG_DOCS_ROOT=$st bash "$0" "$build" >"$st/out" 2>&1
