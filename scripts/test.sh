@@ -9,7 +9,7 @@
 #      sees (-DRG_CUDA_HOST_RACECHECK=ON): alignment, shared-memory bounds, the race check
 #   3. the same binaries under AddressSanitizer + UndefinedBehaviorSanitizer (the host
 #      execution included, every CUDA kernel suite and the parity walk)
-#   4. the command line on good and bad input
+#   4. the command line on good and bad input, and the docs against the tree (scripts/check-docs.sh)
 #   5. the independent reader: the `gguf` Python package against our files
 #   6. every libFuzzer target (scripts/fuzz.sh all: GGUF reader, JSONL data, config,
 #      tokenizer, chat templates) for RG_FUZZ_SECONDS each (default 30; 0 skips)
@@ -60,6 +60,9 @@ if build_or_fail release build -DRG_WERROR=ON; then
   run_suite "cli train" bash tests/cli/test_cli_train.sh build
   run_suite "cli lora" bash tests/cli/test_cli_lora.sh build
   run_suite "cli shapes" bash tests/cli/test_cli_shapes.sh build
+  # The docs against the tree and the binary: every src/ file in ARCHITECTURE.md, every path and
+  # symbol they name, every README command line against its --help.
+  run_suite "docs: README.md and docs/ against the tree and retrograd --help" bash scripts/check-docs.sh build
   # The CUDA code through its host execution (RETRO_CUDA_HOST=1): every kernel and the device
   # paths (resident tensors, device training, sessions), on every machine, GPU or not.
   # (test_cuda_host*, the runtime's own tests, ran above.) The kernel suites run twice: each
