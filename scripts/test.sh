@@ -56,6 +56,7 @@ if build_or_fail release build -DRG_WERROR=ON; then
     run_suite "test_ops $c on the baseline kernels (RG_NO_AVX2=1)" env RG_NO_AVX2=1 build/test_ops "$c"
   done
   run_suite "cli" bash tests/cli/test_cli.sh build
+  run_suite "cli help" bash tests/cli/test_cli_help.sh build
   run_suite "cli generate" bash tests/cli/test_cli_generate.sh build
   run_suite "cli train" bash tests/cli/test_cli_train.sh build
   run_suite "cli lora" bash tests/cli/test_cli_lora.sh build

@@ -70,7 +70,7 @@ expect "quantize Q4_K_M"                0 "q6_K +3 tensors"             -- "$bin
 expect "quantized file reads back"      0 "file type +15 \(MOSTLY_Q4_K_M\)" -- "$bin" info "$tmp/q4km.gguf"
 expect "quantize unknown type lists valid ones" 1 "unknown type or mixture 'Q9_K'; valid: F32 F16 BF16 Q4_0" -- "$bin" quantize "$tmp/tiny-f32.gguf" "$tmp/x.gguf" Q9_K
 expect "quantize missing input"         1 "nope.gguf: cannot open"      -- "$bin" quantize "$tmp/nope.gguf" "$tmp/x.gguf" Q8_0
-expect "quantize bad thread count"      1 "thread count in 1..512"      -- "$bin" quantize "$tmp/tiny-f32.gguf" "$tmp/x.gguf" Q8_0 --threads 0
+expect "quantize bad thread count"      1 "--threads '0' is not valid: give an integer in 1\.\.512" -- "$bin" quantize "$tmp/tiny-f32.gguf" "$tmp/x.gguf" Q8_0 --threads 0
 expect "requantize needs a flag"        1 "already q[46]_K: re-quantizing to q8_0 adds q8_0's rounding error .*--allow-requantize" -- "$bin" quantize "$tmp/q4km.gguf" "$tmp/x.gguf" Q8_0
 expect "quantized to f16 needs a flag"  1 "already q[46]_K: f16 rounds its dequantized values again .*F32 keeps them exactly" -- "$bin" quantize "$tmp/q4km.gguf" "$tmp/x.gguf" F16
 [ ! -e "$tmp/x.gguf" ]; check "a refused quantize writes nothing" $?

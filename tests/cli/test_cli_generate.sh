@@ -79,7 +79,7 @@ expect "generate non-numeric --temp"         2 "--temp 'hot' is not a number"   
 expect "generate bad --seed"                 2 "--seed 'abc' is not a non-negative integer" -- "${g[@]}" -p "Hi" --seed abc
 expect "generate bad -n"                     2 "-n '-5' is not valid"                 -- "${g[@]}" -p "Hi" -n -5
 expect "generate bad --device"               2 "--device must be cpu or cuda, not 'tpu'" -- "${g[@]}" -p "Hi" --device tpu
-expect "generate unknown option"             2 "unknown argument '--tmp'"             -- "${g[@]}" -p "Hi" --tmp 1
+expect "generate unknown option"             2 "unknown option '--tmp'"             -- "${g[@]}" -p "Hi" --tmp 1
 expect "generate option without a value"     2 "--temp needs a value"                 -- "${g[@]}" -p "Hi" --temp
 expect "generate prompt longer than -c"      1 "the prompt is [0-9]+ tokens but the context \(-c\) holds 16" -- "${g[@]}" -p "$long" -c 16
 expect "generate missing model"              1 "nope.gguf: cannot open"               -- "$bin" generate -m "$tmp/nope.gguf" -p "Hi"
@@ -117,7 +117,7 @@ expect "perplexity without -f"               2 "-f TEXT.txt is required"        
 expect "perplexity without -m"               2 "-m MODEL.gguf is required"            -- "$bin" perplexity -f "$tmp/text.txt"
 expect "perplexity bad -c"                   2 "-c '2' is not valid: give an integer in 4\.\." -- "${p[@]}" -f "$tmp/text.txt" -c 2
 expect "perplexity missing file"             1 "nope.txt: cannot read the file"       -- "${p[@]}" -f "$tmp/nope.txt"
-expect "perplexity unknown option"           2 "unknown argument '--ctx'"             -- "${p[@]}" -f "$tmp/text.txt" --ctx 5
+expect "perplexity unknown option"           2 "unknown option '--ctx'"             -- "${p[@]}" -f "$tmp/text.txt" --ctx 5
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

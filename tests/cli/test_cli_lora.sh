@@ -82,7 +82,7 @@ printf '{"text": "fine"}\n{"text": \n' > "$tmp/bad.jsonl"
 expect "merge --check a bad JSONL line"       1 "bad.jsonl:2: "                            -- "$bin" merge -m "$m" --lora "$a" -o "$tmp/x.gguf" --check "$tmp/bad.jsonl"
 expect "merge --config without --check"       2 "--config is for --check DATA"             -- "$bin" merge -m "$m" --lora "$a" -o "$tmp/x.gguf" --config "$tmp/check.yaml"
 expect "merge needs all three paths"        2 "-m BASE.gguf, --lora ADAPTER.gguf and -o OUT.gguf are required" -- "$bin" merge -m "$m" -o "$tmp/x.gguf"
-expect "merge unknown option"               2 "unknown argument '--bogus'"               -- "$bin" merge -m "$m" --lora "$a" -o "$tmp/x.gguf" --bogus
+expect "merge unknown option"               2 "unknown option '--bogus'"               -- "$bin" merge -m "$m" --lora "$a" -o "$tmp/x.gguf" --bogus
 expect "merge a missing adapter"            1 "retrograd merge: .*nope.gguf"             -- "$bin" merge -m "$m" --lora "$tmp/nope.gguf" -o "$tmp/x.gguf"
 expect "merge a model as adapter"           1 "general.type is \"model\", expected \"adapter\"" -- "$bin" merge -m "$m" --lora "$m" -o "$tmp/x.gguf"
 [ ! -e "$tmp/x.gguf" ]; check "failed merges write nothing" $?

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cli_args.h"
 #include "gguf/gguf.h"
 #include "graph/exec.h"
 #include "model/model.h"
@@ -24,7 +25,7 @@ int cmd_train(int argc, char **argv);
 // NULL: also `make-tiny --dry-run`'s listing of a file it has not written.
 void cli_info_text(const rg_gguf *g, const char *file_label);
 
-// Helpers of generate and perplexity (cmd_generate.c). The parsers print
+// Helpers several commands share (cli_common.c). The parsers print
 // "retrograd CMD: OPT 'VALUE' ..." to stderr and return false on bad input.
 double cli_now(void);                                    // monotonic seconds
 char *cli_read_file(const char *path, size_t *len);      // whole file, NUL-terminated; NULL + errno
@@ -34,6 +35,11 @@ bool cli_parse_device(const char *cmd, const char *s, rg_device *out);
 // --flash-attn auto|on|off (generate, perplexity: rg_session_opts.flash_attn); false with a message otherwise.
 bool cli_parse_flash_attn(const char *cmd, const char *s, rg_flash_attn_mode *out);
 int64_t cli_default_ctx(const rg_model *m);              // 4096, or the model's context if smaller
+// CLI_CALL handlers (cli_args.h): --device into an rg_device, --flash-attn into an
+// rg_flash_attn_mode, the repeatable --lora into a cli_loras.
+bool cli_opt_device(const char *cmd, const char *opt, const char *value, void *dst);
+bool cli_opt_flash_attn(const char *cmd, const char *opt, const char *value, void *dst);
+bool cli_opt_lora(const char *cmd, const char *opt, const char *value, void *dst);
 
 // The repeatable --lora A.gguf[:SCALE] of generate and perplexity (lora_args.c).
 #define CLI_MAX_LORAS 16

@@ -222,25 +222,18 @@ void cli_info_text(const rg_gguf *g, const char *file_label) {
 
 int cmd_info(int argc, char **argv) {
     const char *path = NULL;
-    int json = 0, full = 0;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0) json = 1;
-        else if (strcmp(argv[i], "--full") == 0) full = 1;
-        else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            printf("usage: retrograd info MODEL.gguf [--json [--full]]\n"
-                   "  --json   machine-readable output\n"
-                   "  --full   with --json: every array in full, and per tensor a checksum and value sum\n");
-            return 0;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "retrograd info: unknown option '%s' (try --help)\n", argv[i]);
-            return 2;
-        } else if (path) {
-            fprintf(stderr, "retrograd info: one file at a time ('%s' and '%s' given)\n", path, argv[i]);
-            return 2;
-        } else path = argv[i];
-    }
+    bool json = false, full = false;
+    int n_pos = 0;
+    const cli_opt opts[] = {
+        CLI_FLAG(0, "--json", "machine-readable output", &json),
+        CLI_FLAG(0, "--full", "with --json: every array in full, and per tensor a checksum and value sum", &full),
+    };
+    const cli_command c = {"info", "MODEL.gguf [--json [--full]]", opts, CLI_N(opts), &path, 1, &n_pos, NULL};
+    int rc = cli_args_parse(&c, argc, argv);
+    if (rc != CLI_ARGS_OK) return rc == CLI_ARGS_HELP ? 0 : 2;
     if (!path) {
-        fprintf(stderr, "usage: retrograd info MODEL.gguf [--json [--full]]\n");
+        fprintf(stderr, "retrograd info: MODEL.gguf is required\n");
+        cli_args_help(&c, stderr);
         return 2;
     }
     rg_error err = {0};

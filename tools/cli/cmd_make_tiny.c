@@ -1,5 +1,5 @@
-// cmd_make_tiny.c - `retrograd make-tiny`: write a tiny deterministic test model.
-#include <errno.h>
+// cmd_make_tiny.c - `retrograd make-tiny`: write a tiny deterministic test model (or a real model's shape
+// with random weights), or list it with --dry-run.
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -10,40 +10,6 @@
 #include "model/quantize.h"
 #include "model/quantize_rules.h"
 #include "model/tiny.h"
-
-static void usage(FILE *f) {
-    fprintf(f, "usage: retrograd make-tiny --arch ARCH --type TYPE -o OUT.gguf [--shape SHAPE] [--seed S] [--twin-f32]\n"
-               "                          [--tied] [--groups G] [--dry-run]\n"
-               "  --arch ARCH    architecture: llama, qwen2, qwen3, lfm2, mamba2, gemma2 or gemma3\n"
-               "  --type TYPE    storage type of the weight matrices: f32, f16, bf16, or any type or mixture of\n"
-               "                 `retrograd quantize` (q4_0, q4_k_m, iq4_xs, ...), applied to the f32 model;\n"
-               "                 norms and biases stay f32\n"
-               "  -o PATH        output file (written atomically)\n"
-               "  --shape SHAPE  dimensions: tiny (default: the test fixtures), or a real model's with random\n"
-               "                 weights and the tiny tokenizer padded to its vocabulary, tied as the model is:\n"
-               "                 smollm2 (SmolLM2-135M), 1b (Llama-3.2-1B: 1.24 G parameters, 2.5 GB in bf16);\n"
-               "                 with --arch lfm2: lfm2-350m (LFM2-350M, attention at layers 2 5 8 10 12 14);\n"
-               "                 with --arch mamba2: mamba2-130m (state 128, heads of 64, inner 1536);\n"
-               "                 with --arch gemma3: gemma3-270m (Gemma-3-270M: heads of 256, window 512)\n"
-               "  --seed S       seed of the weights (default 42)\n"
-               "  --twin-f32     the same values (rounded to TYPE) stored as f32: the twin of a half fixture\n"
-               "  --tied         no output.weight: the head reuses token_embd.weight\n"
-               "  --groups G     mamba2: G groups of heads sharing B and C (default 1; G divides the heads)\n"
-               "  --dry-run      print what `info` would show for the file, without making or writing it\n");
-}
-
-// An option's value; false (message printed) when it is not a non-negative integer.
-static bool parse_number(const char *opt, const char *s, uint64_t *out) {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || s[0] == '-' || !s[0]) {
-        fprintf(stderr, "retrograd make-tiny: %s '%s' is not a non-negative integer\n", opt, s);
-        return false;
-    }
-    *out = v;
-    return true;
-}
 
 // The file's listing, as `info` prints it, from the plan alone: no value is made.
 static int dry_run(const rg_tiny_config *cfg, const char *out) {
@@ -64,42 +30,36 @@ int cmd_make_tiny(int argc, char **argv) {
     rg_tiny_config cfg = {.arch = NULL, .type = RG_TYPE_F32, .seed = 42};
     const char *out = NULL, *type = "f32";
     bool dry = false;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        const char *next = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--twin-f32")) cfg.twin_f32 = true;
-        else if (!strcmp(a, "--tied")) cfg.tied = true;
-        else if (!strcmp(a, "--dry-run")) dry = true;
-        else if (!strcmp(a, "--arch") || !strcmp(a, "--type") || !strcmp(a, "-o") || !strcmp(a, "--seed") ||
-                 !strcmp(a, "--shape") || !strcmp(a, "--groups")) {
-            if (!next) {
-                fprintf(stderr, "retrograd make-tiny: %s needs a value\n", a);
-                return 2;
-            }
-            i++;
-            if (!strcmp(a, "--arch")) cfg.arch = next;
-            else if (!strcmp(a, "--type")) type = next;
-            else if (!strcmp(a, "-o")) out = next;
-            else if (!strcmp(a, "--shape")) cfg.shape = next;
-            else if (!strcmp(a, "--groups")) {
-                uint64_t v;
-                if (!parse_number(a, next, &v) || v == 0) return 2;
-                cfg.ssm_groups = (int64_t)v;
-            } else if (!parse_number(a, next, &cfg.seed)) return 2;
-        } else {
-            fprintf(stderr, "retrograd make-tiny: unknown argument '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
+    int64_t groups = 0;
+    const cli_opt opts[] = {
+        CLI_STR(0, "--arch", "ARCH", "architecture: llama, qwen2, qwen3, lfm2, mamba2, gemma2 or gemma3", &cfg.arch),
+        CLI_STR(0, "--type", "TYPE", "storage type of the weight matrices: f32 (default), f16, bf16, or any type or "
+                "mixture of `retrograd quantize` (q4_0, q4_k_m, iq4_xs, ...), applied to the f32 model; norms and "
+                "biases stay f32", &type),
+        CLI_STR('o', "--output", "OUT.gguf", "output file (written atomically)", &out),
+        CLI_STR(0, "--shape", "SHAPE", "dimensions: tiny (default: the test fixtures), or a real model's with random "
+                "weights and the tiny tokenizer padded to its vocabulary, tied as the model is: smollm2 (SmolLM2-135M), "
+                "1b (Llama-3.2-1B: 1.24 G parameters, 2.5 GB in bf16); with --arch lfm2: lfm2-350m (LFM2-350M, "
+                "attention at layers 2 5 8 10 12 14); with --arch mamba2: mamba2-130m (state 128, heads of 64, inner "
+                "1536); with --arch gemma3: gemma3-270m (Gemma-3-270M: heads of 256, window 512)", &cfg.shape),
+        CLI_U64(0, "--seed", "S", "seed of the weights (default 42)", &cfg.seed),
+        CLI_FLAG(0, "--twin-f32", "the same values (rounded to TYPE) stored as f32: the twin of a half fixture",
+                 &cfg.twin_f32),
+        CLI_FLAG(0, "--tied", "no output.weight: the head reuses token_embd.weight", &cfg.tied),
+        CLI_I64(0, "--groups", "G", "mamba2: G groups of heads sharing B and C (default 1; G divides the heads)", 1,
+                INT32_MAX, &groups),
+        CLI_FLAG(0, "--dry-run", "print what `info` would show for the file, without making or writing it", &dry),
+    };
+    const cli_command c = {"make-tiny", "--arch ARCH --type TYPE -o OUT.gguf [options]", opts, CLI_N(opts), NULL, 0,
+                           NULL, NULL};
+    int rc = cli_args_parse(&c, argc, argv);
+    if (rc != CLI_ARGS_OK) return rc == CLI_ARGS_HELP ? 0 : 2;
     if (!cfg.arch || !out) {
         fprintf(stderr, "retrograd make-tiny: %s is required\n", !cfg.arch ? "--arch" : "-o");
-        usage(stderr);
+        cli_args_help(&c, stderr);
         return 2;
     }
+    cfg.ssm_groups = groups;
     if (!rg_tiny_shape_find(cfg.shape)) {
         fprintf(stderr, "retrograd make-tiny: --shape '%s' is not one of:", cfg.shape);
         for (const rg_tiny_shape *sh = rg_tiny_shapes; sh->name; sh++) fprintf(stderr, " %s", sh->name);

@@ -14,40 +14,39 @@
 #include "train/config.h"
 #include "train/eval.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: retrograd merge -m BASE.gguf --lora ADAPTER.gguf[:SCALE] -o OUT.gguf [options]\n"
-            "  -m BASE.gguf          the base model (any supported architecture, any tensor type)\n"
-            "  --lora A.gguf[:SCALE] a LoRA adapter in llama.cpp's format (adapter.gguf); SCALE multiplies\n"
-            "                        alpha/rank as llama.cpp's --lora-scaled does (default 1)\n"
-            "  -o OUT.gguf           the merged model: the base's keys and tensors, in its order\n"
-            "  --type TYPE           the output's types, any name `retrograd quantize` takes, with its per-tensor\n"
-            "                        rules (norms stay F32; the mixtures' attn_v/ffn_down/head rules):\n"
-            "                       ");
+// After the options in --help: the types --type takes, and what merge keeps of an adapter.
+static void epilog(FILE *f) {
+    fprintf(f, "\n--type takes any name `retrograd quantize` takes, with its per-tensor rules (norms stay F32; the\n"
+               "mixtures' attn_v/ffn_down/head rules):\n ");
     for (const rg_quant_target *t = rg_quant_targets; t->name; t++) fprintf(f, " %s%s", t->name, t->mixture ? "*" : "");
     fprintf(f,
             "\n"
-            "                        Default: the base's own types for an F32/F16/BF16 base, %s for a quantized\n"
-            "                        one. A quantized base's values sit on its type's grid and most of a LoRA change\n"
-            "                        is smaller than half a step: stored back in the same type (or one that holds\n"
-            "                        the same grid, as Q4_K holds Q4_1's) it rounds back to the same points. The\n"
-            "                        demo's adapter on SmolLM2 Q4_1 (README): merged into Q4_1 it keeps 8.8%% of B·A\n"
-            "                        and 0 of 3 answers; into Q8_0 100.0%% in every tensor, 3 of 3 answers, a loss\n"
-            "                        0.0002 from base + adapter's, 138 MiB (the base is 94). %s keeps it (99.5%% in\n"
-            "                        the worst tensor; 98.9%% into a Q8_0 base) and adds almost no rounding noise; Q5_0\n"
-            "                        (100 MiB) and Q4_K_M (101 MiB) kept the answers too, but round the base a second\n"
-            "                        time at 4-5 bits, and Q4_K_M's Q4_K tensors lose the change (5.7%% kept).\n"
-            "  --check DATA          after merging, the loss (nats per target token) on DATA (.txt or .jsonl, read as\n"
-            "                        `retrograd train` reads it) of the base, the base + adapter, and the merged file\n"
-            "  --config FILE.yaml    for --check: the training config (training.ctx, data.*) to read DATA with\n"
-            "  -t THREADS            CPU threads (default: all cores)\n"
-            "  --quiet               no line per tensor\n"
-            "  Each adapted weight is read into F32, gets SCALE * alpha/rank * B·A (summed in double) and is encoded\n"
-            "  once (F16/BF16 rounded to nearest even, quantized types with the reference quantizer, no imatrix);\n"
-            "  tensors whose type stays are copied byte for byte, the others converted through F32. For each adapted\n"
-            "  tensor merge reports how much of B·A the file keeps: kept = <M-W, B·A>/|B·A|^2 (W the base, M the\n"
-            "  merged values, both read back) and |M-W|/|B·A|; below 50%% kept overall it warns.\n",
+            "Default: the base's own types for an F32/F16/BF16 base, %s for a quantized one. A quantized\n"
+            "base's values sit on its type's grid and most of a LoRA change is smaller than half a step: stored\n"
+            "back in the same type (or one that holds the same grid, as Q4_K holds Q4_1's) it rounds back to the\n"
+            "same points. The demo's adapter on SmolLM2 Q4_1 (README): merged into Q4_1 it keeps 8.8%% of B·A and\n"
+            "0 of 3 answers; into Q8_0 100.0%% in every tensor, 3 of 3 answers, a loss 0.0002 from base + adapter's,\n"
+            "138 MiB (the base is 94). %s keeps it (99.5%% in the worst tensor; 98.9%% into a Q8_0 base) and adds\n"
+            "almost no rounding noise; Q5_0 (100 MiB) and Q4_K_M (101 MiB) kept the answers too, but round the\n"
+            "base a second time at 4-5 bits, and Q4_K_M's Q4_K tensors lose the change (5.7%% kept).\n"
+            "\n"
+            "Each adapted weight is read into F32, gets SCALE * alpha/rank * B·A (summed in double) and is encoded\n"
+            "once (F16/BF16 rounded to nearest even, quantized types with the reference quantizer, no imatrix);\n"
+            "tensors whose type stays are copied byte for byte, the others converted through F32. For each adapted\n"
+            "tensor merge reports how much of B·A the file keeps: kept = <M-W, B·A>/|B·A|^2 (W the base, M the\n"
+            "merged values, both read back) and |M-W|/|B·A|; below 50%% kept overall it warns.\n",
             RG_LORA_MERGE_QUANTIZED_DEFAULT, RG_LORA_MERGE_QUANTIZED_DEFAULT);
+}
+
+// --lora: one adapter (a second is refused: merge the result again for another).
+static bool one_lora(const char *cmd, const char *opt, const char *value, void *dst) {
+    const char **lora = dst;
+    if (*lora) {
+        fprintf(stderr, "retrograd %s: one %s at a time (merge the result again for another)\n", cmd, opt);
+        return false;
+    }
+    *lora = value;
+    return true;
 }
 
 // --check: the loss of one model (+ adapter) on the data, or a line naming what failed.
@@ -66,43 +65,27 @@ int cmd_merge(int argc, char **argv) {
     const char *base = NULL, *lora = NULL, *out = NULL, *type = NULL, *check = NULL, *config = NULL;
     int64_t n_threads = 0;
     bool quiet = false;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--quiet")) {
-            quiet = true;
-            continue;
-        }
-        if (strcmp(a, "-m") && strcmp(a, "--lora") && strcmp(a, "-o") && strcmp(a, "-t") && strcmp(a, "--threads") &&
-            strcmp(a, "--type") && strcmp(a, "--check") && strcmp(a, "--config")) {
-            fprintf(stderr, "retrograd %s: unknown argument '%s'\n", C, a);
-            usage(stderr);
-            return 2;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "retrograd %s: %s needs a value\n", C, a);
-            return 2;
-        }
-        const char *v = argv[++i];
-        if (!strcmp(a, "-m")) base = v;
-        else if (!strcmp(a, "-o")) out = v;
-        else if (!strcmp(a, "--type")) type = v;
-        else if (!strcmp(a, "--check")) check = v;
-        else if (!strcmp(a, "--config")) config = v;
-        else if (!strcmp(a, "--lora")) {
-            if (lora) {
-                fprintf(stderr, "retrograd %s: one --lora at a time (merge the result again for another)\n", C);
-                return 2;
-            }
-            lora = v;
-        } else if (!cli_parse_i64(C, a, v, 1, 512, &n_threads)) return 2;
-    }
+    const cli_opt table[] = {
+        CLI_STR('m', "--model", "BASE.gguf", "the base model (any supported architecture, any tensor type)", &base),
+        CLI_CALL(0, "--lora", "A.gguf[:SCALE]", "a LoRA adapter in llama.cpp's format (adapter.gguf); SCALE multiplies "
+                 "alpha/rank as llama.cpp's --lora-scaled does (default 1)", one_lora, &lora),
+        CLI_STR('o', "--output", "OUT.gguf", "the merged model: the base's keys and tensors, in its order", &out),
+        CLI_STR(0, "--type", "TYPE", "the output's types (below; default: the base's own for a float base, "
+                RG_LORA_MERGE_QUANTIZED_DEFAULT " for a quantized one)", &type),
+        CLI_STR(0, "--check", "DATA", "after merging, the loss (nats per target token) on DATA (.txt or .jsonl, read as "
+                "`retrograd train` reads it) of the base, the base + adapter, and the merged file", &check),
+        CLI_STR(0, "--config", "FILE.yaml", "for --check: the training config (training.ctx, data.*) to read DATA with",
+                &config),
+        CLI_I64('t', "--threads", "THREADS", "CPU threads (default: all cores)", 1, 512, &n_threads),
+        CLI_FLAG(0, "--quiet", "no line per tensor", &quiet),
+    };
+    const cli_command c = {"merge", "-m BASE.gguf --lora ADAPTER.gguf[:SCALE] -o OUT.gguf [options]", table, CLI_N(table),
+                           NULL, 0, NULL, epilog};
+    int rc = cli_args_parse(&c, argc, argv);
+    if (rc != CLI_ARGS_OK) return rc == CLI_ARGS_HELP ? 0 : 2;
     if (!base || !lora || !out) {
         fprintf(stderr, "retrograd %s: -m BASE.gguf, --lora ADAPTER.gguf and -o OUT.gguf are required\n", C);
-        usage(stderr);
+        cli_args_help(&c, stderr);
         return 2;
     }
     if (config && !check) {

@@ -7,52 +7,39 @@
 #include "model/quantize.h"
 #include "model/quantize_rules.h"
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: retrograd quantize IN.gguf OUT.gguf TYPE [--threads N] [--pure] [--allow-requantize] [--quiet]\n"
-               "  TYPE is a single type or a mixture:\n   ");
-    for (const rg_quant_target *t = rg_quant_targets; t->name; t++)
-        fprintf(f, " %s%s", t->name, t->mixture ? "*" : "");
-    fprintf(f, "\n  (* mixtures: some attention and feed-forward tensors get a higher-precision type, as llama-quantize does)\n"
-               "  Norms, biases, 1-D tensors and conv kernels are copied unchanged. The output is written atomically.\n"
-               "  A quantized input converts to F32 as it is (dequantizing is exact); to F16, BF16 or another\n"
-               "  quantized type it is rounded a second time, which --allow-requantize accepts.\n");
+// After the options in --help: the types and what happens to each tensor.
+static void epilog(FILE *f) {
+    fprintf(f, "\nTYPE is a single type or a mixture:\n ");
+    for (const rg_quant_target *t = rg_quant_targets; t->name; t++) fprintf(f, " %s%s", t->name, t->mixture ? "*" : "");
+    fprintf(f, "\n(* mixtures: some attention and feed-forward tensors get a higher-precision type, as llama-quantize does)\n"
+               "Norms, biases, 1-D tensors and conv kernels are copied unchanged. The output is written atomically.\n"
+               "A quantized input converts to F32 as it is (dequantizing is exact); to F16, BF16 or another\n"
+               "quantized type it is rounded a second time, which --allow-requantize accepts.\n");
 }
 
 int cmd_quantize(int argc, char **argv) {
     const char *pos[3] = {0};
     int n_pos = 0;
+    int64_t n_threads = 0;
+    bool quiet = false;
     rg_quantize_opts opts = {.n_threads = 0, .progress = stderr};
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--pure")) opts.pure = true;
-        else if (!strcmp(a, "--allow-requantize")) opts.allow_requantize = true;
-        else if (!strcmp(a, "--quiet")) opts.progress = NULL;
-        else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
-            char *end;
-            long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
-            if (i + 1 >= argc || *end || v < 1 || v > 512) {
-                fprintf(stderr, "retrograd quantize: %s needs a thread count in 1..512\n", a);
-                return 2;
-            }
-            opts.n_threads = (int)v;
-            i++;
-        } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "retrograd quantize: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        } else if (n_pos < 3) pos[n_pos++] = a;
-        else {
-            fprintf(stderr, "retrograd quantize: unexpected argument '%s'\n", a);
-            return 2;
-        }
-    }
+    const cli_opt table[] = {
+        CLI_I64('t', "--threads", "N", "CPU threads (default: all cores)", 1, 512, &n_threads),
+        CLI_FLAG(0, "--pure", "no mixture rules: every quantizable tensor takes TYPE", &opts.pure),
+        CLI_FLAG(0, "--allow-requantize", "accept a quantized input rounded a second time (to F16, BF16 or another "
+                 "quantized type)", &opts.allow_requantize),
+        CLI_FLAG(0, "--quiet", "no line per tensor", &quiet),
+    };
+    const cli_command c = {"quantize", "IN.gguf OUT.gguf TYPE [options]", table, CLI_N(table), pos, 3, &n_pos, epilog};
+    int rc = cli_args_parse(&c, argc, argv);
+    if (rc != CLI_ARGS_OK) return rc == CLI_ARGS_HELP ? 0 : 2;
     if (n_pos != 3) {
-        usage(stderr);
+        fprintf(stderr, "retrograd quantize: IN.gguf, OUT.gguf and TYPE are required (%d given)\n", n_pos);
+        cli_args_help(&c, stderr);
         return 2;
     }
+    opts.n_threads = (int)n_threads;
+    if (quiet) opts.progress = NULL;
     if (!rg_quant_target_find(pos[2])) {
         fprintf(stderr, "retrograd quantize: unknown type or mixture '%s'; valid:", pos[2]);
         for (const rg_quant_target *t = rg_quant_targets; t->name; t++) fprintf(stderr, " %s", t->name);

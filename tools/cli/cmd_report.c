@@ -59,28 +59,26 @@ static caps device_caps(int use_cuda, int have, const rg_cuda_device_info *info)
     return c;
 }
 
-static void print_usage(FILE *f) { fprintf(f, "usage: retrograd report [--json] [--device cpu|cuda]\n"); }
+// --device cpu|cuda, kept as the name (NULL: the GPU when there is one).
+static bool want_device(const char *cmd, const char *opt, const char *value, void *dst) {
+    rg_device d;
+    (void)opt;
+    if (!cli_parse_device(cmd, value, &d)) return false;
+    *(const char **)dst = value;
+    return true;
+}
 
 int cmd_report(int argc, char **argv) {
-    int json = 0;
+    bool json = false;
     const char *want = NULL;  // NULL: the GPU when there is one
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) json = 1;
-        else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
-            want = argv[++i];
-            if (strcmp(want, "cpu") && strcmp(want, "cuda")) {
-                fprintf(stderr, "retrograd report: --device must be cpu or cuda, not '%s'\n", want);
-                return 2;
-            }
-        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            print_usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "retrograd report: unknown argument '%s'\n", argv[i]);
-            print_usage(stderr);
-            return 2;
-        }
-    }
+    const cli_opt opts[] = {
+        CLI_FLAG(0, "--json", "machine-readable output", &json),
+        CLI_CALL(0, "--device", "cpu|cuda", "the device to report on (default: the GPU when there is one)", want_device,
+                 &want),
+    };
+    const cli_command c = {"report", "[--json] [--device cpu|cuda]", opts, CLI_N(opts), NULL, 0, NULL, NULL};
+    int rc = cli_args_parse(&c, argc, argv);
+    if (rc != CLI_ARGS_OK) return rc == CLI_ARGS_HELP ? 0 : 2;
     char reason[512] = "";
     int n = rg_cuda_device_count(reason, sizeof reason);
     rg_cuda_device_info info;

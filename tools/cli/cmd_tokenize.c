@@ -6,6 +6,7 @@
 // per token, `id<TAB>'piece'` with the piece's bytes escaped (\n, \t, \r, \\, \', \xHH for
 // control bytes and for bytes that are not whole UTF-8 characters); --ids prints one JSON
 // array; --count prints the number of tokens.
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,45 +14,6 @@
 
 #include "cli.h"
 #include "text/tokenizer.h"
-
-static void usage(FILE *f) {
-    fprintf(f, "usage: retrograd tokenize -m MODEL.gguf (-p TEXT | -f FILE) [--ids] [--no-bos] [--no-special] [--count]\n"
-               "  -m MODEL.gguf   a model or vocabulary-only GGUF file\n"
-               "  -p TEXT         the text to tokenize\n"
-               "  -f FILE         tokenize the bytes of FILE\n"
-               "  --ids           print the ids as one JSON array\n"
-               "  --count         print only the number of tokens\n"
-               "  --no-bos        add no BOS/EOS (default: as the model asks)\n"
-               "  --no-special    treat special-token text such as <|im_end|> as plain text\n");
-}
-
-static char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n < cap) break;
-        char *bigger = realloc(buf, cap * 2);
-        if (!bigger) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = bigger;
-        cap *= 2;
-    }
-    bool failed = ferror(f) != 0;
-    fclose(f);
-    if (failed) {
-        free(buf);
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
 
 // Writes a piece between single quotes with its special bytes escaped.
 static void print_piece(FILE *f, const char *p, size_t n) {
@@ -83,41 +45,33 @@ static void print_piece(FILE *f, const char *p, size_t n) {
 
 int cmd_tokenize(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *file = NULL;
-    bool as_ids = false, count = false, add_special = true, parse_special = true;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "-p") || !strcmp(a, "-f")) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "retrograd tokenize: %s needs a value\n", a);
-                return 2;
-            }
-            const char **dst = a[1] == 'm' ? &model : a[1] == 'p' ? &prompt : &file;
-            *dst = argv[++i];
-        } else if (!strcmp(a, "--ids")) as_ids = true;
-        else if (!strcmp(a, "--count")) count = true;
-        else if (!strcmp(a, "--no-bos")) add_special = false;
-        else if (!strcmp(a, "--no-special")) parse_special = false;
-        else {
-            fprintf(stderr, "retrograd tokenize: unknown argument '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
+    bool as_ids = false, count = false, no_bos = false, no_special = false;
+    const cli_opt opts[] = {
+        CLI_STR('m', "--model", "MODEL.gguf", "a model or vocabulary-only GGUF file", &model),
+        CLI_STR('p', "--prompt", "TEXT", "the text to tokenize", &prompt),
+        CLI_STR('f', "--file", "FILE", "tokenize the bytes of FILE", &file),
+        CLI_FLAG(0, "--ids", "print the ids as one JSON array", &as_ids),
+        CLI_FLAG(0, "--count", "print only the number of tokens", &count),
+        CLI_FLAG(0, "--no-bos", "add no BOS/EOS (default: as the model asks)", &no_bos),
+        CLI_FLAG(0, "--no-special", "treat special-token text such as <|im_end|> as plain text", &no_special),
+    };
+    const cli_command c = {"tokenize", "-m MODEL.gguf (-p TEXT | -f FILE) [--ids] [--no-bos] [--no-special] [--count]",
+                           opts, CLI_N(opts), NULL, 0, NULL, NULL};
+    int rc = cli_args_parse(&c, argc, argv);
+    if (rc != CLI_ARGS_OK) return rc == CLI_ARGS_HELP ? 0 : 2;
     if (!model || (!prompt == !file)) {
         fprintf(stderr, "retrograd tokenize: give -m MODEL.gguf and one of -p TEXT or -f FILE\n");
-        usage(stderr);
+        cli_args_help(&c, stderr);
         return 2;
     }
+    const bool add_special = !no_bos, parse_special = !no_special;
 
     size_t len = 0;
     char *text = NULL;
     if (file) {
-        text = read_all(file, &len);
+        text = cli_read_file(file, &len);
         if (!text) {
-            fprintf(stderr, "retrograd tokenize: %s: cannot read the file\n", file);
+            fprintf(stderr, "retrograd tokenize: %s: cannot read the file: %s\n", file, strerror(errno));
             return 1;
         }
     }
@@ -127,7 +81,7 @@ int cmd_tokenize(int argc, char **argv) {
     rg_error err = {0};
     rg_gguf *g = NULL;
     rg_tokenizer *tok = NULL;
-    int rc = 1;
+    rc = 1;
     if (rg_gguf_open(&g, model, &err) || rg_tokenizer_load(&tok, g, &err)) {
         fprintf(stderr, "retrograd tokenize: %s\n", err.msg);
         goto done;

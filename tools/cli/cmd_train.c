@@ -6,10 +6,9 @@
 #include "train/config.h"
 #include "train/trainer.h"
 
-static void usage(FILE *f) {
+// After the options in --help: what the run writes, the data's forms, and every config key.
+static void epilog(FILE *f) {
     fprintf(f,
-            "usage: retrograd train -m MODEL.gguf -d DATA(.txt|.jsonl) -o OUTDIR [--config FILE.yaml] [--set key=value]...\n"
-            "                       [--resume OUTDIR] [--device cpu|cuda] [--progress auto|bar|lines|none]\n"
             "\n"
             "Fine-tunes MODEL on DATA: LoRA (any weight type; writes OUTDIR/adapter.gguf, which llama.cpp loads with\n"
             "--lora) or full fine-tuning of an F32/F16/BF16 model in its own type (writes OUTDIR/model.gguf).\n"
@@ -23,60 +22,57 @@ static void usage(FILE *f) {
     rg_train_config_print_help(f);
 }
 
+// The repeatable --set key=value, applied after --config.
+typedef struct set_list {
+    const char *kv[256];
+    int n;
+} set_list;
+
+static bool add_set(const char *cmd, const char *opt, const char *value, void *dst) {
+    set_list *l = dst;
+    if (l->n == 256) {
+        fprintf(stderr, "retrograd %s: more than 256 %s options\n", cmd, opt);
+        return false;
+    }
+    l->kv[l->n++] = value;
+    return true;
+}
+
+// --progress auto|bar|lines|none into rg_train_opts.progress (0..3).
+static bool parse_progress(const char *cmd, const char *opt, const char *value, void *dst) {
+    static const char *const names[] = {"auto", "bar", "lines", "none"};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(value, names[i])) {
+            *(int *)dst = i;
+            return true;
+        }
+    fprintf(stderr, "retrograd %s: %s '%s': expected auto, bar, lines or none\n", cmd, opt, value);
+    return false;
+}
+
 int cmd_train(int argc, char **argv) {
     rg_train_opts o;
     memset(&o, 0, sizeof o);
     rg_train_config_defaults(&o.cfg);
     const char *config_path = NULL, *resume_dir = NULL;
-    const char *sets[256];
-    int n_sets = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        const char *next = i + 1 < argc ? argv[i + 1] : NULL;
-        bool takes = !strcmp(a, "-m") || !strcmp(a, "-d") || !strcmp(a, "-o") || !strcmp(a, "--config") ||
-                     !strcmp(a, "--set") || !strcmp(a, "--resume") || !strcmp(a, "--device") || !strcmp(a, "--progress");
-        if (!takes) {
-            fprintf(stderr, "retrograd train: unknown option '%s' (see --help)\n", a);
-            return 2;
-        }
-        if (!next) {
-            fprintf(stderr, "retrograd train: %s needs a value\n", a);
-            return 2;
-        }
-        i++;
-        if (!strcmp(a, "-m")) o.model_path = next;
-        else if (!strcmp(a, "-d")) o.data_path = next;
-        else if (!strcmp(a, "-o")) o.out_dir = next;
-        else if (!strcmp(a, "--config")) config_path = next;
-        else if (!strcmp(a, "--resume")) resume_dir = next;
-        else if (!strcmp(a, "--set")) {
-            if (n_sets == 256) {
-                fprintf(stderr, "retrograd train: more than 256 --set options\n");
-                return 2;
-            }
-            sets[n_sets++] = next;
-        } else if (!strcmp(a, "--device")) {
-            if (!strcmp(next, "cpu")) o.device = RG_DEVICE_CPU;
-            else if (!strcmp(next, "cuda")) o.device = RG_DEVICE_CUDA;
-            else {
-                fprintf(stderr, "retrograd train: --device '%s': expected cpu or cuda\n", next);
-                return 2;
-            }
-        } else if (!strcmp(a, "--progress")) {
-            if (!strcmp(next, "auto")) o.progress = 0;
-            else if (!strcmp(next, "bar")) o.progress = 1;
-            else if (!strcmp(next, "lines")) o.progress = 2;
-            else if (!strcmp(next, "none")) o.progress = 3;
-            else {
-                fprintf(stderr, "retrograd train: --progress '%s': expected auto, bar, lines or none\n", next);
-                return 2;
-            }
-        }
-    }
+    set_list sets = {{0}, 0};
+    rg_device device = RG_DEVICE_CPU;
+    const cli_opt opts[] = {
+        CLI_STR('m', "--model", "MODEL.gguf", "the model to fine-tune", &o.model_path),
+        CLI_STR('d', "--data", "DATA", "the training data: .txt or .jsonl (below)", &o.data_path),
+        CLI_STR('o', "--output", "OUTDIR", "where the run, its checkpoints and the result go", &o.out_dir),
+        CLI_STR(0, "--config", "FILE.yaml", "settings (YAML; nested or dotted keys, listed below)", &config_path),
+        CLI_CALL(0, "--set", "key=value", "one setting, after --config (repeatable; later ones win)", add_set, &sets),
+        CLI_STR(0, "--resume", "OUTDIR", "continue the stopped run in OUTDIR from its newest checkpoint", &resume_dir),
+        CLI_CALL(0, "--device", "cpu|cuda", "where to run (default cpu)", cli_opt_device, &device),
+        CLI_CALL(0, "--progress", "auto|bar|lines|none", "progress on stderr: a bar on a terminal, lines otherwise "
+                 "(default auto)", parse_progress, &o.progress),
+    };
+    const cli_command c = {"train", "-m MODEL.gguf -d DATA(.txt|.jsonl) -o OUTDIR [--config FILE.yaml] [--set key=value]... "
+                           "[options]", opts, CLI_N(opts), NULL, 0, NULL, epilog};
+    int rc = cli_args_parse(&c, argc, argv);
+    if (rc != CLI_ARGS_OK) return rc == CLI_ARGS_HELP ? 0 : 2;
+    o.device = (int)device;
     if (resume_dir) {
         if (o.out_dir && strcmp(o.out_dir, resume_dir) != 0) {
             fprintf(stderr, "retrograd train: --resume %s and -o %s name different directories\n", resume_dir, o.out_dir);
@@ -94,8 +90,8 @@ int cmd_train(int argc, char **argv) {
         fprintf(stderr, "retrograd train: %s\n", err.msg);
         return 1;
     }
-    for (int i = 0; i < n_sets; i++)
-        if (rg_train_config_set_kv(&o.cfg, sets[i], &err)) {
+    for (int i = 0; i < sets.n; i++)
+        if (rg_train_config_set_kv(&o.cfg, sets.kv[i], &err)) {
             fprintf(stderr, "retrograd train: %s\n", err.msg);
             return 2;
         }
