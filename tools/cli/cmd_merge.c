@@ -24,7 +24,7 @@ static void epilog(FILE *f) {
             "Default: the base's own types for an F32/F16/BF16 base, %s for a quantized one. A quantized\n"
             "base's values sit on its type's grid and most of a LoRA change is smaller than half a step: stored\n"
             "back in the same type (or one that holds the same grid, as Q4_K holds Q4_1's) it rounds back to the\n"
-            "same points. The demo's adapter on SmolLM2 Q4_1 (README): merged into Q4_1 it keeps 8.8%% of B·A and\n"
+            "same points. The demo's adapter on SmolLM2 Q4_1 (docs/MODELS.md): merged into Q4_1 it keeps 8.8%% of B·A and\n"
             "0 of 3 answers; into Q8_0 100.0%% in every tensor, 3 of 3 answers, a loss 0.0002 from base + adapter's,\n"
             "138 MiB (the base is 94). %s keeps it (99.5%% in the worst tensor; 98.9%% into a Q8_0 base) and adds\n"
             "almost no rounding noise; Q5_0 (100 MiB) and Q4_K_M (101 MiB) kept the answers too, but round the\n"
