@@ -124,7 +124,7 @@ static void write_plot(run *r) {
         char title[256];
         const char *base = strrchr(r->o->model_path, '/');
         snprintf(title, sizeof title, "retrograd train: %s (%s)", base ? base + 1 : r->o->model_path,
-                 r->o->cfg.method == RG_TRAIN_LORA ? "LoRA" : "full");
+                 r->o->spec.cfg.method == RG_TRAIN_LORA ? "LoRA" : "full");
         rg_error e2 = {0};
         if (rg_loss_plot_write(r->plot_path, it, loss, ev, n, title, &e2))
             fprintf(r->log, "warning: %s\n", e2.msg);
@@ -142,7 +142,7 @@ static rg_status write_report(run *r, const rg_train_summary *sum, const rg_trai
     if (!f) return rg_fail(err, RG_ERR_NOMEM, "train: out of memory");
     rg_data_stats ds = rg_dataset_stats(r->data);
     fprintf(f, "{\n  \"model\": \"%s\",\n  \"data\": \"%s\",\n  \"method\": \"%s\",\n  \"result\": \"%s\",\n", r->o->model_path,
-            r->o->data_path, r->o->cfg.method == RG_TRAIN_LORA ? "lora" : "full", result);
+            r->o->data_path, r->o->spec.cfg.method == RG_TRAIN_LORA ? "lora" : "full", result);
     fprintf(f, "  \"steps\": %lld,\n  \"skipped_steps\": %lld,\n  \"tokens\": %lld,\n", (long long)sum->steps,
             (long long)sum->skipped, (long long)sum->tokens);
     fprintf(f, "  \"first_loss\": %.9g,\n  \"last_loss\": %.9g,\n", sum->first_loss, sum->last_loss);
@@ -175,15 +175,15 @@ static rg_status write_report(run *r, const rg_train_summary *sum, const rg_trai
 
 static rg_status load_inputs(run *r, rg_error *err) {
     const rg_train_opts *o = r->o;
-    const rg_train_config *c = &o->cfg;
+    const rg_train_config *c = &o->spec.cfg;
     rg_status st = rg_model_load(&r->model, o->model_path, err);
     if (st) return st;
-    if ((st = rg_eval_load_data(&r->data, r->model, o->data_path, c, r->log, err))) return st;
+    if ((st = rg_eval_load_data(&r->data, r->model, o->data_path, &o->spec, r->log, err))) return st;
     r->n_train_rows = rg_dataset_n_rows(r->data, 0);
     if (r->n_train_rows <= 0)
         return rg_fail(err, RG_ERR_ARG, "train: %s gives no training rows (every sample went to the eval split or was dropped)",
                        o->data_path);
-    r->rows_per_step = c->batch_size * c->grad_accum;
+    r->rows_per_step = o->spec.rows_per_step;
     if (c->steps > 0) r->total_steps = c->steps;
     else {
         double steps = floor(c->epochs * (double)r->n_train_rows / (double)r->rows_per_step);
@@ -196,7 +196,7 @@ static rg_status load_inputs(run *r, rg_error *err) {
 }
 
 static void print_start(run *r, const rg_train_memory *mem) {
-    const rg_train_config *c = &r->o->cfg;
+    const rg_train_config *c = &r->o->spec.cfg;
     rg_data_stats ds = rg_dataset_stats(r->data);
     const rg_hparams *hp = &r->model->hp;
     int64_t n_trainable = 0;
@@ -245,9 +245,8 @@ rg_status rg_train_run(const rg_train_opts *o, rg_train_summary *sum, rg_error *
     memset(&r, 0, sizeof r);
     r.o = o;
     r.log = o->log ? o->log : stderr;
-    const rg_train_config *c = &o->cfg;
-    rg_status st = rg_train_config_validate(c, err);
-    if (st) return st;
+    const rg_train_config *c = &o->spec.cfg;  // checked at the edge (rg_train_config_validate)
+    rg_status st;
     if ((st = prepare_out_dir(o->out_dir, err))) return st;
     if (!o->resume) {
         // A fresh run never mixes with an earlier one: its checkpoints would be taken for ours by --resume.
@@ -263,8 +262,7 @@ rg_status rg_train_run(const rg_train_opts *o, rg_train_summary *sum, rg_error *
         run_free(&r);
         return st;
     }
-    size_t limit = c->memory_limit_gb > 0 ? (size_t)(c->memory_limit_gb * 1073741824.0) : 0;
-    if ((st = rg_train_state_create_on(&r.s, r.model, c, r.total_steps, limit, (rg_device)o->device, err))) {
+    if ((st = rg_train_state_create_on(&r.s, r.model, &o->spec, r.total_steps, (rg_device)o->device, err))) {
         run_free(&r);
         return st;
     }

@@ -26,7 +26,8 @@ static void usage(FILE *f) {
 int cmd_train(int argc, char **argv) {
     rg_train_opts o;
     memset(&o, 0, sizeof o);
-    rg_train_config_defaults(&o.cfg);
+    rg_train_config cfg;
+    rg_train_config_defaults(&cfg);
     const char *config_path = NULL, *resume_dir = NULL;
     const char *sets[256];
     int n_sets = 0;
@@ -90,16 +91,16 @@ int cmd_train(int argc, char **argv) {
         return 2;
     }
     rg_error err = {0};
-    if (config_path && rg_train_config_load_yaml(&o.cfg, config_path, &err)) {
+    if (config_path && rg_train_config_load_yaml(&cfg, config_path, &err)) {
         fprintf(stderr, "retrograd train: %s\n", err.msg);
         return 1;
     }
     for (int i = 0; i < n_sets; i++)
-        if (rg_train_config_set_kv(&o.cfg, sets[i], &err)) {
+        if (rg_train_config_set_kv(&cfg, sets[i], &err)) {
             fprintf(stderr, "retrograd train: %s\n", err.msg);
             return 2;
         }
-    if (rg_train_config_validate(&o.cfg, &err)) {
+    if (rg_train_config_validate(&cfg, &o.spec, &err)) {  // the edge: the library trusts o.spec from here
         fprintf(stderr, "retrograd train: %s\n", err.msg);
         return 2;
     }
