@@ -129,18 +129,18 @@ static void test_defaults(void) {
     rg_train_spec sp;
     RG_CHECK(rg_train_config_validate(&c, &sp, &err) == RG_OK, "defaults do not validate: %s", err.msg);
 
-    // What validation resolves: the lr (auto by method), the limit in bytes, rows per step, threads.
+    // What validation resolves: the lr (auto by method), the limit in bytes, rows per step.
     RG_CHECK(sp.lr == 2e-4, "auto lora lr %g", sp.lr);
-    RG_CHECK(sp.memory_limit == 0 && sp.rows_per_step == 1 && sp.threads == 0, "limit %zu rows %lld threads %d",
-             sp.memory_limit, (long long)sp.rows_per_step, sp.threads);
+    RG_CHECK(sp.memory_limit == 0 && sp.rows_per_step == 1, "limit %zu rows %lld", sp.memory_limit,
+             (long long)sp.rows_per_step);
     c.method = RG_TRAIN_FULL;
     RG_CHECK(rg_train_config_validate(&c, &sp, &err) == RG_OK && sp.lr == 5e-5, "auto full lr %g", sp.lr);
     c.lr = 1e-3;
     c.memory_limit_gb = 1.5;
-    c.batch_size = 3, c.grad_accum = 4, c.threads = 2;
+    c.batch_size = 3, c.grad_accum = 4;
     RG_CHECK(rg_train_config_validate(&c, &sp, &err) == RG_OK && sp.lr == 1e-3, "explicit lr %g", sp.lr);
-    RG_CHECK(sp.memory_limit == 1610612736u && sp.rows_per_step == 12 && sp.threads == 2, "limit %zu rows %lld threads %d",
-             sp.memory_limit, (long long)sp.rows_per_step, sp.threads);
+    RG_CHECK(sp.memory_limit == 1610612736u && sp.rows_per_step == 12, "limit %zu rows %lld", sp.memory_limit,
+             (long long)sp.rows_per_step);
     RG_CHECK(memcmp(&sp.cfg, &c, sizeof c) == 0, "the spec's config is not the one validated");
     // A refused config leaves the spec as it was.
     rg_train_spec before = sp;

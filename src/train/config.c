@@ -695,7 +695,6 @@ rg_status rg_train_config_validate(const rg_train_config *c, rg_train_spec *out,
     const double bytes = c->memory_limit_gb * 1073741824.0;  // finite and >= 0: checked above
     sp.memory_limit = bytes >= (double)SIZE_MAX ? SIZE_MAX : (size_t)bytes;
     sp.rows_per_step = c->batch_size * c->grad_accum;
-    sp.threads = c->threads > 0 ? (int)c->threads : 0;
     *out = sp;
     return RG_OK;
 }

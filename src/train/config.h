@@ -114,7 +114,6 @@ typedef struct rg_train_spec {
     double lr;              // the base learning rate used: training.lr, or for auto 2e-4 with LoRA, 5e-5 full
     size_t memory_limit;    // training.memory_limit_gb in bytes (0: none given; the machine or the device decides)
     int64_t rows_per_step;  // rows per optimizer step: batch_size * grad_accum
-    int threads;            // training.threads (0: every core)
 } rg_train_spec;
 
 // The edge: checks every key's range again (the struct may have been filled by
