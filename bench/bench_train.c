@@ -289,7 +289,9 @@ static int run_row(const bench_row *row, int steps, double peak_gflops, int thre
     c.grad_accum = rows;
     rg_train_state *s = NULL;
     double rss0 = rg_rss_mib();
-    rg_status st = rg_train_state_create_on(&s, m, &c, c.steps, 0, bench_device, &err);
+    rg_train_spec sp;
+    rg_status st = rg_train_config_validate(&c, &sp, &err);
+    if (!st) st = rg_train_state_create_on(&s, m, &sp, c.steps, bench_device, &err);
     if (st == RG_ERR_UNSUPPORTED && bench_device != RG_DEVICE_CPU) {
         printf("%-26s  refused by the device (a limit of train_device.c, not a failure of the bench): %s\n", row->name,
                err.msg);

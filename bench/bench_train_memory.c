@@ -87,7 +87,8 @@ static int confirm_step(const rg_model *m, const mem_row *r, int64_t ctx, int th
     rg_error err = {0};
     rg_train_state *s = NULL;
     const size_t rss0 = rss_bytes();
-    if (rg_train_state_create(&s, m, &c, 1, 0, &err)) {
+    rg_train_spec sp;
+    if (rg_train_config_validate(&c, &sp, &err) || rg_train_state_create(&s, m, &sp, 1, &err)) {
         printf("confirm at ctx %lld: %s\n", (long long)ctx, err.msg);
         return 1;
     }
@@ -170,7 +171,8 @@ int main(void) {
             rg_train_config c = row_config(&rows[r], ctxs[ci], threads);
             rg_train_memory p;
             const double t0 = bench_now();
-            if (rg_train_state_plan(m, &c, 0, &p, &err)) {
+            rg_train_spec sp;
+            if (rg_train_config_validate(&c, &sp, &err) || rg_train_state_plan(m, &sp, &p, &err)) {
                 printf("%5lld  %-36s | %s\n", (long long)ctxs[ci], rows[r].what, err.msg);
                 rc = 1;
                 continue;

@@ -84,7 +84,8 @@ static int runner_make(runner *r, const prec_cfg *pc, const char *path, int opti
     c.seed = 7;
     c.threads = 1;  // a tiny model: one thread is fastest, and immune to a busy machine
     r->device = pc->device;
-    if (rg_train_state_create_on(&r->s, r->model, &c, steps, 0, pc->device, &err)) {
+    rg_train_spec sp;
+    if (rg_train_config_validate(&c, &sp, &err) || rg_train_state_create_on(&r->s, r->model, &sp, steps, pc->device, &err)) {
         printf("setup %s: %s\n", path, err.msg);
         return 1;
     }

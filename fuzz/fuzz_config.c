@@ -178,8 +178,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             free(kv);
         }
     }
-    rg_status st = rg_train_config_validate(&c, &err);
+    rg_train_spec sp;
+    rg_status st = rg_train_config_validate(&c, &sp, &err);
     if (st) fz_check_error(st, &err, FZ_STATUS(RG_ERR_ARG), "rg_train_config_validate");
+    else FZ_CHECK(memcmp(&sp.cfg, &c, sizeof c) == 0 && sp.lr > 0 && sp.rows_per_step >= 1, "a bad spec from a valid config");
     check_reads_back(&c);
     return 0;
 }

@@ -429,6 +429,14 @@ static void test_state_per_layer(void) {
 // The short-conv and SSM layers build through the forward, a session and training: finite logits from the
 // forward, a session's evaluation moving n_past, a training state made (test_session and test_train_hybrid check
 // their numbers).
+// A train state of c over total_steps steps, validated first as the CLI does.
+static rg_status train_state(rg_train_state **ts, const rg_model *m, const rg_train_config *c, int64_t total_steps,
+                             rg_error *err) {
+    rg_train_spec sp;
+    rg_status st = rg_train_config_validate(c, &sp, err);
+    return st ? st : rg_train_state_create(ts, m, &sp, total_steps, err);
+}
+
 static void test_recurrent_kinds_build(void) {
     static const char *const archs[] = {"lfm2", "mamba2"};
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) {
@@ -459,7 +467,7 @@ static void test_recurrent_kinds_build(void) {
         rg_train_config_defaults(&c);
         c.method = RG_TRAIN_FULL, c.ctx = 16, c.threads = 1;
         rg_train_state *ts = NULL;
-        RG_CHECK(rg_train_state_create(&ts, m, &c, 1, 0, &err) == RG_OK, "%s training: %s", archs[i], err.msg);
+        RG_CHECK(train_state(&ts, m, &c, 1, &err) == RG_OK, "%s training: %s", archs[i], err.msg);
         rg_train_state_free(ts);
         rg_model_free(m);
         unlink(path);
@@ -520,7 +528,7 @@ static void test_full_tensor_order(void) {
     c.method = RG_TRAIN_FULL, c.ctx = 16, c.threads = 1;
     rg_train_state *ts = NULL;
     rg_error err = {0};
-    RG_REQUIRE(rg_train_state_create(&ts, m, &c, 1, 0, &err) == RG_OK, "%s", err.msg);
+    RG_REQUIRE(train_state(&ts, m, &c, 1, &err) == RG_OK, "%s", err.msg);
     static const char *const want[] = {"token_embd.weight", "output_norm.weight", "output.weight",
                                        "blk.0.attn_norm.weight", "blk.0.attn_q.weight", "blk.0.attn_q.bias",
                                        "blk.0.attn_k.weight", "blk.0.attn_k.bias", "blk.0.attn_v.weight",
@@ -632,7 +640,7 @@ static void test_gemma_cache_and_training(void) {
                 pos[k] = k < 10 ? k : k - 10, seg[k] = k < 10 ? 0 : 1, lab[k] = k < 15 && k != 9 ? ids[k + 1] : -100;
             double loss = NAN, gn = 0, lr = 0;
             bool skipped = false;
-            rg_status st = rg_train_state_create(&ts, m, &c, 1, 0, &err);
+            rg_status st = train_state(&ts, m, &c, 1, &err);
             if (!st) st = rg_train_state_micro(ts, ids, lab, pos, seg, 1.0 / 14, &loss, &err);
             if (!st) st = rg_train_state_step(ts, &gn, &lr, &skipped, &err);
             RG_CHECK(st == RG_OK && isfinite(loss) && loss > 0 && isfinite(gn) && gn > 0 && !skipped,

@@ -44,11 +44,17 @@ static rg_model *fixture(const char *env, uint32_t quant, const char *path, bool
     return m;
 }
 
-// A training state on the device under RETRO_REQUIRE_GPU_RESIDENT=1 (the guard acts when its
-// executors are made).
+// A training state of c on the device.
+static rg_status create_cuda(rg_train_state **s, const rg_model *m, const rg_train_config *c, rg_error *err) {
+    rg_train_spec sp;
+    rg_status st = tt_spec(&sp, c, 0, err);
+    return st ? st : rg_train_state_create_on(s, m, &sp, STEPS, RG_DEVICE_CUDA, err);
+}
+
+// The same under RETRO_REQUIRE_GPU_RESIDENT=1 (the guard acts when its executors are made).
 static rg_status create_guarded(rg_train_state **s, const rg_model *m, const rg_train_config *c, rg_error *err) {
     setenv("RETRO_REQUIRE_GPU_RESIDENT", "1", 1);
-    rg_status st = rg_train_state_create_on(s, m, c, STEPS, 0, RG_DEVICE_CUDA, err);
+    rg_status st = create_cuda(s, m, c, err);
     unsetenv("RETRO_REQUIRE_GPU_RESIDENT");
     return st;
 }
@@ -73,7 +79,7 @@ static void test_resident_steps_make_no_copies(void) {
     c.clip_grad_norm = 1.0;
     setenv("RETRO_REQUIRE_GPU_RESIDENT", "1", 1);
     rg_train_state *s = NULL;
-    rg_status st = rg_train_state_create_on(&s, m, &c, STEPS, 0, RG_DEVICE_CUDA, &err);
+    rg_status st = create_cuda(&s, m, &c, &err);
     RG_CHECK(st == RG_OK, "a resident run is refused: %s", err.msg);
     for (int step = 0; st == RG_OK && step < STEPS; step++) {
         double loss, gn, lr;
@@ -186,7 +192,7 @@ static void test_copying_run_is_refused(void) {
                  "the refusal does not name the op, its types and the reason: %s", err.msg);
     rg_train_state_free(s);
     // Without the guard the same run trains on the device, its fallbacks counted.
-    st = rg_train_state_create_on(&s, m, &c, STEPS, 0, RG_DEVICE_CUDA, &err);
+    st = create_cuda(&s, m, &c, &err);
     RG_CHECK(st == RG_OK, "without the guard: %s", err.msg);
     double loss, gn, lr;
     bool skipped;

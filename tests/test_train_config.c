@@ -126,14 +126,27 @@ static void test_defaults(void) {
     RG_CHECK(c.train_on == RG_TRAIN_ON_ASSISTANT && c.pack && c.overlong == RG_OVERLONG_TRUNCATE, "data %d %d %d",
              c.train_on, c.pack, c.overlong);
     rg_error err = {0};
-    RG_CHECK(rg_train_config_validate(&c, &err) == RG_OK, "defaults do not validate: %s", err.msg);
+    rg_train_spec sp;
+    RG_CHECK(rg_train_config_validate(&c, &sp, &err) == RG_OK, "defaults do not validate: %s", err.msg);
 
-    // Auto lr.
-    RG_CHECK(rg_train_config_lr(&c) == 2e-4, "auto lora lr %g", rg_train_config_lr(&c));
+    // What validation resolves: the lr (auto by method), the limit in bytes, rows per step.
+    RG_CHECK(sp.lr == 2e-4, "auto lora lr %g", sp.lr);
+    RG_CHECK(sp.memory_limit == 0 && sp.rows_per_step == 1, "limit %zu rows %lld", sp.memory_limit,
+             (long long)sp.rows_per_step);
     c.method = RG_TRAIN_FULL;
-    RG_CHECK(rg_train_config_lr(&c) == 5e-5, "auto full lr %g", rg_train_config_lr(&c));
+    RG_CHECK(rg_train_config_validate(&c, &sp, &err) == RG_OK && sp.lr == 5e-5, "auto full lr %g", sp.lr);
     c.lr = 1e-3;
-    RG_CHECK(rg_train_config_lr(&c) == 1e-3, "explicit lr %g", rg_train_config_lr(&c));
+    c.memory_limit_gb = 1.5;
+    c.batch_size = 3, c.grad_accum = 4;
+    RG_CHECK(rg_train_config_validate(&c, &sp, &err) == RG_OK && sp.lr == 1e-3, "explicit lr %g", sp.lr);
+    RG_CHECK(sp.memory_limit == 1610612736u && sp.rows_per_step == 12, "limit %zu rows %lld", sp.memory_limit,
+             (long long)sp.rows_per_step);
+    RG_CHECK(memcmp(&sp.cfg, &c, sizeof c) == 0, "the spec's config is not the one validated");
+    // A refused config leaves the spec as it was.
+    rg_train_spec before = sp;
+    c.ctx = 4;
+    RG_CHECK(rg_train_config_validate(&c, &sp, &err) == RG_ERR_ARG && memcmp(&sp, &before, sizeof sp) == 0,
+             "a refused config changed the spec");
 
     // The table above names every key write() prints, and no other.
     rg_train_config_defaults(&c);
@@ -465,6 +478,7 @@ static void v_targets_bad(rg_train_config *c) { c->lora_targets = 512 | RG_LORA_
 static void v_lr_nan(rg_train_config *c) { c->lr = NAN; }
 static void v_beta2(rg_train_config *c) { c->beta2 = 1.0; }
 static void v_split(rg_train_config *c) { c->eval_split = 0.75; }
+static void v_step_overflow(rg_train_config *c) { c->batch_size = INT64_C(1) << 62, c->grad_accum = 2; }
 
 static void test_validate(void) {
     static const struct {
@@ -491,13 +505,17 @@ static void test_validate(void) {
         {"lr NaN", v_lr_nan, "training.lr"},
         {"beta2 1", v_beta2, "training.beta2: 1 is out of range [0, 1)"},
         {"eval_split 0.75", v_split, "training.eval_split"},
+        {"a step too large to count", v_step_overflow,
+         "training.batch_size (4611686018427387904) times training.grad_accum (2) times training.ctx (512) tokens per "
+         "step do not fit"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         rg_train_config c;
         rg_train_config_defaults(&c);
         cases[i].change(&c);
         rg_error err = {0};
-        rg_status st = rg_train_config_validate(&c, &err);
+        rg_train_spec sp;
+        rg_status st = rg_train_config_validate(&c, &sp, &err);
         if (!cases[i].want)
             RG_CHECK(st == RG_OK, "%s: refused: %s", cases[i].name, err.msg);
         else

@@ -72,8 +72,10 @@ static void compare_cfg(rg_train_method method, uint32_t type, bool master, cons
     c.flash_attn = flash ? RG_FLASH_ATTN_ON : RG_FLASH_ATTN_OFF;
     if (flash) setenv("RETRO_REQUIRE_GPU_RESIDENT", "1", 1);  // FLASH_ATTN_EXT/BACK must run on the device
     rg_train_state *cpu = NULL, *dev = NULL;
-    RG_REQUIRE(rg_train_state_create_on(&cpu, m, &c, STEPS, 0, RG_DEVICE_CPU, &err) == RG_OK, "cpu: %s", err.msg);
-    rg_status st = rg_train_state_create_on(&dev, m, &c, STEPS, 0, RG_DEVICE_CUDA, &err);
+    rg_train_spec sp;
+    RG_REQUIRE(tt_spec(&sp, &c, 0, &err) == RG_OK, "config: %s", err.msg);
+    RG_REQUIRE(rg_train_state_create_on(&cpu, m, &sp, STEPS, RG_DEVICE_CPU, &err) == RG_OK, "cpu: %s", err.msg);
+    rg_status st = rg_train_state_create_on(&dev, m, &sp, STEPS, RG_DEVICE_CUDA, &err);
     RG_CHECK(st == RG_OK, "cuda: %s", err.msg);
     if (st == RG_OK) RG_CHECK(cpu->flash_attn == flash && dev->flash_attn == flash, "flash %d: cpu %d, cuda %d", flash,
                               cpu->flash_attn, dev->flash_attn);
@@ -106,7 +108,7 @@ static void compare_cfg(rg_train_method method, uint32_t type, bool master, cons
         RG_CHECK(rg_train_state_sync_host(dev, &err) == RG_OK, "sync: %s", err.msg);
         // The changes the two runs made to the weights, from a fresh state's: worst element and L2.
         rg_train_state *fresh = NULL;
-        RG_REQUIRE(rg_train_state_create_on(&fresh, m, &c, STEPS, 0, RG_DEVICE_CPU, &err) == RG_OK, "%s", err.msg);
+        RG_REQUIRE(rg_train_state_create_on(&fresh, m, &sp, STEPS, RG_DEVICE_CPU, &err) == RG_OK, "%s", err.msg);
         double worst = 0, moved = 0, d2 = 0, c2 = 0;
         for (int k = 0; k < cpu->n_tensors; k++) {
             const rg_train_tensor *tc_ = &cpu->tensors[k], *td = &dev->tensors[k], *tf = &fresh->tensors[k];
@@ -176,12 +178,14 @@ static void test_training_steps_replay_graphs(void) {
     c.clip_grad_norm = 0.5;
     double loss[2][STEPS], norm[2][STEPS];
     rg_train_state *s[2] = {NULL, NULL};
+    rg_train_spec sp;
+    RG_REQUIRE(tt_spec(&sp, &c, 0, &err) == RG_OK, "config: %s", err.msg);
     const char *env = getenv("RETRO_CUDA_GRAPHS");
     char *saved = env ? strdup(env) : NULL;  // the suite also runs whole with RETRO_CUDA_GRAPHS=1
     for (int g = 0; g < 2; g++) {
         if (g) setenv("RETRO_CUDA_GRAPHS", "1", 1);
         else unsetenv("RETRO_CUDA_GRAPHS");
-        RG_REQUIRE(rg_train_state_create_on(&s[g], m, &c, STEPS, 0, RG_DEVICE_CUDA, &err) == RG_OK, "%s", err.msg);
+        RG_REQUIRE(rg_train_state_create_on(&s[g], m, &sp, STEPS, RG_DEVICE_CUDA, &err) == RG_OK, "%s", err.msg);
         run_rows(s[g], loss[g], norm[g], &err);
         RG_CHECK(rg_train_state_sync_host(s[g], &err) == RG_OK, "sync: %s", err.msg);
     }

@@ -151,7 +151,9 @@ static void test_auto_and_device(void) {
     const bool device = rg_cuda_device_count(why, sizeof why) > 0;
     rg_train_config c = config(RG_TRAIN_LORA, RG_FLASH_ATTN_ON, RG_RECOMPUTE_NONE, T);
     rg_train_state *s = NULL;
-    rg_status st = rg_train_state_create_on(&s, m, &c, c.steps, 0, RG_DEVICE_CUDA, &err);
+    rg_train_spec sp;
+    rg_status st = tt_spec(&sp, &c, 0, &err);
+    if (!st) st = rg_train_state_create_on(&s, m, &sp, c.steps, RG_DEVICE_CUDA, &err);
     printf("    on, CUDA device (%s, %s): %s\n", kernels ? "kernels built" : "no kernels", device ? "present" : why,
            st ? err.msg : s->flash_attn ? "flash attention" : "materialized");
     if (!kernels)
@@ -178,8 +180,8 @@ static void test_auto_fits_by_flash(void) {
     coff.checkpoint_dtype = con.checkpoint_dtype = cauto.checkpoint_dtype = RG_TYPE_BF16;  // so flash is the hint left
     con.flash_attn = RG_FLASH_ATTN_ON, cauto.flash_attn = RG_FLASH_ATTN_AUTO;
     rg_train_memory moff, mon;
-    RG_REQUIRE(rg_train_state_plan(m, &coff, 0, &moff, &err) == RG_OK, "plan off: %s", err.msg);
-    RG_REQUIRE(rg_train_state_plan(m, &con, 0, &mon, &err) == RG_OK, "plan on: %s", err.msg);
+    RG_REQUIRE(tt_plan(m, &coff, 0, &moff, &err) == RG_OK, "plan off: %s", err.msg);
+    RG_REQUIRE(tt_plan(m, &con, 0, &mon, &err) == RG_OK, "plan on: %s", err.msg);
     RG_REQUIRE(mon.total < moff.total && !moff.flash_attn && mon.flash_attn, "totals %zu flash, %zu materialized",
                mon.total, moff.total);
     const size_t limit = (moff.total + mon.total) / 2;
@@ -206,7 +208,7 @@ static void test_plan_is_the_run(void) {
     rg_train_config c = config(RG_TRAIN_LORA, RG_FLASH_ATTN_ON, RG_RECOMPUTE_LAYER, T);
     c.fused_ce = RG_FUSED_CE_ON;
     rg_train_memory p;
-    RG_REQUIRE(rg_train_state_plan(m, &c, 0, &p, &err) == RG_OK, "plan: %s", err.msg);
+    RG_REQUIRE(tt_plan(m, &c, 0, &p, &err) == RG_OK, "plan: %s", err.msg);
     rg_train_state *s = tt_state(m, &c, 0, &err);
     RG_REQUIRE(s, "create: %s", err.msg);
     const rg_train_memory r = rg_train_state_memory(s);
@@ -232,7 +234,7 @@ static void test_activations_flat(void) {
             rg_train_config c = config(RG_TRAIN_LORA, flash ? RG_FLASH_ATTN_ON : RG_FLASH_ATTN_OFF, RG_RECOMPUTE_LAYER, ctx);
             c.fused_ce = RG_FUSED_CE_ON;
             rg_train_memory p;
-            RG_REQUIRE(rg_train_state_plan(m, &c, 0, &p, &err) == RG_OK, "plan at ctx %d: %s", ctx, err.msg);
+            RG_REQUIRE(tt_plan(m, &c, 0, &p, &err) == RG_OK, "plan at ctx %d: %s", ctx, err.msg);
             per_tok[flash][i] = (double)p.activations / ctx;
         }
     printf("    LoRA, recompute, fused loss: activations per token %.0f B at ctx 1024, %.0f B at 4096 with flash "

@@ -284,7 +284,9 @@ static void check_gradients(const char *file) {
     c.steps = 1;
     rg_train_state *s = NULL;
     rg_error err = {0};
-    rg_status st = rg_train_state_create(&s, m, &c, 1, 0, &err);
+    rg_train_spec sp;
+    rg_status st = rg_train_config_validate(&c, &sp, &err);
+    if (!st) st = rg_train_state_create(&s, m, &sp, 1, &err);
     RG_CHECK(st == RG_OK, "create: %s", err.msg);
     if (st == RG_OK) {
         RG_CHECK(valid_of(&r, 0) == r.valid, "valid targets %lld, fixture %lld", (long long)valid_of(&r, 0), (long long)r.valid);
@@ -337,7 +339,9 @@ static void check_trajectory(const char *file, int optimizer) {
     rg_train_config c = ref_config(&r, optimizer);
     rg_train_state *s = NULL;
     rg_error err = {0};
-    rg_status st = rg_train_state_create(&s, m, &c, r.n_steps, 0, &err);
+    rg_train_spec sp;
+    rg_status st = rg_train_config_validate(&c, &sp, &err);
+    if (!st) st = rg_train_state_create(&s, m, &sp, r.n_steps, &err);
     RG_CHECK(st == RG_OK, "create: %s", err.msg);
     // initial weights, to form (final - initial)
     float **init = calloc((size_t)(s ? s->n_tensors : 0) + 1, sizeof *init);

@@ -70,10 +70,27 @@ static inline rg_train_config tt_config(rg_train_method method, int T) {
     return c;
 }
 
+// The spec the library takes: c validated as the CLI validates it, and with limit (bytes) > 0 a memory limit of
+// exactly limit (training.memory_limit_gb = limit / 2^30, exact in a double and back).
+static inline rg_status tt_spec(rg_train_spec *sp, const rg_train_config *c, size_t limit, rg_error *err) {
+    rg_train_config with_limit = *c;
+    if (limit) with_limit.memory_limit_gb = (double)limit / 1073741824.0;
+    return rg_train_config_validate(&with_limit, sp, err);
+}
+
 static inline rg_train_state *tt_state(const rg_model *m, const rg_train_config *c, size_t limit, rg_error *err) {
     rg_train_state *s = NULL;
-    if (rg_train_state_create(&s, m, c, c->steps, limit, err)) return NULL;
+    rg_train_spec sp;
+    if (tt_spec(&sp, c, limit, err) || rg_train_state_create(&s, m, &sp, c->steps, err)) return NULL;
     return s;
+}
+
+// The memory report of the state tt_state would make, from its plan alone (rg_train_state_plan).
+static inline rg_status tt_plan(const rg_model *m, const rg_train_config *c, size_t limit, rg_train_memory *out,
+                                rg_error *err) {
+    rg_train_spec sp;
+    rg_status st = tt_spec(&sp, c, limit, err);
+    return st ? st : rg_train_state_plan(m, &sp, out, err);
 }
 
 // One row through the step graph, normalised by its own targets.

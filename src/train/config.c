@@ -485,11 +485,6 @@ void rg_train_config_defaults(rg_train_config *c) {
     }
 }
 
-double rg_train_config_lr(const rg_train_config *c) {
-    if (c->lr > 0) return c->lr;
-    return c->method == RG_TRAIN_LORA ? 2e-4 : 5e-5;
-}
-
 // The value as text; `list_sep` separates target names.
 static bool format_value(const rg_train_config *c, const key_def *k, char *buf, size_t cap, const char *list_sep) {
     if (cap == 0) return false;
@@ -619,7 +614,8 @@ void rg_train_config_print_help(FILE *f) {
     }
 }
 
-rg_status rg_train_config_validate(const rg_train_config *c, rg_error *err) {
+// The keys one at a time: each in its type's range.
+static rg_status check_ranges(const rg_train_config *c, rg_error *err) {
     char range[80];
     for (size_t i = 0; i < N_KEYS; i++) {
         const key_def *k = &keys[i];
@@ -666,6 +662,17 @@ rg_status rg_train_config_validate(const rg_train_config *c, rg_error *err) {
         }
         }
     }
+    return RG_OK;
+}
+
+// The rules between keys.
+static rg_status check_cross_keys(const rg_train_config *c, rg_error *err) {
+    // A step's tokens (rows times ctx) are counted and allocated as one number.
+    if (c->grad_accum > INT64_MAX / c->batch_size || c->batch_size * c->grad_accum > INT64_MAX / 4 / c->ctx)
+        return rg_fail(err, RG_ERR_ARG,
+                       "training.batch_size (%" PRId64 ") times training.grad_accum (%" PRId64 ") times training.ctx (%"
+                       PRId64 ") tokens per step do not fit in memory",
+                       c->batch_size, c->grad_accum, c->ctx);
     if (c->steps > 0 && c->warmup_steps > c->steps)
         return rg_fail(err, RG_ERR_ARG, "training.warmup_steps (%" PRId64 ") is more than training.steps (%" PRId64 ")",
                        c->warmup_steps, c->steps);
@@ -677,6 +684,18 @@ rg_status rg_train_config_validate(const rg_train_config *c, rg_error *err) {
     if (c->steps == 0 && !(c->epochs > 0))
         return rg_fail(err, RG_ERR_ARG, "training.epochs is %g and training.steps is 0: set one of them above 0",
                        c->epochs);
+    return RG_OK;
+}
+
+rg_status rg_train_config_validate(const rg_train_config *c, rg_train_spec *out, rg_error *err) {
+    rg_status st;
+    if ((st = check_ranges(c, err)) || (st = check_cross_keys(c, err))) return st;
+    rg_train_spec sp = {.cfg = *c};
+    sp.lr = c->lr > 0 ? c->lr : c->method == RG_TRAIN_LORA ? 2e-4 : 5e-5;
+    const double bytes = c->memory_limit_gb * 1073741824.0;  // finite and >= 0: checked above
+    sp.memory_limit = bytes >= (double)SIZE_MAX ? SIZE_MAX : (size_t)bytes;
+    sp.rows_per_step = c->batch_size * c->grad_accum;
+    *out = sp;
     return RG_OK;
 }
 

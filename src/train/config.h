@@ -106,12 +106,22 @@ rg_status rg_train_config_load_yaml(rg_train_config *c, const char *path, rg_err
 // The same from YAML text in memory (len bytes, not NUL-terminated); path names it in messages.
 rg_status rg_train_config_load_yaml_text(rg_train_config *c, const char *path, const char *text, size_t len,
                                         rg_error *err);
-// Checks every key's range again (the struct may have been filled by code) and
-// the cross-key rules: warmup_steps <= steps when steps > 0, epochs > 0 when
-// steps == 0, at least one LoRA target.
-rg_status rg_train_config_validate(const rg_train_config *c, rg_error *err);
-// The learning rate actually used: lr, or for auto (0) 2e-4 with LoRA, 5e-5 full.
-double rg_train_config_lr(const rg_train_config *c);
+// A checked config: what the library takes. rg_train_config_validate is the only maker; every library
+// function that takes one (rg_train_run, the train state's create functions and plan, eval) trusts it and checks
+// nothing again. Change a key after validating and the spec is no longer checked: validate again instead.
+typedef struct rg_train_spec {
+    rg_train_config cfg;    // every key in its range, the cross-key rules hold
+    double lr;              // the base learning rate used: training.lr, or for auto 2e-4 with LoRA, 5e-5 full
+    size_t memory_limit;    // training.memory_limit_gb in bytes (0: none given; the machine or the device decides)
+    int64_t rows_per_step;  // rows per optimizer step: batch_size * grad_accum
+} rg_train_spec;
+
+// The edge: checks every key's range again (the struct may have been filled by
+// code) and the cross-key rules (warmup_steps <= steps when steps > 0, epochs > 0
+// when steps == 0, at least one LoRA target, a 16-bit checkpoint_dtype only with
+// recompute), then fills *out. Errors name the key and the value. *out is
+// untouched on failure.
+rg_status rg_train_config_validate(const rg_train_config *c, rg_train_spec *out, rg_error *err);
 // The --help text: every key with its type or choices, default and meaning, by section.
 void rg_train_config_print_help(FILE *f);
 // The config as YAML: every key, flat dotted, one per line, in table order;

@@ -9,9 +9,10 @@
 #include "text/chat.h"
 #include "text/tokenizer.h"
 
-rg_status rg_eval_load_data(rg_dataset **out, const rg_model *m, const char *path, const rg_train_config *c, FILE *log,
-                            rg_error *err) {
+rg_status rg_eval_load_data(rg_dataset **out, const rg_model *m, const char *path, const rg_train_spec *spec,
+                            FILE *log, rg_error *err) {
     *out = NULL;
+    const rg_train_config *c = &spec->cfg;
     rg_tokenizer *tok = NULL;
     rg_status st = rg_tokenizer_load(&tok, m->file, err);
     if (st) return st;
@@ -72,19 +73,19 @@ rg_status rg_eval_rows(rg_train_state *s, const rg_dataset *d, int split, int64_
 }
 
 rg_status rg_eval_file(const char *model_path, const char *adapter_path, float user_scale, const char *data_path,
-                       const rg_train_config *c, double *mean_loss, int64_t *n_targets, rg_error *err) {
+                       const rg_train_spec *spec, double *mean_loss, int64_t *n_targets, rg_error *err) {
     *mean_loss = NAN;
-    rg_train_config cfg = *c;
-    cfg.eval_split = 0;
+    rg_train_spec sp = *spec;
+    sp.cfg.eval_split = 0;  // in range: still a checked spec
     rg_model *m = NULL;
     rg_lora *l = NULL;
     rg_dataset *d = NULL;
     rg_train_state *s = NULL;
     rg_status st = rg_model_load(&m, model_path, err);
     if (!st && adapter_path) st = rg_lora_load(&l, adapter_path, m, err);
-    if (!st) st = rg_eval_load_data(&d, m, data_path, &cfg, NULL, err);
+    if (!st) st = rg_eval_load_data(&d, m, data_path, &sp, NULL, err);
     if (!st) {
-        st = rg_train_state_create_eval(&s, m, &cfg, l, user_scale, err);  // owns l from here
+        st = rg_train_state_create_eval(&s, m, &sp, l, user_scale, err);  // owns l from here
         l = NULL;
     }
     if (!st) st = rg_eval_rows(s, d, 0, 0, mean_loss, n_targets, err);

@@ -303,26 +303,27 @@ static rg_status build_step(rg_train_state *s, bool fused, bool recompute, rg_pl
     return rg_graph_plan(g, rg_threadpool_size(s->pool), 0, plan, err);
 }
 
-rg_status rg_train_state_create(rg_train_state **out, const rg_model *m, const rg_train_config *cfg, int64_t total_steps,
-                                size_t memory_limit, rg_error *err) {
-    return rg_train_state_create_on(out, m, cfg, total_steps, memory_limit, RG_DEVICE_CPU, err);
+rg_status rg_train_state_create(rg_train_state **out, const rg_model *m, const rg_train_spec *spec, int64_t total_steps,
+                                rg_error *err) {
+    return rg_train_state_create_on(out, m, spec, total_steps, RG_DEVICE_CPU, err);
 }
 
 static rg_train_memory memory_of(const rg_train_state *s, const rg_plan *p);
 
 // rg_train_state_create_on, or with plan (rg_train_state_plan) the step built and planned with the same choices,
 // its memory into *plan and nothing more allocated: no buffer, no optimizer state, no refusal over the limit.
-static rg_status create(rg_train_state **out, const rg_model *m, const rg_train_config *cfg, int64_t total_steps,
-                        size_t memory_limit, rg_device device, rg_train_memory *planned, rg_error *err) {
+static rg_status create(rg_train_state **out, const rg_model *m, const rg_train_spec *spec, int64_t total_steps,
+                        rg_device device, rg_train_memory *planned, rg_error *err) {
     *out = NULL;
     rg_status st;
-    if ((st = rg_train_config_validate(cfg, err))) return st;
+    const rg_train_config *cfg = &spec->cfg;  // checked at the edge (rg_train_config_validate)
+    const size_t memory_limit = spec->memory_limit;
     rg_train_state *s = calloc(1, sizeof *s);
     if (!s) return rg_fail(err, RG_ERR_NOMEM, "train: out of memory");
     s->model = m;
     s->cfg = *cfg;
     s->ctx = cfg->ctx;
-    s->lr = rg_train_config_lr(cfg);
+    s->lr = spec->lr;
     s->total_steps = total_steps;
     if ((st = choose_flash(cfg, device, &s->flash_attn, err))) {
         rg_train_state_free(s);
@@ -479,26 +480,26 @@ static rg_status create(rg_train_state **out, const rg_model *m, const rg_train_
     return RG_OK;
 }
 
-rg_status rg_train_state_create_on(rg_train_state **out, const rg_model *m, const rg_train_config *cfg,
-                                   int64_t total_steps, size_t memory_limit, rg_device device, rg_error *err) {
-    return create(out, m, cfg, total_steps, memory_limit, device, NULL, err);
+rg_status rg_train_state_create_on(rg_train_state **out, const rg_model *m, const rg_train_spec *spec,
+                                   int64_t total_steps, rg_device device, rg_error *err) {
+    return create(out, m, spec, total_steps, device, NULL, err);
 }
 
-rg_status rg_train_state_plan(const rg_model *m, const rg_train_config *cfg, size_t memory_limit, rg_train_memory *out,
-                              rg_error *err) {
+rg_status rg_train_state_plan(const rg_model *m, const rg_train_spec *spec, rg_train_memory *out, rg_error *err) {
     rg_train_state *s;
     memset(out, 0, sizeof *out);
-    return create(&s, m, cfg, cfg->steps, memory_limit, RG_DEVICE_CPU, out, err);
+    return create(&s, m, spec, spec->cfg.steps, RG_DEVICE_CPU, out, err);
 }
 
-rg_status rg_train_state_create_eval(rg_train_state **out, const rg_model *m, const rg_train_config *cfg,
+rg_status rg_train_state_create_eval(rg_train_state **out, const rg_model *m, const rg_train_spec *spec,
                                      rg_lora *adapter, float user_scale, rg_error *err) {
     *out = NULL;
-    rg_status st = rg_train_config_validate(cfg, err);
-    rg_train_state *s = st ? NULL : calloc(1, sizeof *s);
+    const rg_train_config *cfg = &spec->cfg;  // checked at the edge (rg_train_config_validate)
+    rg_status st = RG_OK;
+    rg_train_state *s = calloc(1, sizeof *s);
     if (!s) {
         rg_lora_free(adapter);
-        return st ? st : rg_fail(err, RG_ERR_NOMEM, "eval: out of memory");
+        return rg_fail(err, RG_ERR_NOMEM, "eval: out of memory");
     }
     s->model = m;
     s->cfg = *cfg;

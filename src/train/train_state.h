@@ -70,16 +70,17 @@ typedef struct rg_train_state {
 } rg_train_state;
 
 // Builds the trainable tensors, the optimizer state and the step graph, and
-// plans it. rows_per_step = batch_size * grad_accum; total_steps = T.
-// memory_limit (bytes, 0 = none): the run is refused before any large
-// allocation when weights + gradients + optimizer state + activations + scratch
-// exceed it, with the numbers.
-rg_status rg_train_state_create(rg_train_state **out, const rg_model *m, const rg_train_config *cfg, int64_t total_steps,
-                                size_t memory_limit, rg_error *err);
+// plans it, from a spec made by rg_train_config_validate (trusted, not checked
+// again). total_steps = T of the schedule. spec->memory_limit (bytes, 0: the
+// machine's memory): the run is refused before any large allocation when
+// weights + gradients + optimizer state + activations + scratch exceed it, with
+// the numbers.
+rg_status rg_train_state_create(rg_train_state **out, const rg_model *m, const rg_train_spec *spec, int64_t total_steps,
+                                rg_error *err);
 // The same on a device (RG_DEVICE_CUDA: a GPU, or the host execution of the CUDA code):
-// train_device.c. The device's free memory is the limit then (refused with the numbers).
-rg_status rg_train_state_create_on(rg_train_state **out, const rg_model *m, const rg_train_config *cfg,
-                                   int64_t total_steps, size_t memory_limit, rg_device device, rg_error *err);
+// train_device.c. Without spec->memory_limit the device's free memory is the limit (refused with the numbers).
+rg_status rg_train_state_create_on(rg_train_state **out, const rg_model *m, const rg_train_spec *spec,
+                                   int64_t total_steps, rg_device device, rg_error *err);
 // On a device: brings the parameters and the optimizer state back to their host buffers
 // (before a checkpoint or anything else reads them); uploads them after a checkpoint was
 // loaded into those buffers. Both do nothing on the CPU.
@@ -87,9 +88,9 @@ rg_status rg_train_state_sync_host(rg_train_state *s, rg_error *err);
 rg_status rg_train_state_refresh_device(rg_train_state *s, rg_error *err);
 // An eval-only state: the same forward and loss as a training step (rg_train_state_eval_row), with no trainable
 // tensor, no backward and no optimizer state: the frozen model m, plus adapter applied at user_scale when it is not
-// NULL (the state owns it from here on, also when this fails). Reads cfg's ctx, threads and fused_ce (on: the
-// fused loss). rg_train_state_micro and _step must not be called on it.
-rg_status rg_train_state_create_eval(rg_train_state **out, const rg_model *m, const rg_train_config *cfg,
+// NULL (the state owns it from here on, also when this fails). Reads the spec's ctx, threads, flash_attn and
+// fused_ce (on: the fused loss). rg_train_state_micro and _step must not be called on it.
+rg_status rg_train_state_create_eval(rg_train_state **out, const rg_model *m, const rg_train_spec *spec,
                                      rg_lora *adapter, float user_scale, rg_error *err);
 void rg_train_state_free(rg_train_state *s);
 
@@ -111,11 +112,10 @@ typedef struct rg_train_memory {
 } rg_train_memory;
 rg_train_memory rg_train_state_memory(const rg_train_state *s);
 // The memory report of the step rg_train_state_create would make (CPU), from its plan alone: the same
-// choices (training.flash_attn, recompute and fused_ce auto against memory_limit, 0: the machine's memory),
-// without the planned buffer, the exec or the optimizer state ever allocated, and not refused when it
+// choices (training.flash_attn, recompute and fused_ce auto against spec->memory_limit, 0: the machine's
+// memory), without the planned buffer, the exec or the optimizer state ever allocated, and not refused when it
 // exceeds the limit (compare total with it). What a bench at a context too large to run asks.
-rg_status rg_train_state_plan(const rg_model *m, const rg_train_config *cfg, size_t memory_limit, rg_train_memory *out,
-                              rg_error *err);
+rg_status rg_train_state_plan(const rg_model *m, const rg_train_spec *spec, rg_train_memory *out, rg_error *err);
 
 // One row of ctx tokens (ids, labels, pos, seg as rg_dataset_row writes them).
 // inv_n = 1 / (target tokens of the whole step). Adds this row's gradient to

@@ -1,4 +1,6 @@
-// trainer.c - see trainer.h.
+// trainer.c - see trainer.h. rg_train_run, at the end, reads as the run: OUTDIR, inputs, state, start or resume,
+// then train_step per step (data, micro-steps, optimizer step, eval, progress, checkpoint), then finish; each job
+// is one function above it, in that order, after the outputs they share (plot, report, start lines).
 #include "train/trainer.h"
 
 #include <errno.h>
@@ -93,27 +95,43 @@ static rg_status save_model(const rg_train_state *s, const char *path, rg_error 
     return st;
 }
 
+// One run: its inputs, its state, where it stands (meta: what a checkpoint stores) and its outputs.
 typedef struct run {
     const rg_train_opts *o;
+    const rg_train_spec *spec;  // &o->spec, checked at the edge
+    const rg_train_config *c;   // &spec->cfg
     FILE *log;
+    rg_train_summary *sum;
     rg_model *model;
     rg_dataset *data;
     rg_train_state *s;
-    int64_t rows_per_step, n_train_rows, total_steps;
-    int32_t *ids, *labels, *pos, *seg;  // [rows_per_step * ctx]
+    rg_train_memory mem;        // the report made when the state was created
+    int64_t n_train_rows, total_steps;
+    int32_t *ids, *labels, *pos, *seg;  // [rows_per_step * ctx]: the step's rows
+    rg_ckpt_meta meta;          // steps done, skipped, tokens seen, time: the position a checkpoint keeps
+    FILE *jsonl;                // train.jsonl, open while steps run
+    rg_progress prog;
+    bool prog_open;             // prog shows a line to end
+    bool saved_last;            // the last step done is checkpointed
+    int64_t iter0;              // meta.iter when this process began
+    double t_start, elapsed0;   // this process's start (now_s), and the time of the run before it (a resume)
     char jsonl_path[4200], plot_path[4200];
 } run;
 
+// The progress line ended and train.jsonl closed: before the run's last words, or on a failure.
+static void close_progress(run *r) {
+    if (r->prog_open) rg_progress_end(&r->prog);
+    r->prog_open = false;
+    if (r->jsonl) fclose(r->jsonl);
+    r->jsonl = NULL;
+}
+
 static void run_free(run *r) {
+    close_progress(r);
     rg_train_state_free(r->s);
     rg_dataset_free(r->data);
     rg_model_free(r->model);
     free(r->ids), free(r->labels), free(r->pos), free(r->seg);
-}
-
-static rg_status eval_loss(run *r, double *out, rg_error *err) {
-    rg_status st = rg_eval_rows(r->s, r->data, 1, EVAL_MAX_ROWS, out, NULL, err);
-    return st == RG_ERR_NONFINITE ? RG_OK : st;  // reported as NaN
 }
 
 static void write_plot(run *r) {
@@ -124,7 +142,7 @@ static void write_plot(run *r) {
         char title[256];
         const char *base = strrchr(r->o->model_path, '/');
         snprintf(title, sizeof title, "retrograd train: %s (%s)", base ? base + 1 : r->o->model_path,
-                 r->o->cfg.method == RG_TRAIN_LORA ? "LoRA" : "full");
+                 r->c->method == RG_TRAIN_LORA ? "LoRA" : "full");
         rg_error e2 = {0};
         if (rg_loss_plot_write(r->plot_path, it, loss, ev, n, title, &e2))
             fprintf(r->log, "warning: %s\n", e2.msg);
@@ -142,7 +160,7 @@ static rg_status write_report(run *r, const rg_train_summary *sum, const rg_trai
     if (!f) return rg_fail(err, RG_ERR_NOMEM, "train: out of memory");
     rg_data_stats ds = rg_dataset_stats(r->data);
     fprintf(f, "{\n  \"model\": \"%s\",\n  \"data\": \"%s\",\n  \"method\": \"%s\",\n  \"result\": \"%s\",\n", r->o->model_path,
-            r->o->data_path, r->o->cfg.method == RG_TRAIN_LORA ? "lora" : "full", result);
+            r->o->data_path, r->c->method == RG_TRAIN_LORA ? "lora" : "full", result);
     fprintf(f, "  \"steps\": %lld,\n  \"skipped_steps\": %lld,\n  \"tokens\": %lld,\n", (long long)sum->steps,
             (long long)sum->skipped, (long long)sum->tokens);
     fprintf(f, "  \"first_loss\": %.9g,\n  \"last_loss\": %.9g,\n", sum->first_loss, sum->last_loss);
@@ -173,30 +191,8 @@ static rg_status write_report(run *r, const rg_train_summary *sum, const rg_trai
     return st;
 }
 
-static rg_status load_inputs(run *r, rg_error *err) {
-    const rg_train_opts *o = r->o;
-    const rg_train_config *c = &o->cfg;
-    rg_status st = rg_model_load(&r->model, o->model_path, err);
-    if (st) return st;
-    if ((st = rg_eval_load_data(&r->data, r->model, o->data_path, c, r->log, err))) return st;
-    r->n_train_rows = rg_dataset_n_rows(r->data, 0);
-    if (r->n_train_rows <= 0)
-        return rg_fail(err, RG_ERR_ARG, "train: %s gives no training rows (every sample went to the eval split or was dropped)",
-                       o->data_path);
-    r->rows_per_step = c->batch_size * c->grad_accum;
-    if (c->steps > 0) r->total_steps = c->steps;
-    else {
-        double steps = floor(c->epochs * (double)r->n_train_rows / (double)r->rows_per_step);
-        r->total_steps = steps < 1 ? 1 : (int64_t)steps;
-    }
-    size_t n = (size_t)(r->rows_per_step * c->ctx);
-    r->ids = malloc(n * 4), r->labels = malloc(n * 4), r->pos = malloc(n * 4), r->seg = malloc(n * 4);
-    if (!r->ids || !r->labels || !r->pos || !r->seg) return rg_fail(err, RG_ERR_NOMEM, "train: out of memory");
-    return RG_OK;
-}
-
 static void print_start(run *r, const rg_train_memory *mem) {
-    const rg_train_config *c = &r->o->cfg;
+    const rg_train_config *c = r->c;
     rg_data_stats ds = rg_dataset_stats(r->data);
     const rg_hparams *hp = &r->model->hp;
     int64_t n_trainable = 0;
@@ -215,7 +211,7 @@ static void print_start(run *r, const rg_train_memory *mem) {
             (long long)ds.n_eval_samples, (long long)ds.n_truncated, (long long)ds.n_dropped, (long long)ds.n_train_rows,
             (long long)c->ctx, (long long)ds.n_target_tokens);
     fprintf(r->log, "steps: %lld (%lld rows each: batch %lld x accum %lld), %s lr %.3g, %s schedule, warmup %lld, %d thread%s\n",
-            (long long)r->total_steps, (long long)r->rows_per_step, (long long)c->batch_size, (long long)c->grad_accum,
+            (long long)r->total_steps, (long long)r->spec->rows_per_step, (long long)c->batch_size, (long long)c->grad_accum,
             c->optimizer == RG_OPTIM_ADAMW ? "adamw" : "sgd", r->s->lr,
             c->schedule == RG_SCHED_COSINE ? "cosine" : c->schedule == RG_SCHED_LINEAR ? "linear" : "constant",
             (long long)c->warmup_steps, rg_threadpool_size(r->s->pool), rg_threadpool_size(r->s->pool) == 1 ? "" : "s");
@@ -238,17 +234,11 @@ static void print_start(run *r, const rg_train_memory *mem) {
                 mib(mem->device_free));
 }
 
-rg_status rg_train_run(const rg_train_opts *o, rg_train_summary *sum, rg_error *err) {
-    memset(sum, 0, sizeof *sum);
-    sum->first_loss = sum->last_loss = sum->eval_loss = NAN;
-    run r;
-    memset(&r, 0, sizeof r);
-    r.o = o;
-    r.log = o->log ? o->log : stderr;
-    const rg_train_config *c = &o->cfg;
-    rg_status st = rg_train_config_validate(c, err);
+// OUTDIR writable, and for a fresh run free of an earlier run's checkpoints.
+static rg_status open_out_dir(run *r, rg_error *err) {
+    const rg_train_opts *o = r->o;
+    rg_status st = prepare_out_dir(o->out_dir, err);
     if (st) return st;
-    if ((st = prepare_out_dir(o->out_dir, err))) return st;
     if (!o->resume) {
         // A fresh run never mixes with an earlier one: its checkpoints would be taken for ours by --resume.
         char dir[4200];
@@ -257,198 +247,280 @@ rg_status rg_train_run(const rg_train_opts *o, rg_train_summary *sum, rg_error *
             return rg_fail(err, RG_ERR_ARG, "train: OUTDIR %s already holds a run (%s); continue it with --resume %s, "
                                             "or choose another OUTDIR (or remove this one)", o->out_dir, dir, o->out_dir);
     }
-    snprintf(r.jsonl_path, sizeof r.jsonl_path, "%s/train.jsonl", o->out_dir);
-    snprintf(r.plot_path, sizeof r.plot_path, "%s/loss.svg", o->out_dir);
-    if ((st = load_inputs(&r, err))) {
-        run_free(&r);
-        return st;
-    }
-    size_t limit = c->memory_limit_gb > 0 ? (size_t)(c->memory_limit_gb * 1073741824.0) : 0;
-    if ((st = rg_train_state_create_on(&r.s, r.model, c, r.total_steps, limit, (rg_device)o->device, err))) {
-        run_free(&r);
-        return st;
-    }
-    rg_train_state *s = r.s;
-    rg_train_memory mem = rg_train_state_memory(s);
-    print_start(&r, &mem);
-
-    rg_ckpt_meta meta;
-    memset(&meta, 0, sizeof meta);
-    meta.seed = c->seed;
-    meta.data_hash = rg_dataset_hash(r.data);
-    meta.threads = rg_threadpool_size(s->pool);
-    meta.fused_ce = s->fused_ce;
-    config_text(c, meta.config, sizeof meta.config);
-    if (o->resume) {
-        char dir[4200];
-        rg_ckpt_meta saved;
-        if ((st = rg_checkpoint_find_latest(o->out_dir, dir, sizeof dir, err)) ||
-            (st = rg_checkpoint_load(s, dir, &saved, err)) || (st = rg_train_state_refresh_device(s, err))) {
-            run_free(&r);
-            return st;
-        }
-        char diff[600];
-        if (strcmp(saved.config, meta.config) != 0) {
-            first_difference(saved.config, meta.config, diff, sizeof diff);
-            run_free(&r);
-            return rg_fail(err, RG_ERR_ARG, "resume: the config differs from the checkpoint's (%s); resume with the same "
-                                            "settings, or start a new OUTDIR", diff);
-        }
-        if (saved.data_hash != meta.data_hash) {
-            run_free(&r);
-            return rg_fail(err, RG_ERR_ARG, "resume: the data (%s) is not what %s was trained on (hash %016llx, checkpoint %016llx)",
-                           o->data_path, dir, (unsigned long long)meta.data_hash, (unsigned long long)saved.data_hash);
-        }
-        if (saved.threads != meta.threads)
-            fprintf(r.log, "warning: the checkpoint ran with %d threads, this run has %d: it continues correctly, but not "
-                           "bit for bit as the uninterrupted run would have\n", saved.threads, meta.threads);
-        if (saved.fused_ce >= 0 && saved.fused_ce != meta.fused_ce)
-            fprintf(r.log, "warning: the checkpoint's step graph %s the fused cross-entropy and this run's %s "
-                           "(training.fused_ce=auto decides by the memory limit): it continues correctly, but not bit "
-                           "for bit; set training.fused_ce=%s to match\n",
-                    saved.fused_ce ? "used" : "did not use", meta.fused_ce ? "does" : "does not",
-                    saved.fused_ce ? "on" : "off");
-        meta.t = saved.t, meta.iter = saved.iter, meta.n_skipped = saved.n_skipped;
-        meta.skipped_in_row = saved.skipped_in_row, meta.tokens_seen = saved.tokens_seen, meta.elapsed_s = saved.elapsed_s;
-        if ((st = rg_jsonl_truncate(r.jsonl_path, meta.iter, err))) {
-            run_free(&r);
-            return st;
-        }
-        fprintf(r.log, "resume: %s (step %lld of %lld)\n", dir, (long long)meta.iter, (long long)r.total_steps);
-    } else {
-        unlink(r.jsonl_path);
-    }
-    FILE *jl = fopen(r.jsonl_path, "a");
-    if (!jl) {
-        st = rg_fail(err, RG_ERR_IO, "train: cannot open %s: %s", r.jsonl_path, strerror(errno));
-        run_free(&r);
-        return st;
-    }
-
-    rg_progress prog;
-    int mode = o->progress == 0 ? (isatty(fileno(r.log)) ? 1 : 2) : o->progress == 3 ? 0 : o->progress;
-    rg_progress_init(&prog, r.log, mode, r.total_steps);
-    const int64_t T = c->ctx, R = r.rows_per_step;
-    const double t_start = now_s(), elapsed0 = meta.elapsed_s;
-    const int64_t iter0 = meta.iter;
-    bool saved_last = false;
-    while (meta.iter < r.total_steps) {
-        double t0 = now_s();
-        // This step's rows and their target count (the loss is normalised by the whole step's).
-        int64_t targets = 0, epoch = 0;
-        for (int64_t j = 0; j < R; j++) {
-            int64_t row = meta.iter * R + j;
-            epoch = row / r.n_train_rows;
-            rg_dataset_row(r.data, 0, epoch, row % r.n_train_rows, r.ids + j * T, r.labels + j * T, r.pos + j * T,
-                           r.seg + j * T);
-            for (int64_t i = 0; i < T; i++) targets += r.labels[j * T + i] != -100;
-        }
-        rg_step_record rec = {.iter = meta.iter + 1, .epoch = epoch, .tokens = R * T, .targets = targets, .eval_loss = NAN};
-        double loss = 0.0;
-        bool bad = false;
-        for (int64_t j = 0; j < R && targets > 0; j++) {
-            double l = 0;
-            st = rg_train_state_micro(s, r.ids + j * T, r.labels + j * T, r.pos + j * T, r.seg + j * T,
-                                      1.0 / (double)targets, &l, err);
-            if (st == RG_ERR_NONFINITE) {
-                bad = true;
-                rg_train_state_discard(s);
-                break;
-            }
-            if (st) goto fail;
-            loss += l;
-        }
-        if (targets == 0) fprintf(r.log, "\nwarning: step %lld has no target tokens; nothing to learn\n", (long long)rec.iter);
-        bool skipped = bad;
-        if (!bad) {
-            if ((st = rg_train_state_step(s, &rec.grad_norm, &rec.lr, &skipped, err))) goto fail;
-        } else {
-            rec.grad_norm = NAN;
-            rec.lr = s->lr * rg_schedule_factor((int)c->schedule, s->t, c->warmup_steps, r.total_steps);
-        }
-        rec.loss = bad ? NAN : loss;
-        rec.skipped = skipped;
-        meta.iter++;
-        meta.t = s->t;
-        meta.tokens_seen += R * T;
-        if (skipped) {
-            meta.n_skipped++, meta.skipped_in_row++;
-            if (!c->skip_nonfinite) {
-                st = rg_fail(err, RG_ERR_NONFINITE, "train: step %lld: the %s is not finite (training.skip_nonfinite=false)",
-                             (long long)rec.iter, bad ? "loss" : "gradient norm");
-                goto fail;
-            }
-            if (meta.skipped_in_row > c->max_skipped) {
-                st = rg_fail(err, RG_ERR_NONFINITE,
-                             "train: %lld steps in a row had a NaN or Inf loss or gradient (training.max_skipped=%lld); "
-                             "lower training.lr or check the data",
-                             (long long)meta.skipped_in_row, (long long)c->max_skipped);
-                goto fail;
-            }
-        } else {
-            meta.skipped_in_row = 0;
-            if (isnan(sum->first_loss)) sum->first_loss = loss;
-            sum->last_loss = loss;
-        }
-        bool last = meta.iter == r.total_steps;
-        if ((c->eval_every > 0 && meta.iter % c->eval_every == 0) || last) {
-            if ((st = eval_loss(&r, &rec.eval_loss, err))) goto fail;
-            if (isfinite(rec.eval_loss)) sum->eval_loss = rec.eval_loss;
-        }
-        double t1 = now_s();
-        rec.tokens_per_s = (double)(R * T) / (t1 - t0);
-        meta.elapsed_s = elapsed0 + (t1 - t_start);
-        rec.elapsed_s = meta.elapsed_s;
-        rec.t = meta.t;
-        rec.rss_mib = rg_rss_mib();
-        rg_step_record_write(jl, &rec);
-        fflush(jl);
-        double per_step = (t1 - t_start) / (double)(meta.iter - iter0);
-        rg_progress_step(&prog, &rec, per_step * (double)(r.total_steps - meta.iter));
-        saved_last = false;
-        if ((c->save_every > 0 && meta.iter % c->save_every == 0) || last) {
-            fsync(fileno(jl));
-            if ((st = rg_train_state_sync_host(s, err)) ||
-                (st = rg_checkpoint_save(s, &meta, o->out_dir, KEEP_CHECKPOINTS, err)))
-                goto fail;
-            write_plot(&r);
-            saved_last = true;
-        }
-    }
-    rg_progress_end(&prog);
-    fclose(jl);
-    jl = NULL;
-    // The trained tensors back in host memory (from the device, when there is one), then the files.
-    if ((st = rg_train_state_sync_host(s, err))) goto fail_closed;
-    if (!saved_last && meta.iter > 0 && (st = rg_checkpoint_save(s, &meta, o->out_dir, KEEP_CHECKPOINTS, err))) goto fail_closed;
-    char result[4200];
-    if (c->method == RG_TRAIN_LORA) {
-        snprintf(result, sizeof result, "%s/adapter.gguf", o->out_dir);
-        st = rg_lora_save(s->lora, r.model, result, err);
-    } else {
-        snprintf(result, sizeof result, "%s/model.gguf", o->out_dir);
-        st = save_model(s, result, err);
-    }
-    if (st) goto fail_closed;
-    write_plot(&r);
-    sum->steps = meta.iter;
-    sum->skipped = meta.n_skipped;
-    sum->tokens = meta.tokens_seen;
-    sum->seconds = meta.elapsed_s;
-    double this_run = now_s() - t_start;
-    sum->tokens_per_s = this_run > 0 ? (double)((meta.iter - iter0) * R * T) / this_run : 0;
-    sum->peak_rss_mib = rg_peak_rss_mib();
-    if ((st = write_report(&r, sum, &mem, result, err))) goto fail_closed;
-    fprintf(r.log, "done: %lld steps (%lld skipped), loss %.4f -> %.4f, %.0f tokens/s; wrote %s, %s, %s/train.jsonl\n",
-            (long long)sum->steps, (long long)sum->skipped, sum->first_loss, sum->last_loss, sum->tokens_per_s, result,
-            r.plot_path, o->out_dir);
-    if (isfinite(sum->eval_loss)) fprintf(r.log, "eval loss: %.4f\n", sum->eval_loss);
-    run_free(&r);
+    snprintf(r->jsonl_path, sizeof r->jsonl_path, "%s/train.jsonl", o->out_dir);
+    snprintf(r->plot_path, sizeof r->plot_path, "%s/loss.svg", o->out_dir);
     return RG_OK;
-fail:
-    rg_progress_end(&prog);
-    if (jl) fclose(jl);
-fail_closed:
+}
+
+// The model, the data, how many steps they make and the buffers of a step's rows.
+static rg_status load_inputs(run *r, rg_error *err) {
+    const rg_train_opts *o = r->o;
+    const rg_train_config *c = r->c;
+    rg_status st = rg_model_load(&r->model, o->model_path, err);
+    if (st) return st;
+    if ((st = rg_eval_load_data(&r->data, r->model, o->data_path, r->spec, r->log, err))) return st;
+    r->n_train_rows = rg_dataset_n_rows(r->data, 0);
+    if (r->n_train_rows <= 0)
+        return rg_fail(err, RG_ERR_ARG, "train: %s gives no training rows (every sample went to the eval split or was dropped)",
+                       o->data_path);
+    const int64_t R = r->spec->rows_per_step;
+    if (c->steps > 0) r->total_steps = c->steps;
+    else {
+        double steps = floor(c->epochs * (double)r->n_train_rows / (double)R);
+        r->total_steps = steps < 1 ? 1 : (int64_t)steps;
+    }
+    size_t n = (size_t)(R * c->ctx);
+    r->ids = malloc(n * 4), r->labels = malloc(n * 4), r->pos = malloc(n * 4), r->seg = malloc(n * 4);
+    if (!r->ids || !r->labels || !r->pos || !r->seg) return rg_fail(err, RG_ERR_NOMEM, "train: out of memory");
+    return RG_OK;
+}
+
+// The train state on the chosen device, and the lines saying what the run is.
+static rg_status create_state(run *r, rg_error *err) {
+    rg_status st = rg_train_state_create_on(&r->s, r->model, r->spec, r->total_steps, (rg_device)r->o->device, err);
+    if (st) return st;
+    r->mem = rg_train_state_memory(r->s);
+    print_start(r, &r->mem);
+    return RG_OK;
+}
+
+// Continues from OUTDIR's newest checkpoint: its weights and optimizer state, and its position in r->meta;
+// refused when the config or the data differ from the checkpoint's.
+static rg_status resume(run *r, rg_error *err) {
+    char dir[4200];
+    rg_ckpt_meta saved;
+    rg_ckpt_meta *meta = &r->meta;
+    rg_status st;
+    if ((st = rg_checkpoint_find_latest(r->o->out_dir, dir, sizeof dir, err)) ||
+        (st = rg_checkpoint_load(r->s, dir, &saved, err)) || (st = rg_train_state_refresh_device(r->s, err)))
+        return st;
+    char diff[600];
+    if (strcmp(saved.config, meta->config) != 0) {
+        first_difference(saved.config, meta->config, diff, sizeof diff);
+        return rg_fail(err, RG_ERR_ARG, "resume: the config differs from the checkpoint's (%s); resume with the same "
+                                        "settings, or start a new OUTDIR", diff);
+    }
+    if (saved.data_hash != meta->data_hash)
+        return rg_fail(err, RG_ERR_ARG, "resume: the data (%s) is not what %s was trained on (hash %016llx, checkpoint %016llx)",
+                       r->o->data_path, dir, (unsigned long long)meta->data_hash, (unsigned long long)saved.data_hash);
+    if (saved.threads != meta->threads)
+        fprintf(r->log, "warning: the checkpoint ran with %d threads, this run has %d: it continues correctly, but not "
+                        "bit for bit as the uninterrupted run would have\n", saved.threads, meta->threads);
+    if (saved.fused_ce >= 0 && saved.fused_ce != meta->fused_ce)
+        fprintf(r->log, "warning: the checkpoint's step graph %s the fused cross-entropy and this run's %s "
+                        "(training.fused_ce=auto decides by the memory limit): it continues correctly, but not bit "
+                        "for bit; set training.fused_ce=%s to match\n",
+                saved.fused_ce ? "used" : "did not use", meta->fused_ce ? "does" : "does not",
+                saved.fused_ce ? "on" : "off");
+    meta->t = saved.t, meta->iter = saved.iter, meta->n_skipped = saved.n_skipped;
+    meta->skipped_in_row = saved.skipped_in_row, meta->tokens_seen = saved.tokens_seen, meta->elapsed_s = saved.elapsed_s;
+    if ((st = rg_jsonl_truncate(r->jsonl_path, meta->iter, err))) return st;
+    fprintf(r->log, "resume: %s (step %lld of %lld)\n", dir, (long long)meta->iter, (long long)r->total_steps);
+    return RG_OK;
+}
+
+// Where the run starts: step 0 with an empty train.jsonl, or the checkpoint's position with --resume; then
+// train.jsonl open for the steps' records and the progress line begun.
+static rg_status start(run *r, rg_error *err) {
+    rg_ckpt_meta *meta = &r->meta;
+    memset(meta, 0, sizeof *meta);
+    meta->seed = r->c->seed;
+    meta->data_hash = rg_dataset_hash(r->data);
+    meta->threads = rg_threadpool_size(r->s->pool);
+    meta->fused_ce = r->s->fused_ce;
+    config_text(r->c, meta->config, sizeof meta->config);
+    rg_status st;
+    if (r->o->resume) {
+        if ((st = resume(r, err))) return st;
+    } else {
+        unlink(r->jsonl_path);
+    }
+    r->jsonl = fopen(r->jsonl_path, "a");
+    if (!r->jsonl) return rg_fail(err, RG_ERR_IO, "train: cannot open %s: %s", r->jsonl_path, strerror(errno));
+    const int p = r->o->progress;
+    rg_progress_init(&r->prog, r->log, p == 0 ? (isatty(fileno(r->log)) ? 1 : 2) : p == 3 ? 0 : p, r->total_steps);
+    r->prog_open = true;
+    r->t_start = now_s(), r->elapsed0 = meta->elapsed_s;
+    r->iter0 = meta->iter;
+    return RG_OK;
+}
+
+// Data: the rows of the next step into the row buffers (a pure function of the step count, trainer.h), and the
+// record of that step with its tokens and targets (the loss is normalised by the whole step's targets).
+static rg_step_record next_rows(run *r) {
+    const int64_t T = r->c->ctx, R = r->spec->rows_per_step, iter = r->meta.iter;
+    int64_t targets = 0, epoch = 0;
+    for (int64_t j = 0; j < R; j++) {
+        int64_t row = iter * R + j;
+        epoch = row / r->n_train_rows;
+        rg_dataset_row(r->data, 0, epoch, row % r->n_train_rows, r->ids + j * T, r->labels + j * T, r->pos + j * T,
+                       r->seg + j * T);
+        for (int64_t i = 0; i < T; i++) targets += r->labels[j * T + i] != -100;
+    }
+    return (rg_step_record){.iter = iter + 1, .epoch = epoch, .tokens = R * T, .targets = targets, .eval_loss = NAN};
+}
+
+// Micro-steps: each row's forward and backward, its gradient added to the step's; *loss is the step's mean target
+// loss. A row whose loss is not finite drops the step's gradients and sets *bad.
+static rg_status micro_steps(run *r, const rg_step_record *rec, double *loss, bool *bad, rg_error *err) {
+    const int64_t T = r->c->ctx, R = r->spec->rows_per_step;
+    *loss = 0.0, *bad = false;
+    if (rec->targets == 0) {
+        fprintf(r->log, "\nwarning: step %lld has no target tokens; nothing to learn\n", (long long)rec->iter);
+        return RG_OK;
+    }
+    for (int64_t j = 0; j < R; j++) {
+        double l = 0;
+        rg_status st = rg_train_state_micro(r->s, r->ids + j * T, r->labels + j * T, r->pos + j * T, r->seg + j * T,
+                                            1.0 / (double)rec->targets, &l, err);
+        if (st == RG_ERR_NONFINITE) {
+            *bad = true;
+            rg_train_state_discard(r->s);
+            return RG_OK;
+        }
+        if (st) return st;
+        *loss += l;
+    }
+    return RG_OK;
+}
+
+// A skipped step (a loss or gradient norm not finite) counted; the run stops when skipping is off, or when too
+// many were skipped in a row.
+static rg_status count_skipped(run *r, const rg_step_record *rec, bool bad_loss, rg_error *err) {
+    rg_ckpt_meta *meta = &r->meta;
+    meta->n_skipped++, meta->skipped_in_row++;
+    if (!r->c->skip_nonfinite)
+        return rg_fail(err, RG_ERR_NONFINITE, "train: step %lld: the %s is not finite (training.skip_nonfinite=false)",
+                       (long long)rec->iter, bad_loss ? "loss" : "gradient norm");
+    if (meta->skipped_in_row > r->c->max_skipped)
+        return rg_fail(err, RG_ERR_NONFINITE,
+                       "train: %lld steps in a row had a NaN or Inf loss or gradient (training.max_skipped=%lld); "
+                       "lower training.lr or check the data",
+                       (long long)meta->skipped_in_row, (long long)r->c->max_skipped);
+    return RG_OK;
+}
+
+// Optimizer step: norm, clip, schedule and update after the rows (none when a row's loss was not finite, bad),
+// the record's loss, lr and norm, and the run's position one step on.
+static rg_status optimizer_step(run *r, rg_step_record *rec, double loss, bool bad, rg_error *err) {
+    bool skipped = bad;
+    rg_status st;
+    if (!bad) {
+        if ((st = rg_train_state_step(r->s, &rec->grad_norm, &rec->lr, &skipped, err))) return st;
+    } else {
+        rec->grad_norm = NAN;
+        rec->lr = r->s->lr * rg_schedule_factor((int)r->c->schedule, r->s->t, r->c->warmup_steps, r->total_steps);
+    }
+    rec->loss = bad ? NAN : loss;
+    rec->skipped = skipped;
+    r->meta.iter++;
+    r->meta.t = r->s->t;
+    r->meta.tokens_seen += rec->tokens;
+    if (skipped) return count_skipped(r, rec, bad, err);
+    r->meta.skipped_in_row = 0;
+    if (isnan(r->sum->first_loss)) r->sum->first_loss = loss;
+    r->sum->last_loss = loss;
+    return RG_OK;
+}
+
+// Eval: the held-out loss every training.eval_every steps and after the last (NaN, not an error, when not finite).
+static rg_status eval_if_due(run *r, rg_step_record *rec, bool last, rg_error *err) {
+    if (!((r->c->eval_every > 0 && r->meta.iter % r->c->eval_every == 0) || last)) return RG_OK;
+    rg_status st = rg_eval_rows(r->s, r->data, 1, EVAL_MAX_ROWS, &rec->eval_loss, NULL, err);
+    if (st == RG_ERR_NONFINITE) return RG_OK;  // rec->eval_loss stays NaN
+    if (st) return st;
+    if (isfinite(rec->eval_loss)) r->sum->eval_loss = rec->eval_loss;
+    return RG_OK;
+}
+
+// Progress: the step's timing and memory into its record, the record into train.jsonl, the progress line.
+static void record_step(run *r, rg_step_record *rec, double t0) {
+    const double t1 = now_s();
+    rec->tokens_per_s = (double)rec->tokens / (t1 - t0);
+    r->meta.elapsed_s = r->elapsed0 + (t1 - r->t_start);
+    rec->elapsed_s = r->meta.elapsed_s;
+    rec->t = r->meta.t;
+    rec->rss_mib = rg_rss_mib();
+    rg_step_record_write(r->jsonl, rec);
+    fflush(r->jsonl);
+    double per_step = (t1 - r->t_start) / (double)(r->meta.iter - r->iter0);
+    rg_progress_step(&r->prog, rec, per_step * (double)(r->total_steps - r->meta.iter));
+}
+
+// Checkpoint: every training.save_every steps and after the last, with train.jsonl on disk first and the plot after.
+static rg_status checkpoint_if_due(run *r, bool last, rg_error *err) {
+    r->saved_last = false;
+    if (!((r->c->save_every > 0 && r->meta.iter % r->c->save_every == 0) || last)) return RG_OK;
+    fsync(fileno(r->jsonl));
+    rg_status st;
+    if ((st = rg_train_state_sync_host(r->s, err)) ||
+        (st = rg_checkpoint_save(r->s, &r->meta, r->o->out_dir, KEEP_CHECKPOINTS, err)))
+        return st;
+    write_plot(r);
+    r->saved_last = true;
+    return RG_OK;
+}
+
+// One step of the run, each of its jobs in order.
+static rg_status train_step(run *r, rg_error *err) {
+    const double t0 = now_s();
+    rg_step_record rec = next_rows(r);
+    double loss;
+    bool bad;
+    rg_status st = micro_steps(r, &rec, &loss, &bad, err);
+    if (!st) st = optimizer_step(r, &rec, loss, bad, err);
+    const bool last = r->meta.iter == r->total_steps;
+    if (!st) st = eval_if_due(r, &rec, last, err);
+    if (st) return st;
+    record_step(r, &rec, t0);
+    return checkpoint_if_due(r, last, err);
+}
+
+// The end: the trained tensors back in host memory (from the device, when there is one), the last checkpoint,
+// the result (adapter.gguf or model.gguf), the plot, the summary and report.json.
+static rg_status finish(run *r, rg_error *err) {
+    close_progress(r);
+    rg_train_state *s = r->s;
+    rg_ckpt_meta *meta = &r->meta;
+    rg_status st;
+    if ((st = rg_train_state_sync_host(s, err))) return st;
+    if (!r->saved_last && meta->iter > 0 && (st = rg_checkpoint_save(s, meta, r->o->out_dir, KEEP_CHECKPOINTS, err)))
+        return st;
+    char result[4200];
+    snprintf(result, sizeof result, "%s/%s", r->o->out_dir, r->c->method == RG_TRAIN_LORA ? "adapter.gguf" : "model.gguf");
+    st = r->c->method == RG_TRAIN_LORA ? rg_lora_save(s->lora, r->model, result, err) : save_model(s, result, err);
+    if (st) return st;
+    write_plot(r);
+    rg_train_summary *sum = r->sum;
+    sum->steps = meta->iter;
+    sum->skipped = meta->n_skipped;
+    sum->tokens = meta->tokens_seen;
+    sum->seconds = meta->elapsed_s;
+    const double this_run = now_s() - r->t_start;
+    const int64_t tokens_per_step = r->spec->rows_per_step * r->c->ctx;
+    sum->tokens_per_s = this_run > 0 ? (double)((meta->iter - r->iter0) * tokens_per_step) / this_run : 0;
+    sum->peak_rss_mib = rg_peak_rss_mib();
+    if ((st = write_report(r, sum, &r->mem, result, err))) return st;
+    fprintf(r->log, "done: %lld steps (%lld skipped), loss %.4f -> %.4f, %.0f tokens/s; wrote %s, %s, %s/train.jsonl\n",
+            (long long)sum->steps, (long long)sum->skipped, sum->first_loss, sum->last_loss, sum->tokens_per_s, result,
+            r->plot_path, r->o->out_dir);
+    if (isfinite(sum->eval_loss)) fprintf(r->log, "eval loss: %.4f\n", sum->eval_loss);
+    return RG_OK;
+}
+
+rg_status rg_train_run(const rg_train_opts *o, rg_train_summary *sum, rg_error *err) {
+    memset(sum, 0, sizeof *sum);
+    sum->first_loss = sum->last_loss = sum->eval_loss = NAN;
+    run r;
+    memset(&r, 0, sizeof r);
+    r.o = o, r.spec = &o->spec, r.c = &o->spec.cfg, r.sum = sum;
+    r.log = o->log ? o->log : stderr;
+    rg_status st = open_out_dir(&r, err);
+    if (!st) st = load_inputs(&r, err);
+    if (!st) st = create_state(&r, err);
+    if (!st) st = start(&r, err);
+    while (!st && r.meta.iter < r.total_steps) st = train_step(&r, err);
+    if (!st) st = finish(&r, err);
     run_free(&r);
     return st;
 }

@@ -21,7 +21,7 @@
 
 typedef struct rg_train_opts {
     const char *model_path, *data_path, *out_dir;
-    rg_train_config cfg;
+    rg_train_spec spec;   // the settings, checked at the edge: rg_train_config_validate made it
     bool resume;          // continue from the newest checkpoint in out_dir
     FILE *log;            // messages and progress (stderr when NULL)
     int progress;         // 0 auto (a bar on a terminal, lines otherwise), 1 bar, 2 lines, 3 silent

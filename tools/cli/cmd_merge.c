@@ -51,9 +51,9 @@ static bool one_lora(const char *cmd, const char *opt, const char *value, void *
 
 // --check: the loss of one model (+ adapter) on the data, or a line naming what failed.
 static bool check_loss(const char *C, const char *model, const char *adapter, float scale, const char *data,
-                       const rg_train_config *cfg, double *loss, int64_t *n) {
+                       const rg_train_spec *spec, double *loss, int64_t *n) {
     rg_error err = {0};
-    if (rg_eval_file(model, adapter, scale, data, cfg, loss, n, &err)) {
+    if (rg_eval_file(model, adapter, scale, data, spec, loss, n, &err)) {
         fprintf(stderr, "retrograd %s: --check %s: %s\n", C, data, err.msg);
         return false;
     }
@@ -113,10 +113,15 @@ int cmd_merge(int argc, char **argv) {
         return 2;
     }
     cfg.threads = n_threads;
+    rg_train_spec spec;
+    if (check && rg_train_config_validate(&cfg, &spec, &err)) {  // the edge: rg_eval_file trusts spec
+        fprintf(stderr, "retrograd %s: --check %s: %s\n", C, check, err.msg);
+        return 1;
+    }
     // The base's loss first: a data file that cannot be read fails before the merge.
     double l_base = NAN, l_lora = NAN, l_merged = NAN;
     int64_t n_targets = 0;
-    if (check && !check_loss(C, base, NULL, 0.0f, check, &cfg, &l_base, &n_targets)) return 1;
+    if (check && !check_loss(C, base, NULL, 0.0f, check, &spec, &l_base, &n_targets)) return 1;
     rg_lora_merge_opts opts = {.n_threads = (int)n_threads, .progress = quiet ? NULL : stderr, .type = type};
     rg_lora_merge_summary sum;
     double t0 = cli_now();
@@ -146,8 +151,8 @@ int cmd_merge(int argc, char **argv) {
                 C, (unsigned long long)sum.n_lost, (unsigned long long)sum.n_merged, sum.min_kept_tensor,
                 100.0 * sum.min_kept);
     if (!check) return 0;
-    if (!check_loss(C, base, path, scale, check, &cfg, &l_lora, &n_targets) ||
-        !check_loss(C, out, NULL, 0.0f, check, &cfg, &l_merged, &n_targets))
+    if (!check_loss(C, base, path, scale, check, &spec, &l_lora, &n_targets) ||
+        !check_loss(C, out, NULL, 0.0f, check, &spec, &l_merged, &n_targets))
         return 1;
     printf("check on %s (%lld target tokens, ctx %lld): loss base %.4f, base + adapter %.4f, merged %.4f "
            "(%+.4f against base + adapter)\n",

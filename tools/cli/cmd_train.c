@@ -53,7 +53,8 @@ static bool parse_progress(const char *cmd, const char *opt, const char *value, 
 int cmd_train(int argc, char **argv) {
     rg_train_opts o;
     memset(&o, 0, sizeof o);
-    rg_train_config_defaults(&o.cfg);
+    rg_train_config cfg;
+    rg_train_config_defaults(&cfg);
     const char *config_path = NULL, *resume_dir = NULL;
     set_list sets = {{0}, 0};
     rg_device device = RG_DEVICE_CPU;
@@ -86,16 +87,16 @@ int cmd_train(int argc, char **argv) {
         return 2;
     }
     rg_error err = {0};
-    if (config_path && rg_train_config_load_yaml(&o.cfg, config_path, &err)) {
+    if (config_path && rg_train_config_load_yaml(&cfg, config_path, &err)) {
         fprintf(stderr, "retrograd train: %s\n", err.msg);
         return 1;
     }
     for (int i = 0; i < sets.n; i++)
-        if (rg_train_config_set_kv(&o.cfg, sets.kv[i], &err)) {
+        if (rg_train_config_set_kv(&cfg, sets.kv[i], &err)) {
             fprintf(stderr, "retrograd train: %s\n", err.msg);
             return 2;
         }
-    if (rg_train_config_validate(&o.cfg, &err)) {
+    if (rg_train_config_validate(&cfg, &o.spec, &err)) {  // the edge: the library trusts o.spec from here
         fprintf(stderr, "retrograd train: %s\n", err.msg);
         return 2;
     }
