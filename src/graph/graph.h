@@ -136,6 +136,8 @@ typedef struct rg_node {
     float fp[8];               // float parameters
     uint32_t flags;
     struct rg_node *grad;      // the gradient node, after rg_graph_backward
+    struct rg_node *back;      // a loss's backward node, after rg_graph_backward (CROSS_ENTROPY_LOSS's
+                               // CROSS_ENTROPY_LOSS_BACK, LINEAR_CE's LINEAR_CE_BACK: whose fp[0] is its 1/N)
     struct rg_node *view_of;   // views: the node that owns the bytes (never itself a view)
     int id;                    // index in the graph
     // Filled by the plan:

@@ -179,7 +179,7 @@ static rg_status bw_cpy(rg_graph *g, rg_node *n, rg_error *err) {
 }
 
 static rg_status bw_cross_entropy(rg_graph *g, rg_node *n, rg_error *err) {
-    rg_node *d = rg_cross_entropy_loss_back(g, n->grad, SRC(0), SRC(1), (int32_t)n->ip[0]);
+    rg_node *d = n->back = rg_cross_entropy_loss_back(g, n->grad, SRC(0), SRC(1), (int32_t)n->ip[0]);
     if (d) d->fp[0] = n->fp[0];
     ADD_GRAD(0, d);
     return RG_OK;
@@ -189,7 +189,7 @@ static rg_status bw_cross_entropy(rg_graph *g, rg_node *n, rg_error *err) {
 // trained) dw in one pass, so the logits are recomputed once for both
 // (training.md §7.2). dy [T + 1]: element 0 the loss's, 1 + t lse_t's.
 static rg_status bw_linear_ce(rg_graph *g, rg_node *n, rg_error *err) {
-    rg_node *b = rg_linear_ce_back(g, n->grad, n, NEEDS(0));
+    rg_node *b = n->back = rg_linear_ce_back(g, n->grad, n, NEEDS(0));
     ADD_GRAD(0, rg_linear_ce_back_dw(g, b));
     ADD_GRAD(1, b);
     return RG_OK;
