@@ -158,7 +158,11 @@ static rg_status create(rg_train_state **out, const rg_model *m, const rg_train_
     if (!st && s->accumulate) st = rg_train_step_add_accumulation(s, err);
     rg_exec_opts eo = {.pool = s->pool};
     if (!st && device != RG_DEVICE_CPU) st = rg_train_device_create(s, device, &eo, err);
-    if (!st) st = rg_exec_create(&s->ex, s->g, &eo, err);
+    // The chosen step is planned once: on the CPU without accumulation the exec takes the
+    // choice's plan; the accumulation appended here, or a device's schedule, plan it again.
+    rg_exec_opts step_eo = eo;
+    step_eo.plan = !s->accumulate && device == RG_DEVICE_CPU ? &plan : NULL;
+    if (!st) st = rg_exec_create(&s->ex, s->g, &step_eo, err);
     if (!st) st = bind_grads(s, err);
     const rg_optim_graph_opts oo = {.optimizer = (int)cfg->optimizer, .momentum = cfg->momentum, .seed = cfg->seed,
                                     .norm = true, .max_norm = cfg->clip_grad_norm, .zero_grads = s->accumulate};
