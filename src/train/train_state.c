@@ -13,6 +13,8 @@
 
 static double mib(size_t b) { return (double)b / 1048576.0; }
 
+// A layer input too large for F16 was stored as Inf: the recompute would start
+// from it, so the step's gradient is meaningless. Names the layer and the token.
 static rg_status check_checkpoints(const rg_train_state *s, rg_error *err) {
     for (int il = 0; il < s->n_ckpts; il++) {
         const rg_node *c = s->ckpts[il];
@@ -139,7 +141,8 @@ static rg_status create(rg_train_state **out, const rg_model *m, const rg_train_
     s->grad_bufs = calloc(cap, sizeof *s->grad_bufs);
     s->grads = calloc(cap, sizeof *s->grads);
     s->params = calloc(cap, sizeof *s->params);
-    st = !s->tensors || !s->weight_bufs || !s->grad_bufs || !s->grads || !s->params
+    s->acc = calloc(cap, sizeof *s->acc);
+    st = !s->tensors || !s->weight_bufs || !s->grad_bufs || !s->grads || !s->params || !s->acc
              ? rg_fail(err, RG_ERR_NOMEM, "train: out of memory")
              : rg_train_choose_flash(cfg, device, &s->flash_attn, err);
     if (!st) st = rg_threadpool_create(&s->pool, cfg->threads > 0 ? (int)cfg->threads : 0, err);
@@ -155,13 +158,13 @@ static rg_status create(rg_train_state **out, const rg_model *m, const rg_train_
     }
     if (!st && limit && need > limit) st = refuse_over_limit(s, &plan, need, limit, device, err);
     if (!st) st = alloc_state(s, err);
-    if (!st && s->accumulate) st = rg_train_step_add_accumulation(s, err);
+    if (!st) rg_train_step_bind_accumulators(s);
     rg_exec_opts eo = {.pool = s->pool};
     if (!st && device != RG_DEVICE_CPU) st = rg_train_device_create(s, device, &eo, err);
-    // The chosen step is planned once: on the CPU without accumulation the exec takes the
-    // choice's plan; the accumulation appended here, or a device's schedule, plan it again.
+    // The chosen step is planned once: on the CPU the exec takes the choice's plan (a device
+    // schedules the graph and plans its own buffer).
     rg_exec_opts step_eo = eo;
-    step_eo.plan = !s->accumulate && device == RG_DEVICE_CPU ? &plan : NULL;
+    step_eo.plan = device == RG_DEVICE_CPU ? &plan : NULL;
     if (!st) st = rg_exec_create(&s->ex, s->g, &step_eo, err);
     if (!st) st = bind_grads(s, err);
     const rg_optim_graph_opts oo = {.optimizer = (int)cfg->optimizer, .momentum = cfg->momentum, .seed = cfg->seed,
@@ -233,7 +236,7 @@ void rg_train_state_free(rg_train_state *s) {
     }
     rg_threadpool_free(s->pool);
     rg_lora_free(s->lora);
-    free(s->tensors), free(s->weight_bufs), free(s->grad_bufs), free(s->grads), free(s->params);
+    free(s->tensors), free(s->weight_bufs), free(s->grad_bufs), free(s->grads), free(s->params), free(s->acc);
     free(s);
 }
 

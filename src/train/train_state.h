@@ -64,6 +64,7 @@ typedef struct rg_train_state {
     rg_node **bounds;            // [n_layer + 1] the layer boundaries of the forward (for recompute)
     rg_node **grads;             // [n_tensors] the graph's gradient nodes (NULL: no path from the loss)
     rg_node **params;            // [n_tensors] the step graph's parameter nodes, recorded as they are made
+    rg_node **acc;               // [n_tensors] the accumulator leaves over grad_bufs (NULL: none, or no gradient)
     int64_t ctx;
     bool recompute;              // the graph recomputes each layer before its backward (training.recompute)
     rg_node **ckpts;             // [n_layer] F16/BF16 stored layer inputs (checked for overflow), or NULL

@@ -156,10 +156,8 @@ static rg_status add_recompute(rg_train_state *s, rg_node **bounds, rg_error *er
     return RG_OK;
 }
 
-// A layer input too large for F16 was stored as Inf: the recompute would start
-// from it, so the step's gradient is meaningless. Names the layer and the token.
 size_t rg_train_tensor_capacity(const rg_model *m) {
-    // every model tensor, and room for LoRA's two a target
+    // every model tensor, and room for LoRA's two per target
     return 2 * ((size_t)m->arch->n_global + (size_t)m->hp.n_layer * (size_t)m->arch->n_tensors);
 }
 
@@ -168,11 +166,6 @@ static size_t physical_memory(void) {
     return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
 }
 
-// (Re)builds the step graph into s->g: the trainable tensors' nodes, the
-// inputs, the forward, the loss (LINEAR_CE on the hidden states when fused,
-// else CROSS_ENTROPY_LOSS on the logits), the backward, layer recompute when
-// asked, and the plan (an eval-only state stops after the loss). A second call replaces the graph and keeps the
-// trained buffers and the adapter (their order, hence the tensor ids, is the same).
 // training.flash_attn, decided here once for the forward, the backward (FLASH_ATTN_EXT's rule) and
 // recompute (and once more by rg_train_step_choose when the materialized step would not fit the memory limit):
 // on, off, or auto = on from FLASH_AUTO_CTX tokens, where bench_flash_attn measured the
@@ -199,6 +192,9 @@ rg_status rg_train_choose_flash(const rg_train_config *c, rg_device device, bool
     *flash = c->flash_attn == RG_FLASH_ATTN_ON || c->ctx >= FLASH_AUTO_CTX;
     return RG_OK;
 }
+
+static rg_status add_accumulation(rg_train_state *s, rg_error *err);
+
 rg_status rg_train_step_build(rg_train_state *s, bool fused, bool recompute, rg_error *err) {
     const rg_model *m = s->model;
     const rg_train_config *cfg = &s->cfg;
@@ -265,21 +261,32 @@ rg_status rg_train_step_build(rg_train_state *s, bool fused, bool recompute, rg_
     s->loss_back = s->ce->back;
     if (!s->loss_back) return rg_fail(err, RG_ERR_ARG, "train: the step graph has no cross-entropy backward");
     for (int k = 0; k < s->n_tensors; k++) s->grads[k] = s->params[k] ? s->params[k]->grad : NULL;
-    return recompute ? add_recompute(s, s->bounds, err) : RG_OK;
+    if (recompute && (st = add_recompute(s, s->bounds, err))) return st;
+    return s->accumulate ? add_accumulation(s, err) : RG_OK;
 }
 
-// acc_k = acc_k + grad_k at the end of the step graph, into the accumulator leaves (grad_bufs),
-// so each row leaves its gradient summed where the run lives. The first row adds to zeros.
-rg_status rg_train_step_add_accumulation(rg_train_state *s, rg_error *err) {
+// acc_k = acc_k + grad_k at the end of the step graph, into the accumulator leaves s->acc, so
+// each row leaves its gradient summed where the run lives (the first row adds to zeros). The
+// leaves are external bytes unbound yet: the accumulators are allocated only once the run is
+// known to fit, then bound (rg_train_step_bind_accumulators), so the plan the choice made is
+// the step's whole plan.
+static rg_status add_accumulation(rg_train_state *s, rg_error *err) {
     rg_graph *g = s->g;
     for (int k = 0; k < s->n_tensors; k++) {
+        s->acc[k] = NULL;
         if (!s->grads[k]) continue;
         const rg_train_tensor *t = &s->tensors[k];
-        rg_node *acc = rg_leaf(g, "grad_acc", RG_TYPE_F32, t->n_dims, t->ne, s->grad_bufs[k]);  // [ne]
+        rg_node *acc = s->acc[k] = rg_leaf(g, "grad_acc", RG_TYPE_F32, t->n_dims, t->ne, NULL);  // [ne]
+        if (acc) acc->flags |= RG_NODE_EXTERNAL;
         rg_node *put = rg_cpy_into(g, rg_add(g, acc, s->grads[k]), acc);
         if (put) put->flags |= RG_NODE_OUTPUT;  // kept: it writes the accumulator
     }
     return rg_graph_error(g, err);
+}
+
+void rg_train_step_bind_accumulators(rg_train_state *s) {
+    for (int k = 0; k < s->n_tensors; k++)
+        if (s->acc[k]) rg_node_bind(s->acc[k], s->grad_bufs[k]);
 }
 
 // The bytes a run holds besides the step's plan: the weights (trained copies, or the mapped

@@ -16,8 +16,9 @@ rg_status rg_train_choose_flash(const rg_train_config *c, rg_device device, bool
 // (Re)builds the step graph into s->g, unplanned: the trainable tensors' nodes (s->params), the
 // inputs, the forward, the loss (LINEAR_CE on the hidden states when fused, else
 // CROSS_ENTROPY_LOSS on the logits), the backward with s->grads and s->loss_back, layer
-// recompute when asked (an eval-only state stops after the loss). A second call replaces the
-// graph and keeps the trained buffers and the adapter (the same order, hence tensor ids).
+// recompute when asked, the gradient accumulation when s->accumulate (an eval-only state
+// stops after the loss). A second call replaces the graph and keeps the trained buffers and
+// the adapter (the same order, hence tensor ids).
 rg_status rg_train_step_build(rg_train_state *s, bool fused, bool recompute, rg_error *err);
 // The one choice of recompute, the fused loss and flash attention: builds and plans (without
 // allocating) the configured step, then, in this order while it does not fit the limit (0: the
@@ -26,7 +27,8 @@ rg_status rg_train_step_build(rg_train_state *s, bool fused, bool recompute, rg_
 // s->state_bytes and s->grad_bytes set, *need the run's bytes and *limit the limit applied.
 rg_status rg_train_step_choose(rg_train_state *s, rg_device device, size_t memory_limit, rg_plan *plan, size_t *need,
                                size_t *limit, rg_error *err);
-// acc_k = acc_k + grad_k (ADD, CPY_INTO into leaves over s->grad_bufs) appended to the step graph.
-rg_status rg_train_step_add_accumulation(rg_train_state *s, rg_error *err);
+// Binds the accumulator leaves of the step graph (s->acc, made by rg_train_step_build when
+// s->accumulate: acc_k = acc_k + grad_k by ADD and CPY_INTO) to s->grad_bufs, once allocated.
+void rg_train_step_bind_accumulators(rg_train_state *s);
 
 #endif
