@@ -155,7 +155,7 @@ static void cpu_ops_table(rg_train_state *s) {
     }
     t_all = bench_now() - t_all;
     double t_norm = bench_now();
-    rg_grad_global_norm(s->tensors, s->n_tensors, s->pool);  // the part of the step before the update
+    rg_exec_run(s->oex, 0, s->og.seg_norm, &err);  // the optimizer graph's norm segment: the step before the update
     t_norm = bench_now() - t_norm;
     double t_opt = bench_now(), gn = 0, lr = 0;
     bool sk = false;

@@ -90,6 +90,7 @@ static inline double perf_node_flops(const rg_node *n) {
     case RG_OP_CROSS_ENTROPY_LOSS_BACK: return 4.0 * perf_src_nel(n, n->op == RG_OP_CROSS_ENTROPY_LOSS ? 0 : 1);
     case RG_OP_ADAMW: return 12.0 * perf_src_nel(n, 0);    // two moments, their corrections, the step, decay
     case RG_OP_SGD: return (n->src[3] ? 5.0 : 3.0) * perf_src_nel(n, 0);
+    case RG_OP_SUMSQ: return 2.0 * perf_src_nel(n, 0);     // a square and an add per element (double)
     case RG_OP_LINEAR_CE: {  // w [d, V], h [d, T]: the logits' products, then the CE on them, per labelled token
         const double d = (double)a->t.ne[0], V = (double)a->t.ne[1], T = perf_ce_tokens(n->src[2], n->ip[0]);
         return 2.0 * d * V * T + 4.0 * V * T;

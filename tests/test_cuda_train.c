@@ -21,6 +21,9 @@
 //                   order: dh_kt within sum_v |w_kv| (|c_t| e_tv (4e-5 S_t + 1e-6) +
 //                   2e-5 |G_tv|), dw_kv likewise with |h_kt| over t (computed from a
 //                   double reference).
+//   SUMSQ, CLIP_COEF  bit for bit: the global norm of the same gradients (a trainer's tensors'
+//                   sizes, several 4096-element blocks, tails) is the CPU's double sums in the
+//                   CPU's order, and so is the clip.
 //   ADAMW, SGD      bit for bit (the same IEEE operations, fma where the CPU uses fmaf;
 //                   the same keyed words and roundings for f16/bf16), except that a NaN
 //                   result is only required to be a NaN: a GPU's arithmetic returns its
@@ -39,6 +42,7 @@
 #include "graph/graph.h"
 #include "rg_test.h"
 #include "tensor/half.h"
+#include "train/optim.h"
 
 static char why[256];
 
@@ -864,6 +868,66 @@ static void test_cuda_train_graph_resident(void) {
     free(w), free(h), free(dy), free(zeros), free(labels);
 }
 
+
+// ---------------------------------------------------------------------------
+// The global norm: the optimizer graph's norm segment (rg_optim_graph: SUMSQ over the
+// tensors in order, then CLIP_COEF) on the same gradients on the device and on the CPU gives
+// the same sum of squares and clip, bit for bit, and the host's rg_grad_global_norm agrees.
+
+static void test_cuda_global_norm_bits(void) {
+    if (!have_gpu()) RG_SKIP("no CUDA device: %s", why);
+    static const int64_t sizes[] = {1, 37, 4096, 5000, 100003, 3 * 4096};
+    enum { N = sizeof sizes / sizeof sizes[0] };
+    rg_train_tensor ts[N];
+    float *bufs[N][4];
+    memset(ts, 0, sizeof ts);
+    for (int k = 0; k < N; k++) {
+        for (int j = 0; j < 4; j++) bufs[k][j] = randn(sizes[k], 100 + 4 * (uint64_t)k + (uint64_t)j, j == 1 ? 0.3f : 0.0f);
+        rg_train_tensor *t = &ts[k];
+        snprintf(t->name, sizeof t->name, "t%d", k);
+        t->id = (uint32_t)k, t->type = RG_TYPE_F32, t->n_dims = 1, t->ne[0] = sizes[k], t->nel = sizes[k];
+        t->ne[1] = t->ne[2] = t->ne[3] = 1;
+        t->w = bufs[k][0], t->grad = bufs[k][1], t->m = bufs[k][2], t->v = bufs[k][3], t->decay = true;
+    }
+    const rg_optim_graph_opts oo = {.optimizer = 0, .seed = 1, .norm = true, .max_norm = 0.3};
+    double total[2] = {0, 0};
+    float clip[2] = {0, 0};
+    for (int d = 0; d < 2; d++) {
+        rg_optim_graph og;
+        rg_error err = {0};
+        RG_REQUIRE(rg_optim_graph_build(&og, ts, N, &oo, &err) == RG_OK, "%s", err.msg);
+        rg_node *coef = NULL;  // the CLIP_COEF node, the first of the update segment
+        for (int i = og.seg_norm; i < og.g->n_nodes && !coef; i++)
+            if (og.g->nodes[i]->op == RG_OP_CLIP_COEF) coef = og.g->nodes[i];
+        RG_REQUIRE(coef, "the optimizer graph has no clip_coef node");
+        coef->flags |= RG_NODE_OUTPUT;
+        rg_exec *ex = NULL;
+        rg_exec_opts o = {.n_threads = 2, .device = d ? RG_DEVICE_CUDA : RG_DEVICE_CPU};
+        rg_status st = rg_exec_create(&ex, og.g, &o, &err);
+        if (!st) st = rg_exec_run(ex, 0, og.seg_norm + 1, &err);  // the norm and the clip, no update
+        if (!st) st = rg_exec_read(ex, og.total, &total[d], sizeof total[d], &err);
+        if (!st) st = rg_exec_read(ex, coef, &clip[d], sizeof clip[d], &err);
+        RG_CHECK(st == RG_OK, "%s: %s", d ? "cuda" : "cpu", err.msg);
+        int on = 0, n_sumsq = 0;
+        if (d) on = count_on_device(og.g, RG_OP_SUMSQ, &n_sumsq);
+        RG_CHECK(!d || on == n_sumsq, "%d of %d sumsq nodes ran on the device", on, n_sumsq);
+        rg_exec_free(ex);
+        rg_optim_graph_free(&og);
+    }
+    const double host = rg_grad_global_norm(ts, N, NULL);
+    const int same = memcmp(&total[0], &total[1], sizeof total[0]) == 0 && memcmp(&clip[0], &clip[1], sizeof clip[0]) == 0;
+    table_line("sumsq+clip", "f32", "6 tensors, 1..100003 elements", fabs(total[1] - total[0]), "0 (bits)", same);
+    printf("    norm %.17g (cpu) %.17g (cuda) %.17g (rg_grad_global_norm), clip %.9g\n", sqrt(total[0]), sqrt(total[1]),
+           host, (double)clip[1]);
+    RG_CHECK(same, "the device's sum of squares %.17g or clip %.9g differ from the CPU's %.17g, %.9g", total[1],
+             (double)clip[1], total[0], (double)clip[0]);
+    RG_CHECK(sqrt(total[0]) == host, "the graph's norm %.17g is not rg_grad_global_norm's %.17g", sqrt(total[0]), host);
+    RG_CHECK(clip[0] == rg_clip_coef(host, 0.3), "clip %.9g, rg_clip_coef says %.9g", (double)clip[0],
+             (double)rg_clip_coef(host, 0.3));
+    for (int k = 0; k < N; k++)
+        for (int j = 0; j < 4; j++) free(bufs[k][j]);
+}
+
 static const rg_test_case cases[] = {
     RG_TEST(test_cuda_train_support_table),
     RG_TEST(test_cuda_out_prod_parity),
@@ -872,6 +936,7 @@ static const rg_test_case cases[] = {
     RG_TEST(test_cuda_linear_ce_bad_label),
     RG_TEST(test_cuda_linear_ce_back_parity),
     RG_TEST(test_cuda_optim_parity),
+    RG_TEST(test_cuda_global_norm_bits),
     RG_TEST(test_cuda_sr_keys),
     RG_TEST(test_cuda_train_graph_resident),
     {0},

@@ -309,6 +309,7 @@ static void read_tensor(const rg_tensor *t, double *dst) {
                     case RG_TYPE_F16: memcpy(&h, q, 2), d[i0] = f16_value(h); break;
                     case RG_TYPE_BF16: memcpy(&h, q, 2), d[i0] = bf16_value(h); break;
                     case RG_TYPE_I32: memcpy(&v, q, 4), d[i0] = v; break;
+                    case RG_TYPE_F64: memcpy(&d[i0], q, 8); break;
                     default: d[i0] = NAN;
                     }
                 }
@@ -1423,8 +1424,13 @@ static void ref_linear_ce_back(const tcase *c, double *const *x, double *y) {
 // §1.3 with the host's f32 scalars. Parameters are kept away from 0 and m has
 // the sign of g, so no output is a cancellation and a per-element rtol of
 // 2e-6 is meaningful for theta, m and v alike.
+static tin *in_f32_scalar(tcase *c, const char *name, double v);
 static int gen_optim(tcase *c, uint32_t type, int v, bool adamw) {
-    if (v > (adamw ? 1 : 3)) return 0;
+    // the last variant: the first one with its clip read from an F32 [1] source (a CLIP_COEF's output)
+    const int last = adamw ? 2 : 4;
+    if (v > last) return 0;
+    const bool clip_src = v == last;
+    if (clip_src) v = 0;
     const int64_t n = 37;  // 32 for the vector loop, 5 for the tail
     tin *th = in_rand(c, "theta", RG_TYPE_F32, n, 1, 1, 1, 1.0, false);
     tin *g = in_rand(c, "grad", RG_TYPE_F32, n, 1, 1, 1, 1.0, false);
@@ -1443,7 +1449,7 @@ static int gen_optim(tcase *c, uint32_t type, int v, bool adamw) {
         const double bc1 = 1 - pow(b1, t), bc2 = 1 - pow(b2, t);
         const double s[8] = {lr / bc1, 1 - b1, b2, 1 - b2, eps, 1 - lr * wd, sqrt(bc2), clip};
         for (int k = 0; k < 8; k++) c->fp[k] = (double)(float)s[k];
-        label(c, type, v == 0 ? "t=3 decay clip" : "t=1");
+        label(c, type, clip_src ? "t=3 decay, clip from a source" : v == 0 ? "t=3 decay clip" : "t=1");
         c->n_out = 3 * n;
     } else {
         // v 2, 3: with a momentum buffer (mu 0.9), its first step (b = g) and a later one; the
@@ -1462,21 +1468,33 @@ static int gen_optim(tcase *c, uint32_t type, int v, bool adamw) {
         }
         static const char *const names[4] = {"decay clip", "plain", "momentum first step, decay clip",
                                              "momentum step 3, plain"};
-        label(c, type, names[v]);
+        label(c, type, clip_src ? "decay, clip from a source" : names[v]);
     }
+    if (clip_src) in_f32_scalar(c, "clip", c->fp[adamw ? 7 : 2]), c->ip[7] = 1;  // the node's own fp says 1
     return 1;
+}
+// An F32 [1] input of value v.
+static tin *in_f32_scalar(tcase *c, const char *name, double v) {
+    tin *t = new_in(c, name, RG_TYPE_F32, 1, 1, 1, 1, false);
+    set_f32(t, 0, v);
+    return t;
 }
 static int gen_adamw(tcase *c, uint32_t type, int v) { return gen_optim(c, type, v, true); }
 static int gen_sgd(tcase *c, uint32_t type, int v) { return gen_optim(c, type, v, false); }
 static int build_adamw(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
     const rg_adamw_step s = {(float)c->fp[0], (float)c->fp[1], (float)c->fp[2], (float)c->fp[3],
-                             (float)c->fp[4], (float)c->fp[5], (float)c->fp[6], (float)c->fp[7]};
+                             (float)c->fp[4], (float)c->fp[5], (float)c->fp[6], c->ip[7] ? 1.0f : (float)c->fp[7]};
     out[0] = rg_adamw(g, in[0], in[1], in[2], in[3], &s);
+    if (c->ip[7]) out[0] = rg_optim_set_clip(g, out[0], in[4]);
     out[1] = in[2], out[2] = in[3];
     return 3;
 }
 static int build_sgd(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
-    out[0] = rg_sgd(g, in[0], in[1], (float)c->fp[0], (float)c->fp[1], (float)c->fp[2]);
+    out[0] = rg_sgd(g, in[0], in[1], (float)c->fp[0], (float)c->fp[1], c->ip[7] ? 1.0f : (float)c->fp[2]);
+    if (c->ip[7]) {
+        out[0] = rg_optim_set_clip(g, out[0], in[2]);
+        return 1;
+    }
     if (c->n_in < 3) return 1;
     out[0] = rg_sgd_momentum(g, out[0], in[2], (float)c->fp[3]);
     if (out[0]) out[0]->fp[4] = (float)c->fp[4];
@@ -1500,9 +1518,59 @@ static void ref_sgd(const tcase *c, double *const *x, double *y) {
     const int64_t n = c->out_ne[0];
     for (int64_t i = 0; i < n; i++) {
         double g = x[1][i] * c->fp[2] + c->fp[1] * x[0][i];
-        if (c->n_in >= 3) g = c->fp[4] == 1.0 ? g : c->fp[3] * x[2][i] + g, y[n + i] = g;  // the momentum buffer
+        if (c->n_in >= 3 && !c->ip[7]) g = c->fp[4] == 1.0 ? g : c->fp[3] * x[2][i] + g, y[n + i] = g;  // the buffer
         y[i] = x[0][i] - c->fp[0] * g;
     }
+}
+
+// SUMSQ: prev + sum a^2 against the double sum, over lengths that exercise the tail of the
+// 16 lanes (37), a partial second block (5000, with a prev) and several blocks split between
+// threads (3 * 4096 + 17, with a prev). The double sums of n positive terms: n 2^-53 relative.
+static int gen_sumsq(tcase *c, uint32_t type, int v) {
+    static const int64_t lens[3] = {37, 5000, 3 * 4096 + 17};
+    if (v > 2) return 0;
+    in_rand(c, "a", RG_TYPE_F32, lens[v], 1, 1, 1, v == 2 ? 3.0 : 1.0, false);
+    if (v > 0) {
+        tin *prev = new_in(c, "prev", RG_TYPE_F64, 1, 1, 1, 1, false);
+        prev->val[0] = 2.5 * v;
+        memcpy(prev->bytes, &prev->val[0], 8);
+    }
+    set_ne(c->out_ne, 1, 1, 1, 1);
+    label(c, type, v == 0 ? "37, no prev" : v == 1 ? "5000 + prev" : "12305 + prev");
+    return 1;
+}
+static int build_sumsq(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    out[0] = rg_sumsq(g, in[0], c->n_in > 1 ? in[1] : NULL);
+    return 1;
+}
+static void ref_sumsq(const tcase *c, double *const *x, double *y) {
+    double s = c->n_in > 1 ? x[1][0] : 0.0;
+    for (int64_t i = 0; i < nel4(c->in[0].ne); i++) s += x[0][i] * x[0][i];
+    y[0] = s;
+}
+
+// CLIP_COEF: min(1, max_norm / (sqrt(total) + 1e-6)) against the double formula: a clipped
+// norm (total 9, max 1), an unclipped one (total 0.25), no clipping (max_norm 0), and a
+// max_norm that f32 does not hold (0.3: ip[0] keeps its double bits).
+static int gen_clip_coef(tcase *c, uint32_t type, int v) {
+    static const double totals[4] = {9.0, 0.25, 9.0, 17.0}, maxes[4] = {1.0, 1.0, 0.0, 0.3};
+    if (v > 3) return 0;
+    tin *t = new_in(c, "total", RG_TYPE_F64, 1, 1, 1, 1, false);
+    t->val[0] = totals[v];
+    memcpy(t->bytes, &t->val[0], 8);
+    c->fp[0] = maxes[v];
+    set_ne(c->out_ne, 1, 1, 1, 1);
+    static const char *const names[4] = {"clipped", "under the max", "max_norm 0", "max_norm 0.3"};
+    label(c, type, names[v]);
+    return 1;
+}
+static int build_clip_coef(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    out[0] = rg_clip_coef_node(g, in[0], c->fp[0]);
+    return 1;
+}
+static void ref_clip_coef(const tcase *c, double *const *x, double *y) {
+    const double coef = c->fp[0] / (sqrt(x[0][0]) + 1e-6);
+    y[0] = c->fp[0] > 0 && coef < 1 ? coef : 1.0;
 }
 
 // ATTN_DECODE: q [Dh, H, T] against the first n_kv rows of a KV cache of C
@@ -1637,6 +1705,10 @@ static const op_entry entries[RG_OP_COUNT] = {
     // many products over the query rows and GQA heads: 2e-6 (seen: 5.2e-7). The CUDA kernels (ops_flash.cu) sum in
     // their own tile orders with fmaf: cuda_parity holds them to bounds from Tk and Dh (ops_parity_bounds.h), not to
     // the CPU's bits.
+    // the global norm: double sums of <= 12305 positive terms (n 2^-53: 1.4e-12); the clip: one f32 rounding (u).
+    // The CUDA kernels make the CPU's double operations in its order: the same bits (cuda_parity)
+    [RG_OP_SUMSQ] = {T_F32, gen_sumsq, build_sumsq, ref_sumsq, NULL, M_ELEM, 2e-12, true},
+    [RG_OP_CLIP_COEF] = {T_F32, gen_clip_coef, build_clip_coef, ref_clip_coef, NULL, M_ELEM, 6e-8, true},
     [RG_OP_FLASH_ATTN_EXT] = {T_ATTN, gen_flash_attn_ext, build_flash_attn_ext, ref_flash_attn_ext, NULL, M_NORM, 1e-6},
     [RG_OP_FLASH_ATTN_BACK] = {T_ATTN, gen_flash_attn_back, build_flash_attn_back, ref_flash_attn_back, NULL, M_NORM,
                                2e-6},
@@ -2188,7 +2260,7 @@ static void test_cuda_parity(void) {
     X(adamw, ADAMW) X(sgd, SGD) X(cpy_into, CPY_INTO) X(linear_ce, LINEAR_CE) X(linear_ce_back, LINEAR_CE_BACK) \
     X(attn_decode, ATTN_DECODE) X(ssm_conv, SSM_CONV) X(ssm_conv_back, SSM_CONV_BACK) X(ssm_dt, SSM_DT)             \
     X(ssm_scan, SSM_SCAN) X(ssm_scan_back, SSM_SCAN_BACK) X(flash_attn_ext, FLASH_ATTN_EXT)                       \
-    X(flash_attn_back, FLASH_ATTN_BACK)
+    X(flash_attn_back, FLASH_ATTN_BACK) X(sumsq, SUMSQ) X(clip_coef, CLIP_COEF)
 
 #define X_FN(lc, UC) \
     static void test_##lc(void) { run_op(RG_OP_##UC); }

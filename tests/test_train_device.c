@@ -6,7 +6,8 @@
 // CUDA code (RETRO_CUDA_HOST=1); skips with the reason without either.
 //
 // Tolerances: the device's products are cuBLAS's (another summation order than the
-// CPU's GEMM), its norm sums per tensor in f32, and ops without a CUDA kernel fall back to
+// CPU's GEMM; the norm of given gradients is the CPU's bits, SUMSQ on both sides: only the
+// gradients differ), and ops without a CUDA kernel fall back to
 // the CPU per node: the same computation up to roundoff, compounded over 4 steps. Per-step
 // losses and gradient norms within 1e-4 relative. The weights' changes over the 4 steps
 // within 1e-3 of the change's L2 norm: AdamW divides each element's step by the root of its
@@ -148,9 +149,10 @@ static void test_full_bf16_sr_tensor_path(void) { compare(RG_TRAIN_FULL, RG_TYPE
 static void test_full_f16_master_tensor_path(void) { compare(RG_TRAIN_FULL, RG_TYPE_F16, true, "tensor"); }
 static void test_lora_bf16_base_tensor_path(void) { compare(RG_TRAIN_LORA, RG_TYPE_BF16, false, "tensor"); }
 
-// RETRO_CUDA_GRAPHS=1: the step graph and the optimizer graph's two ranges are captured once and
-// replayed (the loss scale and the step scalars are read from device memory, so they do not
-// change a launch), and the run's losses, norms and weights are the same bits as without graphs.
+// RETRO_CUDA_GRAPHS=1: the step graph and the optimizer graph's two ranges (the norm; the clip,
+// the updates and the zeroing) are captured once and replayed (the loss scale and the step
+// scalars are read from device memory, so they do not change a launch), and the run's losses,
+// norms and weights are the same bits as without graphs.
 static void run_rows(rg_train_state *s, double *losses, double *norms, rg_error *err) {
     for (int step = 0; step < STEPS; step++) {
         double l = 0, a, lr;

@@ -50,6 +50,13 @@ void rg_ce_row_max_sumexp(const float *z, float *e, int64_t V, bool avx2, float 
 // ops_optim.c
 rg_status cpu_adamw(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 rg_status cpu_sgd(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+// SUMSQ and CLIP_COEF (graph.h): the global norm's square by blocks, and the clip from it.
+#define RG_SUMSQ_BLOCK 4096  // training.md §1.4's fixed blocks
+rg_status cpu_sumsq(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+size_t cpu_sumsq_work(const rg_node *n, int n_threads);
+rg_status cpu_clip_coef(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+// min(1, max_norm / (norm + 1e-6)) in double, cast once; 1 when max_norm <= 0 (training.md §1.4).
+float rg_clip_coef_f64(double norm, double max_norm);
 // The same updates over one row of n elements, for callers outside a graph (the
 // trainer's host step): out may alias theta; fp as in the ADAMW / SGD nodes.
 void rg_adamw_row(float *out, const float *theta, const float *grad, float *m, float *v, int64_t n, const float fp[8]);

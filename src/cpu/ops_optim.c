@@ -78,6 +78,12 @@ static rg_status optim_check(const char *op, const rg_node *n, const char *const
     return need_contig(op, n, &n->t, "output", pt, *nel, err);
 }
 
+// The clip source, when the node has one: F32 [1] with bytes.
+static rg_status clip_check(const char *op, const rg_node *n, rg_error *err) {
+    const rg_node *clip = rg_optim_clip_src(n);
+    return clip ? need_contig(op, n, &clip->t, "clip", RG_TYPE_F32, 1, err) : RG_OK;
+}
+
 // Per-thread ranges of the flat element index.
 typedef struct optim_job {
     void *out;                  // [nel] the updated parameter (normally the parameter's own bytes)
@@ -88,7 +94,7 @@ typedef struct optim_job {
     float *master;              // [nel] f32 master of a half parameter, or NULL
     uint32_t type;              // the parameter's type
     int64_t nel;
-    const float *fp;
+    float fp[8];                // the node's scalars, the clip from its clip source when it has one
     const int64_t *ip;          // seed, step, tensor id (the SR key of a half parameter)
 } optim_job;
 
@@ -190,8 +196,10 @@ static optim_job job_of(const rg_node *n, int64_t nel, bool adamw) {
     optim_job j = {.out = n->t.data, .theta = n->src[0]->t.data, .grad = n->src[1]->t.data,
                    .m = adamw ? n->src[2]->t.data : n->src[3] ? n->src[3]->t.data : NULL,
                    .v = adamw ? n->src[3]->t.data : NULL, .adamw = adamw,
-                   .master = master ? master->t.data : NULL, .type = n->src[0]->t.type, .nel = nel, .fp = n->fp,
-                   .ip = n->ip};
+                   .master = master ? master->t.data : NULL, .type = n->src[0]->t.type, .nel = nel, .ip = n->ip};
+    memcpy(j.fp, n->fp, sizeof j.fp);
+    const rg_node *clip = rg_optim_clip_src(n);
+    if (clip) j.fp[adamw ? 7 : 2] = *(const float *)clip->t.data;  // CLIP_COEF's output
     return j;
 }
 
@@ -199,6 +207,7 @@ rg_status cpu_adamw(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     static const char *const names[4] = {"param", "grad", "m", "v"};
     int64_t nel = 0;
     rg_status st = optim_check("adamw", n, names, 4, &nel, err);
+    if (!st) st = clip_check("adamw", n, err);
     if (st || nel == 0) return st;
     optim_job j = job_of(n, nel, true);
     rg_threadpool_run(ctx ? ctx->pool : NULL, adamw_range, &j);
@@ -254,8 +263,78 @@ rg_status cpu_sgd(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     int64_t nel = 0;
     rg_status st = optim_check("sgd", n, names, 2, &nel, err);
     if (!st && n->src[3]) st = need_contig("sgd", n, &n->src[3]->t, "momentum buffer", RG_TYPE_F32, nel, err);
+    if (!st) st = clip_check("sgd", n, err);
     if (st || nel == 0) return st;
     optim_job j = job_of(n, nel, false);
     rg_threadpool_run(ctx ? ctx->pool : NULL, sgd_range, &j);
+    return RG_OK;
+}
+
+// ---------------------------------------------------------------------------
+// SUMSQ (a, prev) -> F64 [1]: prev + the block sums of a in block order, each block of
+// RG_SUMSQ_BLOCK elements by rg_sumsq_f64. Threads take whole blocks into the scratch
+// (one double per block); the sums are then added in index order, so the value does not
+// depend on the split.
+typedef struct sumsq_job {
+    const float *a;
+    int64_t nel, n_blocks;
+    double *block_sums;  // [n_blocks]
+} sumsq_job;
+
+static int64_t sumsq_blocks(const rg_node *n) {
+    const int64_t nel = n->src[0] ? rg_tensor_nelements(&n->src[0]->t) : 0;
+    return (nel + RG_SUMSQ_BLOCK - 1) / RG_SUMSQ_BLOCK;
+}
+
+size_t cpu_sumsq_work(const rg_node *n, int n_threads) {
+    (void)n_threads;
+    return sizeof(double) * (size_t)sumsq_blocks(n);
+}
+
+static void sumsq_range(void *p, int ith, int nth) {
+    sumsq_job *j = p;
+    int64_t b0, b1;
+    rg_split_range(j->n_blocks, ith, nth, &b0, &b1);
+    for (int64_t b = b0; b < b1; b++) {
+        const int64_t i0 = b * RG_SUMSQ_BLOCK, i1 = i0 + RG_SUMSQ_BLOCK < j->nel ? i0 + RG_SUMSQ_BLOCK : j->nel;
+        j->block_sums[b] = rg_sumsq_f64(j->a + i0, i1 - i0);
+    }
+}
+
+rg_status cpu_sumsq(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
+    const rg_node *a = n->src[0], *prev = n->src[1];
+    const int64_t nel = a ? rg_tensor_nelements(&a->t) : 0;
+    rg_status st = need_contig("sumsq", n, a ? &a->t : NULL, "a", RG_TYPE_F32, nel, err);
+    if (!st && prev) st = need_contig("sumsq", n, &prev->t, "prev", RG_TYPE_F64, 1, err);
+    if (!st) st = need_contig("sumsq", n, &n->t, "output", RG_TYPE_F64, 1, err);
+    if (st) return st;
+    sumsq_job j = {.a = a->t.data, .nel = nel, .n_blocks = sumsq_blocks(n), .block_sums = ctx ? ctx->scratch : NULL};
+    if (j.n_blocks && (!j.block_sums || ctx->scratch_size < cpu_sumsq_work(n, 1)))
+        return rg_fail(err, RG_ERR_ARG, "sumsq '%s': scratch of %zu bytes is below the %zu needed", n->t.name,
+                       ctx ? ctx->scratch_size : 0, cpu_sumsq_work(n, 1));
+    if (j.n_blocks > 1) rg_threadpool_run(ctx->pool, sumsq_range, &j);
+    else sumsq_range(&j, 0, 1);
+    double total = prev ? *(const double *)prev->t.data : 0.0;
+    for (int64_t b = 0; b < j.n_blocks; b++) total += j.block_sums[b];
+    *(double *)n->t.data = total;
+    return RG_OK;
+}
+
+// CLIP_COEF (total) -> F32 [1] = rg_clip_coef_f64(sqrt(total), max_norm), max_norm's bits in ip[0].
+float rg_clip_coef_f64(double norm, double max_norm) {
+    if (!(max_norm > 0.0)) return 1.0f;
+    const double c = max_norm / (norm + 1e-6);
+    return (float)(c < 1.0 ? c : 1.0);
+}
+
+rg_status cpu_clip_coef(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
+    (void)ctx;
+    const rg_node *total = n->src[0];
+    rg_status st = need_contig("clip_coef", n, total ? &total->t : NULL, "total", RG_TYPE_F64, 1, err);
+    if (!st) st = need_contig("clip_coef", n, &n->t, "output", RG_TYPE_F32, 1, err);
+    if (st) return st;
+    double max_norm;
+    memcpy(&max_norm, &n->ip[0], sizeof max_norm);
+    *(float *)n->t.data = rg_clip_coef_f64(sqrt(*(const double *)total->t.data), max_norm);
     return RG_OK;
 }

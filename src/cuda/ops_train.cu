@@ -35,6 +35,11 @@
 //                   e = expf(-|z - lse_t|) and c_t = dy0 inv_n + dy[1 + t] in double (0 rows for
 //                   ignored tokens), dh (+)= w_c G^T (SGEMM accumulating over chunks in order)
 //                   and dw_c = h G (each chunk its own columns). Differences as LINEAR_CE's.
+//   SUMSQ           a f32 [nel], prev f64 [1] -> f64 [1]: the CPU's block sums (16 double lanes by
+//                   i % 16, folded 8, 4, 2, 1) into device scratch, then prev + the blocks in order
+//                   by one thread: __dmul_rn / __dadd_rn, so the CPU's bits.
+//   CLIP_COEF       total f64 [1] -> f32 [1]: max_norm / (sqrt(total) + 1e-6) capped at 1 in double,
+//                   correctly rounded sqrt and division: the CPU's bits.
 //   ADAMW, SGD      the canonical f32 sequence of ops_optim.c, op for op: __fmaf_rn where the
 //                   CPU calls fmaf, __fmul_rn/__fsub_rn/__fadd_rn/__fdiv_rn/__fsqrt_rn elsewhere
 //                   (nvcc would otherwise contract a * b + c), so the same gradients give the
@@ -210,10 +215,13 @@ __device__ static inline float sgd_one(float th, float g, float *b, const optim_
 // i >> 2, as rg_sr_*_row draws them. theta: the parameter as it is; out: where it goes (normally
 // the same bytes); master: f32 master of a half parameter (updated, then stored by RNE), or NULL.
 __global__ static void optim_kernel(const void *theta, void *out, float *master, const float *grad, float *m,
-                                    float *v, int64_t n, uint32_t type, int adamw, const rg_node_params *prm) {
-    // The node's scalars and SR key (ip: seed, step, tensor id), read where the executor put them.
+                                    float *v, int64_t n, uint32_t type, int adamw, const rg_node_params *prm,
+                                    const float *clip) {
+    // The node's scalars and SR key (ip: seed, step, tensor id), read where the executor put them;
+    // the clip from the CLIP_COEF node's output when the node reads one (src[5] / src[4]).
     optim_par p;
     for (int k = 0; k < 8; k++) p.fp[k] = prm->fp[k];
+    if (clip) p.fp[adamw ? 7 : 2] = *clip;
     const sr_key key = {(uint64_t)prm->ip[0], (uint32_t)prm->ip[1], (uint32_t)prm->ip[2]};
     const int64_t quads = (n + 3) / 4;
     for (int64_t q = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; q < quads; q += (int64_t)gridDim.x * blockDim.x) {
@@ -243,6 +251,56 @@ __global__ static void optim_kernel(const void *theta, void *out, float *master,
             ((uint16_t *)out)[i] = h;
         }
     }
+}
+
+// sumsq_blocks: the sum of squares of each SUMSQ_BLOCK-element block of a (rg_sumsq_f64's order):
+// 16 threads per block, thread l summing elements l, l + 16, ... in double (exact products,
+// __dadd_rn), then the 16 lanes folded 8, 4, 2, 1 by the block's first thread. A CUDA block takes
+// SUMSQ_PER_CTA norm blocks; the grid loops past its size.
+#define SUMSQ_LANES 16
+#define SUMSQ_PER_CTA 16
+__global__ static void sumsq_blocks_kernel(const float *a, int64_t nel, int64_t n_blocks, double *sums) {
+    RG_SHARED(double, lanes, SUMSQ_PER_CTA * SUMSQ_LANES);
+    const int slot = threadIdx.x / SUMSQ_LANES, l = threadIdx.x % SUMSQ_LANES;
+    for (int64_t b0 = (int64_t)blockIdx.x * SUMSQ_PER_CTA; b0 < n_blocks; b0 += (int64_t)gridDim.x * SUMSQ_PER_CTA) {
+        const int64_t b = b0 + slot;
+        double acc = 0.0;
+        if (b < n_blocks) {
+            const int64_t i0 = b * RG_SUMSQ_BLOCK, i1 = i0 + RG_SUMSQ_BLOCK < nel ? i0 + RG_SUMSQ_BLOCK : nel;
+            for (int64_t i = i0 + l; i < i1; i += SUMSQ_LANES) {
+                const double x = (double)a[i];
+                acc = __dadd_rn(acc, __dmul_rn(x, x));
+            }
+        }
+        lanes[threadIdx.x] = acc;
+        __syncthreads();
+        if (l == 0 && b < n_blocks) {
+            double *ln = lanes + slot * SUMSQ_LANES;
+            for (int w = SUMSQ_LANES / 2; w >= 1; w /= 2)
+                for (int k = 0; k < w; k++) ln[k] = __dadd_rn(ln[k], ln[k + w]);
+            sums[b] = ln[0];
+        }
+        __syncthreads();
+    }
+}
+
+// sumsq_total: *out = prev (0 without) + the block sums in block order (one thread: the CPU's chain).
+__global__ static void sumsq_total_kernel(const double *sums, int64_t n_blocks, const double *prev, double *out) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    double total = prev ? *prev : 0.0;
+    for (int64_t b = 0; b < n_blocks; b++) total = __dadd_rn(total, sums[b]);
+    *out = total;
+}
+
+// clip_coef: rg_clip_coef_f64(sqrt(*total), max_norm) in double, cast once.
+__global__ static void clip_coef_kernel(const double *total, double max_norm, float *out) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    if (!(max_norm > 0.0)) {
+        *out = 1.0f;
+        return;
+    }
+    const double c = __ddiv_rn(max_norm, __dadd_rn(__dsqrt_rn(*total), 1e-6));
+    *out = __double2float_rn(c < 1.0 ? c : 1.0);
 }
 
 // ===========================================================================
@@ -700,12 +758,13 @@ static bool sup_optim(const rg_node *n) {
     if (n->op == RG_OP_ADAMW && (!state[1] || !state[2])) return false;
     for (int i = 0; i < 4; i++)
         if (state[i] && (!is_plain_f32(state[i]) || rg_tensor_nelements(&state[i]->t) != count)) return false;
-    return true;
+    const rg_node *clip = rg_optim_clip_src(n);
+    return !clip || (is_plain_f32(clip) && rg_tensor_nelements(&clip->t) == 1);
 }
 
 static rg_status run_optim(rg_cuda_ctx *ctx, const rg_node *n, const rg_exec_ctx *c, rg_error *err) {
     const bool adamw = n->op == RG_OP_ADAMW;
-    const rg_node *master = rg_optim_master(n);
+    const rg_node *master = rg_optim_master(n), *clip = rg_optim_clip_src(n);
     const int64_t count = rg_tensor_nelements(&n->src[0]->t);
     const rg_node_params *prm;
     RG_TRY(rg_cu_params(c, n, &prm, err));
@@ -713,7 +772,58 @@ static rg_status run_optim(rg_cuda_ctx *ctx, const rg_node *n, const rg_exec_ctx
               (const void *)n->src[0]->t.data, n->t.data, master ? (float *)master->t.data : (float *)NULL,
               (const float *)n->src[1]->t.data,
               adamw ? (float *)n->src[2]->t.data : n->src[3] ? (float *)n->src[3]->t.data : (float *)NULL,
-              adamw ? (float *)n->src[3]->t.data : (float *)NULL, count, n->src[0]->t.type, adamw ? 1 : 0, prm);
+              adamw ? (float *)n->src[3]->t.data : (float *)NULL, count, n->src[0]->t.type, adamw ? 1 : 0, prm,
+              clip ? (const float *)clip->t.data : (const float *)NULL);
+    CU_LAUNCHED();
+    return RG_OK;
+}
+
+// ---------------------------------------------------------------------------
+// SUMSQ and CLIP_COEF
+
+static int64_t sumsq_n_blocks(const rg_node *n) {
+    return (rg_tensor_nelements(&n->src[0]->t) + RG_SUMSQ_BLOCK - 1) / RG_SUMSQ_BLOCK;
+}
+
+static bool sup_sumsq(const rg_node *n) {
+    const rg_node *a = n->src[0], *prev = n->src[1];
+    return a && is_plain_f32(a) && n->t.type == RG_TYPE_F64 && rg_tensor_nelements(&n->t) == 1 &&
+           (!prev || (prev->t.type == RG_TYPE_F64 && rg_tensor_nelements(&prev->t) == 1));
+}
+
+static size_t work_sumsq(const rg_node *n, int n_threads) {
+    (void)n_threads;
+    return sizeof(double) * (size_t)sumsq_n_blocks(n);
+}
+
+static rg_status run_sumsq(rg_cuda_ctx *ctx, const rg_node *n, const rg_exec_ctx *c, rg_error *err) {
+    const int64_t nel = rg_tensor_nelements(&n->src[0]->t), n_blocks = sumsq_n_blocks(n);
+    if (n_blocks && (!c->scratch || c->scratch_size < work_sumsq(n, 1)))
+        return rg_fail(err, RG_ERR_ARG, "cuda sumsq '%s': device scratch of %zu bytes is below the %zu needed",
+                       n->t.name, c->scratch_size, work_sumsq(n, 1));
+    double *sums = (double *)c->scratch;
+    if (n_blocks) {
+        RG_LAUNCH(sumsq_blocks_kernel, grid_for((n_blocks + SUMSQ_PER_CTA - 1) / SUMSQ_PER_CTA, 1),
+                  SUMSQ_PER_CTA * SUMSQ_LANES, 0, ctx->stream, (const float *)n->src[0]->t.data, nel, n_blocks, sums);
+        CU_LAUNCHED();
+    }
+    RG_LAUNCH(sumsq_total_kernel, 1, 1, 0, ctx->stream, (const double *)sums, n_blocks,
+              n->src[1] ? (const double *)n->src[1]->t.data : (const double *)NULL, (double *)n->t.data);
+    CU_LAUNCHED();
+    return RG_OK;
+}
+
+static bool sup_clip_coef(const rg_node *n) {
+    const rg_node *t = n->src[0];
+    return t && t->t.type == RG_TYPE_F64 && rg_tensor_nelements(&t->t) == 1 && n->t.type == RG_TYPE_F32 &&
+           rg_tensor_nelements(&n->t) == 1;
+}
+
+static rg_status run_clip_coef(rg_cuda_ctx *ctx, const rg_node *n, const rg_exec_ctx *c, rg_error *err) {
+    (void)c;
+    double max_norm;  // a constant of the graph: its bits, a kernel argument
+    memcpy(&max_norm, &n->ip[0], sizeof max_norm);
+    RG_LAUNCH(clip_coef_kernel, 1, 1, 0, ctx->stream, (const double *)n->src[0]->t.data, max_norm, (float *)n->t.data);
     CU_LAUNCHED();
     return RG_OK;
 }
@@ -738,4 +848,6 @@ void rg_cu_register_train(rg_op_col *col) {
         rg_cu_col(cell<run_linear_ce_back>, sup_linear_ce_back, work_linear_ce_back, "f32, f16, bf16", true);
     col[RG_OP_ADAMW] = rg_cu_col(cell<run_optim>, sup_optim, NULL, "f32, f16, bf16", true);
     col[RG_OP_SGD] = rg_cu_col(cell<run_optim>, sup_optim, NULL, "f32, f16, bf16", true);
+    col[RG_OP_SUMSQ] = rg_cu_col(cell<run_sumsq>, sup_sumsq, work_sumsq, "f32 into f64");
+    col[RG_OP_CLIP_COEF] = rg_cu_col(cell<run_clip_coef>, sup_clip_coef, NULL, "f64 into f32");
 }

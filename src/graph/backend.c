@@ -23,6 +23,8 @@ static const char *cpu_types(int op) {
     case RG_OP_ATTN_DECODE: return "f32 (cache f32, f16)";
     case RG_OP_FLASH_ATTN_EXT:
     case RG_OP_FLASH_ATTN_BACK: return "f32 (k, v f32, f16)";
+    case RG_OP_SUMSQ: return "f32 into f64";
+    case RG_OP_CLIP_COEF: return "f64 into f32";
     default: return "f32";
     }
 }

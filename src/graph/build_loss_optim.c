@@ -1,7 +1,7 @@
 // build_loss_optim.c - the constructors of the losses (CROSS_ENTROPY_LOSS(_BACK),
 // LINEAR_CE and its backward) and of the optimizer steps (ADAMW, SGD, their half-precision
-// forms and SGD's momentum): shape, type and parameter rules, each refusal naming the op
-// and the tensors.
+// forms and SGD's momentum, the global norm's SUMSQ and CLIP_COEF): shape, type and parameter
+// rules, each refusal naming the op and the tensors.
 #include <math.h>
 #include <string.h>
 
@@ -181,4 +181,40 @@ rg_node *rg_sgd_momentum(rg_graph *g, rg_node *sgd, rg_node *buf, float momentum
     sgd->src[3] = buf;
     sgd->fp[3] = momentum, sgd->fp[4] = 1.0f;
     return sgd;
+}
+
+static bool is_f64_scalar(const rg_node *n) { return n->t.type == RG_TYPE_F64 && rg_tensor_nelements(&n->t) == 1; }
+
+rg_node *rg_sumsq(rg_graph *g, rg_node *a, rg_node *prev) {
+    REQUIRE(a);
+    char s1[96], s2[96];
+    if (!need_f32(g, "sumsq", a, "a")) return NULL;
+    if (!rg_tensor_is_contiguous(&a->t)) return fail(g, RG_ERR_ARG, "sumsq: a %s must be contiguous", shape(a, s1));
+    if (prev && !is_f64_scalar(prev))
+        return fail(g, RG_ERR_ARG, "sumsq: prev %s must be f64 [1] (an earlier sumsq) for a %s", shape(prev, s2),
+                    shape(a, s1));
+    return node_new(g, RG_OP_SUMSQ, RG_TYPE_F64, (int64_t[]){1, 1, 1, 1}, a, prev, NULL, NULL);
+}
+
+rg_node *rg_clip_coef_node(rg_graph *g, rg_node *total, double max_norm) {
+    REQUIRE(total);
+    char s[96];
+    if (!is_f64_scalar(total))
+        return fail(g, RG_ERR_ARG, "clip_coef: total %s must be f64 [1] (a sumsq)", shape(total, s));
+    rg_node *n = node_new(g, RG_OP_CLIP_COEF, RG_TYPE_F32, (int64_t[]){1, 1, 1, 1}, total, NULL, NULL, NULL);
+    if (n) memcpy(&n->ip[0], &max_norm, sizeof max_norm);
+    return n;
+}
+
+rg_node *rg_optim_set_clip(rg_graph *g, rg_node *upd, rg_node *clip) {
+    REQUIRE(upd, clip);
+    char s1[96], s2[96];
+    if (upd->op != RG_OP_ADAMW && upd->op != RG_OP_SGD)
+        return fail(g, RG_ERR_ARG, "optim_set_clip: %s is not an adamw or sgd node", shape(upd, s1));
+    if (!is_f32(clip) || rg_tensor_nelements(&clip->t) != 1)
+        return fail(g, RG_ERR_ARG, "optim_set_clip: the clip %s of %s must be f32 [1]", shape(clip, s2), shape(upd, s1));
+    if (clip->id > upd->id)  // creation order is execution order
+        return fail(g, RG_ERR_ARG, "optim_set_clip: the clip %s is made after %s", shape(clip, s2), shape(upd, s1));
+    upd->src[upd->op == RG_OP_ADAMW ? 5 : 4] = clip;
+    return upd;
 }

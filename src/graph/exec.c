@@ -268,7 +268,8 @@ rg_status rg_exec_create(rg_exec **out, rg_graph *g, const rg_exec_opts *opts, r
                      : rg_schedule_build(g, RG_BACKEND_CPU, NULL, NULL, NULL, &ex->sched, err);
     }
     if (!st && ex->dev) st = rg_schedule_check_resident(g, &ex->sched, opts->require_resident, err);
-    if (!st) st = rg_graph_plan(g, rg_threadpool_size(ex->pool), ex->dev ? 0 : opts->budget, &ex->plan, err);
+    if (!st && opts->plan && !ex->dev && !opts->budget) ex->plan = *opts->plan;  // planned by the caller
+    else if (!st) st = rg_graph_plan(g, rg_threadpool_size(ex->pool), ex->dev ? 0 : opts->budget, &ex->plan, err);
     if (!st && opts->mem) {
         rg_exec_mem *mem = opts->mem;
         bool ok = mem_reserve(&mem->buffer, &mem->buffer_cap, ex->plan.buffer_bytes ? ex->plan.buffer_bytes : 64) &&

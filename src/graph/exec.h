@@ -75,6 +75,10 @@ typedef struct rg_exec_opts {
     // Device copies shared with other execs (with `backend`); NULL: this exec's own, released
     // with it.
     rg_resident *resident;
+    // The plan rg_graph_plan made of this graph for the exec's thread count with no budget, the
+    // graph unchanged since (a caller that chose between candidate graphs by planning them):
+    // taken as it is instead of planning again. CPU only (a device plans its own buffer).
+    const rg_plan *plan;
 } rg_exec_opts;
 
 // Counted since the exec was made. "Copies" are the scheduled ones inside runs (fallbacks);

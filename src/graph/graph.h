@@ -64,14 +64,15 @@ typedef enum rg_op {
     RG_OP_CPY,               // (a) -> a's values stored in the node's type (F32 <-> F16/BF16, RNE), a's shape
     RG_OP_CROSS_ENTROPY_LOSS,      // (logits [V, T] f32, labels I32 [T]) -> [1]; ip[0] ignore index; fp[0] 1/N_valid or 0 (= count here)
     RG_OP_CROSS_ENTROPY_LOSS_BACK, // (dL [1], logits, labels) -> dlogits [V, T]
-    RG_OP_ADAMW,             // (param, grad, m, v, master or NULL) -> param updated in place; fp: lr/bc1, 1-beta1, beta2,
-                             // 1-beta2, eps, decay, sqrt(bc2), clip. param f32, or f16/bf16 stored back from the f32
-                             // update: with a master (src[4], f32) by RNE of the updated master, without by stochastic
-                             // rounding keyed by ip[0] seed, ip[1] step, ip[2] tensor id (training.md §2, §3)
-    RG_OP_SGD,               // (param, grad, master or NULL, buf or NULL) -> param updated in place; fp: lr, weight
-                             // decay, clip, momentum mu, first (1: the first step, buf = g); with buf (src[3], f32,
-                             // updated in place) the heavy-ball step of torch.optim.SGD (dampening 0, no nesterov);
-                             // param types, master (src[2]) and ip as ADAMW
+    RG_OP_ADAMW,             // (param, grad, m, v, master or NULL, clip or NULL) -> param updated in place; fp: lr/bc1,
+                             // 1-beta1, beta2, 1-beta2, eps, decay, sqrt(bc2), clip. param f32, or f16/bf16 stored back
+                             // from the f32 update: with a master (src[4], f32) by RNE of the updated master, without by
+                             // stochastic rounding keyed by ip[0] seed, ip[1] step, ip[2] tensor id (training.md §2, §3).
+                             // With src[5] (F32 [1], a CLIP_COEF) the clip is read from there instead of fp[7]
+    RG_OP_SGD,               // (param, grad, master or NULL, buf or NULL, clip or NULL) -> param updated in place; fp: lr,
+                             // weight decay, clip, momentum mu, first (1: the first step, buf = g); with buf (src[3],
+                             // f32, updated in place) the heavy-ball step of torch.optim.SGD (dampening 0, no nesterov);
+                             // param types, master (src[2]) and ip as ADAMW; src[4] the clip as ADAMW's src[5]
     RG_OP_CPY_INTO,          // (a, dst) -> a's values written into dst's bytes (dst: a view of a leaf, any strides,
                              // f32/f16/bf16); the node is that window (a KV-cache write). Runs in creation order.
     RG_OP_LINEAR_CE,         // (w [d, V] any type, h [d, T] f32, labels I32 [T]; w, labels leaves) -> [T + 1] f32: the CE of
@@ -104,6 +105,16 @@ typedef enum rg_op {
                              // -> packed [o [Dh, H, T, S], lse [T, H, S]]
     RG_OP_FLASH_ATTN_BACK,   // (d like FLASH_ATTN_EXT's output, q, k, v, the FLASH_ATTN_EXT node, seg or NULL) ip, fp as
                              // the forward's -> packed [dq [Dh, T, H, S], dk [Dh, Tk, Hkv, S], dv [Dh, Tk, Hkv, S]]
+    // The global gradient norm and its clip as graph nodes (training.md §1.4; CPU kernels in cpu/ops_optim.c,
+    // CUDA ones in cuda/ops_train.cu, the same bits): the optimizer graph chains SUMSQ over the trainable
+    // tensors' gradients in order, then CLIP_COEF feeds every ADAMW / SGD node its clip.
+    RG_OP_SUMSQ,             // (a f32 contiguous, prev F64 [1] or NULL) -> F64 [1]: prev (0 when NULL) plus the sums of
+                             // squares of a's blocks of 4096 elements, added in block order; a block's sum is
+                             // rg_sumsq_f64's: 16 double lanes (element i into lane i % 16, in increasing i, products
+                             // and sums in double), folded 8, 4, 2, 1. No gradient
+    RG_OP_CLIP_COEF,         // (total F64 [1], the sum of squares) -> F32 [1] = rg_clip_coef(sqrt(total), max_norm):
+                             // min(1, max_norm / (norm + 1e-6)) in double, cast once; 1 when max_norm <= 0. ip[0] holds
+                             // max_norm's double bits (a float would round the configured value). No gradient
     RG_OP_COUNT,
 } rg_op;
 
@@ -125,6 +136,8 @@ typedef struct rg_node {
     float fp[8];               // float parameters
     uint32_t flags;
     struct rg_node *grad;      // the gradient node, after rg_graph_backward
+    struct rg_node *back;      // a loss's backward node, after rg_graph_backward (CROSS_ENTROPY_LOSS's
+                               // CROSS_ENTROPY_LOSS_BACK, LINEAR_CE's LINEAR_CE_BACK: whose fp[0] is its 1/N)
     struct rg_node *view_of;   // views: the node that owns the bytes (never itself a view)
     int id;                    // index in the graph
     // Filled by the plan:
@@ -375,6 +388,14 @@ rg_node *rg_sgd_half(rg_graph *g, rg_node *param, rg_node *grad, float lr, float
 // b = first ? g : mu b + g, theta -= lr b (g after clip and weight decay). `first` (fp[4]) is
 // set per step by the caller. Returns sgd, or NULL with the graph's error set.
 rg_node *rg_sgd_momentum(rg_graph *g, rg_node *sgd, rg_node *buf, float momentum);
+// The global norm's square (training.md §1.4) by SUMSQ: prev (F64 [1], or NULL for 0) plus the
+// squares of a (contiguous f32). Chained over the tensors in order it is the host norm's total.
+rg_node *rg_sumsq(rg_graph *g, rg_node *a, rg_node *prev);
+// The clip coefficient F32 [1] of a SUMSQ total against max_norm (<= 0: no clipping, 1).
+rg_node *rg_clip_coef_node(rg_graph *g, rg_node *total, double max_norm);
+// Makes an ADAMW or SGD node read its clip from clip (F32 [1]) instead of its fp. Returns upd,
+// or NULL with the graph's error set.
+rg_node *rg_optim_set_clip(rg_graph *g, rg_node *upd, rg_node *clip);
 
 // Marks the node as the loss and appends the backward graph: every parameter
 // the loss depends on gets param->grad (flagged RG_NODE_GRAD | RG_NODE_OUTPUT).

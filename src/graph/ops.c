@@ -179,7 +179,7 @@ static rg_status bw_cpy(rg_graph *g, rg_node *n, rg_error *err) {
 }
 
 static rg_status bw_cross_entropy(rg_graph *g, rg_node *n, rg_error *err) {
-    rg_node *d = rg_cross_entropy_loss_back(g, n->grad, SRC(0), SRC(1), (int32_t)n->ip[0]);
+    rg_node *d = n->back = rg_cross_entropy_loss_back(g, n->grad, SRC(0), SRC(1), (int32_t)n->ip[0]);
     if (d) d->fp[0] = n->fp[0];
     ADD_GRAD(0, d);
     return RG_OK;
@@ -189,7 +189,7 @@ static rg_status bw_cross_entropy(rg_graph *g, rg_node *n, rg_error *err) {
 // trained) dw in one pass, so the logits are recomputed once for both
 // (training.md §7.2). dy [T + 1]: element 0 the loss's, 1 + t lse_t's.
 static rg_status bw_linear_ce(rg_graph *g, rg_node *n, rg_error *err) {
-    rg_node *b = rg_linear_ce_back(g, n->grad, n, NEEDS(0));
+    rg_node *b = n->back = rg_linear_ce_back(g, n->grad, n, NEEDS(0));
     ADD_GRAD(0, rg_linear_ce_back_dw(g, b));
     ADD_GRAD(1, b);
     return RG_OK;
@@ -276,6 +276,13 @@ static bool optim_types(const rg_node *n) {
     return t != RG_TYPE_F32 || !rg_optim_master(n);
 }
 
+// SUMSQ: f32 a, f64 prev, f64 out; CLIP_COEF: f64 total, f32 out.
+static bool sumsq_types(const rg_node *n) {
+    return n->src[0]->t.type == RG_TYPE_F32 && (!n->src[1] || n->src[1]->t.type == RG_TYPE_F64) &&
+           n->t.type == RG_TYPE_F64;
+}
+static bool clip_coef_types(const rg_node *n) { return n->src[0]->t.type == RG_TYPE_F64 && n->t.type == RG_TYPE_F32; }
+
 #define OP(name_, min_, max_, kernel_, work_, supports_, backward_, inplace_) \
     {name_, min_, max_, false, inplace_, kernel_, work_, supports_, backward_}
 #define VIEW_OP(name_, backward_) {name_, 1, 1, true, false, NULL, NULL, any_types, backward_}
@@ -318,8 +325,8 @@ const rg_op_def rg_op_defs[RG_OP_COUNT] = {
     [RG_OP_CPY] = OP("cpy", 1, 1, cpu_cpy, NULL, half_or_f32, bw_cpy, false),
     [RG_OP_CROSS_ENTROPY_LOSS] = OP("cross_entropy_loss", 2, 2, cpu_cross_entropy_loss, NULL, plain_f32, bw_cross_entropy, false),
     [RG_OP_CROSS_ENTROPY_LOSS_BACK] = OP("cross_entropy_loss_back", 3, 3, cpu_cross_entropy_loss_back, NULL, plain_f32, NULL, false),
-    [RG_OP_ADAMW] = OP("adamw", 4, 5, cpu_adamw, NULL, optim_types, NULL, false),
-    [RG_OP_SGD] = OP("sgd", 2, 4, cpu_sgd, NULL, optim_types, NULL, false),
+    [RG_OP_ADAMW] = OP("adamw", 4, 6, cpu_adamw, NULL, optim_types, NULL, false),
+    [RG_OP_SGD] = OP("sgd", 2, 5, cpu_sgd, NULL, optim_types, NULL, false),
     [RG_OP_CPY_INTO] = OP("cpy_into", 2, 2, cpu_cpy_into, NULL, any_types, NULL, false),
     [RG_OP_LINEAR_CE] = OP("linear_ce", 3, 3, cpu_linear_ce, cpu_linear_ce_work, any_types, bw_linear_ce, false),
     [RG_OP_LINEAR_CE_BACK] = OP("linear_ce_back", 3, 4, cpu_linear_ce_back, cpu_linear_ce_back_work, any_types, NULL, false),
@@ -334,4 +341,7 @@ const rg_op_def rg_op_defs[RG_OP_COUNT] = {
                                 bw_flash_attn, false),
     [RG_OP_FLASH_ATTN_BACK] = OP("flash_attn_back", 5, 6, cpu_flash_attn_back, cpu_flash_attn_back_work, flash_types,
                                  NULL, false),
+    // the global norm and its clip (cpu/ops_optim.c, cuda/ops_train.cu; tests: test_ops sumsq, clip_coef)
+    [RG_OP_SUMSQ] = OP("sumsq", 1, 2, cpu_sumsq, cpu_sumsq_work, sumsq_types, NULL, false),
+    [RG_OP_CLIP_COEF] = OP("clip_coef", 1, 1, cpu_clip_coef, NULL, clip_coef_types, NULL, false),
 };

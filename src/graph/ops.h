@@ -59,6 +59,10 @@ rg_status rg_grad_add(rg_graph *g, rg_node *src, rg_node *grad, rg_error *err);
 static inline rg_node *rg_optim_master(const rg_node *n) {
     return n->op == RG_OP_ADAMW ? n->src[4] : n->op == RG_OP_SGD ? n->src[2] : NULL;
 }
+// The F32 [1] clip an ADAMW (src[5]) or SGD (src[4]) node reads instead of its fp, or NULL.
+static inline rg_node *rg_optim_clip_src(const rg_node *n) {
+    return n->op == RG_OP_ADAMW ? n->src[5] : n->op == RG_OP_SGD ? n->src[4] : NULL;
+}
 
 // Appends a copy of n reading src[] (a view: sharing view_of's bytes), with no
 // output flags and no gradient; the caller places it (graph rewrites).

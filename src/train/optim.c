@@ -7,53 +7,9 @@
 
 #include "base/error.h"
 #include "cpu/cpu_ops.h"
+#include "graph/exec.h"
 
-#define NORM_BLOCK 4096  // §1.4: fixed blocks of squares, summed in double
-#define CHUNK 2048       // elements per update chunk (a stack buffer of theta)
-
-// ---------------------------------------------------------------------------
-// Global norm: each thread sums whole blocks into its own slots; the blocks are
-// then added in index order, so the value does not depend on the split. Within
-// a block the squares go to 16 lanes (rg_sumsq_f64): one running sum would be a
-// chain of dependent double adds, 7 GB/s where the memory gives several times that.
-typedef struct norm_job {
-    const float *g;
-    int64_t nel, n_blocks;
-    double *block_sums;  // [n_blocks]
-} norm_job;
-
-static void norm_range(void *p, int ith, int nth) {
-    norm_job *j = p;
-    int64_t b0, b1;
-    rg_split_range(j->n_blocks, ith, nth, &b0, &b1);
-    for (int64_t b = b0; b < b1; b++) {
-        int64_t i0 = b * NORM_BLOCK, i1 = i0 + NORM_BLOCK < j->nel ? i0 + NORM_BLOCK : j->nel;
-        j->block_sums[b] = rg_sumsq_f64(j->g + i0, i1 - i0);
-    }
-}
-
-double rg_grad_global_norm(const rg_train_tensor *ts, int n, rg_threadpool *pool) {
-    double total = 0.0;
-    double local[64];
-    for (int k = 0; k < n; k++) {
-        const rg_train_tensor *t = &ts[k];
-        int64_t n_blocks = (t->nel + NORM_BLOCK - 1) / NORM_BLOCK;
-        double *sums = n_blocks <= 64 ? local : malloc(sizeof(double) * (size_t)n_blocks);
-        if (!sums) return NAN;  // out of memory reads as "not finite": the step is skipped, not corrupted
-        norm_job j = {.g = t->grad, .nel = t->nel, .n_blocks = n_blocks, .block_sums = sums};
-        if (n_blocks > 1) rg_threadpool_run(pool, norm_range, &j);
-        else norm_range(&j, 0, 1);
-        for (int64_t b = 0; b < n_blocks; b++) total += sums[b];
-        if (sums != local) free(sums);
-    }
-    return sqrt(total);
-}
-
-float rg_clip_coef(double total, double max_norm) {
-    if (!(max_norm > 0.0)) return 1.0f;
-    double c = max_norm / (total + 1e-6);
-    return (float)(c < 1.0 ? c : 1.0);
-}
+float rg_clip_coef(double total, double max_norm) { return rg_clip_coef_f64(total, max_norm); }
 
 double rg_schedule_factor(int kind, int64_t s, int64_t warmup, int64_t total) {
     if (s < warmup) return (double)s / (double)(warmup > 1 ? warmup : 1);
@@ -73,66 +29,147 @@ double rg_schedule_factor(int kind, int64_t s, int64_t warmup, int64_t total) {
     }
 }
 
-// ---------------------------------------------------------------------------
-// The update of one tensor, over element chunks split across threads.
-typedef struct update_job {
-    rg_train_tensor *t;
-    const rg_optim_step *s;
-    float fp[8];        // the row kernel's scalars, computed once in double and cast (§2.6)
-    int64_t n_chunks;
-} update_job;
-
-static void update_range(void *p, int ith, int nth) {
-    update_job *j = p;
-    rg_train_tensor *t = j->t;
-    const rg_optim_step *s = j->s;
-    float theta[CHUNK];
-    int64_t c0, c1;
-    rg_split_range(j->n_chunks, ith, nth, &c0, &c1);
-    for (int64_t c = c0; c < c1; c++) {
-        const int64_t i0 = c * CHUNK, n = (i0 + CHUNK < t->nel ? i0 + CHUNK : t->nel) - i0;
-        // theta: the master, the F32 weight itself, or the exact upcast of a half weight (cpu_ops.h)
-        float *th = rg_optim_theta(t->type, t->w, t->master, i0, n, theta);
-        const float *g = t->grad + i0;
-        if (s->optimizer == 0) rg_adamw_row(th, th, g, t->m + i0, t->v + i0, n, j->fp);
-        else if (t->m) rg_sgd_momentum_row(th, th, g, t->m + i0, n, j->fp);  // the graph op's row (ops_optim.c)
-        else rg_sgd_row(th, th, g, n, j->fp);
-        rg_optim_store(t->type, t->w, i0, th, n, t->master != NULL, s->seed, (uint32_t)s->t, t->id);
+void rg_optim_pack(const rg_optim_step *s, bool decay, float fp[8]) {
+    const double wd = decay ? s->weight_decay : 0.0;
+    memset(fp, 0, sizeof(float) * 8);
+    if (s->optimizer == 0) {
+        const double bc1 = 1.0 - pow(s->beta1, (double)s->t), bc2 = 1.0 - pow(s->beta2, (double)s->t);
+        fp[0] = (float)(s->lr / bc1);
+        fp[1] = (float)(1.0 - s->beta1);
+        fp[2] = (float)s->beta2;
+        fp[3] = (float)(1.0 - s->beta2);
+        fp[4] = (float)s->eps;
+        fp[5] = (float)(1.0 - s->lr * wd);
+        fp[6] = (float)sqrt(bc2);
+        fp[7] = s->clip;
+    } else {
+        fp[0] = (float)s->lr;
+        fp[1] = (float)wd;
+        fp[2] = s->clip;
+        fp[3] = (float)s->momentum;
+        fp[4] = s->t == 1 ? 1.0f : 0.0f;  // the first step: b = g
     }
 }
 
-rg_status rg_optim_apply(rg_train_tensor *ts, int n, const rg_optim_step *s, rg_threadpool *pool, rg_error *err) {
-    const double bc1 = 1.0 - pow(s->beta1, (double)s->t), bc2 = 1.0 - pow(s->beta2, (double)s->t);
-    for (int k = 0; k < n; k++) {
-        rg_train_tensor *t = &ts[k];
-        if (t->type != RG_TYPE_F32 && t->type != RG_TYPE_F16 && t->type != RG_TYPE_BF16)
-            return rg_fail(err, RG_ERR_UNSUPPORTED, "optimizer: tensor '%s' is stored as %s; only f32, f16 and bf16 train in place",
-                           t->name, rg_type_get(t->type)->name);
-        if (!t->grad) return rg_fail(err, RG_ERR_ARG, "optimizer: tensor '%s' has no gradient", t->name);
-        if (s->optimizer == 0 && (!t->m || !t->v))
-            return rg_fail(err, RG_ERR_ARG, "optimizer: tensor '%s' has no AdamW moments", t->name);
-        if (s->optimizer == 1 && s->momentum != 0.0 && !t->m)
-            return rg_fail(err, RG_ERR_ARG, "optimizer: tensor '%s' has no momentum buffer", t->name);
-        const double wd = t->decay ? s->weight_decay : 0.0;
-        update_job j = {.t = t, .s = s, .n_chunks = (t->nel + CHUNK - 1) / CHUNK};
-        if (s->optimizer == 0) {
-            j.fp[0] = (float)(s->lr / bc1);
-            j.fp[1] = (float)(1.0 - s->beta1);
-            j.fp[2] = (float)s->beta2;
-            j.fp[3] = (float)(1.0 - s->beta2);
-            j.fp[4] = (float)s->eps;
-            j.fp[5] = (float)(1.0 - s->lr * wd);
-            j.fp[6] = (float)sqrt(bc2);
-            j.fp[7] = s->clip;
-        } else {
-            j.fp[0] = (float)s->lr;
-            j.fp[1] = (float)wd;
-            j.fp[2] = s->clip;
-            j.fp[3] = (float)s->momentum;
-            j.fp[4] = s->t == 1 ? 1.0f : 0.0f;  // the first step: b = g
-        }
-        if (j.n_chunks > 1) rg_threadpool_run(pool, update_range, &j);
-        else update_range(&j, 0, 1);
-    }
+// ---------------------------------------------------------------------------
+// The optimizer graph. Every op of it is elementwise or a sum in index order, so its leaves are
+// flat: [nel] over each buffer (the bytes the step graph's shaped nodes read).
+
+static rg_status check_tensor(const rg_train_tensor *t, const rg_optim_graph_opts *o, rg_error *err) {
+    if (t->type != RG_TYPE_F32 && t->type != RG_TYPE_F16 && t->type != RG_TYPE_BF16)
+        return rg_fail(err, RG_ERR_UNSUPPORTED, "optimizer: tensor '%s' is stored as %s; only f32, f16 and bf16 train in place",
+                       t->name, rg_type_get(t->type)->name);
+    if (!t->grad) return rg_fail(err, RG_ERR_ARG, "optimizer: tensor '%s' has no gradient", t->name);
+    if (o->optimizer == 0 && (!t->m || !t->v))
+        return rg_fail(err, RG_ERR_ARG, "optimizer: tensor '%s' has no AdamW moments", t->name);
+    if (o->optimizer == 1 && o->momentum != 0.0 && !t->m)
+        return rg_fail(err, RG_ERR_ARG, "optimizer: tensor '%s' has no momentum buffer", t->name);
     return RG_OK;
+}
+
+rg_status rg_optim_graph_build(rg_optim_graph *og, const rg_train_tensor *ts, int n, const rg_optim_graph_opts *o,
+                               rg_error *err) {
+    memset(og, 0, sizeof *og);
+    og->n = n;
+    rg_status st;
+    for (int k = 0; k < n; k++)
+        if ((st = check_tensor(&ts[k], o, err))) return st;
+    rg_graph *g = og->g = rg_graph_new();
+    og->upd = calloc((size_t)(n ? n : 1), sizeof *og->upd);
+    rg_node **grad = calloc((size_t)(n ? n : 1), sizeof *grad);
+    if (!g || !og->upd || !grad) {
+        free(grad);
+        rg_optim_graph_free(og);
+        return rg_fail(err, RG_ERR_NOMEM, "optimizer: out of memory");
+    }
+    for (int k = 0; k < n; k++) {
+        const rg_train_tensor *t = &ts[k];
+        grad[k] = rg_leaf(g, "grad", RG_TYPE_F32, 1, &t->nel, t->grad);  // [nel] the step's gradient
+        if (o->norm) og->total = rg_sumsq(g, grad[k], og->total);
+    }
+    if (og->total) og->total->flags |= RG_NODE_OUTPUT;  // read by the caller between the segments
+    og->seg_norm = g->n_nodes;
+    rg_node *clip = o->norm ? rg_clip_coef_node(g, og->total, o->max_norm) : NULL;  // F32 [1]
+    const rg_adamw_step one = {1, 0, 0, 0, 1, 1, 1, 1};                            // set per step
+    for (int k = 0; k < n; k++) {
+        const rg_train_tensor *t = &ts[k];
+        rg_node *w = rg_param(g, t->name, t->type, 1, &t->nel, t->w);
+        // F16/BF16 weights: stored back by stochastic rounding keyed by (seed, step, tensor id,
+        // element), or by RNE of an F32 master (training.master_weights); the step (ip[1]) per step.
+        const rg_optim_half half = {t->master ? rg_leaf(g, "master", RG_TYPE_F32, 1, &t->nel, t->master) : NULL,
+                                    o->seed, 1, t->id};
+        const bool is_half = t->type != RG_TYPE_F32;
+        rg_node *u;
+        if (o->optimizer == 0) {
+            rg_node *m = rg_leaf(g, "adam_m", RG_TYPE_F32, 1, &t->nel, t->m);
+            rg_node *v = rg_leaf(g, "adam_v", RG_TYPE_F32, 1, &t->nel, t->v);
+            u = is_half ? rg_adamw_half(g, w, grad[k], m, v, &one, &half) : rg_adamw(g, w, grad[k], m, v, &one);
+        } else {
+            u = is_half ? rg_sgd_half(g, w, grad[k], 0.0f, 0.0f, 1.0f, &half) : rg_sgd(g, w, grad[k], 0.0f, 0.0f, 1.0f);
+            if (o->momentum != 0.0)  // the heavy-ball buffer: the tensor's m
+                u = rg_sgd_momentum(g, u, rg_leaf(g, "sgd_buf", RG_TYPE_F32, 1, &t->nel, t->m), (float)o->momentum);
+        }
+        if (clip) u = rg_optim_set_clip(g, u, clip);
+        og->upd[k] = u;
+    }
+    og->seg_upd = g->n_nodes;
+    for (int k = 0; k < n && o->zero_grads; k++) {
+        const rg_train_tensor *t = &ts[k];
+        rg_node *zero = rg_cpy_into(g, rg_fill(g, RG_TYPE_F32, 1, &t->nel, 0.0f), grad[k]);
+        if (zero) zero->flags |= RG_NODE_OUTPUT;  // kept: it writes the accumulator
+    }
+    free(grad);
+    if ((st = rg_graph_error(g, err))) rg_optim_graph_free(og);
+    return st;
+}
+
+void rg_optim_graph_set_step(rg_optim_graph *og, const rg_train_tensor *ts, const rg_optim_step *s) {
+    for (int k = 0; k < og->n; k++) {
+        rg_optim_pack(s, ts[k].decay, og->upd[k]->fp);
+        og->upd[k]->ip[1] = (int64_t)(uint32_t)s->t;  // the SR key's step (half weights; unused for F32)
+    }
+}
+
+void rg_optim_graph_free(rg_optim_graph *og) {
+    rg_graph_free(og->g);
+    free(og->upd);
+    memset(og, 0, sizeof *og);
+}
+
+// ---------------------------------------------------------------------------
+// One-shot uses on the CPU.
+
+static rg_status run_once(rg_graph *g, rg_threadpool *pool, int from, int to, const rg_node *out, void *dst,
+                          size_t bytes, rg_error *err) {
+    rg_exec *ex = NULL;
+    rg_exec_opts eo = {.n_threads = 1, .pool = pool};
+    rg_status st = rg_exec_create(&ex, g, &eo, err);
+    if (!st) st = rg_exec_run(ex, from, to, err);
+    if (!st && out) st = rg_exec_read(ex, out, dst, bytes, err);
+    rg_exec_free(ex);
+    return st;
+}
+
+double rg_grad_global_norm(const rg_train_tensor *ts, int n, rg_threadpool *pool) {
+    rg_graph *g = rg_graph_new();
+    rg_node *total = NULL;
+    for (int k = 0; g && k < n; k++)
+        total = rg_sumsq(g, rg_leaf(g, "grad", RG_TYPE_F32, 1, &ts[k].nel, ts[k].grad), total);
+    double sum = 0.0;
+    rg_error err;
+    rg_status st = !g ? RG_ERR_NOMEM : rg_graph_error(g, &err);
+    if (!st && total) total->flags |= RG_NODE_OUTPUT, st = run_once(g, pool, 0, -1, total, &sum, sizeof sum, &err);
+    rg_graph_free(g);
+    return st ? NAN : sqrt(sum);  // a failure reads as "not finite": the step is skipped, not corrupted
+}
+
+rg_status rg_optim_apply(rg_train_tensor *ts, int n, const rg_optim_step *s, rg_threadpool *pool, rg_error *err) {
+    const rg_optim_graph_opts o = {.optimizer = s->optimizer, .momentum = s->momentum, .seed = s->seed};
+    rg_optim_graph og;
+    rg_status st = rg_optim_graph_build(&og, ts, n, &o, err);
+    if (st) return st;
+    rg_optim_graph_set_step(&og, ts, s);
+    st = run_once(og.g, pool, og.seg_norm, og.seg_upd, NULL, NULL, 0, err);
+    rg_optim_graph_free(&og);
+    return st;
 }

@@ -2,6 +2,14 @@
 // it makes: a micro-batch (forward, loss, backward, gradient accumulation) and
 // an optimizer step (norm, clip, schedule, update, store).
 //
+// Both moves are graphs, the same on every backend (train_step.c builds the step graph,
+// optim.h's rg_optim_graph the optimizer's): on the CPU they run on host memory, on a device
+// (train_device.c) on resident copies of the parameters, gradients and optimizer state. The
+// step graph ends with acc_k = acc_k + grad_k into accumulators when a step has several rows
+// or the run is on a device; a CPU run with one row per step has none, and the optimizer
+// graph reads the step graph's gradient outputs. The optimizer graph runs in segments: the
+// global norm (SUMSQ, read back: 8 bytes), then clip, ADAMW/SGD and the accumulators zeroed.
+//
 // The step graph is built once for rows of exactly ctx tokens: inputs ids,
 // pos, labels I32 [ctx] and an additive mask F32 [ctx, ctx] (0 within a
 // document, -inf across packed documents; the causal part is the op's), the
@@ -55,6 +63,8 @@ typedef struct rg_train_state {
     bool softcap_noted;          // the one line saying a capped head (gemma2) cannot take the fused loss was written
     rg_node **bounds;            // [n_layer + 1] the layer boundaries of the forward (for recompute)
     rg_node **grads;             // [n_tensors] the graph's gradient nodes (NULL: no path from the loss)
+    rg_node **params;            // [n_tensors] the step graph's parameter nodes, recorded as they are made
+    rg_node **acc;               // [n_tensors] the accumulator leaves over grad_bufs (NULL: none, or no gradient)
     int64_t ctx;
     bool recompute;              // the graph recomputes each layer before its backward (training.recompute)
     rg_node **ckpts;             // [n_layer] F16/BF16 stored layer inputs (checked for overflow), or NULL
@@ -66,6 +76,8 @@ typedef struct rg_train_state {
     size_t state_bytes, weight_bytes, grad_bytes;  // owned: optimizer state (m, v, master), trained copies, accumulators
     bool eval_only;              // rg_train_state_create_eval: forward and loss only
     float eval_scale;            // its adapter's user scale
+    rg_optim_graph og;           // the optimizer graph (optim.h): norm | clip, update | zeroing
+    rg_exec *oex;                // its exec, on the step's backend
     struct rg_train_device *dev_run;  // the run lives on a device (train_device.c), or NULL: the CPU
 } rg_train_state;
 
@@ -133,23 +145,21 @@ rg_status rg_train_state_eval_row(rg_train_state *s, const int32_t *ids, const i
 rg_status rg_train_state_step(rg_train_state *s, double *grad_norm, double *lr_used, bool *skipped, rg_error *err);
 // Drops the gradients of the rows since the last step (after a skipped row).
 void rg_train_state_discard(rg_train_state *s);
-// Adds the time of later steps to p per op (NULL: stops): the step graph, and on a device the
-// optimizer's graph too (on the CPU the optimizer is host code, not in the profile). On a device
-// the profile synchronizes after every node, so a benchmark profiles a step it does not time.
+// Adds the time of later steps to p per op (NULL: stops): the step graph and the optimizer's.
+// On a device the profile synchronizes after every node, so a benchmark profiles a step it
+// does not time.
 void rg_train_state_set_profile(rg_train_state *s, rg_exec_profile *p);
 
 // What the executors of a run have moved so far (graph/exec.h's counters): the step graph's
-// in *step and, on a device, the optimizer graph's in *optim (zeros on the CPU). The seed's
-// device_memory test reads them: a resident step moves only its rows in and the loss out.
+// in *step and the optimizer graph's in *optim. The seed's device_memory test reads them: a
+// resident step moves only its rows in and the loss out.
 void rg_train_state_exec_stats(const rg_train_state *s, rg_exec_stats *step, rg_exec_stats *optim);
 
-// train_device.c's side of the state (internal).
-rg_status rg_train_device_add_accumulation(rg_train_state *s, rg_error *err);
-rg_status rg_train_device_create(rg_train_state *s, rg_device device, rg_error *err);
+// train_device.c's side of the state (internal): the backend and the resident copies both
+// execs share (into *eo), their release, and what the memory report reads of the device: the
+// resident copies' bytes, the whole device's used and free memory.
+rg_status rg_train_device_create(rg_train_state *s, rg_device device, rg_exec_opts *eo, rg_error *err);
 void rg_train_device_free(rg_train_state *s);
-rg_status rg_train_device_discard(rg_train_state *s, rg_error *err);
-rg_status rg_train_device_norm(rg_train_state *s, double *norm, rg_error *err);
-rg_status rg_train_device_update(rg_train_state *s, const rg_optim_step *os, rg_error *err);
-void rg_train_device_memory(const rg_train_state *s, rg_train_memory *r);
+void rg_train_device_usage(const rg_train_state *s, size_t *resident, size_t *used, size_t *free_bytes);
 
 #endif
