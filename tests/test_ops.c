@@ -103,7 +103,6 @@ typedef struct op_entry {
     int metric;
     double fwd_tol;
     bool cuda_bits;  // the CUDA kernel makes the CPU's operations in its order: cuda_parity wants equal bits
-    const char *cpu_only;  // not NULL: no CUDA kernel yet, on purpose (why); cuda_parity lists the rows, not as missing
 } op_entry;
 
 static bool quick(void) {
@@ -1912,9 +1911,8 @@ static void run_op(rg_op op) {
 // against the CPU's within a bound derived from the op's rounding error (ops_parity_bounds.h:
 // per op and type, stated there). One table line per row, with error / bound. An (op, type) the CUDA column
 // does not take is a MISSING row and fails the suite: every op must have a CUDA kernel
-// for every type the CPU accepts, except quantized weights (a later issue) and the ops whose
-// row says cpu_only (no CUDA kernel yet, on purpose: listed with the reason). Rows marked
-// cuda_bits must also give the CPU's bits exactly.
+// (a line in src/cuda/op_table.cu) for every type the CPU accepts, except quantized weights
+// (a later issue). Rows marked cuda_bits must also give the CPU's bits exactly.
 
 static bool is_quantized(uint32_t t) { return rg_type_get(t)->quantized; }
 
@@ -1945,7 +1943,7 @@ static rg_status run_on(rg_graph *g, const tcase *c, rg_device device, rg_node *
 }
 
 typedef struct parity_tally {
-    int rows, missing, failed, cpu_only;
+    int rows, missing, failed;
     char missing_list[2048];
     int n_ratio;
     double ratio[1024];  // error / bound of the rows that differ from the CPU at all
@@ -2050,12 +2048,6 @@ static void parity_case(rg_op op, const op_entry *e, tcase *c, void *arg) {
         return;
     }
     tally->rows++;
-    if (!rg_op_cell_runs(RG_BACKEND_CUDA, out[0]) && e->cpu_only) {
-        tally->cpu_only++;
-        printf("    %-24s %-28s %s\n", name, c->label, e->cpu_only);
-        rg_graph_free(g);
-        return;
-    }
     if (!rg_op_cell_runs(RG_BACKEND_CUDA, out[0])) {
         tally->missing++;
         size_t len = strlen(tally->missing_list);
@@ -2167,8 +2159,7 @@ static void test_cuda_parity(void) {
         types[nt] = TEND;
         for_each_case((rg_op)op, types, parity_case, &tally);
     }
-    printf("    %d rows: %d without a CUDA kernel, %d CPU only by design, %d over their bound\n", tally.rows, tally.missing,
-           tally.cpu_only, tally.failed);
+    printf("    %d rows: %d without a CUDA kernel, %d over their bound\n", tally.rows, tally.missing, tally.failed);
     parity_headroom(&tally);
     RG_CHECK(tally.missing == 0, "%d (op, type) rows have no CUDA kernel: %s", tally.missing, tally.missing_list);
 }

@@ -405,6 +405,31 @@ rg_status cpu_mul_mat(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     return st == RG_OK ? RG_OK : prefix_error(err, st, "mul_mat", n);
 }
 
+static const rg_node *owner_of(const rg_node *n) { return n->view_of ? n->view_of : n; }
+
+// The CPU's fusion hook of MUL_MAT (ops.h's rg_group_fn): the MUL_MAT nodes after node i (up to
+// `to`, views and leaves between them skipped: they run nothing) that read the same src[1] and
+// no output of the group: q, k and v of a layer, gate and up. A loss is never grouped.
+int cpu_mul_mat_group(rg_graph *g, int i, int to, rg_node **grp, int *last) {
+    rg_node *n = g->nodes[i];
+    int cnt = 0;
+    grp[cnt++] = n;
+    *last = i;
+    if (n->flags & RG_NODE_LOSS) return cnt;
+    for (int k = i + 1; k < to && cnt < RG_GROUP_MAX; k++) {
+        rg_node *m = g->nodes[k];
+        if (m->op == RG_OP_NONE || rg_op_defs[m->op].is_view) continue;
+        if (m->op != RG_OP_MUL_MAT || m->src[1] != n->src[1] || (m->flags & RG_NODE_LOSS)) break;
+        bool reads_group = false;
+        for (int q = 0; q < cnt; q++)
+            if (owner_of(m->src[0]) == grp[q] || owner_of(m->src[1]) == grp[q]) reads_group = true;
+        if (reads_group) break;
+        grp[cnt++] = m;
+        *last = k;
+    }
+    return cnt;
+}
+
 // Consecutive MUL_MATs that read the same activations (q, k, v of a layer;
 // gate and up) as one parallel section when they all take the dot products
 // with the same activation type: the activations converted once, every

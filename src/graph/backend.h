@@ -1,11 +1,11 @@
 // backend.h - where nodes run and where their bytes live.
 //
 // The op table has one column per backend (rg_op_cell): for each op, whether the
-// backend can run a node (supports), the kernel (run), its scratch (work) and the types
-// the report lists. The CPU column is the table's own cpu fields (ops.c); the CUDA
-// column is the table in src/cuda/op_table.cu, which the CUDA code defines because its
-// kernels are C++ (there is one per build of that code: the GPU's and the host
-// execution's, cuda.h). The scheduler (schedule.h), the planner, the parity suite and
+// backend can run a node (supports), the kernel (run), its scratch (work), the types
+// the report lists and its fusion hook. The CPU column is the table's own cpu fields
+// (ops.c); the CUDA column is the list in src/cuda/op_table.cu, which the CUDA code
+// defines because its kernels are C++ (there is one per build of that code: the GPU's
+// and the host execution's, cuda.h). The scheduler (schedule.h), the planner, the parity suite and
 // the report all read the cells through rg_op_cell, so no second list of "what runs
 // where" exists.
 //
@@ -20,6 +20,7 @@
 #include <stddef.h>
 
 #include "graph/graph.h"
+#include "graph/ops.h"
 
 typedef enum rg_backend_id { RG_BACKEND_CPU = 0, RG_BACKEND_CUDA = 1, RG_BACKEND_COUNT } rg_backend_id;
 
@@ -44,6 +45,12 @@ typedef struct rg_op_col {
     // from what stays fixed (the strides and the views' owners); exec.c's signature then reads
     // a view's owner and strides instead of its offset and shape. NULL: none.
     void (*geometry)(const rg_node *n, int64_t geom[4]);
+    // The fusion hook (graph/ops.h's rg_group_fn; NULL: none): the nodes after this one the
+    // backend runs with it in one call (run_group), as the CPU runs products of the same
+    // activations in one parallel section. The executor asks the hook of each node's backend
+    // where a run has one backend (with a device, copies and mirrors go node by node).
+    rg_group_fn group;
+    rg_run_group_fn run_group;
 } rg_op_col;
 
 // The cell of op on backend b (zeroed when the backend is not built, or for views).

@@ -31,7 +31,6 @@ rg_status rg_graph_error(const rg_graph *g, rg_error *err) {
 }
 
 const char *rg_op_name(rg_op op) { return op < RG_OP_COUNT ? rg_op_defs[op].name : "invalid op"; }
-int rg_op_n_src(rg_op op) { return op < RG_OP_COUNT ? rg_op_defs[op].max_src : 0; }
 
 rg_node *rg_build_node(rg_graph *g, rg_op op, uint32_t type, const int64_t ne[RG_MAX_DIMS], rg_node *s0, rg_node *s1,
                        rg_node *s2, rg_node *s3) {
