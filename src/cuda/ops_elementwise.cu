@@ -839,24 +839,26 @@ CELL(get_rows_back, run_get_rows_back(ctx, n, err))
 
 }  // namespace
 
-void rg_cu_register_elementwise(rg_op_col *col) {
-    col[RG_OP_FILL] = rg_cu_col(cell_fill, sup_fill, NULL, "f32, f16, bf16");
-    col[RG_OP_SUB] = rg_cu_col(cell_sub, sup_ew<true, false>, NULL, "f32");
-    col[RG_OP_MUL] = rg_cu_col(cell_mul, sup_ew<true, false>, NULL, "f32");
-    col[RG_OP_SCALE] = rg_cu_col(cell_scale, sup_ew<false, true>, NULL, "f32");
-    col[RG_OP_SILU] = rg_cu_col(cell_silu, sup_ew<false, true>, NULL, "f32");
-    col[RG_OP_SILU_BACK] = rg_cu_col(cell_silu_back, sup_ew<true, true>, NULL, "f32");
-    col[RG_OP_SWIGLU] = rg_cu_col(cell_swiglu, sup_ew<true, true>, NULL, "f32");
-    col[RG_OP_REPEAT] = rg_cu_col(cell_repeat, sup_repeat, NULL, "f32");
-    col[RG_OP_REPEAT_BACK] = rg_cu_col(cell_repeat_back, sup_repeat_back, NULL, "f32");
-    col[RG_OP_SUM] = rg_cu_col(cell_sum, sup_sum, sum_work, "f32");
-    col[RG_OP_MEAN] = rg_cu_col(cell_mean, sup_sum, sum_work, "f32");
-    col[RG_OP_SUM_ROWS] = rg_cu_col(cell_sum_rows, sup_sum_rows, NULL, "f32");
-    col[RG_OP_CONT] = rg_cu_col(cell_cont, sup_cont, NULL, "any");
-    col[RG_OP_CPY] = rg_cu_col(cell_cpy, sup_cpy, NULL, "f32, f16, bf16");
-    col[RG_OP_VIEW_BACK] = rg_cu_col(cell_view_back, sup_view_back, NULL, "f32");
-    // The window's offset read on the device: a decode step's moved cache window keeps a graph valid.
-    col[RG_OP_CPY_INTO] = rg_cu_col(cell_cpy_into, sup_cpy_into, NULL, "f32, f16, bf16", true, cpy_into_geometry);
-    col[RG_OP_GET_ROWS] = rg_cu_col(cell_get_rows, sup_get_rows, NULL, "f32, f16, bf16");
-    col[RG_OP_GET_ROWS_BACK] = rg_cu_col(cell_get_rows_back, sup_get_rows_back, NULL, "f32");
-}
+// This file's cells of the CUDA column (op_table.cu lists them).
+namespace RG_CU_CELLS {
+extern const rg_op_col fill = rg_cu_col(cell_fill, sup_fill, NULL, "f32, f16, bf16");
+extern const rg_op_col sub = rg_cu_col(cell_sub, sup_ew<true, false>, NULL, "f32");
+extern const rg_op_col mul = rg_cu_col(cell_mul, sup_ew<true, false>, NULL, "f32");
+extern const rg_op_col scale = rg_cu_col(cell_scale, sup_ew<false, true>, NULL, "f32");
+extern const rg_op_col silu = rg_cu_col(cell_silu, sup_ew<false, true>, NULL, "f32");
+extern const rg_op_col silu_back = rg_cu_col(cell_silu_back, sup_ew<true, true>, NULL, "f32");
+extern const rg_op_col swiglu = rg_cu_col(cell_swiglu, sup_ew<true, true>, NULL, "f32");
+extern const rg_op_col repeat = rg_cu_col(cell_repeat, sup_repeat, NULL, "f32");
+extern const rg_op_col repeat_back = rg_cu_col(cell_repeat_back, sup_repeat_back, NULL, "f32");
+extern const rg_op_col sum = rg_cu_col(cell_sum, sup_sum, sum_work, "f32");
+extern const rg_op_col mean = rg_cu_col(cell_mean, sup_sum, sum_work, "f32");
+extern const rg_op_col sum_rows = rg_cu_col(cell_sum_rows, sup_sum_rows, NULL, "f32");
+extern const rg_op_col cont = rg_cu_col(cell_cont, sup_cont, NULL, "any");
+extern const rg_op_col cpy = rg_cu_col(cell_cpy, sup_cpy, NULL, "f32, f16, bf16");
+extern const rg_op_col view_back = rg_cu_col(cell_view_back, sup_view_back, NULL, "f32");
+// The window's offset read on the device: a decode step's moved cache window keeps a graph valid.
+extern const rg_op_col cpy_into =
+    rg_cu_col(cell_cpy_into, sup_cpy_into, NULL, "f32, f16, bf16", true, cpy_into_geometry);
+extern const rg_op_col get_rows = rg_cu_col(cell_get_rows, sup_get_rows, NULL, "f32, f16, bf16");
+extern const rg_op_col get_rows_back = rg_cu_col(cell_get_rows_back, sup_get_rows_back, NULL, "f32");
+}  // namespace RG_CU_CELLS
