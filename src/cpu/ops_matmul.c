@@ -328,7 +328,7 @@ size_t cpu_mul_mat_work(const rg_node *n, int n_threads) {
 // The checks every MUL_MAT passes; *s is its shape.
 static rg_status mul_mat_check(const rg_node *n, mm_shape *s, rg_error *err) {
     const rg_tensor *w = &n->src[0]->t, *x = &n->src[1]->t, *y = &n->t;
-    rg_status st = check_common(n, w, x, "mul_mat", err);
+    rg_status st = check_common(n, w, x, rg_op_name(RG_OP_MUL_MAT), err);
     if (st != RG_OK) return st;
     int64_t K = w->ne[0], M = w->ne[1], N = x->ne[1];
     if (x->ne[0] != K || y->ne[0] != M || y->ne[1] != N || y->ne[2] != x->ne[2] || y->ne[3] != x->ne[3]) {
@@ -402,7 +402,7 @@ rg_status cpu_mul_mat(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
                        node_name(n));
     rg_gemm_batch bt = mul_mat_batch(&c);
     st = rg_gemm_run(ctx->pool, RG_SGEMM_AUTO, &bt, ctx->scratch, ctx->scratch_size, err);
-    return st == RG_OK ? RG_OK : prefix_error(err, st, "mul_mat", n);
+    return st == RG_OK ? RG_OK : prefix_error(err, st, rg_op_name(RG_OP_MUL_MAT), n);
 }
 
 static const rg_node *owner_of(const rg_node *n) { return n->view_of ? n->view_of : n; }
@@ -511,7 +511,7 @@ size_t cpu_out_prod_work(const rg_node *n, int n_threads) {
 
 rg_status cpu_out_prod(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     const rg_tensor *a = &n->src[0]->t, *b = &n->src[1]->t, *y = &n->t;
-    rg_status st = check_common(n, a, b, "out_prod", err);
+    rg_status st = check_common(n, a, b, rg_op_name(RG_OP_OUT_PROD), err);
     if (st != RG_OK) return st;
     int64_t M = a->ne[0], K = a->ne[1], N = b->ne[0];
     if (b->ne[1] != K || y->ne[0] != M || y->ne[1] != N || y->ne[2] != b->ne[2] || y->ne[3] != b->ne[3]) {
@@ -526,5 +526,5 @@ rg_status cpu_out_prod(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
                        node_name(n));
     rg_gemm_batch bt = out_prod_batch(&c);
     st = rg_gemm_run(ctx->pool, RG_SGEMM_AUTO, &bt, ctx->scratch, ctx->scratch_size, err);
-    return st == RG_OK ? RG_OK : prefix_error(err, st, "out_prod", n);
+    return st == RG_OK ? RG_OK : prefix_error(err, st, rg_op_name(RG_OP_OUT_PROD), n);
 }

@@ -729,7 +729,7 @@ rg_status run_sum_any(rg_exec_ctx *c, rg_cuda_ctx *ctx, const rg_node *n, bool m
     const seg_geom g = seg_of(a, SUM_CHUNK);
     if (!c->scratch || c->scratch_size < sum_work(n, 1))
         return rg_fail(err, RG_ERR_ARG, "cuda %s '%s': scratch of %zu bytes, the chunk sums need %zu",
-                       mean ? "mean" : "sum", n->t.name, c->scratch_size, sum_work(n, 1));
+                       rg_op_name(n->op), n->t.name, c->scratch_size, sum_work(n, 1));
     double *part = (double *)c->scratch;
     RG_LAUNCH(segment_sum_kernel, blocks_for(g.nseg * 8), THREADS, 0, ctx->stream, (const char *)a->data, g, part,
               (float *)NULL);

@@ -555,7 +555,7 @@ static rg_status lce_scratch(const rg_exec_ctx *c, const rg_node *n, const lce_g
     *L = lce_layout_of(c->scratch, g, back);
     if (!c->scratch || c->scratch_size < L->total)
         return rg_fail(err, RG_ERR_ARG, "cuda %s '%s': device scratch of %zu bytes is below the %zu needed",
-                       back ? "linear_ce_back" : "linear_ce", n->t.name, c->scratch_size, L->total);
+                       rg_op_name(n->op), n->t.name, c->scratch_size, L->total);
     return RG_OK;
 }
 
