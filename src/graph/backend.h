@@ -38,12 +38,12 @@ typedef struct rg_op_col {
     // The kernel reads the node's fp/ip from rg_exec_ctx.params (this backend's memory, uploaded
     // by the executor before each run when they changed) instead of taking them as launch
     // arguments: a loss scale or an optimizer's step scalars that change from run to run then
-    // leave a captured CUDA graph valid (exec.c's signature skips them).
+    // leave a captured CUDA graph valid (exec_capture.c's signature skips them).
     bool device_params;
     // With device_params: the node's geometry that moves between runs (a decode step's cache
     // position) put into rg_node_params.geom for the kernel, which then sizes its launch only
-    // from what stays fixed (the strides and the views' owners); exec.c's signature then reads
-    // a view's owner and strides instead of its offset and shape. NULL: none.
+    // from what stays fixed (the strides and the views' owners); exec_capture.c's signature
+    // then reads a view's owner and strides instead of its offset and shape. NULL: none.
     void (*geometry)(const rg_node *n, int64_t geom[4]);
     // The fusion hook (graph/ops.h's rg_group_fn; NULL: none): the nodes after this one the
     // backend runs with it in one call (run_group), as the CPU runs products of the same

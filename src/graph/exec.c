@@ -153,18 +153,12 @@ rg_status rg_exec_run(rg_exec *ex, int from, int to, rg_error *err) {
     rg_exec_ctx ctx = {ex->pool, ex->scratch, ex->plan.scratch_bytes, ex->int8_activations, NULL, NULL};
     const double t_run = ex->prof ? rg_ex_now_s() : 0;
     ex->loss_node = NULL;  // a run may change any loss
-    if (ex->dev) {
+    if (ex->dev) {  // the node parameters, then a captured graph when one serves, else the inputs
+        bool done = false;
         rg_status st = rg_ex_params_upload(ex, err);
-        if (st) return st;
-    }
-    if (ex->dev) {
-        bool done;
-        rg_status st = rg_ex_run_graphed(ex, from, to, &done, err);
+        if (!st) st = rg_ex_run_graphed(ex, from, to, &done, err);
         if (st || done) return st;
-    }
-    if (ex->dev) {
-        rg_status st = rg_ex_upload_inputs(ex, from, to, err);
-        if (st) return st;
+        if ((st = rg_ex_upload_inputs(ex, from, to, err))) return st;
         ex->copy_cursor = 0;
     }
     for (int i = from; i < to; i++) {
@@ -173,10 +167,10 @@ rg_status rg_exec_run(rg_exec *ex, int from, int to, rg_error *err) {
         if (n->op == RG_OP_NONE || def->is_view) continue;
         rg_status st;
         const double t0 = ex->prof ? rg_ex_now_s() : 0;
-        const rg_op_col cell = rg_ex_cell(ex, n);
-        if (cell.group && cell.run_group && !ex->dev) {
-            // The backend's fusion hook (rg_op_col.group): several nodes in one call, as the CPU
-            // runs products of the same activations in one parallel section (ops_matmul.c).
+        // The backend's fusion hook (rg_op_col.group), on a run with one backend: several nodes in
+        // one call, as the CPU runs products of the same activations in one parallel section.
+        const rg_op_col cell = ex->dev ? (rg_op_col){0} : rg_ex_cell(ex, n);
+        if (cell.group && cell.run_group) {
             rg_node *grp[RG_GROUP_MAX];
             int last, cnt = cell.group(g, i, to, grp, &last);
             if (cnt > 1) {
