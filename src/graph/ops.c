@@ -388,8 +388,9 @@ const rg_op_def rg_op_defs[RG_OP_COUNT] = {
                               .extra_reads = reads_linear_ce_back, .writes_src = writes_linear_ce_back},
     // Optimizer steps, in place. Shape: graph/build_loss_optim.c. CPU: cpu/ops_optim.c. CUDA: cuda/ops_train.cu.
     // Tests: test_train_optim.c, test_cuda_train.c.
-    [RG_OP_ADAMW] = {OP("adamw", cpu_adamw, NULL, optim_types, F32, NULL, false), .writes_src = writes_optim},
-    [RG_OP_SGD] = {OP("sgd", cpu_sgd, NULL, optim_types, F32, NULL, false), .writes_src = writes_optim},
+    [RG_OP_ADAMW] = {OP("adamw", cpu_adamw, NULL, optim_types, "f32, f16, bf16", NULL, false),
+                     .writes_src = writes_optim},
+    [RG_OP_SGD] = {OP("sgd", cpu_sgd, NULL, optim_types, "f32, f16, bf16", NULL, false), .writes_src = writes_optim},
     // State-space layers (training.md §8). Shape: graph/build_ssm.c (packed outputs: graph/pack.c). CPU:
     // cpu/ops_ssm.c (conv, dt), cpu/ops_ssm_scan.c. CUDA: cuda/ops_ssm.cu. Tests: test_ops.c's rows
     // (tests/ops_ssm_rows.h), test_cuda_host_limits.c.
