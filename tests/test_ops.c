@@ -2187,12 +2187,23 @@ OP_LIST(X_FN)
 #define X_COVER(lc, UC) [RG_OP_##UC] = true,
 static const bool covered[RG_OP_COUNT] = {OP_LIST(X_COVER)};
 
-// Every op of rg_op_defs has a test row and a test; every differentiable op's
-// row marks some input trainable for at least one type.
+// Every op of rg_op_defs has a row with its own name, the types its CPU kernel runs (the
+// report's column), a fusion hook only with its runner and no kernel for a view; a test row
+// and a test; every differentiable op's row marks some input trainable for at least one type.
 static void test_table(void) {
     for (int op = 0; op < RG_OP_COUNT; op++) {
         const op_entry *e = &entries[op];
-        RG_CHECK(rg_op_defs[op].name != NULL, "op %d has no row in rg_op_defs", op);
+        const rg_op_def *d = &rg_op_defs[op];
+        RG_CHECK(d->name != NULL, "op %d has no row in rg_op_defs", op);
+        for (int other = 0; d->name && other < op; other++)
+            RG_CHECK(!rg_op_defs[other].name || strcmp(rg_op_defs[other].name, d->name),
+                     "ops %d and %d are both named '%s'", other, op, d->name);
+        RG_CHECK(!d->cpu == !d->cpu_types, "op %s: a CPU kernel and its types go together (kernel %s, types %s)",
+                 rg_op_name((rg_op)op), d->cpu ? "set" : "NULL", d->cpu_types ? d->cpu_types : "NULL");
+        RG_CHECK(!d->cpu_group == !d->cpu_run_group, "op %s: a fusion hook needs both cpu_group and cpu_run_group",
+                 rg_op_name((rg_op)op));
+        RG_CHECK(!d->is_view || (!d->cpu && !d->extra_reads && !d->writes_src), "op %s: a view runs nothing",
+                 rg_op_name((rg_op)op));
         RG_CHECK(e->gen && e->build && e->ref && e->types, "op %s (%d) has no test entry in test_ops.c",
                  rg_op_name((rg_op)op), op);
         RG_CHECK(covered[op], "op %s (%d) has no test function in OP_LIST", rg_op_name((rg_op)op), op);
