@@ -74,7 +74,7 @@ static inline rg_status rg_cu_params(const rg_exec_ctx *c, const rg_node *n, con
 // A cell of the CUDA column (graph/backend.h's rg_op_col): its kernel, support rule, scratch,
 // the types the report lists, and whether it reads its parameters (and its moving geometry)
 // from device memory.
-static inline rg_op_col rg_cu_col(rg_kernel_fn run, rg_cell_supports_fn supports, rg_cell_work_fn work,
+static inline rg_op_col rg_cu_col(rg_kernel_fn run, rg_supports_fn supports, rg_work_fn work,
                                   const char *types, bool device_params = false,
                                   void (*geometry)(const rg_node *, int64_t *) = NULL) {
     rg_op_col c = rg_op_col();  // no fusion hook

@@ -24,16 +24,11 @@
 
 typedef enum rg_backend_id { RG_BACKEND_CPU = 0, RG_BACKEND_CUDA = 1, RG_BACKEND_COUNT } rg_backend_id;
 
-struct rg_exec_ctx;
-typedef rg_status (*rg_kernel_fn)(struct rg_exec_ctx *ctx, rg_node *n, rg_error *err);
-typedef bool (*rg_cell_supports_fn)(const rg_node *n);
-typedef size_t (*rg_cell_work_fn)(const rg_node *n, int n_threads);
-
-// One cell of the op table: op x backend.
+// One cell of the op table: op x backend (its function types: graph/ops.h).
 typedef struct rg_op_col {
-    rg_kernel_fn run;              // NULL: this backend has no kernel for the op
-    rg_cell_supports_fn supports;  // NULL: every node of the op (types, strides) runs
-    rg_cell_work_fn work;          // NULL: no scratch
+    rg_kernel_fn run;         // NULL: this backend has no kernel for the op
+    rg_supports_fn supports;  // NULL: every node of the op (types, strides) runs
+    rg_work_fn work;          // NULL: no scratch
     const char *types;             // the types the report lists ("f32, f16, bf16"); NULL without a kernel
     // The kernel reads the node's fp/ip from rg_exec_ctx.params (this backend's memory, uploaded
     // by the executor before each run when they changed) instead of taking them as launch

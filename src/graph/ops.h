@@ -28,12 +28,13 @@ typedef struct rg_node_params {
     int64_t geom[4];  // the cell's geometry (rg_op_col.geometry), zeros without one
 } rg_node_params;
 
-// A CPU kernel: reads n->src[i]->t (bytes bound; strides honoured as the op's
-// row in ops.c says), writes n->t.data (contiguous, n->t.nb). Returns RG_OK or
-// an error naming the node (a label out of range, a non-finite loss, ...).
-typedef rg_status (*rg_cpu_kernel)(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
-typedef size_t (*rg_work_size_fn)(const rg_node *n, int n_threads);
-// Whether a backend can run this node with these types and strides.
+// A kernel, on any backend (a cell of the op table, graph/backend.h): reads n->src[i]->t
+// (bytes bound; strides honoured as its support rule says), writes n->t.data (contiguous,
+// n->t.nb). Returns RG_OK or an error naming the node (a label out of range, a non-finite
+// loss, ...). Its scratch size for n_threads, and whether it runs this node with these
+// types and strides.
+typedef rg_status (*rg_kernel_fn)(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+typedef size_t (*rg_work_fn)(const rg_node *n, int n_threads);
 typedef bool (*rg_supports_fn)(const rg_node *n);
 // Builds the gradient of n's sources from n->grad, adding each with rg_grad_add.
 typedef rg_status (*rg_backward_fn)(rg_graph *g, rg_node *n, rg_error *err);
@@ -66,8 +67,8 @@ typedef struct rg_op_def {
     rg_node_tensors_fn extra_reads;  // NULL: it reads its sources only
     rg_node_tensors_fn writes_src;   // NULL: it writes its own output only
     // The CPU column.
-    rg_cpu_kernel cpu;
-    rg_work_size_fn cpu_work;    // NULL: no scratch
+    rg_kernel_fn cpu;
+    rg_work_fn cpu_work;         // NULL: no scratch
     rg_supports_fn cpu_supports;
     const char *cpu_types;       // the types the report lists for the CPU kernel
     rg_group_fn cpu_group;       // the CPU's fusion hook (NULL: none), with cpu_run_group
