@@ -242,7 +242,7 @@ if [ -z "${RG_DOCS_ROOT:-}" ] && [ "${RG_DOCS_NO_SELFTEST:-0}" != 1 ]; then
     # drop the line that lists the first file (or its full path)
     # ... and list a file that does not exist under the src/cuda/ heading
     awk -v b="\`$(basename "$victim")\`" -v p="\`$victim\`" 'index($0, p) || (/^- `/ && index($0, b) == 3) { next } { print }
-        /^#.*`src\/cuda\/`/ { print ""; print "- `op_table.cu` — the CUDA op table" }' \
+        /^#.*`src\/cuda\/`/ { print ""; print "- `no_such_table.cu` — a file that is not there" }' \
         docs/ARCHITECTURE.md >"$st/docs/ARCHITECTURE.md"
     bogus_sym="rg_""no_such_symbol"
     # shellcheck disable=SC2016  # the backticks are markdown, not expansions
@@ -254,7 +254,7 @@ if [ -z "${RG_DOCS_ROOT:-}" ] && [ "${RG_DOCS_NO_SELFTEST:-0}" != 1 ]; then
         else fail "self-test: $1 was not reported (wanted /$2/); the checker printed:"; sed 's/^/        /' "$st/out"; fi
     }
     expect "a file under src/ without its line in ARCHITECTURE.md" "^FAIL docs/ARCHITECTURE.md:[0-9]*:? ?$victim is not named"
-    expect "a file ARCHITECTURE.md lists that does not exist" "^FAIL docs/ARCHITECTURE.md:[0-9]+: .op_table.cu. is listed under .src/cuda/. but src/cuda/op_table.cu does not exist"
+    expect "a file ARCHITECTURE.md lists that does not exist" "^FAIL docs/ARCHITECTURE.md:[0-9]+: .no_such_table.cu. is listed under .src/cuda/. but src/cuda/no_such_table.cu does not exist"
     expect "a path that does not exist" "^FAIL README.md:[0-9]+: path .src/graph/no_such_file.c. does not exist"
     expect "a symbol that is nowhere in the code" "^FAIL README.md:[0-9]+: symbol .$bogus_sym. occurs nowhere"
     if [ -x "$bin" ] && "$bin" train --help >/dev/null 2>&1; then

@@ -103,7 +103,6 @@ typedef struct op_entry {
     int metric;
     double fwd_tol;
     bool cuda_bits;  // the CUDA kernel makes the CPU's operations in its order: cuda_parity wants equal bits
-    const char *cpu_only;  // not NULL: no CUDA kernel yet, on purpose (why); cuda_parity lists the rows, not as missing
 } op_entry;
 
 static bool quick(void) {
@@ -1984,9 +1983,8 @@ static void run_op(rg_op op) {
 // against the CPU's within a bound derived from the op's rounding error (ops_parity_bounds.h:
 // per op and type, stated there). One table line per row, with error / bound. An (op, type) the CUDA column
 // does not take is a MISSING row and fails the suite: every op must have a CUDA kernel
-// for every type the CPU accepts, except quantized weights (a later issue) and the ops whose
-// row says cpu_only (no CUDA kernel yet, on purpose: listed with the reason). Rows marked
-// cuda_bits must also give the CPU's bits exactly.
+// (a line in src/cuda/op_table.cu) for every type the CPU accepts, except quantized weights
+// (a later issue). Rows marked cuda_bits must also give the CPU's bits exactly.
 
 static bool is_quantized(uint32_t t) { return rg_type_get(t)->quantized; }
 
@@ -2017,7 +2015,7 @@ static rg_status run_on(rg_graph *g, const tcase *c, rg_device device, rg_node *
 }
 
 typedef struct parity_tally {
-    int rows, missing, failed, cpu_only;
+    int rows, missing, failed;
     char missing_list[2048];
     int n_ratio;
     double ratio[1024];  // error / bound of the rows that differ from the CPU at all
@@ -2122,12 +2120,6 @@ static void parity_case(rg_op op, const op_entry *e, tcase *c, void *arg) {
         return;
     }
     tally->rows++;
-    if (!rg_op_cell_runs(RG_BACKEND_CUDA, out[0]) && e->cpu_only) {
-        tally->cpu_only++;
-        printf("    %-24s %-28s %s\n", name, c->label, e->cpu_only);
-        rg_graph_free(g);
-        return;
-    }
     if (!rg_op_cell_runs(RG_BACKEND_CUDA, out[0])) {
         tally->missing++;
         size_t len = strlen(tally->missing_list);
@@ -2239,8 +2231,7 @@ static void test_cuda_parity(void) {
         types[nt] = TEND;
         for_each_case((rg_op)op, types, parity_case, &tally);
     }
-    printf("    %d rows: %d without a CUDA kernel, %d CPU only by design, %d over their bound\n", tally.rows, tally.missing,
-           tally.cpu_only, tally.failed);
+    printf("    %d rows: %d without a CUDA kernel, %d over their bound\n", tally.rows, tally.missing, tally.failed);
     parity_headroom(&tally);
     RG_CHECK(tally.missing == 0, "%d (op, type) rows have no CUDA kernel: %s", tally.missing, tally.missing_list);
 }
@@ -2268,12 +2259,23 @@ OP_LIST(X_FN)
 #define X_COVER(lc, UC) [RG_OP_##UC] = true,
 static const bool covered[RG_OP_COUNT] = {OP_LIST(X_COVER)};
 
-// Every op of rg_op_defs has a test row and a test; every differentiable op's
-// row marks some input trainable for at least one type.
+// Every op of rg_op_defs has a row with its own name, the types its CPU kernel runs (the
+// report's column), a fusion hook only with its runner and no kernel for a view; a test row
+// and a test; every differentiable op's row marks some input trainable for at least one type.
 static void test_table(void) {
     for (int op = 0; op < RG_OP_COUNT; op++) {
         const op_entry *e = &entries[op];
-        RG_CHECK(rg_op_defs[op].name != NULL, "op %d has no row in rg_op_defs", op);
+        const rg_op_def *d = &rg_op_defs[op];
+        RG_CHECK(d->name != NULL, "op %d has no row in rg_op_defs", op);
+        for (int other = 0; d->name && other < op; other++)
+            RG_CHECK(!rg_op_defs[other].name || strcmp(rg_op_defs[other].name, d->name),
+                     "ops %d and %d are both named '%s'", other, op, d->name);
+        RG_CHECK(!d->cpu == !d->cpu_types, "op %s: a CPU kernel and its types go together (kernel %s, types %s)",
+                 rg_op_name((rg_op)op), d->cpu ? "set" : "NULL", d->cpu_types ? d->cpu_types : "NULL");
+        RG_CHECK(!d->cpu_group == !d->cpu_run_group, "op %s: a fusion hook needs both cpu_group and cpu_run_group",
+                 rg_op_name((rg_op)op));
+        RG_CHECK(!d->is_view || (!d->cpu && !d->extra_reads && !d->writes_src), "op %s: a view runs nothing",
+                 rg_op_name((rg_op)op));
         RG_CHECK(e->gen && e->build && e->ref && e->types, "op %s (%d) has no test entry in test_ops.c",
                  rg_op_name((rg_op)op), op);
         RG_CHECK(covered[op], "op %s (%d) has no test function in OP_LIST", rg_op_name((rg_op)op), op);

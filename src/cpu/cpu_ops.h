@@ -84,6 +84,9 @@ size_t cpu_mul_mat_work(const rg_node *n, int n_threads);
 // parallel section when they all take the dot products (generation), else
 // cpu_mul_mat on each in order. The same results either way.
 rg_status cpu_mul_mat_many(rg_exec_ctx *ctx, rg_node *const *nodes, int n, rg_error *err);
+// MUL_MAT's fusion hook (ops.h's rg_group_fn): the products after node i that
+// cpu_mul_mat_many may run with it (the same activations, none reading another).
+int cpu_mul_mat_group(rg_graph *g, int i, int to, rg_node **grp, int *last);
 rg_status cpu_out_prod(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 size_t cpu_out_prod_work(const rg_node *n, int n_threads);
 // ops_linear_ce.c: LINEAR_CE and its backward (the cross-entropy of w^T h by vocabulary chunks)

@@ -221,10 +221,10 @@ rg_status cpu_cont(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     if (n->src[0] && n->src[0]->t.type != n->t.type)
         return rg_fail(err, RG_ERR_ARG, "cont '%s': source type %s differs from the output's %s", n->t.name,
                        rg_type_get(n->src[0]->t.type)->name, rg_type_get(n->t.type)->name);
-    return copy_run(ctx, n, "cont", err);
+    return copy_run(ctx, n, rg_op_name(RG_OP_CONT), err);
 }
 
-rg_status cpu_cpy(rg_exec_ctx *ctx, rg_node *n, rg_error *err) { return copy_run(ctx, n, "cpy", err); }
+rg_status cpu_cpy(rg_exec_ctx *ctx, rg_node *n, rg_error *err) { return copy_run(ctx, n, rg_op_name(n->op), err); }
 
 // ---------------------------------------------------------------------------
 // VIEW_BACK: out (contiguous f32, the view's base shape) = 0, then dy element
@@ -359,7 +359,7 @@ rg_status cpu_get_rows(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     } else if (!job.dequant) {
         return rg_fail(err, RG_ERR_UNSUPPORTED, "get_rows '%s': type %s cannot be read as f32", n->t.name, tt->name);
     }
-    rg_status st = check_ids(n, &ids->t, a->t.ne[1], "get_rows", err);
+    rg_status st = check_ids(n, &ids->t, a->t.ne[1], rg_op_name(RG_OP_GET_ROWS), err);
     if (st) return st;
     if (rg_tensor_nelements(o) == 0) return RG_OK;
     run(ctx, get_rows_worker, &job, rg_tensor_nelements(o));
@@ -416,7 +416,7 @@ rg_status cpu_get_rows_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
                        "get_rows_back '%s': output [%lld, %lld] for dy with %lld rows, %lld ids and %lld table rows",
                        n->t.name, (long long)o->ne[0], (long long)o->ne[1], (long long)rg_tensor_nrows(&dy->t),
                        (long long)rg_tensor_nelements(&ids->t), (long long)n->ip[0]);
-    rg_status st = check_ids(n, &ids->t, o->ne[1], "get_rows_back", err);
+    rg_status st = check_ids(n, &ids->t, o->ne[1], rg_op_name(RG_OP_GET_ROWS_BACK), err);
     if (st) return st;
     if (rg_tensor_nelements(o) == 0) return RG_OK;
     run(ctx, get_rows_back_worker, n, rg_tensor_nelements(o) + rg_tensor_nelements(&dy->t));

@@ -98,40 +98,23 @@ static inline float ld(const char *p) {
     return v;
 }
 
-// The op's name in messages (the op table's names live in ops.c; kernels keep
-// their own so that they link without it).
-static const char *opname(rg_op op) {
-    switch (op) {
-    case RG_OP_ADD: return "add";
-    case RG_OP_SUB: return "sub";
-    case RG_OP_MUL: return "mul";
-    case RG_OP_SCALE: return "scale";
-    case RG_OP_REPEAT: return "repeat";
-    case RG_OP_REPEAT_BACK: return "repeat_back";
-    case RG_OP_SILU: return "silu";
-    case RG_OP_SILU_BACK: return "silu_back";
-    case RG_OP_SWIGLU: return "swiglu";
-    default: return "op";
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Checks shared by the kernels: they are cheap and turn a wiring mistake into
 // an error naming the node instead of a wild read.
 
 static rg_status need_f32(const rg_node *n, const rg_node *s, const char *what, rg_error *err) {
     if (!s || !s->t.data)
-        return rg_fail(err, RG_ERR_ARG, "%s '%s': source %s is missing or has no bytes", opname(n->op), n->t.name,
+        return rg_fail(err, RG_ERR_ARG, "%s '%s': source %s is missing or has no bytes", rg_op_name(n->op), n->t.name,
                        what);
     if (s->t.type != RG_TYPE_F32)
-        return rg_fail(err, RG_ERR_UNSUPPORTED, "%s '%s': source %s has type %s, expected f32", opname(n->op),
+        return rg_fail(err, RG_ERR_UNSUPPORTED, "%s '%s': source %s has type %s, expected f32", rg_op_name(n->op),
                        n->t.name, what, rg_type_get(s->t.type)->name);
     return RG_OK;
 }
 
 static rg_status need_out_f32(const rg_node *n, rg_error *err) {
     if (n->t.type != RG_TYPE_F32 || !n->t.data)
-        return rg_fail(err, RG_ERR_ARG, "%s '%s': output must be f32 with bytes bound", opname(n->op), n->t.name);
+        return rg_fail(err, RG_ERR_ARG, "%s '%s': output must be f32 with bytes bound", rg_op_name(n->op), n->t.name);
     return RG_OK;
 }
 
@@ -139,7 +122,7 @@ static rg_status need_same_shape(const rg_node *n, const rg_tensor *s, const cha
     for (int i = 0; i < RG_MAX_DIMS; i++)
         if (s->ne[i] != n->t.ne[i])
             return rg_fail(err, RG_ERR_ARG, "%s '%s': %s shape differs from the output in dim %d (%lld vs %lld)",
-                           opname(n->op), n->t.name, what, i, (long long)s->ne[i], (long long)n->t.ne[i]);
+                           rg_op_name(n->op), n->t.name, what, i, (long long)s->ne[i], (long long)n->t.ne[i]);
     return RG_OK;
 }
 
@@ -147,7 +130,7 @@ static rg_status need_same_shape(const rg_node *n, const rg_tensor *s, const cha
 static rg_status need_tiles(const rg_node *n, const rg_tensor *big, const rg_tensor *small, rg_error *err) {
     for (int i = 0; i < RG_MAX_DIMS; i++)
         if (small->ne[i] <= 0 || big->ne[i] % small->ne[i])
-            return rg_fail(err, RG_ERR_ARG, "%s '%s': dim %d: %lld is not a multiple of %lld", opname(n->op),
+            return rg_fail(err, RG_ERR_ARG, "%s '%s': dim %d: %lld is not a multiple of %lld", rg_op_name(n->op),
                            n->t.name, i, (long long)big->ne[i], (long long)small->ne[i]);
     return RG_OK;
 }

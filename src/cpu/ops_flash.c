@@ -101,7 +101,7 @@ size_t cpu_flash_attn_ext_work(const rg_node *n, int n_threads) {
 }
 
 rg_status cpu_flash_attn_ext(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
-    const char *op = "flash_attn_ext";
+    const char *op = rg_op_name(RG_OP_FLASH_ATTN_EXT);
     flash_job j;
     rg_status st = flash_job_of(op, n, 0, &j, err);
     if (!st) st = flash_scratch(op, ctx, n, cpu_flash_attn_ext_work(n, flash_threads(ctx)), err);
@@ -129,7 +129,7 @@ size_t cpu_flash_attn_back_work(const rg_node *n, int n_threads) {
 }
 
 rg_status cpu_flash_attn_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
-    const char *op = "flash_attn_back";
+    const char *op = rg_op_name(RG_OP_FLASH_ATTN_BACK);
     flash_job j;
     rg_status st = flash_job_of(op, n, 1, &j, err);
     if (!st) st = flash_scratch(op, ctx, n, cpu_flash_attn_back_work(n, flash_threads(ctx)), err);

@@ -74,7 +74,15 @@ static rg_status run(rg_exec_ctx *ctx, rg_node *n, const char *op, bool back, rg
     return RG_OK;
 }
 
-rg_status cpu_gelu(rg_exec_ctx *ctx, rg_node *n, rg_error *err) { return run(ctx, n, "gelu", false, err); }
-rg_status cpu_gelu_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err) { return run(ctx, n, "gelu_back", true, err); }
-rg_status cpu_softcap(rg_exec_ctx *ctx, rg_node *n, rg_error *err) { return run(ctx, n, "softcap", false, err); }
-rg_status cpu_softcap_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err) { return run(ctx, n, "softcap_back", true, err); }
+rg_status cpu_gelu(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
+    return run(ctx, n, rg_op_name(n->op), false, err);
+}
+rg_status cpu_gelu_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
+    return run(ctx, n, rg_op_name(n->op), true, err);
+}
+rg_status cpu_softcap(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
+    return run(ctx, n, rg_op_name(n->op), false, err);
+}
+rg_status cpu_softcap_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
+    return run(ctx, n, rg_op_name(n->op), true, err);
+}

@@ -339,7 +339,7 @@ static rg_status gemm_failed(rg_error *err, rg_status st, const char *op, const 
 }
 
 rg_status cpu_linear_ce(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
-    const char *op = "linear_ce";
+    const char *op = rg_op_name(RG_OP_LINEAR_CE);
     const rg_tensor *w = &n->src[0]->t, *h = &n->src[1]->t, *labels = &n->src[2]->t;
     const int32_t ignore = (int32_t)n->ip[0];
     double inv_n = 0.0;
@@ -383,7 +383,7 @@ rg_status cpu_linear_ce(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
 }
 
 rg_status cpu_linear_ce_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
-    const char *op = "linear_ce_back";
+    const char *op = rg_op_name(RG_OP_LINEAR_CE_BACK);
     const rg_node *fwd = n->src[2];
     if (!fwd || fwd->op != RG_OP_LINEAR_CE || !fwd->t.data)
         return rg_fail(err, RG_ERR_ARG, "%s '%s': src[2] must be the linear_ce node, run", op, n->t.name);

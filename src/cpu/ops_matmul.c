@@ -328,7 +328,7 @@ size_t cpu_mul_mat_work(const rg_node *n, int n_threads) {
 // The checks every MUL_MAT passes; *s is its shape.
 static rg_status mul_mat_check(const rg_node *n, mm_shape *s, rg_error *err) {
     const rg_tensor *w = &n->src[0]->t, *x = &n->src[1]->t, *y = &n->t;
-    rg_status st = check_common(n, w, x, "mul_mat", err);
+    rg_status st = check_common(n, w, x, rg_op_name(RG_OP_MUL_MAT), err);
     if (st != RG_OK) return st;
     int64_t K = w->ne[0], M = w->ne[1], N = x->ne[1];
     if (x->ne[0] != K || y->ne[0] != M || y->ne[1] != N || y->ne[2] != x->ne[2] || y->ne[3] != x->ne[3]) {
@@ -402,7 +402,32 @@ rg_status cpu_mul_mat(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
                        node_name(n));
     rg_gemm_batch bt = mul_mat_batch(&c);
     st = rg_gemm_run(ctx->pool, RG_SGEMM_AUTO, &bt, ctx->scratch, ctx->scratch_size, err);
-    return st == RG_OK ? RG_OK : prefix_error(err, st, "mul_mat", n);
+    return st == RG_OK ? RG_OK : prefix_error(err, st, rg_op_name(RG_OP_MUL_MAT), n);
+}
+
+static const rg_node *owner_of(const rg_node *n) { return n->view_of ? n->view_of : n; }
+
+// The CPU's fusion hook of MUL_MAT (ops.h's rg_group_fn): the MUL_MAT nodes after node i (up to
+// `to`, views and leaves between them skipped: they run nothing) that read the same src[1] and
+// no output of the group: q, k and v of a layer, gate and up. A loss is never grouped.
+int cpu_mul_mat_group(rg_graph *g, int i, int to, rg_node **grp, int *last) {
+    rg_node *n = g->nodes[i];
+    int cnt = 0;
+    grp[cnt++] = n;
+    *last = i;
+    if (n->flags & RG_NODE_LOSS) return cnt;
+    for (int k = i + 1; k < to && cnt < RG_GROUP_MAX; k++) {
+        rg_node *m = g->nodes[k];
+        if (m->op == RG_OP_NONE || rg_op_defs[m->op].is_view) continue;
+        if (m->op != RG_OP_MUL_MAT || m->src[1] != n->src[1] || (m->flags & RG_NODE_LOSS)) break;
+        bool reads_group = false;
+        for (int q = 0; q < cnt; q++)
+            if (owner_of(m->src[0]) == grp[q] || owner_of(m->src[1]) == grp[q]) reads_group = true;
+        if (reads_group) break;
+        grp[cnt++] = m;
+        *last = k;
+    }
+    return cnt;
 }
 
 // Consecutive MUL_MATs that read the same activations (q, k, v of a layer;
@@ -486,7 +511,7 @@ size_t cpu_out_prod_work(const rg_node *n, int n_threads) {
 
 rg_status cpu_out_prod(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     const rg_tensor *a = &n->src[0]->t, *b = &n->src[1]->t, *y = &n->t;
-    rg_status st = check_common(n, a, b, "out_prod", err);
+    rg_status st = check_common(n, a, b, rg_op_name(RG_OP_OUT_PROD), err);
     if (st != RG_OK) return st;
     int64_t M = a->ne[0], K = a->ne[1], N = b->ne[0];
     if (b->ne[1] != K || y->ne[0] != M || y->ne[1] != N || y->ne[2] != b->ne[2] || y->ne[3] != b->ne[3]) {
@@ -501,5 +526,5 @@ rg_status cpu_out_prod(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
                        node_name(n));
     rg_gemm_batch bt = out_prod_batch(&c);
     st = rg_gemm_run(ctx->pool, RG_SGEMM_AUTO, &bt, ctx->scratch, ctx->scratch_size, err);
-    return st == RG_OK ? RG_OK : prefix_error(err, st, "out_prod", n);
+    return st == RG_OK ? RG_OK : prefix_error(err, st, rg_op_name(RG_OP_OUT_PROD), n);
 }

@@ -41,7 +41,7 @@ static void rms_norm_rows(void *p, int ith, int nth) {
 }
 
 rg_status cpu_rms_norm(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
-    const char *op = "rms_norm";
+    const char *op = rg_op_name(RG_OP_RMS_NORM);
     const rg_tensor *x = n->src[0] ? &n->src[0]->t : NULL;
     rg_status st;
     if ((st = need_f32_rows(op, n, x, "x", err)) || (st = need_f32_rows(op, n, &n->t, "output", err)) ||
@@ -78,7 +78,7 @@ static void rms_norm_back_rows(void *p, int ith, int nth) {
 }
 
 rg_status cpu_rms_norm_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
-    const char *op = "rms_norm_back";
+    const char *op = rg_op_name(RG_OP_RMS_NORM_BACK);
     const rg_tensor *dy = n->src[0] ? &n->src[0]->t : NULL;
     const rg_tensor *x = n->src[1] ? &n->src[1]->t : NULL;
     rg_status st;
@@ -224,8 +224,10 @@ static rg_status rope_run(const char *op, rg_exec_ctx *ctx, rg_node *n, const ch
     return RG_OK;
 }
 
-rg_status cpu_rope(rg_exec_ctx *ctx, rg_node *n, rg_error *err) { return rope_run("rope", ctx, n, "x", 1.0f, err); }
+rg_status cpu_rope(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
+    return rope_run(rg_op_name(n->op), ctx, n, "x", 1.0f, err);
+}
 
 rg_status cpu_rope_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
-    return rope_run("rope_back", ctx, n, "dy", -1.0f, err);
+    return rope_run(rg_op_name(n->op), ctx, n, "dy", -1.0f, err);
 }

@@ -206,8 +206,8 @@ static optim_job job_of(const rg_node *n, int64_t nel, bool adamw) {
 rg_status cpu_adamw(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     static const char *const names[4] = {"param", "grad", "m", "v"};
     int64_t nel = 0;
-    rg_status st = optim_check("adamw", n, names, 4, &nel, err);
-    if (!st) st = clip_check("adamw", n, err);
+    rg_status st = optim_check(rg_op_name(RG_OP_ADAMW), n, names, 4, &nel, err);
+    if (!st) st = clip_check(rg_op_name(RG_OP_ADAMW), n, err);
     if (st || nel == 0) return st;
     optim_job j = job_of(n, nel, true);
     rg_threadpool_run(ctx ? ctx->pool : NULL, adamw_range, &j);
@@ -261,9 +261,10 @@ static void sgd_range(void *p, int ith, int nth) {
 rg_status cpu_sgd(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     static const char *const names[2] = {"param", "grad"};
     int64_t nel = 0;
-    rg_status st = optim_check("sgd", n, names, 2, &nel, err);
-    if (!st && n->src[3]) st = need_contig("sgd", n, &n->src[3]->t, "momentum buffer", RG_TYPE_F32, nel, err);
-    if (!st) st = clip_check("sgd", n, err);
+    rg_status st = optim_check(rg_op_name(RG_OP_SGD), n, names, 2, &nel, err);
+    if (!st && n->src[3])
+        st = need_contig(rg_op_name(n->op), n, &n->src[3]->t, "momentum buffer", RG_TYPE_F32, nel, err);
+    if (!st) st = clip_check(rg_op_name(RG_OP_SGD), n, err);
     if (st || nel == 0) return st;
     optim_job j = job_of(n, nel, false);
     rg_threadpool_run(ctx ? ctx->pool : NULL, sgd_range, &j);

@@ -126,14 +126,14 @@ static double sum_all(rg_exec_ctx *ctx, const rg_tensor *a) {
 }
 
 rg_status cpu_sum(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
-    rg_status st = check(n, "sum", err);
+    rg_status st = check(n, rg_op_name(RG_OP_SUM), err);
     if (st) return st;
     *(float *)n->t.data = (float)sum_all(ctx, &n->src[0]->t);
     return RG_OK;
 }
 
 rg_status cpu_mean(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
-    rg_status st = check(n, "mean", err);
+    rg_status st = check(n, rg_op_name(RG_OP_MEAN), err);
     if (st) return st;
     int64_t nel = rg_tensor_nelements(&n->src[0]->t);
     // The mean of nothing is NaN, as in torch.
@@ -164,7 +164,7 @@ static void sum_rows_worker(void *arg, int ith, int nth) {
 }
 
 rg_status cpu_sum_rows(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
-    rg_status st = check(n, "sum_rows", err);
+    rg_status st = check(n, rg_op_name(RG_OP_SUM_ROWS), err);
     if (st) return st;
     const rg_tensor *a = &n->src[0]->t;
     if (n->t.ne[0] != 1 || n->t.ne[1] != a->ne[1] || n->t.ne[2] != a->ne[2] || n->t.ne[3] != a->ne[3])

@@ -106,7 +106,7 @@ static void soft_max_rows(void *p, int ith, int nth) {
 }
 
 rg_status cpu_soft_max(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
-    const char *op = "soft_max";
+    const char *op = rg_op_name(RG_OP_SOFT_MAX);
     const rg_tensor *a = n->src[0] ? &n->src[0]->t : NULL;
     const rg_tensor *mask = n->src[1] ? &n->src[1]->t : NULL;
     rg_status st;
@@ -162,7 +162,7 @@ static void soft_max_back_rows(void *p, int ith, int nth) {
 }
 
 rg_status cpu_soft_max_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
-    const char *op = "soft_max_back";
+    const char *op = rg_op_name(RG_OP_SOFT_MAX_BACK);
     const rg_tensor *dy = n->src[0] ? &n->src[0]->t : NULL;
     const rg_tensor *y = n->src[1] ? &n->src[1]->t : NULL;
     const rg_tensor *a = n->src[2] ? &n->src[2]->t : NULL;
@@ -312,7 +312,7 @@ static rg_status ce_prepare(const char *op, const rg_node *n, const rg_tensor *z
 }
 
 rg_status cpu_cross_entropy_loss(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
-    const char *op = "cross_entropy_loss";
+    const char *op = rg_op_name(RG_OP_CROSS_ENTROPY_LOSS);
     const rg_tensor *z = n->src[0] ? &n->src[0]->t : NULL;
     const rg_tensor *labels = n->src[1] ? &n->src[1]->t : NULL;
     rg_status st;
@@ -343,7 +343,7 @@ rg_status cpu_cross_entropy_loss(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
 }
 
 rg_status cpu_cross_entropy_loss_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
-    const char *op = "cross_entropy_loss_back";
+    const char *op = rg_op_name(RG_OP_CROSS_ENTROPY_LOSS_BACK);
     const rg_tensor *dl = n->src[0] ? &n->src[0]->t : NULL;
     const rg_tensor *z = n->src[1] ? &n->src[1]->t : NULL;
     const rg_tensor *labels = n->src[2] ? &n->src[2]->t : NULL;

@@ -98,7 +98,7 @@ rg_status cpu_ssm_conv(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     rg_pack p;
     rg_status st;
     if (!rg_pack_of(n, &p)) return rg_fail(err, RG_ERR_ARG, "ssm_conv '%s': the sources give no layout", n->t.name);
-    if ((st = cpu_ssm_check("ssm_conv", n, 1, p.total, err))) return st;
+    if ((st = cpu_ssm_check(rg_op_name(RG_OP_SSM_CONV), n, 1, p.total, err))) return st;
     const rg_tensor *x = &n->src[0]->t;
     conv_job j = {.x = x, .c = n->src[1]->t.data, .state = n->src[2] ? n->src[2]->t.data : NULL, .seg = n->src[3],
                   .C = x->ne[0], .T = x->ne[1], .S = x->ne[2], .K = n->src[1]->t.ne[0]};
@@ -176,7 +176,7 @@ rg_status cpu_ssm_conv_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     rg_status st;
     if (!rg_pack_of(n, &p) || !rg_pack_layout(RG_OP_SSM_CONV, (rg_node *[RG_MAX_SRC]){n->src[1], n->src[2]}, n->ip, &pf))
         return rg_fail(err, RG_ERR_ARG, "ssm_conv_back '%s': the sources give no layout", n->t.name);
-    if ((st = cpu_ssm_check("ssm_conv_back", n, 2, p.total, err))) return st;
+    if ((st = cpu_ssm_check(rg_op_name(RG_OP_SSM_CONV_BACK), n, 2, p.total, err))) return st;
     if (!n->src[0]->t.data || !rg_tensor_is_contiguous(&n->src[0]->t) || rg_tensor_nelements(&n->src[0]->t) != pf.total)
         return rg_fail(err, RG_ERR_ARG, "ssm_conv_back '%s': d must be contiguous, the forward's %lld values", n->t.name,
                        (long long)pf.total);
@@ -229,7 +229,7 @@ static void dt_rows(void *arg, int ith, int nth) {
 rg_status cpu_ssm_dt(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     const rg_tensor *dt = &n->src[0]->t;
     rg_status st;
-    if ((st = cpu_ssm_check("ssm_dt", n, 0, 3 * rg_tensor_nelements(dt), err))) return st;
+    if ((st = cpu_ssm_check(rg_op_name(RG_OP_SSM_DT), n, 0, 3 * rg_tensor_nelements(dt), err))) return st;
     dt_job j = {.dt = dt->data, .A = n->src[1]->t.data, .seg = n->src[2], .out = n->t.data, .H = dt->ne[0],
                 .T = dt->ne[1], .S = dt->ne[2]};
     run_rows(ctx ? ctx->pool : NULL, dt_rows, &j, 64 * j.H * j.T * j.S);  // a few exp and log1p per element

@@ -48,7 +48,7 @@ rg_status cpu_ssm_scan(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     rg_pack p;
     rg_status st;
     if (!rg_pack_of(n, &p)) return rg_fail(err, RG_ERR_ARG, "ssm_scan '%s': the sources give no layout", n->t.name);
-    if ((st = cpu_ssm_check("ssm_scan", n, 0, p.total, err))) return st;
+    if ((st = cpu_ssm_check(rg_op_name(RG_OP_SSM_SCAN), n, 0, p.total, err))) return st;
     const int nth = cpu_ssm_threads(ctx);
     const size_t need = cpu_ssm_scan_work(n, nth);
     if (!ctx || !ctx->scratch || ctx->scratch_size < need)
@@ -114,7 +114,7 @@ rg_status cpu_ssm_scan_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     if (!rg_pack_of(n, &p) ||
         !rg_pack_layout(RG_OP_SSM_SCAN, (rg_node *[RG_MAX_SRC]){n->src[1], n->src[2], n->src[3]}, n->ip, &pf))
         return rg_fail(err, RG_ERR_ARG, "ssm_scan_back '%s': the sources give no layout", n->t.name);
-    if ((st = cpu_ssm_check("ssm_scan_back", n, 0, p.total, err))) return st;
+    if ((st = cpu_ssm_check(rg_op_name(RG_OP_SSM_SCAN_BACK), n, 0, p.total, err))) return st;
     if (rg_tensor_nelements(&n->src[0]->t) != pf.total)
         return rg_fail(err, RG_ERR_ARG, "ssm_scan_back '%s': d must hold the forward's %lld values", n->t.name,
                        (long long)pf.total);

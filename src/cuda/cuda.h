@@ -88,7 +88,7 @@ int rg_cuda_half_gemm_env(char *why, size_t why_cap);
 const char *rg_cuda_half_gemm_name(int mode);
 
 // The CUDA column of the op table: RG_OP_COUNT cells (run on device pointers, supports,
-// types), or NULL when the library was built without CUDA (op_table in ops.cu).
+// types), or NULL when the library was built without CUDA (the list in op_table.cu).
 const struct rg_op_col *rg_cuda_column(void);
 
 #endif

@@ -74,10 +74,10 @@ static inline rg_status rg_cu_params(const rg_exec_ctx *c, const rg_node *n, con
 // A cell of the CUDA column (graph/backend.h's rg_op_col): its kernel, support rule, scratch,
 // the types the report lists, and whether it reads its parameters (and its moving geometry)
 // from device memory.
-static inline rg_op_col rg_cu_col(rg_kernel_fn run, rg_cell_supports_fn supports, rg_cell_work_fn work,
+static inline rg_op_col rg_cu_col(rg_kernel_fn run, rg_supports_fn supports, rg_work_fn work,
                                   const char *types, bool device_params = false,
                                   void (*geometry)(const rg_node *, int64_t *) = NULL) {
-    rg_op_col c;
+    rg_op_col c = rg_op_col();  // no fusion hook
     c.run = run, c.supports = supports, c.work = work, c.types = types;
     c.device_params = device_params, c.geometry = geometry;
     return c;
@@ -119,22 +119,11 @@ __device__ static inline void rg_cu_unravel4(int64_t i, const int64_t ne[4], int
     c[2] = i % ne[2], c[3] = i / ne[2];
 }
 
-// The CUDA column of the op table is filled by ops.cu (ADD, MUL_MAT, SOFT_MAX) and by one
-// registration function per family file, each setting the cells of its ops:
-//   ops_elementwise.cu  FILL, SUB, MUL, SCALE, REPEAT(_BACK), SUM, MEAN, SUM_ROWS, SILU(_BACK),
-//                       SWIGLU, CONT, CPY, VIEW_BACK, CPY_INTO, GET_ROWS(_BACK)
-//   ops_norm.cu         RMS_NORM(_BACK), ROPE(_BACK), SOFT_MAX_BACK, CROSS_ENTROPY_LOSS(_BACK),
-//                       ATTN_DECODE
-//   ops_train.cu        OUT_PROD, LINEAR_CE(_BACK), ADAMW, SGD
-//   ops_ssm.cu          SSM_CONV(_BACK), SSM_DT, SSM_SCAN(_BACK)
-//   ops_flash.cu        FLASH_ATTN_EXT, FLASH_ATTN_BACK
-//   ops_gelu_softcap.cu GELU(_BACK), SOFTCAP(_BACK)
-void rg_cu_register_elementwise(rg_op_col *col);
-void rg_cu_register_norm(rg_op_col *col);
-void rg_cu_register_train(rg_op_col *col);
-void rg_cu_register_ssm(rg_op_col *col);
-void rg_cu_register_flash(rg_op_col *col);
-void rg_cu_register_gelu_softcap(rg_op_col *col);
+// The cells of the CUDA column: each family file defines its ops' cells (rg_cu_col constants)
+// in this namespace, and op_table.cu lists them, one line per op. The namespace is named per
+// twin (cuda_twin.h), so the nvcc twin's cells and the host twin's link into one binary
+// without a rename each.
+#define RG_CU_CELLS RG_CUDA_TWIN(cells)
 
 // The context of the backend running a node (its kernels get rg_exec_ctx from the executor).
 static inline rg_cuda_ctx *rg_cu_ctx(const rg_exec_ctx *c) { return (rg_cuda_ctx *)c->backend->impl; }

@@ -43,14 +43,8 @@
 #define rg_cu_fail RG_CUDA_TWIN(cu_fail)
 #define rg_cublas_fail RG_CUDA_TWIN(cublas_fail)
 #define rg_cuda_pool_get RG_CUDA_TWIN(pool_get)
-#define rg_cu_register_elementwise RG_CUDA_TWIN(register_elementwise)
-#define rg_cu_register_norm RG_CUDA_TWIN(register_norm)
-#define rg_cu_register_train RG_CUDA_TWIN(register_train)
 #define rg_cu_narrow RG_CUDA_TWIN(narrow)
 #define rg_cu_gemm_half RG_CUDA_TWIN(gemm_half)
-#define rg_cu_register_ssm RG_CUDA_TWIN(register_ssm)
-#define rg_cu_register_flash RG_CUDA_TWIN(register_flash)
-#define rg_cu_register_gelu_softcap RG_CUDA_TWIN(register_gelu_softcap)
 #endif
 
 #include "cuda/cuda.h"

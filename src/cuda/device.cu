@@ -259,7 +259,7 @@ extern "C" rg_status rg_cuda_mem_info(rg_cuda_ctx *ctx, size_t *free_bytes, size
 
 // ---------------------------------------------------------------------------
 // CUDA Graphs: the executor captures a whole run once its inputs' bytes and every node's
-// parameters are the same as the run before (exec.c), and replays it after that.
+// parameters are the same as the run before (exec_capture.c), and replays it after that.
 
 extern "C" rg_status rg_cuda_graph_begin(rg_cuda_ctx *ctx, rg_error *err) {
     const struct rg_node *n = NULL;

@@ -1,6 +1,6 @@
-// ops.cu - the CUDA column of the op table (rg_cuda_column, at the end): for each op
-// with a kernel, which nodes it takes (types, shapes, strides), the types the report
-// lists, and the launcher. Launchers read and write device pointers (the executor
+// ops.cu - ADD, MUL_MAT and SOFT_MAX on the device (their cells at the end; op_table.cu
+// lists every cell of the CUDA column): for each op, which nodes it takes (types, shapes,
+// strides), the types the report lists, and the launcher. Launchers read and write device pointers (the executor
 // plans the device buffer and keeps tensors there) and only queue work on the
 // context's stream.
 //
@@ -417,7 +417,7 @@ static rg_status run_soft_max(rg_cuda_ctx *ctx, const rg_node *n, rg_error *err)
 }
 
 // ---------------------------------------------------------------------------
-// The CUDA column of the op table (graph/backend.h): one cell per op with a kernel.
+// The cells of ADD, MUL_MAT and SOFT_MAX (op_table.cu lists every cell of the CUDA column).
 // Kernels are stream-ordered: a cell returns once its work is queued; the executor
 // synchronizes where host code needs the bytes.
 
@@ -439,21 +439,9 @@ static bool sup_add(const rg_node *n) { return plain_out(n) && add_supported(n);
 static bool sup_mul_mat(const rg_node *n) { return plain_out(n) && mul_mat_supported(n); }
 static bool sup_soft_max(const rg_node *n) { return plain_out(n) && soft_max_supported(n); }
 
-static rg_op_col cuda_column[RG_OP_COUNT];
-static bool cuda_column_ready;
-
-extern "C" const struct rg_op_col *rg_cuda_column(void) {
-    if (!cuda_column_ready) {  // C++ has no designated array initializers: filled once
-        cuda_column[RG_OP_ADD] = rg_cu_col(cell_add, sup_add, NULL, "f32");
-        cuda_column[RG_OP_MUL_MAT] = rg_cu_col(cell_mul_mat, sup_mul_mat, NULL, "f32, f16, bf16");
-        cuda_column[RG_OP_SOFT_MAX] = rg_cu_col(cell_soft_max, sup_soft_max, NULL, "f32");
-        rg_cu_register_elementwise(cuda_column);
-        rg_cu_register_norm(cuda_column);
-        rg_cu_register_train(cuda_column);
-        rg_cu_register_ssm(cuda_column);
-        rg_cu_register_flash(cuda_column);
-        rg_cu_register_gelu_softcap(cuda_column);
-        cuda_column_ready = true;
-    }
-    return cuda_column;
-}
+// This file's cells of the CUDA column (op_table.cu lists them).
+namespace RG_CU_CELLS {
+extern const rg_op_col add = rg_cu_col(cell_add, sup_add, NULL, "f32");
+extern const rg_op_col mul_mat = rg_cu_col(cell_mul_mat, sup_mul_mat, NULL, "f32, f16, bf16");
+extern const rg_op_col soft_max = rg_cu_col(cell_soft_max, sup_soft_max, NULL, "f32");
+}  // namespace RG_CU_CELLS

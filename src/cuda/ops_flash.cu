@@ -576,9 +576,10 @@ FLASH_CELLS(FLASH_CELL_DEFINE)
 }  // namespace
 
 // The types the report lists say what stays on the CPU: head_dim above 512 and a sinks forward's backward.
-void rg_cu_register_flash(rg_op_col *col) {
-    col[RG_OP_FLASH_ATTN_EXT] =
-        rg_cu_col(cell_flash_attn_ext, sup_flash_attn_ext, NULL, "q f32, k/v f32 or f16; head_dim <= 512 (wider: CPU)");
-    col[RG_OP_FLASH_ATTN_BACK] = rg_cu_col(cell_flash_attn_back, sup_flash_attn_back, fa_back_work,
-                                           "q f32, k/v f32 or f16; head_dim <= 512 (wider: CPU); no sinks");
-}
+// This file's cells of the CUDA column (op_table.cu lists them).
+namespace RG_CU_CELLS {
+extern const rg_op_col flash_attn_ext =
+    rg_cu_col(cell_flash_attn_ext, sup_flash_attn_ext, NULL, "q f32, k/v f32 or f16; head_dim <= 512 (wider: CPU)");
+extern const rg_op_col flash_attn_back = rg_cu_col(cell_flash_attn_back, sup_flash_attn_back, fa_back_work,
+                                                   "q f32, k/v f32 or f16; head_dim <= 512 (wider: CPU); no sinks");
+}  // namespace RG_CU_CELLS

@@ -89,9 +89,10 @@ rg_status cell_gelu_softcap(rg_exec_ctx *c, rg_node *n, rg_error *err) {
 
 }  // namespace
 
-void rg_cu_register_gelu_softcap(rg_op_col *col) {
-    col[RG_OP_GELU] = rg_cu_col(cell_gelu_softcap, sup_gelu_softcap, NULL, "f32");
-    col[RG_OP_GELU_BACK] = rg_cu_col(cell_gelu_softcap, sup_gelu_softcap, NULL, "f32");
-    col[RG_OP_SOFTCAP] = rg_cu_col(cell_gelu_softcap, sup_gelu_softcap, NULL, "f32");
-    col[RG_OP_SOFTCAP_BACK] = rg_cu_col(cell_gelu_softcap, sup_gelu_softcap, NULL, "f32");
-}
+// This file's cells of the CUDA column (op_table.cu lists them).
+namespace RG_CU_CELLS {
+extern const rg_op_col gelu = rg_cu_col(cell_gelu_softcap, sup_gelu_softcap, NULL, "f32");
+extern const rg_op_col gelu_back = rg_cu_col(cell_gelu_softcap, sup_gelu_softcap, NULL, "f32");
+extern const rg_op_col softcap = rg_cu_col(cell_gelu_softcap, sup_gelu_softcap, NULL, "f32");
+extern const rg_op_col softcap_back = rg_cu_col(cell_gelu_softcap, sup_gelu_softcap, NULL, "f32");
+}  // namespace RG_CU_CELLS

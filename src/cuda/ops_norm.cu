@@ -645,17 +645,19 @@ RG_CU_CELL(attn_decode)
 
 }  // namespace
 
-void rg_cu_register_norm(rg_op_col *col) {
-    col[RG_OP_RMS_NORM] = rg_cu_col(cell_rms_norm, sup_rms_norm, NULL, "f32");
-    col[RG_OP_RMS_NORM_BACK] = rg_cu_col(cell_rms_norm_back, sup_rms_norm_back, NULL, "f32");
-    col[RG_OP_ROPE] = rg_cu_col(cell_rope, sup_rope, rope_work, "f32");
-    col[RG_OP_ROPE_BACK] = rg_cu_col(cell_rope, sup_rope, rope_work, "f32");
-    col[RG_OP_SOFT_MAX_BACK] = rg_cu_col(cell_soft_max_back, sup_soft_max_back, NULL, "f32");
-    // The loss scale (fp[0]) changes from row to row: read on the device (rg_cu_params).
-    col[RG_OP_CROSS_ENTROPY_LOSS] = rg_cu_col(cell_cross_entropy_loss, sup_cross_entropy_loss, ce_work, "f32", true);
-    col[RG_OP_CROSS_ENTROPY_LOSS_BACK] =
-        rg_cu_col(cell_cross_entropy_loss_back, sup_cross_entropy_loss_back, ce_work, "f32", true);
-    // n_kv (a decode step's position) read on the device: a captured decode graph stays valid.
-    col[RG_OP_ATTN_DECODE] =
-        rg_cu_col(cell_attn_decode, sup_attn_decode, attn_decode_work, "f32, f16", true, attn_decode_geometry);
-}
+// This file's cells of the CUDA column (op_table.cu lists them).
+namespace RG_CU_CELLS {
+extern const rg_op_col rms_norm = rg_cu_col(cell_rms_norm, sup_rms_norm, NULL, "f32");
+extern const rg_op_col rms_norm_back = rg_cu_col(cell_rms_norm_back, sup_rms_norm_back, NULL, "f32");
+extern const rg_op_col rope = rg_cu_col(cell_rope, sup_rope, rope_work, "f32");
+extern const rg_op_col rope_back = rg_cu_col(cell_rope, sup_rope, rope_work, "f32");
+extern const rg_op_col soft_max_back = rg_cu_col(cell_soft_max_back, sup_soft_max_back, NULL, "f32");
+// The loss scale (fp[0]) changes from row to row: read on the device (rg_cu_params).
+extern const rg_op_col cross_entropy_loss =
+    rg_cu_col(cell_cross_entropy_loss, sup_cross_entropy_loss, ce_work, "f32", true);
+extern const rg_op_col cross_entropy_loss_back =
+    rg_cu_col(cell_cross_entropy_loss_back, sup_cross_entropy_loss_back, ce_work, "f32", true);
+// n_kv (a decode step's position) read on the device: a captured decode graph stays valid.
+extern const rg_op_col attn_decode =
+    rg_cu_col(cell_attn_decode, sup_attn_decode, attn_decode_work, "f32, f16", true, attn_decode_geometry);
+}  // namespace RG_CU_CELLS

@@ -564,7 +564,8 @@ SSM_CELLS(SSM_CELL_DEFINE)
 
 }  // namespace
 
-void rg_cu_register_ssm(rg_op_col *col) {
-#define SSM_CELL_SET(op_, fn_, work_) col[RG_OP_##op_] = rg_cu_col(cell_##fn_, sup_##fn_, work_, "f32");
-    SSM_CELLS(SSM_CELL_SET)
-}
+// This file's cells of the CUDA column (op_table.cu lists them).
+namespace RG_CU_CELLS {
+#define SSM_CELL_CONST(op_, fn_, work_) extern const rg_op_col fn_ = rg_cu_col(cell_##fn_, sup_##fn_, work_, "f32");
+SSM_CELLS(SSM_CELL_CONST)
+}  // namespace RG_CU_CELLS

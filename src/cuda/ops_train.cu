@@ -613,7 +613,7 @@ static rg_status lce_scratch(const rg_exec_ctx *c, const rg_node *n, const lce_g
     *L = lce_layout_of(c->scratch, g, back);
     if (!c->scratch || c->scratch_size < L->total)
         return rg_fail(err, RG_ERR_ARG, "cuda %s '%s': device scratch of %zu bytes is below the %zu needed",
-                       back ? "linear_ce_back" : "linear_ce", n->t.name, c->scratch_size, L->total);
+                       rg_op_name(n->op), n->t.name, c->scratch_size, L->total);
     return RG_OK;
 }
 
@@ -840,14 +840,16 @@ static rg_status cell(rg_exec_ctx *c, rg_node *n, rg_error *err) {
     return RUN(ctx, n, c, err);
 }
 
-void rg_cu_register_train(rg_op_col *col) {
-    col[RG_OP_OUT_PROD] = rg_cu_col(cell<run_out_prod>, sup_out_prod, NULL, "f32, f16, bf16");
-    // The loss scales and the optimizer's step scalars change from run to run: read on the device.
-    col[RG_OP_LINEAR_CE] = rg_cu_col(cell<run_linear_ce>, sup_linear_ce, work_linear_ce, "f32, f16, bf16", true);
-    col[RG_OP_LINEAR_CE_BACK] =
-        rg_cu_col(cell<run_linear_ce_back>, sup_linear_ce_back, work_linear_ce_back, "f32, f16, bf16", true);
-    col[RG_OP_ADAMW] = rg_cu_col(cell<run_optim>, sup_optim, NULL, "f32, f16, bf16", true);
-    col[RG_OP_SGD] = rg_cu_col(cell<run_optim>, sup_optim, NULL, "f32, f16, bf16", true);
-    col[RG_OP_SUMSQ] = rg_cu_col(cell<run_sumsq>, sup_sumsq, work_sumsq, "f32 into f64");
-    col[RG_OP_CLIP_COEF] = rg_cu_col(cell<run_clip_coef>, sup_clip_coef, NULL, "f64 into f32");
-}
+// This file's cells of the CUDA column (op_table.cu lists them).
+namespace RG_CU_CELLS {
+extern const rg_op_col out_prod = rg_cu_col(cell<run_out_prod>, sup_out_prod, NULL, "f32, f16, bf16");
+// The loss scales and the optimizer's step scalars change from run to run: read on the device.
+extern const rg_op_col linear_ce =
+    rg_cu_col(cell<run_linear_ce>, sup_linear_ce, work_linear_ce, "f32, f16, bf16", true);
+extern const rg_op_col linear_ce_back =
+    rg_cu_col(cell<run_linear_ce_back>, sup_linear_ce_back, work_linear_ce_back, "f32, f16, bf16", true);
+extern const rg_op_col adamw = rg_cu_col(cell<run_optim>, sup_optim, NULL, "f32, f16, bf16", true);
+extern const rg_op_col sgd = rg_cu_col(cell<run_optim>, sup_optim, NULL, "f32, f16, bf16", true);
+extern const rg_op_col sumsq = rg_cu_col(cell<run_sumsq>, sup_sumsq, work_sumsq, "f32 into f64");
+extern const rg_op_col clip_coef = rg_cu_col(cell<run_clip_coef>, sup_clip_coef, NULL, "f64 into f32");
+}  // namespace RG_CU_CELLS

@@ -8,27 +8,6 @@
 #include "cuda/cuda.h"
 #include "graph/ops.h"
 
-// The types the CPU kernel of an op accepts, as its cpu_supports rule in ops.c reads them.
-static const char *cpu_types(int op) {
-    switch (op) {
-    case RG_OP_MUL_MAT:
-    case RG_OP_OUT_PROD:
-    case RG_OP_GET_ROWS:
-    case RG_OP_LINEAR_CE:
-    case RG_OP_LINEAR_CE_BACK: return "any weight type";
-    case RG_OP_CONT: return "any type";
-    case RG_OP_FILL:
-    case RG_OP_CPY: return "f32, f16, bf16";
-    case RG_OP_CPY_INTO: return "f32 into f32, f16, bf16";
-    case RG_OP_ATTN_DECODE: return "f32 (cache f32, f16)";
-    case RG_OP_FLASH_ATTN_EXT:
-    case RG_OP_FLASH_ATTN_BACK: return "f32 (k, v f32, f16)";
-    case RG_OP_SUMSQ: return "f32 into f64";
-    case RG_OP_CLIP_COEF: return "f64 into f32";
-    default: return "f32";
-    }
-}
-
 rg_op_col rg_op_cell(rg_backend_id b, int op) {
     rg_op_col c = {0};
     if (op <= RG_OP_NONE || op >= RG_OP_COUNT || rg_op_defs[op].is_view) return c;
@@ -37,7 +16,9 @@ rg_op_col rg_op_cell(rg_backend_id b, int op) {
         c.run = d->cpu;
         c.supports = d->cpu_supports;
         c.work = d->cpu_work;
-        c.types = d->cpu ? cpu_types(op) : NULL;
+        c.types = d->cpu ? d->cpu_types : NULL;
+        c.group = d->cpu_group;
+        c.run_group = d->cpu_run_group;
     } else if (b == RG_BACKEND_CUDA) {
         const rg_op_col *col = rg_cuda_column();
         if (col) c = col[op];

@@ -1,11 +1,11 @@
 // backend.h - where nodes run and where their bytes live.
 //
 // The op table has one column per backend (rg_op_cell): for each op, whether the
-// backend can run a node (supports), the kernel (run), its scratch (work) and the types
-// the report lists. The CPU column is the table's own cpu fields (ops.c); the CUDA
-// column is the table in src/cuda/op_table.cu, which the CUDA code defines because its
-// kernels are C++ (there is one per build of that code: the GPU's and the host
-// execution's, cuda.h). The scheduler (schedule.h), the planner, the parity suite and
+// backend can run a node (supports), the kernel (run), its scratch (work), the types
+// the report lists and its fusion hook. The CPU column is the table's own cpu fields
+// (ops.c); the CUDA column is the list in src/cuda/op_table.cu, which the CUDA code
+// defines because its kernels are C++ (there is one per build of that code: the GPU's
+// and the host execution's, cuda.h). The scheduler (schedule.h), the planner, the parity suite and
 // the report all read the cells through rg_op_cell, so no second list of "what runs
 // where" exists.
 //
@@ -20,30 +20,32 @@
 #include <stddef.h>
 
 #include "graph/graph.h"
+#include "graph/ops.h"
 
 typedef enum rg_backend_id { RG_BACKEND_CPU = 0, RG_BACKEND_CUDA = 1, RG_BACKEND_COUNT } rg_backend_id;
 
-struct rg_exec_ctx;
-typedef rg_status (*rg_kernel_fn)(struct rg_exec_ctx *ctx, rg_node *n, rg_error *err);
-typedef bool (*rg_cell_supports_fn)(const rg_node *n);
-typedef size_t (*rg_cell_work_fn)(const rg_node *n, int n_threads);
-
-// One cell of the op table: op x backend.
+// One cell of the op table: op x backend (its function types: graph/ops.h).
 typedef struct rg_op_col {
-    rg_kernel_fn run;              // NULL: this backend has no kernel for the op
-    rg_cell_supports_fn supports;  // NULL: every node of the op (types, strides) runs
-    rg_cell_work_fn work;          // NULL: no scratch
+    rg_kernel_fn run;         // NULL: this backend has no kernel for the op
+    rg_supports_fn supports;  // NULL: every node of the op (types, strides) runs
+    rg_work_fn work;          // NULL: no scratch
     const char *types;             // the types the report lists ("f32, f16, bf16"); NULL without a kernel
     // The kernel reads the node's fp/ip from rg_exec_ctx.params (this backend's memory, uploaded
     // by the executor before each run when they changed) instead of taking them as launch
     // arguments: a loss scale or an optimizer's step scalars that change from run to run then
-    // leave a captured CUDA graph valid (exec.c's signature skips them).
+    // leave a captured CUDA graph valid (exec_capture.c's signature skips them).
     bool device_params;
     // With device_params: the node's geometry that moves between runs (a decode step's cache
     // position) put into rg_node_params.geom for the kernel, which then sizes its launch only
-    // from what stays fixed (the strides and the views' owners); exec.c's signature then reads
-    // a view's owner and strides instead of its offset and shape. NULL: none.
+    // from what stays fixed (the strides and the views' owners); exec_capture.c's signature
+    // then reads a view's owner and strides instead of its offset and shape. NULL: none.
     void (*geometry)(const rg_node *n, int64_t geom[4]);
+    // The fusion hook (graph/ops.h's rg_group_fn; NULL: none): the nodes after this one the
+    // backend runs with it in one call (run_group), as the CPU runs products of the same
+    // activations in one parallel section. The executor asks the hook of each node's backend
+    // where a run has one backend (with a device, copies and mirrors go node by node).
+    rg_group_fn group;
+    rg_run_group_fn run_group;
 } rg_op_col;
 
 // The cell of op on backend b (zeroed when the backend is not built, or for views).

@@ -31,7 +31,6 @@ rg_status rg_graph_error(const rg_graph *g, rg_error *err) {
 }
 
 const char *rg_op_name(rg_op op) { return op < RG_OP_COUNT ? rg_op_defs[op].name : "invalid op"; }
-int rg_op_n_src(rg_op op) { return op < RG_OP_COUNT ? rg_op_defs[op].max_src : 0; }
 
 rg_node *rg_build_node(rg_graph *g, rg_op op, uint32_t type, const int64_t ne[RG_MAX_DIMS], rg_node *s0, rg_node *s1,
                        rg_node *s2, rg_node *s3) {
@@ -121,7 +120,7 @@ rg_node *rg_get_rows(rg_graph *g, rg_node *a, rg_node *ids) {
 rg_node *rg_get_rows_back(rg_graph *g, rg_node *dy, rg_node *ids, int64_t n_rows) {
     REQUIRE(dy, ids);
     char s1[160], s2[160];
-    if (!need_f32(g, "get_rows_back", dy, "dy")) return NULL;
+    if (!need_f32(g, rg_op_name(RG_OP_GET_ROWS_BACK), dy, "dy")) return NULL;
     if (ids->t.type != RG_TYPE_I32 || dy->t.ne[1] != ids->t.ne[0])
         return fail(g, RG_ERR_ARG, "get_rows_back: dy %s and ids %s disagree", shape(dy, s1), shape(ids, s2));
     int64_t ne[4] = {dy->t.ne[0], n_rows, 1, 1};
@@ -139,7 +138,7 @@ static bool broadcasts(const rg_node *big, const rg_node *small, int from_dim) {
 rg_node *rg_mul_mat(rg_graph *g, rg_node *w, rg_node *x) {
     REQUIRE(w, x);
     char s1[160], s2[160];
-    if (!need_f32(g, "mul_mat", x, "activations")) return NULL;
+    if (!need_f32(g, rg_op_name(RG_OP_MUL_MAT), x, "activations")) return NULL;
     if (w->t.ne[0] != x->t.ne[0] || !broadcasts(x, w, 2))
         return fail(g, RG_ERR_ARG, "mul_mat: weight %s and activations %s do not fit (ne[0] must match, ne[2..3] divide)",
                     shape(w, s1), shape(x, s2));
@@ -152,7 +151,7 @@ rg_node *rg_mul_mat(rg_graph *g, rg_node *w, rg_node *x) {
 rg_node *rg_out_prod(rg_graph *g, rg_node *a, rg_node *b) {
     REQUIRE(a, b);
     char s1[160], s2[160];
-    if (!need_f32(g, "out_prod", b, "b")) return NULL;
+    if (!need_f32(g, rg_op_name(RG_OP_OUT_PROD), b, "b")) return NULL;
     if (a->t.ne[1] != b->t.ne[1] || !broadcasts(b, a, 2))
         return fail(g, RG_ERR_ARG, "out_prod: a %s and b %s do not fit (ne[1] must match, ne[2..3] divide)", shape(a, s1),
                     shape(b, s2));
@@ -188,7 +187,7 @@ rg_node *rg_scale(rg_graph *g, rg_node *a, float s) {
 rg_node *rg_repeat(rg_graph *g, rg_node *a, rg_node *like) {
     REQUIRE(a, like);
     char s1[160], s2[160];
-    if (!need_f32(g, "repeat", a, "input")) return NULL;
+    if (!need_f32(g, rg_op_name(RG_OP_REPEAT), a, "input")) return NULL;
     if (!broadcasts(like, a, 0)) return fail(g, RG_ERR_ARG, "repeat: %s does not tile %s", shape(a, s1), shape(like, s2));
     return node_new(g, RG_OP_REPEAT, RG_TYPE_F32, ne_of(like), a, like, NULL, NULL);
 }
@@ -196,7 +195,7 @@ rg_node *rg_repeat(rg_graph *g, rg_node *a, rg_node *like) {
 rg_node *rg_repeat_back(rg_graph *g, rg_node *a, rg_node *like) {
     REQUIRE(a, like);
     char s1[160], s2[160];
-    if (!need_f32(g, "repeat_back", a, "input")) return NULL;
+    if (!need_f32(g, rg_op_name(RG_OP_REPEAT_BACK), a, "input")) return NULL;
     if (!broadcasts(a, like, 0))
         return fail(g, RG_ERR_ARG, "repeat_back: %s is not a tiling of %s", shape(a, s1), shape(like, s2));
     return node_new(g, RG_OP_REPEAT_BACK, RG_TYPE_F32, ne_of(like), a, like, NULL, NULL);
@@ -204,28 +203,28 @@ rg_node *rg_repeat_back(rg_graph *g, rg_node *a, rg_node *like) {
 
 rg_node *rg_sum(rg_graph *g, rg_node *a) {
     REQUIRE(a);
-    if (!need_f32(g, "sum", a, "input")) return NULL;
+    if (!need_f32(g, rg_op_name(RG_OP_SUM), a, "input")) return NULL;
     int64_t ne[4] = {1, 1, 1, 1};
     return node_new(g, RG_OP_SUM, RG_TYPE_F32, ne, a, NULL, NULL, NULL);
 }
 
 rg_node *rg_mean(rg_graph *g, rg_node *a) {
     REQUIRE(a);
-    if (!need_f32(g, "mean", a, "input")) return NULL;
+    if (!need_f32(g, rg_op_name(RG_OP_MEAN), a, "input")) return NULL;
     int64_t ne[4] = {1, 1, 1, 1};
     return node_new(g, RG_OP_MEAN, RG_TYPE_F32, ne, a, NULL, NULL, NULL);
 }
 
 rg_node *rg_sum_rows(rg_graph *g, rg_node *a) {
     REQUIRE(a);
-    if (!need_f32(g, "sum_rows", a, "input")) return NULL;
+    if (!need_f32(g, rg_op_name(RG_OP_SUM_ROWS), a, "input")) return NULL;
     int64_t ne[4] = {1, a->t.ne[1], a->t.ne[2], a->t.ne[3]};
     return node_new(g, RG_OP_SUM_ROWS, RG_TYPE_F32, ne, a, NULL, NULL, NULL);
 }
 
 rg_node *rg_rms_norm(rg_graph *g, rg_node *x, float eps) {
     REQUIRE(x);
-    if (!need_f32(g, "rms_norm", x, "input")) return NULL;
+    if (!need_f32(g, rg_op_name(RG_OP_RMS_NORM), x, "input")) return NULL;
     if (!(eps >= 0)) return fail(g, RG_ERR_ARG, "rms_norm: eps %g must be >= 0", (double)eps);
     rg_node *n = node_new(g, RG_OP_RMS_NORM, RG_TYPE_F32, ne_of(x), contiguous(g, x), NULL, NULL, NULL);
     if (n) n->fp[0] = eps;
@@ -235,7 +234,8 @@ rg_node *rg_rms_norm(rg_graph *g, rg_node *x, float eps) {
 rg_node *rg_rms_norm_back(rg_graph *g, rg_node *dy, rg_node *x, float eps) {
     REQUIRE(dy, x);
     char s1[160], s2[160];
-    if (!need_f32(g, "rms_norm_back", dy, "dy") || !need_f32(g, "rms_norm_back", x, "x")) return NULL;
+    const char *op = rg_op_name(RG_OP_RMS_NORM_BACK);
+    if (!need_f32(g, op, dy, "dy") || !need_f32(g, op, x, "x")) return NULL;
     if (!same_shape(dy, x)) return fail(g, RG_ERR_ARG, "rms_norm_back: dy %s and x %s differ", shape(dy, s1), shape(x, s2));
     rg_node *n = node_new(g, RG_OP_RMS_NORM_BACK, RG_TYPE_F32, ne_of(x), contiguous(g, dy), contiguous(g, x), NULL, NULL);
     if (n) n->fp[0] = eps;
@@ -273,7 +273,7 @@ rg_node *rg_soft_max_ext(rg_graph *g, rg_node *a, rg_node *mask, bool causal, fl
     if (window < 0 || (window > 0 && !causal))
         return fail(g, RG_ERR_ARG, "soft_max: sliding window %lld must be >= 0 and needs the causal mask", (long long)window);
     char s1[160], s2[160];
-    if (!need_f32(g, "soft_max", a, "input")) return NULL;
+    if (!need_f32(g, rg_op_name(RG_OP_SOFT_MAX), a, "input")) return NULL;
     if (mask && (!is_f32(mask) || mask->t.ne[0] != a->t.ne[0] || mask->t.ne[1] < a->t.ne[1] || mask->t.ne[2] != 1))
         return fail(g, RG_ERR_ARG, "soft_max: mask %s does not cover scores %s", shape(mask, s2), shape(a, s1));
     if (causal && a->t.ne[1] > a->t.ne[0])
@@ -288,7 +288,8 @@ rg_node *rg_soft_max_ext(rg_graph *g, rg_node *a, rg_node *mask, bool causal, fl
 rg_node *rg_soft_max_back(rg_graph *g, rg_node *dy, rg_node *y, rg_node *a, float scale, float softcap) {
     REQUIRE(dy, y);
     char s1[160], s2[160];
-    if (!need_f32(g, "soft_max_back", dy, "dy") || !need_f32(g, "soft_max_back", y, "y")) return NULL;
+    const char *op = rg_op_name(RG_OP_SOFT_MAX_BACK);
+    if (!need_f32(g, op, dy, "dy") || !need_f32(g, op, y, "y")) return NULL;
     if (!same_shape(dy, y)) return fail(g, RG_ERR_ARG, "soft_max_back: dy %s and y %s differ", shape(dy, s1), shape(y, s2));
     if (softcap > 0 && !a) return fail(g, RG_ERR_ARG, "soft_max_back: a softcap needs the scores");
     rg_node *n = node_new(g, RG_OP_SOFT_MAX_BACK, RG_TYPE_F32, ne_of(y), contiguous(g, dy), contiguous(g, y),
@@ -302,7 +303,8 @@ rg_node *rg_silu(rg_graph *g, rg_node *a) { return unary(g, RG_OP_SILU, a); }
 rg_node *rg_silu_back(rg_graph *g, rg_node *dy, rg_node *a) {
     REQUIRE(dy, a);
     char s1[160], s2[160];
-    if (!need_f32(g, "silu_back", dy, "dy") || !need_f32(g, "silu_back", a, "a")) return NULL;
+    const char *op = rg_op_name(RG_OP_SILU_BACK);
+    if (!need_f32(g, op, dy, "dy") || !need_f32(g, op, a, "a")) return NULL;
     if (!same_shape(dy, a)) return fail(g, RG_ERR_ARG, "silu_back: dy %s and a %s differ", shape(dy, s1), shape(a, s2));
     return node_new(g, RG_OP_SILU_BACK, RG_TYPE_F32, ne_of(a), dy, a, NULL, NULL);
 }
@@ -341,7 +343,8 @@ rg_node *rg_softcap_back(rg_graph *g, rg_node *dy, rg_node *a, float cap) {
 rg_node *rg_swiglu(rg_graph *g, rg_node *gate, rg_node *up) {
     REQUIRE(gate, up);
     char s1[160], s2[160];
-    if (!need_f32(g, "swiglu", gate, "gate") || !need_f32(g, "swiglu", up, "up")) return NULL;
+    const char *op = rg_op_name(RG_OP_SWIGLU);
+    if (!need_f32(g, op, gate, "gate") || !need_f32(g, op, up, "up")) return NULL;
     if (!same_shape(gate, up)) return fail(g, RG_ERR_ARG, "swiglu: gate %s and up %s differ", shape(gate, s1), shape(up, s2));
     return node_new(g, RG_OP_SWIGLU, RG_TYPE_F32, ne_of(gate), gate, up, NULL, NULL);
 }
@@ -485,7 +488,7 @@ rg_node *rg_graph_clone_node(rg_graph *g, const rg_node *n, rg_node *const src[R
 rg_node *rg_attn_decode(rg_graph *g, rg_node *q, rg_node *k, rg_node *vt, float scale) {
     REQUIRE(q, k, vt);
     char s1[160], s2[160], s3[160];
-    if (!need_f32(g, "attn_decode", q, "queries")) return NULL;
+    if (!need_f32(g, rg_op_name(RG_OP_ATTN_DECODE), q, "queries")) return NULL;
     const uint32_t ct = k->t.type;
     const size_t es = rg_type_get(ct)->type_size;
     if ((ct != RG_TYPE_F32 && ct != RG_TYPE_F16) || vt->t.type != ct)

@@ -70,7 +70,7 @@ static bool flash_sources(rg_graph *g, const char *op, const rg_node *q, const r
 
 rg_node *rg_flash_attn_ext(rg_graph *g, rg_node *q, rg_node *k, rg_node *v, rg_node *seg, rg_node *sinks,
                            const rg_flash_params *p) {
-    const char *op = "flash_attn_ext";
+    const char *op = rg_op_name(RG_OP_FLASH_ATTN_EXT);
     if (!q || !k || !v || !p) return NULL;
     if (!flash_params_ok(g, op, p) || !flash_sources(g, op, q, k, v, seg, sinks)) return NULL;
     rg_node *src[RG_MAX_SRC] = {q, k, v, contiguous(g, seg), contiguous(g, sinks), NULL};
@@ -80,7 +80,7 @@ rg_node *rg_flash_attn_ext(rg_graph *g, rg_node *q, rg_node *k, rg_node *v, rg_n
 }
 
 rg_node *rg_flash_attn_back(rg_graph *g, rg_node *d, rg_node *fwd) {
-    const char *op = "flash_attn_back";
+    const char *op = rg_op_name(RG_OP_FLASH_ATTN_BACK);
     char s1[160], s2[160];
     if (!d || !fwd) return NULL;
     bool ok = true;

@@ -11,7 +11,7 @@
 rg_node *rg_cross_entropy_loss(rg_graph *g, rg_node *logits, rg_node *labels, int32_t ignore_index) {
     REQUIRE(logits, labels);
     char s1[160], s2[160];
-    if (!need_f32(g, "cross_entropy_loss", logits, "logits")) return NULL;
+    if (!need_f32(g, rg_op_name(RG_OP_CROSS_ENTROPY_LOSS), logits, "logits")) return NULL;
     if (labels->t.type != RG_TYPE_I32 || labels->t.ne[0] != logits->t.ne[1] || labels->t.ne[1] != 1 || logits->t.ne[2] != 1)
         return fail(g, RG_ERR_ARG, "cross_entropy_loss: labels %s must be i32 [n_tokens] for logits %s [n_vocab, n_tokens]",
                     shape(labels, s2), shape(logits, s1));
@@ -24,7 +24,8 @@ rg_node *rg_cross_entropy_loss(rg_graph *g, rg_node *logits, rg_node *labels, in
 rg_node *rg_cross_entropy_loss_back(rg_graph *g, rg_node *dloss, rg_node *logits, rg_node *labels, int32_t ignore_index) {
     REQUIRE(dloss, logits, labels);
     char s1[160], s2[160];
-    if (!need_f32(g, "cross_entropy_loss_back", dloss, "dloss") || !need_f32(g, "cross_entropy_loss_back", logits, "logits"))
+    const char *op = rg_op_name(RG_OP_CROSS_ENTROPY_LOSS_BACK);
+    if (!need_f32(g, op, dloss, "dloss") || !need_f32(g, op, logits, "logits"))
         return NULL;
     if (rg_tensor_nelements(&dloss->t) != 1 || labels->t.type != RG_TYPE_I32 || labels->t.ne[0] != logits->t.ne[1])
         return fail(g, RG_ERR_ARG, "cross_entropy_loss_back: dloss must be one value and labels %s i32 [n_tokens] for logits %s",
@@ -41,7 +42,7 @@ static bool leaf_bytes(const rg_node *n) { return (n->view_of ? n->view_of : n)-
 rg_node *rg_linear_ce(rg_graph *g, rg_node *w, rg_node *h, rg_node *labels, int32_t ignore_index, int64_t chunk) {
     REQUIRE(w, h, labels);
     char s1[160], s2[160];
-    if (!need_f32(g, "linear_ce", h, "hidden states")) return NULL;
+    if (!need_f32(g, rg_op_name(RG_OP_LINEAR_CE), h, "hidden states")) return NULL;
     if (w->t.ne[0] != h->t.ne[0] || w->t.ne[2] != 1 || w->t.ne[3] != 1 || h->t.ne[2] != 1 || h->t.ne[3] != 1)
         return fail(g, RG_ERR_ARG, "linear_ce: weight %s [n_embd, n_vocab] and hidden states %s [n_embd, n_tokens] do not fit",
                     shape(w, s1), shape(h, s2));
@@ -71,7 +72,7 @@ rg_node *rg_linear_ce_back(rg_graph *g, rg_node *dy, rg_node *lce, bool with_dw)
     REQUIRE(dy, lce);
     char s1[160], s2[160];
     if (lce->op != RG_OP_LINEAR_CE) return fail(g, RG_ERR_ARG, "linear_ce_back: %s is not a linear_ce node", shape(lce, s2));
-    if (!need_f32(g, "linear_ce_back", dy, "dy")) return NULL;
+    if (!need_f32(g, rg_op_name(RG_OP_LINEAR_CE_BACK), dy, "dy")) return NULL;
     if (!same_shape(dy, lce))
         return fail(g, RG_ERR_ARG, "linear_ce_back: dy %s does not match the loss %s", shape(dy, s1), shape(lce, s2));
     rg_node *w = lce->src[0], *h = lce->src[1];

@@ -66,7 +66,7 @@ static bool ssm_conv_sources(rg_graph *g, const char *op, rg_node *x, rg_node *c
 
 rg_node *rg_ssm_conv(rg_graph *g, rg_node *x, rg_node *c, rg_node *state, rg_node *seg) {
     REQUIRE(x, c);
-    if (!ssm_conv_sources(g, "ssm_conv", x, c, state, seg)) return NULL;
+    if (!ssm_conv_sources(g, rg_op_name(RG_OP_SSM_CONV), x, c, state, seg)) return NULL;
     rg_node *src[RG_MAX_SRC] = {x, contiguous(g, c), state ? contiguous(g, state) : NULL, seg ? contiguous(g, seg) : NULL,
                                 NULL};
     return rg_graph_packed_node(g, RG_OP_SSM_CONV, src, (const int64_t[8]){0});
@@ -85,7 +85,7 @@ static bool ssm_grad_length(rg_graph *g, const char *op, rg_node *d, rg_op fwd, 
 
 rg_node *rg_ssm_conv_back(rg_graph *g, rg_node *d, rg_node *x, rg_node *c, rg_node *state, rg_node *seg) {
     REQUIRE(d, x, c);
-    const char *op = "ssm_conv_back";
+    const char *op = rg_op_name(RG_OP_SSM_CONV_BACK);
     if (!ssm_conv_sources(g, op, x, c, state, seg) ||
         !ssm_grad_length(g, op, d, RG_OP_SSM_CONV, (rg_node *[RG_MAX_SRC]){x, c}, (const int64_t[8]){0}))
         return NULL;
@@ -110,7 +110,7 @@ static bool ssm_a(rg_graph *g, const char *op, rg_node *A, const rg_node *from) 
 rg_node *rg_ssm_dt(rg_graph *g, rg_node *dt, rg_node *A, rg_node *seg) {
     REQUIRE(dt, A);
     char s[160];
-    const char *op = "ssm_dt";
+    const char *op = rg_op_name(RG_OP_SSM_DT);
     if (!need_f32(g, op, dt, "dt")) return NULL;
     if (dt->t.ne[3] != 1) return fail(g, RG_ERR_ARG, "%s: dt %s must be [n_head, T, n_seqs]", op, shape(dt, s));
     if (!ssm_a(g, op, A, dt) || !ssm_seg(g, op, seg, dt->t.ne[1], dt->t.ne[2])) return NULL;
@@ -139,7 +139,7 @@ rg_node *rg_ssm_scan(rg_graph *g, rg_node *xbc, rg_node *dt, rg_node *A, rg_node
                      int64_t head_dim, int64_t d_state, int64_t n_group) {
     REQUIRE(xbc, dt, A);
     char s[160];
-    const char *op = "ssm_scan";
+    const char *op = rg_op_name(RG_OP_SSM_SCAN);
     if (!need_f32(g, op, dt, "dt")) return NULL;
     if (dt->t.ne[3] != 1) return fail(g, RG_ERR_ARG, "%s: dt %s must be [n_head, T, n_seqs]", op, shape(dt, s));
     if (!ssm_scan_sources(g, op, xbc, dt, A, state, head_dim, d_state, n_group) ||
@@ -154,7 +154,7 @@ rg_node *rg_ssm_scan_back(rg_graph *g, rg_node *d, rg_node *xbc, rg_node *dta, r
                           int64_t head_dim, int64_t d_state, int64_t n_group) {
     REQUIRE(d, xbc, dta, A);
     char s[160];
-    const char *op = "ssm_scan_back";
+    const char *op = rg_op_name(RG_OP_SSM_SCAN_BACK);
     const int64_t ip[8] = {head_dim, d_state, n_group};
     if (!need_f32(g, op, dta, "dta")) return NULL;
     if (dta->t.ne[3] != 3)

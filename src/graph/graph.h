@@ -414,8 +414,8 @@ rg_status rg_graph_backward(rg_graph *g, rg_node *loss, rg_error *err);
 // recompute and the backward read it widened back to F32.
 rg_status rg_graph_recompute(rg_graph *g, rg_node *const *bounds, int n_seg, uint32_t ckpt_type, rg_node **ckpts,
                              rg_error *err);
-// Records that the backward of op needs a gradient it cannot make (used by backward.c).
+// The op's name, the one the op table holds (graph/ops.c): every message, report and
+// profile names an op through it.
 const char *rg_op_name(rg_op op);
-int rg_op_n_src(rg_op op);
 
 #endif

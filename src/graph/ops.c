@@ -283,65 +283,141 @@ static bool sumsq_types(const rg_node *n) {
 }
 static bool clip_coef_types(const rg_node *n) { return n->src[0]->t.type == RG_TYPE_F64 && n->t.type == RG_TYPE_F32; }
 
-#define OP(name_, min_, max_, kernel_, work_, supports_, backward_, inplace_) \
-    {name_, min_, max_, false, inplace_, kernel_, work_, supports_, backward_}
-#define VIEW_OP(name_, backward_) {name_, 1, 1, true, false, NULL, NULL, any_types, backward_}
+// Hidden reads and in-place writes (rg_op_def.extra_reads, .writes_src).
+// LINEAR_CE_BACK recomputes the logits from the weight and labels of its LINEAR_CE source.
+static int reads_linear_ce_back(const rg_node *n, rg_node **out) {
+    int k = 0;
+    const rg_node *lce = n->src[2];
+    if (lce && lce->src[0]) out[k++] = lce->src[0];  // w
+    if (lce && lce->src[2]) out[k++] = lce->src[2];  // labels
+    return k;
+}
+// ... and adds into the weight gradient (src[3]) when there is one.
+static int writes_linear_ce_back(const rg_node *n, rg_node **out) {
+    int k = 0;
+    if (n->src[3]) out[k++] = n->src[3];
+    return k;
+}
+// CPY_INTO writes its window of dst (src[1]).
+static int writes_cpy_into(const rg_node *n, rg_node **out) { return out[0] = n->src[1], 1; }
+// The optimizers update the parameter, their state (AdamW's moments, SGD's momentum buffer)
+// and the F32 master copy of a half parameter.
+static int writes_optim(const rg_node *n, rg_node **out) {
+    int k = 0;
+    out[k++] = n->src[0];
+    if (n->op == RG_OP_ADAMW) out[k++] = n->src[2], out[k++] = n->src[3];
+    else if (n->src[3]) out[k++] = n->src[3];  // SGD's momentum buffer
+    if (rg_optim_master(n)) out[k++] = rg_optim_master(n);
+    return k;
+}
+
+// The table. A row: the name, the CPU kernel, its scratch (NULL: none), which nodes it runs,
+// the types the report lists, the backward rule (NULL: no gradient) and whether the output may
+// take over src[0]'s bytes; extra fields follow where an op has them. Each group's comment
+// names, for its ops: the shape rule (the rg_<op> constructor), the CPU kernel's file
+// (cpu_<op>), the CUDA kernel's file (its cell in src/cuda/op_table.cu's list) and the tests
+// beyond tests/test_ops.c, whose table holds a row for every op (forward against a double
+// reference, gradient against finite differences, CUDA against the CPU: cuda_parity).
+#define OP(name_, kernel_, work_, supports_, types_, backward_, inplace_)                                  \
+    .name = name_, .cpu = kernel_, .cpu_work = work_, .cpu_supports = supports_, .cpu_types = types_, \
+    .backward = backward_, .inplace_ok = inplace_
+#define VIEW_OP(name_, backward_) .name = name_, .is_view = true, .cpu_supports = any_types, .backward = backward_
+#define F32 "f32"
 
 const rg_op_def rg_op_defs[RG_OP_COUNT] = {
-    [RG_OP_NONE] = {"none", 0, 0, false, false, NULL, NULL, any_types, NULL},
-    [RG_OP_FILL] = OP("fill", 0, 0, cpu_fill, NULL, fill_types, NULL, false),
-    [RG_OP_GET_ROWS] = OP("get_rows", 2, 2, cpu_get_rows, NULL, any_types, bw_get_rows, false),
-    [RG_OP_GET_ROWS_BACK] = OP("get_rows_back", 2, 2, cpu_get_rows_back, NULL, plain_f32, NULL, false),
-    [RG_OP_MUL_MAT] = OP("mul_mat", 2, 2, cpu_mul_mat, cpu_mul_mat_work, any_types, bw_mul_mat, false),
-    [RG_OP_OUT_PROD] = OP("out_prod", 2, 2, cpu_out_prod, cpu_out_prod_work, any_types, NULL, false),
-    [RG_OP_ADD] = OP("add", 2, 2, cpu_add, NULL, plain_f32, bw_add, true),
-    [RG_OP_SUB] = OP("sub", 2, 2, cpu_sub, NULL, plain_f32, bw_sub, true),
-    [RG_OP_MUL] = OP("mul", 2, 2, cpu_mul, NULL, plain_f32, bw_mul, true),
-    [RG_OP_SCALE] = OP("scale", 1, 1, cpu_scale, NULL, plain_f32, bw_scale, true),
-    [RG_OP_REPEAT] = OP("repeat", 2, 2, cpu_repeat, NULL, f32_src0, bw_repeat, false),
-    [RG_OP_REPEAT_BACK] = OP("repeat_back", 2, 2, cpu_repeat_back, NULL, f32_src0, bw_repeat_back, false),
-    [RG_OP_SUM] = OP("sum", 1, 1, cpu_sum, NULL, plain_f32, bw_sum, false),
-    [RG_OP_MEAN] = OP("mean", 1, 1, cpu_mean, NULL, plain_f32, bw_mean, false),
-    [RG_OP_SUM_ROWS] = OP("sum_rows", 1, 1, cpu_sum_rows, NULL, plain_f32, bw_sum_rows, false),
-    [RG_OP_RMS_NORM] = OP("rms_norm", 1, 1, cpu_rms_norm, NULL, plain_f32, bw_rms_norm, true),
-    [RG_OP_RMS_NORM_BACK] = OP("rms_norm_back", 2, 2, cpu_rms_norm_back, NULL, plain_f32, NULL, false),
-    [RG_OP_ROPE] = OP("rope", 2, 2, cpu_rope, NULL, plain_f32, bw_rope, true),
-    [RG_OP_ROPE_BACK] = OP("rope_back", 2, 2, cpu_rope_back, NULL, plain_f32, NULL, false),
-    [RG_OP_SOFT_MAX] = OP("soft_max", 1, 2, cpu_soft_max, NULL, plain_f32, bw_soft_max, true),
-    [RG_OP_SOFT_MAX_BACK] = OP("soft_max_back", 2, 3, cpu_soft_max_back, NULL, plain_f32, NULL, false),
-    [RG_OP_SILU] = OP("silu", 1, 1, cpu_silu, NULL, plain_f32, bw_silu, true),
-    [RG_OP_SILU_BACK] = OP("silu_back", 2, 2, cpu_silu_back, NULL, plain_f32, NULL, false),
-    [RG_OP_SWIGLU] = OP("swiglu", 2, 2, cpu_swiglu, NULL, plain_f32, bw_swiglu, false),
-    [RG_OP_GELU] = OP("gelu", 1, 1, cpu_gelu, NULL, plain_f32, bw_gelu, false),
-    [RG_OP_GELU_BACK] = OP("gelu_back", 2, 2, cpu_gelu_back, NULL, plain_f32, NULL, false),
-    [RG_OP_SOFTCAP] = OP("softcap", 1, 1, cpu_softcap, NULL, plain_f32, bw_softcap, false),
-    [RG_OP_SOFTCAP_BACK] = OP("softcap_back", 2, 2, cpu_softcap_back, NULL, plain_f32, NULL, false),
-    [RG_OP_RESHAPE] = VIEW_OP("reshape", bw_reshape),
-    [RG_OP_VIEW] = VIEW_OP("view", bw_view),
-    [RG_OP_PERMUTE] = VIEW_OP("permute", bw_permute),
-    [RG_OP_TRANSPOSE] = VIEW_OP("transpose", bw_transpose),
-    [RG_OP_VIEW_BACK] = OP("view_back", 2, 2, cpu_view_back, NULL, f32_src0, NULL, false),
-    [RG_OP_CONT] = OP("cont", 1, 1, cpu_cont, NULL, any_types, bw_cont, false),
-    [RG_OP_CPY] = OP("cpy", 1, 1, cpu_cpy, NULL, half_or_f32, bw_cpy, false),
-    [RG_OP_CROSS_ENTROPY_LOSS] = OP("cross_entropy_loss", 2, 2, cpu_cross_entropy_loss, NULL, plain_f32, bw_cross_entropy, false),
-    [RG_OP_CROSS_ENTROPY_LOSS_BACK] = OP("cross_entropy_loss_back", 3, 3, cpu_cross_entropy_loss_back, NULL, plain_f32, NULL, false),
-    [RG_OP_ADAMW] = OP("adamw", 4, 6, cpu_adamw, NULL, optim_types, NULL, false),
-    [RG_OP_SGD] = OP("sgd", 2, 5, cpu_sgd, NULL, optim_types, NULL, false),
-    [RG_OP_CPY_INTO] = OP("cpy_into", 2, 2, cpu_cpy_into, NULL, any_types, NULL, false),
-    [RG_OP_LINEAR_CE] = OP("linear_ce", 3, 3, cpu_linear_ce, cpu_linear_ce_work, any_types, bw_linear_ce, false),
-    [RG_OP_LINEAR_CE_BACK] = OP("linear_ce_back", 3, 4, cpu_linear_ce_back, cpu_linear_ce_back_work, any_types, NULL, false),
-    [RG_OP_ATTN_DECODE] = OP("attn_decode", 3, 3, cpu_attn_decode, cpu_attn_decode_work, attn_decode_types, NULL, false),
-    [RG_OP_SSM_CONV] = OP("ssm_conv", 2, 4, cpu_ssm_conv, NULL, plain_f32, bw_ssm_conv, false),
-    [RG_OP_SSM_CONV_BACK] = OP("ssm_conv_back", 3, 5, cpu_ssm_conv_back, cpu_ssm_conv_back_work, plain_f32, NULL, false),
-    [RG_OP_SSM_DT] = OP("ssm_dt", 2, 3, cpu_ssm_dt, NULL, plain_f32, NULL, false),
-    [RG_OP_SSM_SCAN] = OP("ssm_scan", 3, 5, cpu_ssm_scan, cpu_ssm_scan_work, plain_f32, bw_ssm_scan, false),
-    [RG_OP_SSM_SCAN_BACK] = OP("ssm_scan_back", 4, 5, cpu_ssm_scan_back, cpu_ssm_scan_back_work, plain_f32, NULL, false),
-    // CUDA cells in cuda/ops_flash.cu (head_dim <= 512; wider nodes run here)
-    [RG_OP_FLASH_ATTN_EXT] = OP("flash_attn_ext", 3, 5, cpu_flash_attn_ext, cpu_flash_attn_ext_work, flash_types,
-                                bw_flash_attn, false),
-    [RG_OP_FLASH_ATTN_BACK] = OP("flash_attn_back", 5, 6, cpu_flash_attn_back, cpu_flash_attn_back_work, flash_types,
-                                 NULL, false),
-    // the global norm and its clip (cpu/ops_optim.c, cuda/ops_train.cu; tests: test_ops sumsq, clip_coef)
-    [RG_OP_SUMSQ] = OP("sumsq", 1, 2, cpu_sumsq, cpu_sumsq_work, sumsq_types, NULL, false),
-    [RG_OP_CLIP_COEF] = OP("clip_coef", 1, 1, cpu_clip_coef, NULL, clip_coef_types, NULL, false),
+    [RG_OP_NONE] = {.name = "none", .cpu_supports = any_types},
+    // Fills, gathers, copies and casts. Shape: graph/build.c. CPU: cpu/ops_elementwise.c (fill), cpu/ops_copy.c,
+    // cpu/ops_copy_into.c (cpy_into). CUDA: cuda/ops_elementwise.cu. Tests: test_cpu_ops_basic.c,
+    // test_cuda_elementwise.c.
+    [RG_OP_FILL] = {OP("fill", cpu_fill, NULL, fill_types, "f32, f16, bf16", NULL, false)},
+    [RG_OP_GET_ROWS] = {OP("get_rows", cpu_get_rows, NULL, any_types, "any weight type", bw_get_rows, false)},
+    [RG_OP_GET_ROWS_BACK] = {OP("get_rows_back", cpu_get_rows_back, NULL, plain_f32, F32, NULL, false)},
+    [RG_OP_VIEW_BACK] = {OP("view_back", cpu_view_back, NULL, f32_src0, F32, NULL, false)},
+    [RG_OP_CONT] = {OP("cont", cpu_cont, NULL, any_types, "any type", bw_cont, false)},
+    [RG_OP_CPY] = {OP("cpy", cpu_cpy, NULL, half_or_f32, "f32, f16, bf16", bw_cpy, false)},
+    [RG_OP_CPY_INTO] = {OP("cpy_into", cpu_cpy_into, NULL, any_types, "f32 into f32, f16, bf16", NULL, false),
+                        .writes_src = writes_cpy_into},
+    // Views: no kernel, the bytes of src[0]. Shape: graph/build.c.
+    [RG_OP_RESHAPE] = {VIEW_OP("reshape", bw_reshape)},
+    [RG_OP_VIEW] = {VIEW_OP("view", bw_view)},
+    [RG_OP_PERMUTE] = {VIEW_OP("permute", bw_permute)},
+    [RG_OP_TRANSPOSE] = {VIEW_OP("transpose", bw_transpose)},
+    // Products. Shape: graph/build.c. CPU: cpu/ops_matmul.c (over cpu/gemm*.c, cpu/mul_mat_rows.c; MUL_MAT's
+    // fusion hook groups products of the same activations). CUDA: cuda/ops.cu (mul_mat), cuda/ops_train.cu
+    // (out_prod), cuda/gemm_half.cu. Tests: test_matmul.c, test_cuda.c, test_cuda_train.c.
+    [RG_OP_MUL_MAT] = {OP("mul_mat", cpu_mul_mat, cpu_mul_mat_work, any_types, "any weight type", bw_mul_mat, false),
+                       .cpu_group = cpu_mul_mat_group, .cpu_run_group = cpu_mul_mat_many},
+    [RG_OP_OUT_PROD] = {OP("out_prod", cpu_out_prod, cpu_out_prod_work, any_types, "any weight type", NULL, false)},
+    // Elementwise arithmetic, broadcasts and reductions. Shape: graph/build.c. CPU: cpu/ops_elementwise.c,
+    // cpu/ops_reduce.c (sum, mean, sum_rows). CUDA: cuda/ops.cu (add), cuda/ops_elementwise.cu. Tests:
+    // test_cpu_ops_basic.c, test_cuda_elementwise.c.
+    [RG_OP_ADD] = {OP("add", cpu_add, NULL, plain_f32, F32, bw_add, true)},
+    [RG_OP_SUB] = {OP("sub", cpu_sub, NULL, plain_f32, F32, bw_sub, true)},
+    [RG_OP_MUL] = {OP("mul", cpu_mul, NULL, plain_f32, F32, bw_mul, true)},
+    [RG_OP_SCALE] = {OP("scale", cpu_scale, NULL, plain_f32, F32, bw_scale, true)},
+    [RG_OP_REPEAT] = {OP("repeat", cpu_repeat, NULL, f32_src0, F32, bw_repeat, false)},
+    [RG_OP_REPEAT_BACK] = {OP("repeat_back", cpu_repeat_back, NULL, f32_src0, F32, bw_repeat_back, false)},
+    [RG_OP_SUM] = {OP("sum", cpu_sum, NULL, plain_f32, F32, bw_sum, false)},
+    [RG_OP_MEAN] = {OP("mean", cpu_mean, NULL, plain_f32, F32, bw_mean, false)},
+    [RG_OP_SUM_ROWS] = {OP("sum_rows", cpu_sum_rows, NULL, plain_f32, F32, bw_sum_rows, false)},
+    // Activations. Shape: graph/build.c. CPU: cpu/ops_elementwise.c (silu, swiglu), cpu/ops_gelu_softcap.c. CUDA:
+    // cuda/ops_elementwise.cu (silu, swiglu), cuda/ops_gelu_softcap.cu. Tests: test_cpu_ops_nn.c,
+    // test_cuda_elementwise.c.
+    [RG_OP_SILU] = {OP("silu", cpu_silu, NULL, plain_f32, F32, bw_silu, true)},
+    [RG_OP_SILU_BACK] = {OP("silu_back", cpu_silu_back, NULL, plain_f32, F32, NULL, false)},
+    [RG_OP_SWIGLU] = {OP("swiglu", cpu_swiglu, NULL, plain_f32, F32, bw_swiglu, false)},
+    [RG_OP_GELU] = {OP("gelu", cpu_gelu, NULL, plain_f32, F32, bw_gelu, false)},
+    [RG_OP_GELU_BACK] = {OP("gelu_back", cpu_gelu_back, NULL, plain_f32, F32, NULL, false)},
+    [RG_OP_SOFTCAP] = {OP("softcap", cpu_softcap, NULL, plain_f32, F32, bw_softcap, false)},
+    [RG_OP_SOFTCAP_BACK] = {OP("softcap_back", cpu_softcap_back, NULL, plain_f32, F32, NULL, false)},
+    // Norms, rotary embeddings, softmax and the decode step's attention. Shape: graph/build.c. CPU:
+    // cpu/ops_norm_rope.c, cpu/ops_softmax_loss.c (soft_max), cpu/ops_attn_decode.c. CUDA: cuda/ops_norm.cu
+    // (soft_max: cuda/ops.cu). Tests: test_cpu_ops_nn.c, test_cuda_norm.c.
+    [RG_OP_RMS_NORM] = {OP("rms_norm", cpu_rms_norm, NULL, plain_f32, F32, bw_rms_norm, true)},
+    [RG_OP_RMS_NORM_BACK] = {OP("rms_norm_back", cpu_rms_norm_back, NULL, plain_f32, F32, NULL, false)},
+    [RG_OP_ROPE] = {OP("rope", cpu_rope, NULL, plain_f32, F32, bw_rope, true)},
+    [RG_OP_ROPE_BACK] = {OP("rope_back", cpu_rope_back, NULL, plain_f32, F32, NULL, false)},
+    [RG_OP_SOFT_MAX] = {OP("soft_max", cpu_soft_max, NULL, plain_f32, F32, bw_soft_max, true)},
+    [RG_OP_SOFT_MAX_BACK] = {OP("soft_max_back", cpu_soft_max_back, NULL, plain_f32, F32, NULL, false)},
+    [RG_OP_ATTN_DECODE] = {OP("attn_decode", cpu_attn_decode, cpu_attn_decode_work, attn_decode_types,
+                              "f32 (cache f32, f16)", NULL, false)},
+    // Losses. Shape: graph/build_loss_optim.c. CPU: cpu/ops_softmax_loss.c, cpu/ops_linear_ce.c. CUDA:
+    // cuda/ops_norm.cu (cross_entropy_loss), cuda/ops_train.cu (linear_ce). Tests: test_cpu_ops_nn.c,
+    // test_cuda_norm.c, test_cuda_train.c.
+    [RG_OP_CROSS_ENTROPY_LOSS] = {OP("cross_entropy_loss", cpu_cross_entropy_loss, NULL, plain_f32, F32,
+                                     bw_cross_entropy, false)},
+    [RG_OP_CROSS_ENTROPY_LOSS_BACK] = {OP("cross_entropy_loss_back", cpu_cross_entropy_loss_back, NULL, plain_f32, F32,
+                                          NULL, false)},
+    [RG_OP_LINEAR_CE] = {OP("linear_ce", cpu_linear_ce, cpu_linear_ce_work, any_types, "any weight type", bw_linear_ce,
+                            false)},
+    [RG_OP_LINEAR_CE_BACK] = {OP("linear_ce_back", cpu_linear_ce_back, cpu_linear_ce_back_work, any_types,
+                                 "any weight type", NULL, false),
+                              .extra_reads = reads_linear_ce_back, .writes_src = writes_linear_ce_back},
+    // Optimizer steps, in place. Shape: graph/build_loss_optim.c. CPU: cpu/ops_optim.c. CUDA: cuda/ops_train.cu.
+    // Tests: test_train_optim.c, test_cuda_train.c.
+    [RG_OP_ADAMW] = {OP("adamw", cpu_adamw, NULL, optim_types, "f32, f16, bf16", NULL, false),
+                     .writes_src = writes_optim},
+    [RG_OP_SGD] = {OP("sgd", cpu_sgd, NULL, optim_types, "f32, f16, bf16", NULL, false), .writes_src = writes_optim},
+    // State-space layers (training.md §8). Shape: graph/build_ssm.c (packed outputs: graph/pack.c). CPU:
+    // cpu/ops_ssm.c (conv, dt), cpu/ops_ssm_scan.c. CUDA: cuda/ops_ssm.cu. Tests: test_ops.c's rows
+    // (tests/ops_ssm_rows.h), test_cuda_host_limits.c.
+    [RG_OP_SSM_CONV] = {OP("ssm_conv", cpu_ssm_conv, NULL, plain_f32, F32, bw_ssm_conv, false)},
+    [RG_OP_SSM_CONV_BACK] = {OP("ssm_conv_back", cpu_ssm_conv_back, cpu_ssm_conv_back_work, plain_f32, F32, NULL,
+                                false)},
+    [RG_OP_SSM_DT] = {OP("ssm_dt", cpu_ssm_dt, NULL, plain_f32, F32, NULL, false)},
+    [RG_OP_SSM_SCAN] = {OP("ssm_scan", cpu_ssm_scan, cpu_ssm_scan_work, plain_f32, F32, bw_ssm_scan, false)},
+    [RG_OP_SSM_SCAN_BACK] = {OP("ssm_scan_back", cpu_ssm_scan_back, cpu_ssm_scan_back_work, plain_f32, F32, NULL,
+                                false)},
+    // Flash attention (training.md §6). Shape: graph/build_flash.c. CPU: cpu/ops_flash.c. CUDA: cuda/ops_flash.cu
+    // (head_dim <= 512; wider nodes run on the CPU). Tests: test_ops.c's rows (tests/ops_flash_rows.h),
+    // test_train_flash.c.
+    [RG_OP_FLASH_ATTN_EXT] = {OP("flash_attn_ext", cpu_flash_attn_ext, cpu_flash_attn_ext_work, flash_types,
+                                 "f32 (k, v f32, f16)", bw_flash_attn, false)},
+    [RG_OP_FLASH_ATTN_BACK] = {OP("flash_attn_back", cpu_flash_attn_back, cpu_flash_attn_back_work, flash_types,
+                                  "f32 (k, v f32, f16)", NULL, false)},
+    // The global norm and its clip (training.md §1.4). Shape: graph/build_loss_optim.c. CPU: cpu/ops_optim.c.
+    // CUDA: cuda/ops_train.cu (the CPU's bits). Tests: test_ops.c (sumsq, clip_coef), test_cuda_train.c
+    // (test_cuda_global_norm_bits).
+    [RG_OP_SUMSQ] = {OP("sumsq", cpu_sumsq, cpu_sumsq_work, sumsq_types, "f32 into f64", NULL, false)},
+    [RG_OP_CLIP_COEF] = {OP("clip_coef", cpu_clip_coef, NULL, clip_coef_types, "f64 into f32", NULL, false)},
 };

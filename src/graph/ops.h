@@ -28,25 +28,51 @@ typedef struct rg_node_params {
     int64_t geom[4];  // the cell's geometry (rg_op_col.geometry), zeros without one
 } rg_node_params;
 
-// A CPU kernel: reads n->src[i]->t (bytes bound; strides honoured as the op's
-// row in ops.c says), writes n->t.data (contiguous, n->t.nb). Returns RG_OK or
-// an error naming the node (a label out of range, a non-finite loss, ...).
-typedef rg_status (*rg_cpu_kernel)(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
-typedef size_t (*rg_work_size_fn)(const rg_node *n, int n_threads);
-// Whether a backend can run this node with these types and strides.
+// A kernel, on any backend (a cell of the op table, graph/backend.h): reads n->src[i]->t
+// (bytes bound; strides honoured as its support rule says), writes n->t.data (contiguous,
+// n->t.nb). Returns RG_OK or an error naming the node (a label out of range, a non-finite
+// loss, ...). Its scratch size for n_threads, and whether it runs this node with these
+// types and strides.
+typedef rg_status (*rg_kernel_fn)(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+typedef size_t (*rg_work_fn)(const rg_node *n, int n_threads);
 typedef bool (*rg_supports_fn)(const rg_node *n);
 // Builds the gradient of n's sources from n->grad, adding each with rg_grad_add.
 typedef rg_status (*rg_backward_fn)(rg_graph *g, rg_node *n, rg_error *err);
 
+// The tensors a node reads besides its sources, or the sources it writes in place
+// (graph/schedule.h's rg_node_reads and rg_node_writes_src add them up): appends to out,
+// returns how many. The scheduler copies them between backends and the executor reads
+// them through their mirrors, so a kernel that reads or writes a tensor it does not own
+// says so here. At most RG_NODE_MAX_EXTRA_READS / RG_NODE_MAX_WRITES.
+typedef int (*rg_node_tensors_fn)(const rg_node *n, rg_node **out);
+#define RG_NODE_MAX_EXTRA_READS 2
+#define RG_NODE_MAX_WRITES 4
+
+// A fusion hook (one per backend column, graph/backend.h's rg_op_col.group): the nodes
+// after g->nodes[i] (before `to`) that the backend runs together with it in one call.
+// Fills grp (grp[0] = the node; at most RG_GROUP_MAX), returns the count and sets *last to
+// the index of the last one; a count of 1 runs the node alone. run_group runs them.
+#define RG_GROUP_MAX 8
+typedef int (*rg_group_fn)(rg_graph *g, int i, int to, rg_node **grp, int *last);
+typedef rg_status (*rg_run_group_fn)(rg_exec_ctx *ctx, rg_node *const *grp, int cnt, rg_error *err);
+
+// One row of the op table. The CPU column is here (cpu_*); the CUDA column is the list in
+// src/cuda/op_table.cu. The row's comment in ops.c names the op's shape rule (the
+// constructor in graph/build*.c), its CPU and CUDA kernel files and its tests.
 typedef struct rg_op_def {
-    const char *name;
-    int min_src, max_src;
-    bool is_view;        // no kernel: the output shares the bytes of src[0]
-    bool inplace_ok;     // the output may take over src[0]'s bytes when src[0] dies here
-    rg_cpu_kernel cpu;
-    rg_work_size_fn cpu_work;   // NULL: no scratch
+    const char *name;            // the op's one name: messages, reports, profiles (rg_op_name)
+    bool is_view;                // no kernel: the output shares the bytes of src[0]
+    bool inplace_ok;             // the output may take over src[0]'s bytes when src[0] dies here
+    rg_backward_fn backward;     // NULL: the op has no gradient (backward through it is an error)
+    rg_node_tensors_fn extra_reads;  // NULL: it reads its sources only
+    rg_node_tensors_fn writes_src;   // NULL: it writes its own output only
+    // The CPU column.
+    rg_kernel_fn cpu;
+    rg_work_fn cpu_work;         // NULL: no scratch
     rg_supports_fn cpu_supports;
-    rg_backward_fn backward;    // NULL: the op has no gradient (backward through it is an error)
+    const char *cpu_types;       // the types the report lists for the CPU kernel
+    rg_group_fn cpu_group;       // the CPU's fusion hook (NULL: none), with cpu_run_group
+    rg_run_group_fn cpu_run_group;
 } rg_op_def;
 
 extern const rg_op_def rg_op_defs[RG_OP_COUNT];

@@ -1,5 +1,5 @@
-// resident.h - what exec.c uses of the device copies that outlive an exec (resident.c; the
-// public side is exec.h's rg_resident_*).
+// resident.h - what the executor (exec*.c) uses of the device copies that outlive an exec
+// (resident.c; the public side is exec.h's rg_resident_*).
 #ifndef RG_GRAPH_RESIDENT_H
 #define RG_GRAPH_RESIDENT_H
 

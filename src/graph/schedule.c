@@ -11,35 +11,19 @@
 static rg_node *owner(rg_node *n) { return n->view_of ? n->view_of : n; }
 static bool runs_nothing(const rg_node *n) { return n->op == RG_OP_NONE || rg_op_defs[n->op].is_view; }
 
+// The op table says what a node reads besides its sources and which sources it writes
+// (rg_op_def.extra_reads, .writes_src).
 int rg_node_reads(const rg_node *n, rg_node **out) {
     int k = 0;
     for (int s = 0; s < RG_MAX_SRC; s++)
         if (n->src[s]) out[k++] = n->src[s];
-    if (n->op == RG_OP_LINEAR_CE_BACK && n->src[2]) {
-        const rg_node *lce = n->src[2];
-        if (lce->src[0]) out[k++] = lce->src[0];  // w
-        if (lce->src[2]) out[k++] = lce->src[2];  // labels
-    }
-    return k;
+    const rg_node_tensors_fn extra = rg_op_defs[n->op].extra_reads;
+    return extra ? k + extra(n, out + k) : k;
 }
 
 int rg_node_writes_src(const rg_node *n, rg_node **out) {
-    int k = 0;
-    switch (n->op) {
-    case RG_OP_CPY_INTO: out[k++] = n->src[1]; break;
-    case RG_OP_ADAMW:
-    case RG_OP_SGD:
-        out[k++] = n->src[0];
-        if (n->op == RG_OP_ADAMW) out[k++] = n->src[2], out[k++] = n->src[3];
-        else if (n->src[3]) out[k++] = n->src[3];  // SGD's momentum buffer
-        if (rg_optim_master(n)) out[k++] = rg_optim_master(n);
-        break;
-    case RG_OP_LINEAR_CE_BACK:
-        if (n->src[3]) out[k++] = n->src[3];
-        break;
-    default: break;
-    }
-    return k;
+    const rg_node_tensors_fn writes = rg_op_defs[n->op].writes_src;
+    return writes ? writes(n, out) : 0;
 }
 
 static bool cell_runs(rg_op_col c, const rg_node *n) { return c.run && (!c.supports || c.supports(n)); }
@@ -90,7 +74,7 @@ rg_status rg_schedule_build(rg_graph *g, rg_backend_id primary, rg_op_col (*prim
     for (int i = 0; i < n && primary != RG_BACKEND_CPU; i++) {
         rg_node *x = g->nodes[i];
         if (runs_nothing(x)) continue;
-        rg_node *r[RG_MAX_SRC + 2];
+        rg_node *r[RG_MAX_SRC + RG_NODE_MAX_EXTRA_READS];
         const int k = rg_node_reads(x, r);
         for (int q = 0; q < k; q++) {
             rg_node *o = owner(r[q]);
@@ -112,7 +96,7 @@ rg_status rg_schedule_build(rg_graph *g, rg_backend_id primary, rg_op_col (*prim
         rg_node *x = g->nodes[i];
         if (runs_nothing(x)) continue;
         const unsigned b = (unsigned)x->backend;
-        rg_node *r[RG_MAX_SRC + 2], *w[4];
+        rg_node *r[RG_MAX_SRC + RG_NODE_MAX_EXTRA_READS], *w[RG_NODE_MAX_WRITES];
         const int k = rg_node_reads(x, r);
         for (int q = 0; q < k && !st; q++) {
             rg_node *o = owner(r[q]);

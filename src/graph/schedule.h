@@ -44,11 +44,13 @@ rg_status rg_schedule_build(rg_graph *g, rg_backend_id primary, rg_op_col (*prim
                             rg_error *err);
 void rg_schedule_free(rg_schedule *s);
 
-// The tensors node n reads: its sources, and for LINEAR_CE_BACK the weight and labels it
-// reads through its LINEAR_CE source. Returns the count (at most RG_MAX_SRC + 2).
+// The tensors node n reads: its sources, then those its op's row adds (graph/ops.h's
+// extra_reads: LINEAR_CE_BACK's weight and labels, read through its LINEAR_CE source).
+// Returns the count (at most RG_MAX_SRC + RG_NODE_MAX_EXTRA_READS).
 int rg_node_reads(const rg_node *n, rg_node **out);
-// The sources n writes in place (CPY_INTO's window, the optimizer's parameter, moments and
-// master, LINEAR_CE_BACK's weight gradient). Returns the count (at most 4).
+// The sources n writes in place, as its op's row says (writes_src: CPY_INTO's window, the
+// optimizer's parameter, moments and master, LINEAR_CE_BACK's weight gradient). Returns the
+// count (at most RG_NODE_MAX_WRITES).
 int rg_node_writes_src(const rg_node *n, rg_node **out);
 
 // When `RETRO_REQUIRE_GPU_RESIDENT=1` (or require is true) and the primary backend is not
