@@ -32,8 +32,10 @@ run() {
   fi
   if [ -n "$types" ]; then
     RG_BENCH_TYPES="$types" "$dir/bench_generate" >"$tmp/out" 2>&1 || { cat "$tmp/out"; echo "bench_generate ($side) failed"; exit 1; }
-    awk -v s="$side" '/^type / { t = 1; next } t && NF >= 5 && $0 !~ /^\(/ {
-                        name = $1 " " $2; printf "%s\tgen %s pp\t%s\n%s\tgen %s tg\t%s\n", s, name, $3, s, name, $4 }' \
+    # a type's row: its label (words up to the first number), prompt tok/s, gen tok/s, ...
+    awk -v s="$side" '/^type / { t = 1; next } t && NF >= 4 && $0 !~ /^\(/ {
+                        k = 1; name = $1; while (k < NF && $(k + 1) !~ /^[0-9.]+$/) { k++; name = name " " $k }
+                        printf "%s\tgen %s pp\t%s\n%s\tgen %s tg\t%s\n", s, name, $(k + 1), s, name, $(k + 2) }' \
       "$tmp/out" >>"$tmp/rows"
   fi
 }

@@ -1,4 +1,4 @@
-// test_cuda_train.c - the CUDA cells of the training ops (src/cuda/ops_train.cu)
+// test_cuda_train.c - the CUDA cells of the training ops (src/cuda/ops_train.cu, ops_optim.cu)
 // against the CPU, through the executor: each graph runs with .device =
 // RG_DEVICE_CUDA and RG_DEVICE_CPU and the outputs are compared, one table
 // line per op, type and shape. Cases that need a device skip without one; run

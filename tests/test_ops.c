@@ -1196,7 +1196,10 @@ static int build_cpy(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **
 }
 static void ref_cpy(const tcase *c, double *const *x, double *y) {
     FOR4(c->out_ne, i0, i1, i2, i3)
-    y[at4(c->out_ne, i0, i1, i2, i3)] = round_to((uint32_t)c->ip[0], get_t(&c->in[0], x[0], c->ip[1] != 0, i0, i1, i2, i3));
+    y[at4(c->out_ne, i0, i1, i2, i3)] =
+        c->ip[2] ? round_to(RG_TYPE_F32, round_to(RG_TYPE_F32, 0.25 + get_t(&c->in[0], x[0], c->ip[1] != 0, i0, i1, i2, i3)) +
+                                               get_t(&c->in[0], x[0], c->ip[1] != 0, i0, i1, i2, i3))
+                 : round_to((uint32_t)c->ip[0], get_t(&c->in[0], x[0], c->ip[1] != 0, i0, i1, i2, i3));
 }
 static void ref_cpy_identity(const tcase *c, double *const *x, double *y) {
     FOR4(c->out_ne, i0, i1, i2, i3)
@@ -1207,13 +1210,19 @@ static void ref_cpy_identity(const tcase *c, double *const *x, double *y) {
 // back through CONT; the window starts at row 1, element 1 (so its edges matter).
 static int gen_cpy_into(tcase *c, uint32_t type, int v) {
     static const uint32_t dst[3] = {RG_TYPE_F32, RG_TYPE_F16, RG_TYPE_BF16};
-    if (v > 5) return 0;
+    if (v > 7) return 0;
     char what[40];
-    snprintf(what, sizeof what, "-> %s window%s", rg_type_get(dst[v % 3])->name, v >= 3 ? " transposed" : "");
+    if (v >= 6) {  // rg_acc_into: added twice into an f32 window holding 0.25 (f32 sources only)
+        if (type != RG_TYPE_F32) return 0;
+        snprintf(what, sizeof what, "+= f32 window%s (acc_into)", v == 7 ? " transposed" : "");
+    } else {
+        snprintf(what, sizeof what, "-> %s window%s", rg_type_get(dst[v % 3])->name, v >= 3 ? " transposed" : "");
+    }
     label(c, type, what);
-    c->ip[0] = dst[v % 3];
-    c->ip[1] = v >= 3;
-    in_rand(c, "a", type, v >= 3 ? 3 : 7, v >= 3 ? 7 : 3, 1, 1, 1.0, false);
+    c->ip[0] = v >= 6 ? RG_TYPE_F32 : dst[v % 3];
+    c->ip[1] = v == 7 || (v >= 3 && v < 6);
+    c->ip[2] = v >= 6;
+    in_rand(c, "a", type, c->ip[1] ? 3 : 7, c->ip[1] ? 7 : 3, 1, 1, 1.0, false);
     set_ne(c->out_ne, 7, 3, 1, 1);
     return 1;
 }
@@ -1222,13 +1231,33 @@ static int build_cpy_into(rg_graph *g, rg_node *const *in, const tcase *c, rg_no
     size_t esz = rg_type_get(dt)->type_size;
     rg_node *buf = rg_leaf(g, "cache", dt, 2, (int64_t[]){9, 5}, NULL);
     rg_node *win = rg_view(g, buf, 2, (int64_t[]){7, 3}, (size_t[]){esz, 9 * esz}, (9 + 1) * esz);
-    rg_node *w = rg_cpy_into(g, c->ip[1] ? rg_transpose(g, in[0]) : in[0], win);
+    rg_node *a = c->ip[1] ? rg_transpose(g, in[0]) : in[0];
+    rg_node *w;
+    if (c->ip[2]) {
+        // The window is set to 0.25, then a is added into it twice: 0.25 + a + a, each add reading the last
+        // one's result. The cache is the caller's bytes here (a gradient accumulator is), so the plan never
+        // places another tensor in it between the writes.
+        static float cache[45];
+        rg_node_bind(buf, cache);
+        buf->flags |= RG_NODE_EXTERNAL;
+        rg_node *put = rg_cpy_into(g, rg_fill(g, RG_TYPE_F32, 2, (int64_t[]){7, 3}, 0.25f), win);
+        rg_node *once = rg_acc_into(g, a, win);
+        if (put) put->flags |= RG_NODE_OUTPUT;  // writes no node reads: kept by their flag
+        if (once) once->flags |= RG_NODE_OUTPUT;
+        w = rg_acc_into(g, a, win);
+    } else {
+        w = rg_cpy_into(g, a, win);
+    }
     out[0] = rg_cpy(g, rg_cont(g, w), RG_TYPE_F32);
     return 1;
 }
 static void ref_cpy_into(const tcase *c, double *const *x, double *y) {
-    FOR4(c->out_ne, i0, i1, i2, i3)
-    y[at4(c->out_ne, i0, i1, i2, i3)] = round_to((uint32_t)c->ip[0], get_t(&c->in[0], x[0], c->ip[1] != 0, i0, i1, i2, i3));
+    FOR4(c->out_ne, i0, i1, i2, i3) {
+        const double a = get_t(&c->in[0], x[0], c->ip[1] != 0, i0, i1, i2, i3);
+        // acc_into: (0.25 + a) + a, each add one f32 rounding
+        y[at4(c->out_ne, i0, i1, i2, i3)] = c->ip[2] ? round_to(RG_TYPE_F32, round_to(RG_TYPE_F32, 0.25 + a) + a)
+                                                     : round_to((uint32_t)c->ip[0], a);
+    }
 }
 
 // CROSS_ENTROPY_LOSS (training.md §5.8): mean over labels != ignore_index (ip[0]).

@@ -1,6 +1,7 @@
 // ops_copy_into.c - CPY_INTO: a's values written through the node's own
 // strides into the window it aliases (a KV-cache write). Any strides on both
-// sides; F32, F16 and BF16 on both sides (RNE conversions).
+// sides; F32, F16 and BF16 on both sides (RNE conversions). With ip[0] = 1 (rg_acc_into) the
+// window accumulates instead: d += a, f32 on both sides.
 //
 // A row whose destination elements are packed goes through the row
 // converters of half.h (the same bits as the scalar conversions), its source
@@ -108,11 +109,46 @@ static void copy_runs_dim1(const rg_tensor *a, rg_tensor *d) {
         }
 }
 
+// Accumulate mode (ip[0] = 1): d += a, f32 both sides, one f32 add per element (the bits of
+// ADD), rows split across threads as copy_rows splits them.
+static void add_rows(void *p, int ith, int nth) {
+    job *j = p;
+    const rg_tensor *a = j->a;
+    rg_tensor *d = j->d;
+    int64_t rows = a->ne[1] * a->ne[2] * a->ne[3], r0, r1;
+    rg_split_range(rows, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t i1 = r % a->ne[1], i2 = r / a->ne[1] % a->ne[2], i3 = r / a->ne[1] / a->ne[2];
+        const char *sa = (const char *)a->data + i1 * a->nb[1] + i2 * a->nb[2] + i3 * a->nb[3];
+        char *sd = (char *)d->data + i1 * d->nb[1] + i2 * d->nb[2] + i3 * d->nb[3];
+        if (a->nb[0] == 4 && d->nb[0] == 4) {
+            const float *x = (const float *)sa;
+            float *y = (float *)sd;
+            for (int64_t i0 = 0; i0 < a->ne[0]; i0++) y[i0] = y[i0] + x[i0];
+            continue;
+        }
+        for (int64_t i0 = 0; i0 < a->ne[0]; i0++) {
+            float x, y;
+            memcpy(&x, sa + i0 * a->nb[0], 4);
+            memcpy(&y, sd + i0 * d->nb[0], 4);
+            y = y + x;
+            memcpy(sd + i0 * d->nb[0], &y, 4);
+        }
+    }
+}
+
 rg_status cpu_cpy_into(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     const rg_tensor *a = &n->src[0]->t;
     if (!rg_tensor_same_shape(a, &n->t))
         return rg_fail(err, RG_ERR_ARG, "cpy_into '%s': source and window shapes differ", n->t.name);
     job j = {a, &n->t};
+    if (n->ip[0]) {  // accumulate
+        if (a->type != RG_TYPE_F32 || n->t.type != RG_TYPE_F32)
+            return rg_fail(err, RG_ERR_ARG, "cpy_into '%s': accumulating needs f32 on both sides", n->t.name);
+        if (rg_tensor_nrows(a) * a->ne[0] < 16384) add_rows(&j, 0, 1);
+        else rg_threadpool_run(ctx->pool, add_rows, &j);
+        return RG_OK;
+    }
     if (a->ne[0] == 1 && a->type == RG_TYPE_F32 && (n->t.type == RG_TYPE_F16 || n->t.type == RG_TYPE_BF16) &&
         rg_tensor_nrows(a) < 16384)
         copy_runs_dim1(a, &n->t);

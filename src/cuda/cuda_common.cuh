@@ -224,6 +224,15 @@ static inline rg_status rg_cu_scratch(const rg_exec_ctx *c, const rg_node *n, si
         return run_##fn_(ctx, c, n, err);                             \
     }
 
+// The same for a run function of the form (ctx, n, c, err), as a template: rg_cu_cell<run_x>.
+typedef rg_status (*rg_cu_run_fn)(rg_cuda_ctx *ctx, const rg_node *n, const rg_exec_ctx *c, rg_error *err);
+template <rg_cu_run_fn RUN>
+static rg_status rg_cu_cell(rg_exec_ctx *c, rg_node *n, rg_error *err) {
+    rg_cuda_ctx *ctx = rg_cu_ctx(c);
+    CU_TRY(cudaSetDevice(ctx->device));
+    return RUN(ctx, n, c, err);
+}
+
 // A device buffer of at least `bytes` in pool slot `slot` (grown, never shrunk).
 rg_status rg_cuda_pool_get(rg_cuda_ctx *ctx, int slot, size_t bytes, void **out, const struct rg_node *n,
                            rg_error *err);

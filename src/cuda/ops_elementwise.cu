@@ -151,6 +151,18 @@ __global__ void copy_bits_kernel(const char *src, char *dst, copy_geom g, int64_
     }
 }
 
+// acc_f32: CPY_INTO's accumulate mode, dst += src element by element, f32 both sides (one
+// rounded add: ADD's bits, the CPU's add_rows). dst_off as copy_bits's.
+__global__ void acc_f32_kernel(const char *src, char *dst, copy_geom g, int64_t n, const int64_t *dst_off) {
+    if (dst_off) dst += *dst_off;
+    GRID_STRIDE(k, n) {
+        int64_t i[4];
+        unravel(k, g.ne, i);
+        float *y = (float *)(dst + dot4(i, g.dnb));
+        *y = __fadd_rn(*y, *(const float *)(src + tiled4(i, g.sne, g.snb)));
+    }
+}
+
 // copy_convert: the element's value through f32 (exact widening, RNE narrowing).
 __global__ void copy_convert_kernel(const char *src, uint32_t stype, char *dst, uint32_t dtype, copy_geom g,
                                     int64_t n, const int64_t *dst_off) {
@@ -317,7 +329,8 @@ bool sup_view_back(const rg_node *n) {
     return last + 4 <= rg_tensor_nelements(&n->t) * 4 && window_is_injective(dy->ne, n->ip, 4);
 }
 
-// CPY_INTO: the node is the window (its strides), a's elements written there.
+// CPY_INTO: the node is the window (its strides), a's elements written there (with ip[0] = 1
+// added there: acc_f32).
 // Bits where the CPU copies bits: the same type, and f32 or both sides packed. The window's
 // offset in its owner comes from the node's parameters on the device (geom[0] = view_offs),
 // so a decode step that moves the window keeps a captured graph valid.
@@ -333,6 +346,13 @@ rg_status run_cpy_into(rg_cuda_ctx *ctx, const rg_exec_ctx *c, const rg_node *n,
     const rg_node_params *prm;
     RG_TRY(rg_cu_params(c, n, &prm, err));
     char *base = (char *)d->data - n->t.view_offs;  // the owner's bytes (or its mirror's on this device)
+    if (n->ip[0]) {  // accumulate (rg_acc_into): f32 on both sides, sup_cpy_into checked
+        const int64_t count = g.ne[0] * g.ne[1] * g.ne[2] * g.ne[3];
+        RG_LAUNCH(acc_f32_kernel, blocks_for(count), THREADS, 0, ctx->stream, (const char *)a->data, base, g, count,
+                  (const int64_t *)&prm->geom[0]);
+        CU_LAUNCHED();
+        return RG_OK;
+    }
     return launch_copy(ctx, n, (const char *)a->data, a->type, base, d->type, esz, bits, g, err, &prm->geom[0]);
 }
 
@@ -342,6 +362,7 @@ bool sup_cpy_into(const rg_node *n) {
     const size_t esz = elem_size(d->type);
     int64_t nb[4];
     strides_of(d, nb, 1);
+    if (n->ip[0] && (a->type != RG_TYPE_F32 || d->type != RG_TYPE_F32)) return false;  // accumulate: f32 only
     return rg_tensor_same_shape(a, d) && aligned(a, elem_size(a->type)) && aligned(d, esz) &&
            window_is_injective(d->ne, nb, esz);
 }

@@ -466,6 +466,17 @@ rg_node *rg_cpy_into(rg_graph *g, rg_node *a, rg_node *dst) {
     return n;
 }
 
+rg_node *rg_acc_into(rg_graph *g, rg_node *a, rg_node *dst) {
+    REQUIRE(a, dst);
+    char s1[160], s2[160];
+    if (a->t.type != RG_TYPE_F32 || dst->t.type != RG_TYPE_F32)
+        return fail(g, RG_ERR_ARG, "acc_into: %s (%s) cannot be added into %s (%s): both must be f32", shape(a, s1),
+                    rg_type_get(a->t.type)->name, shape(dst, s2), rg_type_get(dst->t.type)->name);
+    rg_node *n = rg_cpy_into(g, a, dst);
+    if (n) n->ip[0] = 1;  // CPY_INTO's accumulate mode: dst += a
+    return n;
+}
+
 // A copy of n (op, shape, strides, parameters) reading src[] instead of n's
 // sources; a view shares the bytes of view_of. Graph rewrites (recompute.c)
 // append these and then reorder the node list.

@@ -75,6 +75,7 @@ typedef enum rg_op {
                              // param types, master (src[2]) and ip as ADAMW; src[4] the clip as ADAMW's src[5]
     RG_OP_CPY_INTO,          // (a, dst) -> a's values written into dst's bytes (dst: a view of a leaf, any strides,
                              // f32/f16/bf16); the node is that window (a KV-cache write). Runs in creation order.
+                             // ip[0] = 1 (rg_acc_into): accumulate, dst += a, both f32 (a gradient accumulator)
     RG_OP_LINEAR_CE,         // (w [d, V] any type, h [d, T] f32, labels I32 [T]; w, labels leaves) -> [T + 1] f32: the CE of
                              // logits w^T h without materializing them (training.md §7). [0] the loss as CROSS_ENTROPY_LOSS
                              // (ip[0] ignore index; fp[0] 1/N_valid or 0 = count here), [1 + t] lse_t (0 for ignored t);
@@ -106,7 +107,7 @@ typedef enum rg_op {
     RG_OP_FLASH_ATTN_BACK,   // (d like FLASH_ATTN_EXT's output, q, k, v, the FLASH_ATTN_EXT node, seg or NULL) ip, fp as
                              // the forward's -> packed [dq [Dh, T, H, S], dk [Dh, Tk, Hkv, S], dv [Dh, Tk, Hkv, S]]
     // The global gradient norm and its clip as graph nodes (training.md §1.4; CPU kernels in cpu/ops_optim.c,
-    // CUDA ones in cuda/ops_train.cu, the same bits): the optimizer graph chains SUMSQ over the trainable
+    // CUDA ones in cuda/ops_optim.cu, the same bits): the optimizer graph chains SUMSQ over the trainable
     // tensors' gradients in order, then CLIP_COEF feeds every ADAMW / SGD node its clip.
     RG_OP_SUMSQ,             // (a f32 contiguous, prev F64 [1] or NULL) -> F64 [1]: prev (0 when NULL) plus the sums of
                              // squares of a's blocks of 4096 elements, added in block order; a block's sum is
@@ -212,6 +213,9 @@ rg_node *rg_cpy(rg_graph *g, rg_node *a, uint32_t type);
 // Writes a into the bytes of dst (same shape); nodes created after it that read
 // dst's owner see the values (execution follows creation order).
 rg_node *rg_cpy_into(rg_graph *g, rg_node *a, rg_node *dst);
+// The same in CPY_INTO's accumulate mode (ip[0] = 1): dst's window += a, both f32, each
+// element one f32 add (a gradient accumulator: acc += grad in one pass, no temporary).
+rg_node *rg_acc_into(rg_graph *g, rg_node *a, rg_node *dst);
 // labels I32 [T]; ignore_index usually -100. The mean is over labels != ignore_index.
 rg_node *rg_cross_entropy_loss(rg_graph *g, rg_node *logits, rg_node *labels, int32_t ignore_index);
 rg_node *rg_cross_entropy_loss_back(rg_graph *g, rg_node *dloss, rg_node *logits, rg_node *labels, int32_t ignore_index);

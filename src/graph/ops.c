@@ -393,7 +393,7 @@ const rg_op_def rg_op_defs[RG_OP_COUNT] = {
     [RG_OP_LINEAR_CE_BACK] = {OP("linear_ce_back", cpu_linear_ce_back, cpu_linear_ce_back_work, any_types,
                                  "any weight type", NULL, false),
                               .extra_reads = reads_linear_ce_back, .writes_src = writes_linear_ce_back},
-    // Optimizer steps, in place. Shape: graph/build_loss_optim.c. CPU: cpu/ops_optim.c. CUDA: cuda/ops_train.cu.
+    // Optimizer steps, in place. Shape: graph/build_loss_optim.c. CPU: cpu/ops_optim.c. CUDA: cuda/ops_optim.cu.
     // Tests: test_train_optim.c, test_cuda_train.c.
     [RG_OP_ADAMW] = {OP("adamw", cpu_adamw, NULL, optim_types, "f32, f16, bf16", NULL, false),
                      .writes_src = writes_optim},
@@ -416,7 +416,7 @@ const rg_op_def rg_op_defs[RG_OP_COUNT] = {
     [RG_OP_FLASH_ATTN_BACK] = {OP("flash_attn_back", cpu_flash_attn_back, cpu_flash_attn_back_work, flash_types,
                                   "f32 (k, v f32, f16)", NULL, false)},
     // The global norm and its clip (training.md §1.4). Shape: graph/build_loss_optim.c. CPU: cpu/ops_optim.c.
-    // CUDA: cuda/ops_train.cu (the CPU's bits). Tests: test_ops.c (sumsq, clip_coef), test_cuda_train.c
+    // CUDA: cuda/ops_optim.cu (the CPU's bits). Tests: test_ops.c (sumsq, clip_coef), test_cuda_train.c
     // (test_cuda_global_norm_bits).
     [RG_OP_SUMSQ] = {OP("sumsq", cpu_sumsq, cpu_sumsq_work, sumsq_types, "f32 into f64", NULL, false)},
     [RG_OP_CLIP_COEF] = {OP("clip_coef", cpu_clip_coef, NULL, clip_coef_types, "f64 into f32", NULL, false)},

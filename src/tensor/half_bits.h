@@ -1,7 +1,7 @@
 // half_bits.h - the F16/BF16 <-> F32 conversions on bit patterns, as inline
 // functions that C, C++ and CUDA device code all compile (RG_HD): half.c's
 // scalar reference is these functions, and the CUDA kernels that must give its
-// bits (the optimizer's store from a master, src/cuda/ops_train.cu) call the
+// bits (the optimizer's store from a master, src/cuda/ops_optim.cu) call the
 // same ones, so there is one definition of each rounding.
 //
 // Integer-only: the results do not depend on the FPU's rounding mode or on

@@ -2,7 +2,7 @@
 // rounding F32 -> BF16 / F16 on bit patterns, as inline functions that C, C++
 // and CUDA device code all compile (RG_HD). philox.c and sround.c are these
 // functions behind their C names, and the CUDA optimizer kernels
-// (src/cuda/ops_train.cu) call the same ones, so the device draws the same
+// (src/cuda/ops_optim.cu) call the same ones, so the device draws the same
 // words and rounds to the same bits as the host by construction.
 //
 // Spec: shared/spec/training.md §2.2 (the key and counter layout), §2.3 (BF16),

@@ -5,7 +5,7 @@
 // the parameters, the gradient accumulators and the optimizer state stay on the device. A step
 // thus moves the rows' tokens, labels, positions and masks in, and the loss and the gradients'
 // sum of squares (8 bytes) out; nothing else crosses. The norm, clip and updates are the CPU's
-// ops with the CPU's bits (SUMSQ, CLIP_COEF, ADAMW/SGD: cuda/ops_train.cu), so given the same
+// ops with the CPU's bits (SUMSQ, CLIP_COEF, ADAMW/SGD: cuda/ops_optim.cu), so given the same
 // gradients the device's norm and stored weights are the CPU's bits. Checkpoints download the
 // device copies first (rg_train_state_sync_host); a resumed run uploads what it loaded
 // (rg_train_state_refresh_device).

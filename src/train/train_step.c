@@ -265,7 +265,7 @@ rg_status rg_train_step_build(rg_train_state *s, bool fused, bool recompute, rg_
     return s->accumulate ? add_accumulation(s, err) : RG_OK;
 }
 
-// acc_k = acc_k + grad_k at the end of the step graph, into the accumulator leaves s->acc, so
+// acc_k += grad_k at the end of the step graph (rg_acc_into), into the accumulator leaves s->acc, so
 // each row leaves its gradient summed where the run lives (the first row adds to zeros). The
 // leaves are external bytes unbound yet: the accumulators are allocated only once the run is
 // known to fit, then bound (rg_train_step_bind_accumulators), so the plan the choice made is
@@ -278,7 +278,7 @@ static rg_status add_accumulation(rg_train_state *s, rg_error *err) {
         const rg_train_tensor *t = &s->tensors[k];
         rg_node *acc = s->acc[k] = rg_leaf(g, "grad_acc", RG_TYPE_F32, t->n_dims, t->ne, NULL);  // [ne]
         if (acc) acc->flags |= RG_NODE_EXTERNAL;
-        rg_node *put = rg_cpy_into(g, rg_add(g, acc, s->grads[k]), acc);
+        rg_node *put = rg_acc_into(g, s->grads[k], acc);  // acc += grad in place: one pass, no temporary
         if (put) put->flags |= RG_NODE_OUTPUT;  // kept: it writes the accumulator
     }
     return rg_graph_error(g, err);
