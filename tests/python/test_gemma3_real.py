@@ -221,7 +221,11 @@ def main():
     tmp = tempfile.mkdtemp()
     try:
         out = os.path.join(tmp, "run")
-        r = train(bin_, model, out, "training.steps=6", "training.ctx=128", "training.lr=0.001")
+        # One thread: on this model (Q4_K_M, 2 threads) a step's LoRA gradient is not the same from run to run
+        # (a race found on 2026-12-06, also in 938fb15's binary: step-1 grad norm 33.659 on one thread every
+        # time, on two 33.654-42.952 in about one run in five), and a bad draw left the adapter above the base's
+        # perplexity. The race is its own defect (named in the issue's closing note); this check is about LoRA.
+        r = train(bin_, model, out, "training.steps=6", "training.ctx=128", "training.lr=0.001", "training.threads=1")
         losses = [float(x) for x in re.findall(r"^step \d+/\d+ loss ([0-9.]+)", r.stdout + r.stderr, re.M)]
         check("LoRA: 6 steps at ctx 128 run and lower the loss", r.returncode == 0 and len(losses) == 6 and
               losses[-1] < losses[0], "rc %d, losses %s %s" % (r.returncode, losses, r.stderr[-300:]))
