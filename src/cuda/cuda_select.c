@@ -130,3 +130,13 @@ rg_status rg_cuda_graph_launch(rg_cuda_ctx *ctx, void *graph, rg_error *err) {
     return twin()->graph_launch(ctx, graph, err);
 }
 void rg_cuda_graph_free(rg_cuda_ctx *ctx, void *graph) { twin()->graph_free(ctx, graph); }
+bool rg_cuda_dequant_supported(uint32_t type) { return twin()->dequant_supported(type); }
+rg_status rg_cuda_dequant_rows(rg_cuda_ctx *ctx, const struct rg_node *n, uint32_t type, const void *src,
+                               int64_t row_bytes, int64_t rows, int64_t k0, int64_t K, uint32_t dst_type, void *dst,
+                               int64_t ld, rg_error *err) {
+    return twin()->dequant_rows(ctx, n, type, src, row_bytes, rows, k0, K, dst_type, dst, ld, err);
+}
+rg_status rg_cuda_dequant_decode32(rg_cuda_ctx *ctx, uint32_t type, const void *src, int64_t n_blocks, float *dst,
+                                   rg_error *err) {
+    return twin()->dequant_decode32(ctx, type, src, n_blocks, dst, err);
+}

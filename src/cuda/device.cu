@@ -184,6 +184,7 @@ extern "C" void rg_cuda_ctx_free(rg_cuda_ctx *ctx) {
     if (ctx->stream) cudaStreamSynchronize(ctx->stream);
     for (int i = 0; i < RG_CU_BUF_COUNT; i++) cudaFree(ctx->buf[i].ptr);
     free_retired(ctx);
+    cudaFree(ctx->qtables);
     if (ctx->cublas) cublasDestroy(ctx->cublas);
     if (ctx->stream) cudaStreamDestroy(ctx->stream);
     cudaGetLastError();
@@ -293,7 +294,7 @@ extern "C" void rg_cuda_graph_free(rg_cuda_ctx *ctx, void *graph) {
 }
 
 extern "C" size_t rg_cuda_ctx_bytes(const rg_cuda_ctx *ctx) {
-    return ctx ? ctx->alloc_bytes + ctx->pool_bytes + ctx->retired_bytes : 0;
+    return ctx ? ctx->alloc_bytes + ctx->pool_bytes + ctx->retired_bytes + ctx->qtables_bytes : 0;
 }
 
 // ---------------------------------------------------------------------------
