@@ -39,8 +39,8 @@ __device__ inline void store_as(void *dst, uint32_t dst_type, int64_t i, float v
 
 // dst[r ld + 32 j + l] = element 32 (g0 + j) + l of row r of a TYPE tensor, for j < n_groups
 // (g0 a multiple of the groups per block, so every warp starts at a block boundary).
-// blockIdx.x: 128 groups (warp w: groups 32 w .. 32 w + 31 of them); rows: blockIdx.y, stepping
-// by gridDim.y. Per row, each warp copies the bytes of its blocks into shared memory with 4-byte
+// blockIdx.x: blockDim.x (<= 128) groups (warp w: groups 32 w .. 32 w + 31 of them); rows:
+// blockIdx.y, stepping by gridDim.y. Per row, each warp copies the bytes of its blocks into shared memory with 4-byte
 // loads (128 consecutive bytes per load; the unaligned head and tail bytes apart, by one lane
 // each), decodes its group from there into registers, writes the 32 values to its tile row,
 // and stores the tile by columns: 32 consecutive elements per store.
@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(DQ_THREADS)
     RG_SHARED(dq_tile_row, tile, DQ_THREADS);
     RG_SHARED(uint32_t, stage, 4 * STAGE_WORDS);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t first = (int64_t)blockIdx.x * DQ_THREADS + 32 * warp;  // the warp's first group
+    const int64_t first = (int64_t)blockIdx.x * blockDim.x + 32 * warp;  // the warp's first group
     const int64_t left = n_groups - first;
     const int n_valid = left < 0 ? 0 : left > 32 ? 32 : (int)left;  // the same in every lane
     const int n_bytes = (n_valid + Q::groups - 1) / Q::groups * Q::bytes;  // the warp's blocks
@@ -91,7 +91,7 @@ template <uint32_t TYPE>
 __global__ void __launch_bounds__(WIDEN_THREADS)
     widen_rows_kernel(const uint8_t *src, int64_t row_bytes, int64_t rows, int64_t k0, int64_t K, uint32_t dst_type,
                       void *dst, int64_t ld) {
-    const int64_t k = (int64_t)blockIdx.x * WIDEN_THREADS + threadIdx.x;
+    const int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= K) return;
     for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
         const uint8_t *row = src + r * row_bytes;
@@ -115,6 +115,10 @@ __global__ void __launch_bounds__(DQ_THREADS)
         for (int j = 0; j < 32; j++) dst[32 * i + j] = v[j];
     }
 }
+
+// Threads per block for n items a row: `most`, or n rounded up to whole warps when fewer (a
+// narrow slice of many rows would leave most of a block idle).
+int threads_for(int64_t n, int most) { return n >= most ? most : (int)((n + 31) / 32 * 32); }
 
 // The types whose decoders read rg_cu_qtables.
 bool needs_tables(uint32_t type) {
@@ -223,15 +227,16 @@ rg_status rg_cu_dequant_rows(rg_cuda_ctx *ctx, const rg_node *n, uint32_t type, 
     const unsigned grid_y = (unsigned)(rows < MAX_GRID_Y ? rows : MAX_GRID_Y);
     const uint8_t *s = (const uint8_t *)src;
     if (float_src) {
-        const dim3 grid((unsigned)((K + WIDEN_THREADS - 1) / WIDEN_THREADS), grid_y);
+        const int threads = threads_for(K, WIDEN_THREADS);
+        const dim3 grid((unsigned)((K + threads - 1) / threads), grid_y);
         if (type == RG_TYPE_F32)
-            RG_LAUNCH(widen_rows_kernel<RG_TYPE_F32>, grid, WIDEN_THREADS, 0, ctx->stream, s, row_bytes, rows, k0, K,
+            RG_LAUNCH(widen_rows_kernel<RG_TYPE_F32>, grid, threads, 0, ctx->stream, s, row_bytes, rows, k0, K,
                       dst_type, dst, ld);
         else if (type == RG_TYPE_F16)
-            RG_LAUNCH(widen_rows_kernel<RG_TYPE_F16>, grid, WIDEN_THREADS, 0, ctx->stream, s, row_bytes, rows, k0, K,
+            RG_LAUNCH(widen_rows_kernel<RG_TYPE_F16>, grid, threads, 0, ctx->stream, s, row_bytes, rows, k0, K,
                       dst_type, dst, ld);
         else
-            RG_LAUNCH(widen_rows_kernel<RG_TYPE_BF16>, grid, WIDEN_THREADS, 0, ctx->stream, s, row_bytes, rows, k0, K,
+            RG_LAUNCH(widen_rows_kernel<RG_TYPE_BF16>, grid, threads, 0, ctx->stream, s, row_bytes, rows, k0, K,
                       dst_type, dst, ld);
         CU_LAUNCHED();
         return RG_OK;
@@ -239,11 +244,12 @@ rg_status rg_cu_dequant_rows(rg_cuda_ctx *ctx, const rg_node *n, uint32_t type, 
     rg_cu_qtables tab = {};
     if (needs_tables(type)) RG_TRY(rg_cu_qtables_get(ctx, n, &tab, err));
     const int64_t n_groups = K / 32;
-    const dim3 grid((unsigned)((n_groups + DQ_THREADS - 1) / DQ_THREADS), grid_y);
+    const int threads = threads_for(n_groups, DQ_THREADS);
+    const dim3 grid((unsigned)((n_groups + threads - 1) / threads), grid_y);
     switch (type) {
 #define RG_CU_LAUNCH_CASE(T)                                                                                   \
     case T:                                                                                                    \
-        RG_LAUNCH(dequant_rows_kernel<T>, grid, DQ_THREADS, 0, ctx->stream, s, row_bytes, rows, k0 / 32, n_groups, \
+        RG_LAUNCH(dequant_rows_kernel<T>, grid, threads, 0, ctx->stream, s, row_bytes, rows, k0 / 32, n_groups, \
                   dst_type, dst, ld, tab);                                                                     \
         break;
         RG_CU_QTYPES(RG_CU_LAUNCH_CASE)
