@@ -11,7 +11,9 @@
 //   BF16 / F16 output: those F32 values rounded by the CPU's rg_fp32_to_bf16 / rg_fp32_to_fp16
 //   rg_cu_decode32:    a kernel that calls it per 32 elements (rg_cuda_dequant_decode32), the
 //                      same bits as rg_dequantize over consecutive blocks
-// and the output's padding (between K and ld) keeps its sentinel. A type the device does not
+// and the output's padding (between K and ld) keeps its sentinel; 65537 rows (more than a grid's
+// y dimension); a decode captured in a CUDA graph and replayed, and the refusal of an IQ decode
+// in a capture before the tables exist. A type the device does not
 // decode (Q8_K, I32) is reported so, and rg_cuda_dequant_rows refuses it naming the type and the
 // node. Cases need a CUDA device: without one they skip (RETRO_CUDA_HOST=1 runs them on the CPU
 // through the host execution of the CUDA code).
@@ -346,6 +348,79 @@ static void test_cuda_dequant_tables_once(void) {
     rg_cuda_ctx_free(ctx);
 }
 
+// More rows than a grid's y dimension (65535): the kernels step over rows. Q4_0 (one block a
+// row) and F16 (one element a row), rows 65537, against the CPU.
+static void test_cuda_dequant_many_rows(void) {
+    if (!have_gpu()) RG_SKIP("no CUDA device: %s", why);
+    rg_cuda_ctx *ctx = NULL;
+    rg_error err = {0};
+    RG_REQUIRE(rg_cuda_ctx_create(&ctx, 0, &err) == RG_OK, "%s", err.msg);
+    static const uint32_t types[] = {RG_TYPE_Q4_0, RG_TYPE_F16};
+    const int64_t rows = 65537;
+    for (int t = 0; t < 2; t++) {
+        const rg_type_traits *tt = rg_type_get(types[t]);
+        const int64_t K = tt->block_size, bytes = (int64_t)tt->type_size;  // one block a row
+        uint8_t *host = malloc((size_t)(rows * bytes));
+        float *ref = malloc((size_t)(rows * K) * sizeof *ref), *got = malloc((size_t)(rows * K) * sizeof *got);
+        make_blocks(types[t], host, rows, 300 + (uint64_t)t, 0);
+        rg_status st = rg_dequantize(types[t], host, ref, rows * K, tt->name, &err);
+        void *dsrc = NULL, *ddst = NULL;
+        if (!st) st = (dsrc = dev_upload(ctx, host, (size_t)(rows * bytes), &err)) ? RG_OK : RG_ERR_IO;
+        if (!st) st = rg_cuda_mem_alloc(ctx, (size_t)(rows * K) * sizeof(float), &ddst, &err);
+        if (!st) st = rg_cuda_dequant_rows(ctx, NULL, types[t], dsrc, bytes, rows, 0, K, RG_TYPE_F32, ddst, K, &err);
+        if (!st) st = rg_cuda_copy_d2h(ctx, got, ddst, (size_t)(rows * K) * sizeof(float), &err);
+        RG_CHECK(st == RG_OK, "%s: %s", tt->name, err.msg);
+        int64_t bad = 0, first = -1;
+        for (int64_t k = 0; !st && k < rows * K; k++)
+            if (f32_bits(got[k]) != f32_bits(ref[k])) bad++, first = first < 0 ? k : first;
+        RG_CHECK(!bad, "%s, %lld rows: %lld elements differ, the first %lld", tt->name, (long long)rows, (long long)bad,
+                 (long long)first);
+        printf("    %-4s %lld rows of %lld: %s\n", tt->name, (long long)rows, (long long)K, !st && !bad ? "bits equal" : "FAIL");
+        if (dsrc) rg_cuda_mem_free(ctx, dsrc);
+        if (ddst) rg_cuda_mem_free(ctx, ddst);
+        free(host), free(ref), free(got);
+    }
+    rg_cuda_ctx_free(ctx);
+}
+
+// Inside a CUDA graph capture: a context whose tables were never uploaded refuses an IQ decode
+// (a capture may not allocate) naming why; once they are, a captured decode replays with the
+// CPU's bits.
+static void test_cuda_dequant_graph(void) {
+    if (!have_gpu()) RG_SKIP("no CUDA device: %s", why);
+    rg_cuda_ctx *ctx = NULL;
+    rg_error err = {0};
+    RG_REQUIRE(rg_cuda_ctx_create(&ctx, 0, &err) == RG_OK, "%s", err.msg);
+    enum { NB = 3, N = NB * 256 };
+    uint8_t host[NB * 66];
+    float ref[N], got[N];
+    make_blocks(RG_TYPE_IQ2_XXS, host, NB, 9, 0);
+    RG_REQUIRE(rg_dequantize(RG_TYPE_IQ2_XXS, host, ref, N, "iq2_xxs", &err) == RG_OK, "%s", err.msg);
+    void *dsrc = dev_upload(ctx, host, sizeof host, &err), *ddst = NULL, *graph = NULL;
+    RG_REQUIRE(dsrc && rg_cuda_mem_alloc(ctx, sizeof got, &ddst, &err) == RG_OK, "%s", err.msg);
+    RG_REQUIRE(rg_cuda_graph_begin(ctx, &err) == RG_OK, "%s", err.msg);
+    const rg_status refused = rg_cuda_dequant_rows(ctx, NULL, RG_TYPE_IQ2_XXS, dsrc, 66, NB, 0, 256, RG_TYPE_F32, ddst,
+                                                   256, &err);
+    printf("    in a capture, no tables yet: %s\n", err.msg);
+    RG_CHECK(refused == RG_ERR_ARG && strstr(err.msg, "capture"), "status %d: %s", (int)refused, err.msg);
+    RG_CHECK(rg_cuda_graph_end(ctx, &graph, &err) == RG_OK, "%s", err.msg);
+    rg_cuda_graph_free(ctx, graph), graph = NULL;
+    // Uploaded by an uncaptured decode, then a captured one into a zeroed output, replayed.
+    rg_status st = rg_cuda_dequant_rows(ctx, NULL, RG_TYPE_IQ2_XXS, dsrc, 66, NB, 0, 256, RG_TYPE_F32, ddst, 256, &err);
+    if (!st) st = rg_cuda_mem_zero(ctx, ddst, sizeof got, &err);
+    if (!st) st = rg_cuda_sync(ctx, &err);
+    if (!st) st = rg_cuda_graph_begin(ctx, &err);
+    if (!st) st = rg_cuda_dequant_rows(ctx, NULL, RG_TYPE_IQ2_XXS, dsrc, 66, NB, 0, 256, RG_TYPE_F32, ddst, 256, &err);
+    if (!st) st = rg_cuda_graph_end(ctx, &graph, &err);
+    if (!st) st = rg_cuda_graph_launch(ctx, graph, &err);
+    if (!st) st = rg_cuda_copy_d2h(ctx, got, ddst, sizeof got, &err);
+    RG_CHECK(st == RG_OK, "%s", err.msg);
+    RG_CHECK(!st && !memcmp(got, ref, sizeof got), "the replayed decode differs from the CPU's values");
+    rg_cuda_graph_free(ctx, graph);
+    rg_cuda_mem_free(ctx, dsrc), rg_cuda_mem_free(ctx, ddst);
+    rg_cuda_ctx_free(ctx);
+}
+
 // A type without a device decoder is refused naming the type and the node; so are ranges
 // that cut a block and outputs that are not a float type.
 static void test_cuda_dequant_refusals(void) {
@@ -396,6 +471,8 @@ static const rg_test_case cases[] = {
     RG_TEST(test_cuda_dequant_rows_f16),
     RG_TEST(test_cuda_dequant_decode32),
     RG_TEST(test_cuda_dequant_tables_once),
+    RG_TEST(test_cuda_dequant_many_rows),
+    RG_TEST(test_cuda_dequant_graph),
     RG_TEST(test_cuda_dequant_refusals),
     {0},
 };

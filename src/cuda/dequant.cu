@@ -4,11 +4,11 @@
 // entry points of cuda.h (rg_cuda_dequant_*), with a kernel that checks rg_cu_decode32.
 //
 // The slice kernel: one thread per 32-element group, one template instance per type (no
-// switch per element). A warp decodes 32 consecutive groups of one row into registers, turns
-// them around through shared memory and stores them so that each store instruction of the
-// warp writes 32 consecutive elements (128 bytes of F32, 64 of BF16/F16): the F32 or 16-bit
-// output is 4 to 8 times the bytes read, so the stores set the speed. A block's reads are the
-// consecutive bytes of its groups' blocks (neighbouring threads share a block's header).
+// switch per element). A warp reads the bytes of its 32 groups' blocks with coalesced 4-byte
+// loads into shared memory, decodes them into registers, turns the values around through
+// shared memory and stores them so that each store instruction of the warp writes 32
+// consecutive elements (128 bytes of F32, 64 of BF16/F16): the output is 4 to 16 times the
+// bytes read, so the stores set the speed.
 // FMA rule (nvcc builds with --fmad=false, scripts/check-fma.sh): no multiply-add is fused; every
 // decoder rounds each product and sum apart, as the CPU's dequantization does.
 #include <stdint.h>
@@ -37,34 +37,52 @@ __device__ inline void store_as(void *dst, uint32_t dst_type, int64_t i, float v
     else ((uint16_t *)dst)[i] = rg_f16_from_f32_bits(__float_as_uint(v));
 }
 
-// dst[r ld + 32 j + l] = element 32 (g0 + j) + l of row r of a TYPE tensor, for j < n_groups.
-// blockIdx.x: 128 groups (warp w: groups 32 w .. 32 w + 31 of them); rows: blockIdx.y, stepping
-// by gridDim.y.
+// dst[r ld + 32 j + l] = element 32 (g0 + j) + l of row r of a TYPE tensor, for j < n_groups
+// (g0 a multiple of the groups per block, so every warp starts at a block boundary).
+// blockIdx.x: blockDim.x (<= 128) groups (warp w: groups 32 w .. 32 w + 31 of them); rows:
+// blockIdx.y, stepping by gridDim.y. Per row, each warp copies the bytes of its blocks into shared memory with 4-byte
+// loads (128 consecutive bytes per load; the unaligned head and tail bytes apart, by one lane
+// each), decodes its group from there into registers, writes the 32 values to its tile row,
+// and stores the tile by columns: 32 consecutive elements per store.
 template <uint32_t TYPE>
 __global__ void __launch_bounds__(DQ_THREADS)
     dequant_rows_kernel(const uint8_t *src, int64_t row_bytes, int64_t rows, int64_t g0, int64_t n_groups,
                         uint32_t dst_type, void *dst, int64_t ld, rg_cu_qtables tab) {
     typedef rg_cu_qtype<TYPE> Q;
+    constexpr int STAGE_WORDS = (32 / Q::groups * Q::bytes + 3) / 4 + 1;  // a warp's blocks, + a misaligned head
     RG_SHARED(dq_tile_row, tile, DQ_THREADS);
+    RG_SHARED(uint32_t, stage, 4 * STAGE_WORDS);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t first = (int64_t)blockIdx.x * DQ_THREADS + 32 * warp;  // the warp's first group
+    const int64_t first = (int64_t)blockIdx.x * blockDim.x + 32 * warp;  // the warp's first group
     const int64_t left = n_groups - first;
     const int n_valid = left < 0 ? 0 : left > 32 ? 32 : (int)left;  // the same in every lane
-    const int64_t gg = g0 + first + lane;
-    const int64_t block_off = (gg / Q::groups) * Q::bytes;
-    const int sub = (int)(gg % Q::groups);
+    const int n_bytes = (n_valid + Q::groups - 1) / Q::groups * Q::bytes;  // the warp's blocks
+    const int64_t warp_off = (g0 + first) / Q::groups * Q::bytes;          // their offset in a row
+    uint32_t *words = stage + warp * STAGE_WORDS;
+    uint8_t *bytes = (uint8_t *)words;
     float *mine = tile[32 * warp + lane];
     for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+        const uint8_t *a = src + r * row_bytes + warp_off;  // stage byte i + head holds a[i]
+        const int head = (int)((uintptr_t)a & 3), body = (4 - head) & 3;
+        const int n_words = n_bytes > body ? (n_bytes - body) / 4 : 0;
+        const int tail = n_bytes > body ? n_bytes - body - 4 * n_words : 0;
+        const uint32_t *aw = (const uint32_t *)(a + body);  // 4-byte aligned
+        for (int i = lane; i < n_words; i += 32) words[(head ? 1 : 0) + i] = aw[i];
+        if (lane == 0)
+            for (int i = 0; i < (n_bytes < body ? n_bytes : body); i++) bytes[head + i] = a[i];
+        if (lane == 1)
+            for (int i = n_bytes - tail; i < n_bytes; i++) bytes[head + i] = a[i];
+        __syncwarp();
         if (lane < n_valid) {
             float v[32];
-            rg_cu_decode32_t<TYPE>(src + r * row_bytes + block_off, sub, tab, v);
-RG_CU_UNROLL
+            rg_cu_decode32_t<TYPE>(bytes + head + lane / Q::groups * Q::bytes, lane % Q::groups, tab, v);
+            RG_CU_UNROLL
             for (int j = 0; j < 32; j++) mine[j] = v[j];
         }
         __syncwarp();
         const int64_t out = r * ld + 32 * first + lane;
         for (int j = 0; j < n_valid; j++) store_as(dst, dst_type, out + 32 * j, tile[32 * warp + j][lane]);
-        __syncwarp();  // the tile is written again for the next row
+        __syncwarp();  // the stage and the tile are written again for the next row
     }
 }
 
@@ -73,7 +91,7 @@ template <uint32_t TYPE>
 __global__ void __launch_bounds__(WIDEN_THREADS)
     widen_rows_kernel(const uint8_t *src, int64_t row_bytes, int64_t rows, int64_t k0, int64_t K, uint32_t dst_type,
                       void *dst, int64_t ld) {
-    const int64_t k = (int64_t)blockIdx.x * WIDEN_THREADS + threadIdx.x;
+    const int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= K) return;
     for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
         const uint8_t *row = src + r * row_bytes;
@@ -97,6 +115,10 @@ __global__ void __launch_bounds__(DQ_THREADS)
         for (int j = 0; j < 32; j++) dst[32 * i + j] = v[j];
     }
 }
+
+// Threads per block for n items a row: `most`, or n rounded up to whole warps when fewer (a
+// narrow slice of many rows would leave most of a block idle).
+int threads_for(int64_t n, int most) { return n >= most ? most : (int)((n + 31) / 32 * 32); }
 
 // The types whose decoders read rg_cu_qtables.
 bool needs_tables(uint32_t type) {
@@ -205,15 +227,16 @@ rg_status rg_cu_dequant_rows(rg_cuda_ctx *ctx, const rg_node *n, uint32_t type, 
     const unsigned grid_y = (unsigned)(rows < MAX_GRID_Y ? rows : MAX_GRID_Y);
     const uint8_t *s = (const uint8_t *)src;
     if (float_src) {
-        const dim3 grid((unsigned)((K + WIDEN_THREADS - 1) / WIDEN_THREADS), grid_y);
+        const int threads = threads_for(K, WIDEN_THREADS);
+        const dim3 grid((unsigned)((K + threads - 1) / threads), grid_y);
         if (type == RG_TYPE_F32)
-            RG_LAUNCH(widen_rows_kernel<RG_TYPE_F32>, grid, WIDEN_THREADS, 0, ctx->stream, s, row_bytes, rows, k0, K,
+            RG_LAUNCH(widen_rows_kernel<RG_TYPE_F32>, grid, threads, 0, ctx->stream, s, row_bytes, rows, k0, K,
                       dst_type, dst, ld);
         else if (type == RG_TYPE_F16)
-            RG_LAUNCH(widen_rows_kernel<RG_TYPE_F16>, grid, WIDEN_THREADS, 0, ctx->stream, s, row_bytes, rows, k0, K,
+            RG_LAUNCH(widen_rows_kernel<RG_TYPE_F16>, grid, threads, 0, ctx->stream, s, row_bytes, rows, k0, K,
                       dst_type, dst, ld);
         else
-            RG_LAUNCH(widen_rows_kernel<RG_TYPE_BF16>, grid, WIDEN_THREADS, 0, ctx->stream, s, row_bytes, rows, k0, K,
+            RG_LAUNCH(widen_rows_kernel<RG_TYPE_BF16>, grid, threads, 0, ctx->stream, s, row_bytes, rows, k0, K,
                       dst_type, dst, ld);
         CU_LAUNCHED();
         return RG_OK;
@@ -221,11 +244,12 @@ rg_status rg_cu_dequant_rows(rg_cuda_ctx *ctx, const rg_node *n, uint32_t type, 
     rg_cu_qtables tab = {};
     if (needs_tables(type)) RG_TRY(rg_cu_qtables_get(ctx, n, &tab, err));
     const int64_t n_groups = K / 32;
-    const dim3 grid((unsigned)((n_groups + DQ_THREADS - 1) / DQ_THREADS), grid_y);
+    const int threads = threads_for(n_groups, DQ_THREADS);
+    const dim3 grid((unsigned)((n_groups + threads - 1) / threads), grid_y);
     switch (type) {
 #define RG_CU_LAUNCH_CASE(T)                                                                                   \
     case T:                                                                                                    \
-        RG_LAUNCH(dequant_rows_kernel<T>, grid, DQ_THREADS, 0, ctx->stream, s, row_bytes, rows, k0 / 32, n_groups, \
+        RG_LAUNCH(dequant_rows_kernel<T>, grid, threads, 0, ctx->stream, s, row_bytes, rows, k0 / 32, n_groups, \
                   dst_type, dst, ld, tab);                                                                     \
         break;
         RG_CU_QTYPES(RG_CU_LAUNCH_CASE)
