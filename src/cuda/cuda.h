@@ -69,6 +69,15 @@ rg_status rg_cuda_graph_end(rg_cuda_ctx *ctx, void **graph, rg_error *err);
 rg_status rg_cuda_graph_launch(rg_cuda_ctx *ctx, void *graph, rg_error *err);
 void rg_cuda_graph_free(rg_cuda_ctx *ctx, void *graph);
 
+// The dequantization budget: RETRO_CUDA_DEQUANT_BUDGET_MB, else the seed's
+// GGML_CUDA_DEQUANT_BUDGET_MB, in MiB (default 64). It bounds the bytes of weight a wide
+// product with a quantized weight decodes at once (MUL_MAT's weight rows, OUT_PROD's a
+// columns; ops_quant_mm.cu), and those of F16/BF16 rows widened under
+// RETRO_CUDA_HALF_GEMM=f32. 0 or less: no slicing (the whole weight decoded at once); the
+// product's bits never depend on it. Sets *bytes (0 = no slicing) and returns 0, or returns
+// -1 with `why` naming the variable and its value when that is not an integer.
+int rg_cuda_dequant_budget_env(size_t *bytes, char *why, size_t why_cap);
+
 // How F16/BF16 weights are multiplied on the device (RETRO_CUDA_HALF_GEMM):
 //   tensor (default)  the seed's design: the F32 operand (activations, or the upstream
 //                     gradient) rounded to the weight's type (RNE), the product on the

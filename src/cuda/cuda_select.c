@@ -4,7 +4,9 @@
 // whole process; otherwise the nvcc twin, or where nvcc was missing the stub
 // that says so. The first use of the host twin's device prints one line on
 // stderr, so that no figure from it passes for a GPU result.
+#include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +61,23 @@ int rg_cuda_half_gemm_env(char *why, size_t why_cap) {
     if (!strcmp(v, "f32")) return RG_CUDA_HALF_GEMM_F32;
     if (why) snprintf(why, why_cap, "RETRO_CUDA_HALF_GEMM=%.64s: expected 'tensor' (the default) or 'f32'", v);
     return -1;
+}
+
+int rg_cuda_dequant_budget_env(size_t *bytes, char *why, size_t why_cap) {
+    const char *name = "RETRO_CUDA_DEQUANT_BUDGET_MB", *v = getenv(name);
+    if (!v || !*v) name = "GGML_CUDA_DEQUANT_BUDGET_MB", v = getenv(name);
+    *bytes = (size_t)64 << 20;
+    if (!v || !*v) return 0;
+    char *end = NULL;
+    errno = 0;
+    const long long mb = strtoll(v, &end, 10);
+    if (end == v || *end || errno == ERANGE) {
+        if (why) snprintf(why, why_cap, "%s=%.64s: expected a whole number of MiB (0 or less: no slicing)", name, v);
+        return -1;
+    }
+    // 0 or less, or more than the address space: nothing to slice
+    *bytes = mb <= 0 || (unsigned long long)mb > (SIZE_MAX >> 21) ? 0 : (size_t)mb << 20;
+    return 0;
 }
 
 const char *rg_cuda_half_gemm_name(int mode) {

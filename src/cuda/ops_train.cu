@@ -3,7 +3,9 @@
 // first, then launchers, then the registration. Every launcher only queues work
 // on the context's stream and reads nothing back.
 //
-//   OUT_PROD        a [M, K, b2, b3] f32/f16/bf16, b [N, K, c2, c3] f32 -> [M, N, c2, c3] f32,
+//   OUT_PROD        (a quantized a, e.g. the weight in MUL_MAT's dX = out_prod(W, dY^T):
+//                   ops_quant_mm.cu, the in-place decoder or the sliced decode + cuBLAS)
+//                   a [M, K, b2, b3] f32/f16/bf16, b [N, K, c2, c3] f32 -> [M, N, c2, c3] f32,
 //                   out[i, j] = sum_k a[i, k] b[j, k]; output slice (i2, i3) reads a's slice
 //                   (i2 / (c2 / b2), i3 / (c3 / b3)), as on the CPU. cuBLAS SGEMM in pedantic
 //                   F32 (no TF32) on the operands' own strides: f32 a and b with packed rows
@@ -26,6 +28,7 @@
 #include <string.h>
 
 #include "cuda/cuda_common.cuh"
+#include "cuda/ops_quant_mm.cuh"
 
 #include "tensor/half_bits.h"
 
@@ -135,7 +138,11 @@ static bool out_prod_geom(const rg_node *n, op_geom *g) {
 
 static bool sup_out_prod(const rg_node *n) {
     op_geom g;
-    return out_prod_geom(n, &g);
+    return out_prod_geom(n, &g) || rg_cu_qop_supported(n);
+}
+static size_t work_out_prod(const rg_node *n, int n_threads) {
+    (void)n_threads;
+    return rg_cu_qop_work(n);  // 0 unless a is quantized (the float paths use the context's pool)
 }
 
 // batch products C_i = A_i op(B) for i < count, A_i = A + i sa, B_i = B + i sb, C_i = C + i sc, m rows of C.
@@ -198,7 +205,7 @@ static rg_status out_prod_tensor(rg_cuda_ctx *ctx, const rg_node *n, const op_ge
 }
 
 static rg_status run_out_prod(rg_cuda_ctx *ctx, const rg_node *n, const rg_exec_ctx *c, rg_error *err) {
-    (void)c;
+    if (rg_type_get(n->src[0]->t.type)->quantized) return rg_cu_qop_run(ctx, c, n, err);  // ops_quant_mm.cu
     op_geom g;
     if (!out_prod_geom(n, &g))
         return rg_fail(err, RG_ERR_UNSUPPORTED, "cuda out_prod '%s': shapes or strides the cell does not take", n->t.name);
@@ -255,5 +262,6 @@ static rg_status run_out_prod(rg_cuda_ctx *ctx, const rg_node *n, const rg_exec_
 
 // This file's cells of the CUDA column (op_table.cu lists them).
 namespace RG_CU_CELLS {
-extern const rg_op_col out_prod = rg_cu_col(rg_cu_cell<run_out_prod>, sup_out_prod, NULL, "f32, f16, bf16");
+extern const rg_op_col out_prod =
+    rg_cu_col(rg_cu_cell<run_out_prod>, sup_out_prod, work_out_prod, rg_cu_qmm_types());
 }  // namespace RG_CU_CELLS
