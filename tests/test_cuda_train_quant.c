@@ -19,6 +19,9 @@
 //                             product rounds only the activation: test_train_device's 4u for one
 //                             rounding becomes 8u = 3.1e-2); products of few columns take the
 //                             in-place F32 decoder in both modes.
+// Measured under the host execution: f32 products within 3.1e-7 (losses and norms); the tensor
+// path's losses within 9.7e-5 and gradient norms within 1.7e-3 (the norm moves more: it sums the
+// squares of gradients whose every product carries the BF16 roundings).
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
