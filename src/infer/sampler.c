@@ -104,8 +104,8 @@ uint64_t rg_sampler_step(const rg_sampler *s) { return s->step; }
 const rg_sampler_params *rg_sampler_get_params(const rg_sampler *s) { return &s->p; }
 void rg_sampler_advance(rg_sampler *s) { s->step++; }
 
-// Stamps the distinct tokens of the penalty window (seen[] == the new generation) and calls
-// visit on each once, in window order.
+// Runs body once for each distinct token id_ of the penalty window, in window order (stamping
+// seen[] with a new generation), when the penalty is on.
 #define FOR_PENALIZED(s, id_, body)                                                                  \
     do {                                                                                             \
         if ((s)->p.repeat_penalty != 1.0f && (s)->hist_n > 0) {                                      \
