@@ -531,6 +531,7 @@ static const dev_case dev_cases[] = {
     {"the default chain, penalty 1.3 over 16", 0.8f, 40, 0.95f, 0.05f, 1.3f, 16},
     {"penalty 0.7 over 64, no filter", 1.0f, 0, 1.0f, 0.0f, 0.7f, 64},
     {"top-k 300, top-p 0.9, penalty 1.1 over 32", 1.1f, 300, 0.9f, 0.0f, 1.1f, 32},
+    {"top-k 2000, top-p 0.95, min-p 0.01", 1.0f, 2000, 0.95f, 0.01f, 1.0f, 0},  // past the one-block tail
 };
 
 // Logits of draw t: normal, tied (half steps, signed zeros), with NaN / -inf / +inf, nearly flat,

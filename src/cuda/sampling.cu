@@ -26,6 +26,8 @@
 //   top-p cut   the first position whose blocked running sum of e / z reaches top_p
 //   draw        w = exp((l - max) / temp); the first position with w > 0 whose blocked running
 //               sum passes u * total, u = rg_rng_uniform(seed, RG_SAMPLER_STREAM, step)
+//   tail        with top-k up to 1024 (the default chain's 40), everything after the sort in one
+//               block with the list in shared memory (tail_kernel): the same arithmetic and order
 //
 // Block sums (the order of sample_math.h): a block per 256 list positions loads them into
 // shared memory and one thread adds them left to right; one thread then folds the block sums.
@@ -49,6 +51,7 @@ namespace {
 
 constexpr int BLOCK = RG_SAMPLE_BLOCK;  // threads of the vocabulary-sized kernels = one summation block
 constexpr int SORT_THREADS = 1024;
+constexpr int TAIL = 1024;  // the longest list the one-block tail takes (top-k up to 1024)
 
 // What the device knows about the draw in progress (device memory, one per sampler).
 struct samp_state {
@@ -333,34 +336,27 @@ __global__ void __launch_bounds__(SORT_THREADS) sort_kernel(const float *l, int3
     for (int64_t j = threadIdx.x; j < n; j += SORT_THREADS) ids[j] = (int32_t)(0xFFFFFFFFu - (uint32_t)keys[j]);
 }
 
-// One thread: top-p's cut, the first position whose blocked running sum of q reaches top_p.
-__global__ void top_p_cut_kernel(const double *q, const double *sums, samp_state *st, double top_p) {
-    if (st->done) return;
-    const int64_t n = st->n;
+// Top-p's cut on one thread: the first position whose blocked running sum of q reaches top_p,
+// searched in the first block whose end reaches it; n when none does.
+__device__ inline int64_t cut_walk(const double *q, const double *sums, int64_t n, double top_p) {
     double before = 0.0;
     for (int64_t b = 0; b * BLOCK < n; b++) {
         const double after = before + sums[b];
         if (after >= top_p) {
             double done = before, part = 0.0;
             const int64_t end = (b + 1) * BLOCK < n ? (b + 1) * BLOCK : n;
-            for (int64_t j = b * BLOCK; j < end; j++) {
-                if (rg_sample_block_add(&done, &part, j, q[j]) >= top_p) {
-                    st->n = j + 1;
-                    return;
-                }
-            }
-            return;  // not reached: the block's last running sum is `after`
+            for (int64_t j = b * BLOCK; j < end; j++)
+                if (rg_sample_block_add(&done, &part, j, q[j]) >= top_p) return j + 1;
+            return n;  // not reached: the block's last running sum is `after`
         }
         before = after;
     }
+    return n;
 }
 
-// One thread: the draw. target = u * total; the first position with w > 0 whose blocked running
-// sum passes it (found in the first block whose end passes it), else the last with w > 0.
-__global__ void draw_kernel(const int32_t *ids, const double *w, const double *sums, samp_state *st, uint64_t seed,
-                            uint64_t step) {
-    if (st->done) return;
-    const int64_t n = st->n;
+// The draw on one thread: target = u * total; the first position with w > 0 whose blocked
+// running sum passes it (in the first block whose end passes it), else the last with w > 0.
+__device__ inline int64_t draw_walk(const double *w, const double *sums, int64_t n, uint64_t seed, uint64_t step) {
     const double total = fold_blocks(sums, n);
     const double u = (double)rg_rng_uniform_inline(seed, RG_SAMPLER_STREAM, step);
     const double target = u * total;
@@ -372,17 +368,98 @@ __global__ void draw_kernel(const int32_t *ids, const double *w, const double *s
             const int64_t end = (b + 1) * BLOCK < n ? (b + 1) * BLOCK : n;
             for (int64_t j = b * BLOCK; j < end; j++) {
                 const double cum = rg_sample_block_add(&done, &part, j, w[j]);
-                if (w[j] > 0 && target < cum) {
-                    st->token = ids[j];
-                    return;
-                }
+                if (w[j] > 0 && target < cum) return j;
             }
         }
         before = after;
     }
     int64_t last = n - 1;  // rounding: the sum fell short of target
     while (last > 0 && !(w[last] > 0)) last--;
-    st->token = ids[last];
+    return last;
+}
+
+// One thread: top-p's cut of the list.
+__global__ void top_p_cut_kernel(const double *q, const double *sums, samp_state *st, double top_p) {
+    if (!st->done) st->n = cut_walk(q, sums, st->n, top_p);
+}
+
+// One thread: the draw from the list.
+__global__ void draw_kernel(const int32_t *ids, const double *w, const double *sums, samp_state *st, uint64_t seed,
+                            uint64_t step) {
+    if (!st->done) st->token = ids[draw_walk(w, sums, st->n, seed, step)];
+}
+
+// Block sums of v[0..n) in shared memory, n <= TAIL: thread b adds block b left to right.
+__device__ inline void tail_block_sums(const double *v, int64_t n, double *sums) {
+    const int b = threadIdx.x;
+    __syncthreads();
+    if (b < TAIL / BLOCK && (int64_t)b * BLOCK < n) {
+        const int64_t end = ((int64_t)b + 1) * BLOCK < n ? ((int64_t)b + 1) * BLOCK : n;
+        double s = 0.0;
+        for (int64_t t = (int64_t)b * BLOCK; t < end; t++) s = s + v[t];
+        sums[b] = s;
+    }
+    __syncthreads();
+}
+
+// Everything after the sort for a list of at most TAIL candidates (top-k up to TAIL), in one
+// block with the list in shared memory: e and z, min-p, top-p's cut, the weights and the draw,
+// the stages above with the same arithmetic and order (a thread per position, one thread per
+// summation block, one thread for each walk).
+__global__ void __launch_bounds__(TAIL) tail_kernel(const float *l, const int32_t *ids, samp_state *st, float temp,
+                                                    double top_p, double min_p, uint64_t seed, uint64_t step) {
+    RG_SHARED(double, e, TAIL);
+    RG_SHARED(double, w, TAIL);
+    RG_SHARED(int32_t, id, TAIL);
+    RG_SHARED(double, sums, TAIL / BLOCK);
+    RG_SHARED(int32_t, warp_base, TAIL / 32);
+    RG_SHARED(int64_t, count, 1);
+    if (st->done) return;
+    const int j = threadIdx.x, lane = j & 31, warp = j >> 5;
+    int64_t n = st->n;
+    const double mx = (double)st->max;
+    id[j] = j < n ? ids[j] : 0;
+    if (top_p < 1.0 || min_p > 0.0) {
+        e[j] = j < n ? rg_sample_exp((double)l[id[j]] - mx) : 0.0;
+        tail_block_sums(e, n, sums);
+        const double z = fold_blocks(sums, n);
+        if (min_p > 0.0) {  // the positions with e >= min_p, in order
+            const bool keep = j < n && e[j] >= min_p;
+            const unsigned ballot = __ballot_sync(0xFFFFFFFFu, keep);
+            if (lane == 0) warp_base[warp] = __popc(ballot);
+            __syncthreads();
+            if (j == 0) {
+                int32_t off = 0;
+                for (int k = 0; k < TAIL / 32; k++) {
+                    const int32_t c = warp_base[k];
+                    warp_base[k] = off;
+                    off += c;
+                }
+                count[0] = off;
+            }
+            const int32_t my_id = id[j];
+            const double my_e = e[j];
+            __syncthreads();
+            if (keep) {
+                const int pos = warp_base[warp] + __popc(ballot & ((1u << lane) - 1u));
+                id[pos] = my_id;
+                e[pos] = my_e;
+            }
+            __syncthreads();
+            n = count[0];
+        }
+        if (top_p < 1.0) {
+            w[j] = j < n ? e[j] / z : 0.0;
+            tail_block_sums(w, n, sums);
+            if (j == 0) count[0] = cut_walk(w, sums, n, top_p);
+            __syncthreads();
+            n = count[0];
+        }
+    }
+    const double d = j < n ? (double)l[id[j]] - mx : 0.0;
+    w[j] = j >= n ? 0.0 : temp != 1.0f ? rg_sample_exp(d / (double)temp) : rg_sample_exp(d);
+    tail_block_sums(w, n, sums);
+    if (j == 0) st->token = id[draw_walk(w, sums, n, seed, step)];
 }
 
 }  // namespace
@@ -517,6 +594,12 @@ extern "C" rg_status rg_cuda_sample(rg_cuda_sampler *s, const float *logits, con
             RG_TRY(compact(s, PRED_TOPK, 0.0, false, err));
             RG_LAUNCH(sort_kernel, 1, SORT_THREADS, 0, stream, s->l, s->ids, s->keys, state_of(s));
             sorted = true;
+            if (p->top_k <= TAIL) {  // the rest in one block
+                RG_LAUNCH(tail_kernel, 1, TAIL, 0, stream, s->l, s->ids, state_of(s), p->temp, (double)p->top_p,
+                          (double)p->min_p, p->seed, a->step);
+                CU_LAUNCHED();
+                return rg_cuda_copy_d2h(ctx, id, &state_of(s)->token, sizeof *id, err);
+            }
         }
         const bool have_e = p->top_p < 1.0f || p->min_p > 0.0f;
         if (have_e) {
