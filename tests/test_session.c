@@ -447,12 +447,26 @@ static void test_cuda_device_sampling(void) {
                  "host sampling read %llu bytes of logits", (unsigned long long)sh.output_bytes);
         RG_CHECK(sg.graph_launches == GEN_N - 2, "graphs: %llu replays", (unsigned long long)sg.graph_launches);
     }
-    // a value that is neither 0 nor 1 is refused, naming the variable
-    setenv("RETRO_DEVICE_SAMPLING", "yes", 1);
+    // a sampler for another vocabulary is refused before anything runs
+    unsetenv("RETRO_DEVICE_SAMPLING");
     rg_session *s = NULL;
+    rg_sampler *wrong = NULL;
     rg_error err = {0};
     rg_session_opts so = {.n_ctx = 16, .n_threads = 1, .device = RG_DEVICE_CUDA};
-    rg_status st = rg_session_create(&s, m, &so, &err);
+    const rg_sampler_params dp = rg_sampler_defaults();
+    const int32_t one = 1;
+    int32_t got = 0;
+    RG_REQUIRE(rg_session_create(&s, m, &so, &err) == RG_OK && rg_sampler_create(&wrong, &dp, 7, &err) == RG_OK, "%s",
+               err.msg);
+    rg_status st = rg_session_eval_sample(s, &one, 1, wrong, &got, &err);
+    RG_CHECK(st == RG_ERR_ARG && got == -1 && rg_session_n_past(s) == 0 && strstr(err.msg, "made for 7 tokens"), "%s",
+             st ? err.msg : "accepted");
+    rg_sampler_free(wrong);
+    rg_session_free(s);
+    s = NULL;
+    // a value that is neither 0 nor 1 is refused, naming the variable
+    setenv("RETRO_DEVICE_SAMPLING", "yes", 1);
+    st = rg_session_create(&s, m, &so, &err);
     RG_CHECK(st == RG_ERR_ARG && !s && strstr(err.msg, "RETRO_DEVICE_SAMPLING=yes"), "%s", st ? err.msg : "accepted");
     rg_session_free(s);
     if (saved_ds) setenv("RETRO_DEVICE_SAMPLING", saved_ds, 1);

@@ -102,6 +102,7 @@ void rg_sampler_reset(rg_sampler *s) {
 
 uint64_t rg_sampler_step(const rg_sampler *s) { return s->step; }
 const rg_sampler_params *rg_sampler_get_params(const rg_sampler *s) { return &s->p; }
+int32_t rg_sampler_n_vocab(const rg_sampler *s) { return s->n_vocab; }
 void rg_sampler_advance(rg_sampler *s) { s->step++; }
 
 // Runs body once for each distinct token id_ of the penalty window, in window order (stamping

@@ -75,6 +75,7 @@ uint64_t rg_sampler_step(const rg_sampler *s);
 // their first appearance; none when the penalty is off), min(count, cap) written and the count
 // returned (at most repeat_last_n); and the draw counter moved past a draw made there.
 const rg_sampler_params *rg_sampler_get_params(const rg_sampler *s);
+int32_t rg_sampler_n_vocab(const rg_sampler *s);
 int64_t rg_sampler_penalized(rg_sampler *s, int32_t *ids, int64_t cap);
 void rg_sampler_advance(rg_sampler *s);
 

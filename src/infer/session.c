@@ -517,7 +517,11 @@ rg_status rg_session_eval(rg_session *s, const int32_t *ids, int64_t n, float *l
 
 rg_status rg_session_eval_sample(rg_session *s, const int32_t *ids, int64_t n, rg_sampler *smp, int32_t *out,
                                  rg_error *err) {
+    if (!smp || rg_sampler_n_vocab(smp) != s->m->hp.n_vocab) *out = -1;
     if (!smp) return rg_fail(err, RG_ERR_ARG, "session: no sampler to draw with");
+    if (rg_sampler_n_vocab(smp) != s->m->hp.n_vocab)
+        return rg_fail(err, RG_ERR_ARG, "session: the sampler is made for %d tokens, the model's vocabulary has %lld",
+                       (int)rg_sampler_n_vocab(smp), (long long)s->m->hp.n_vocab);
     int32_t id = -1;  // out may point into ids (the token just drawn, evaluated next)
     sample_req req = {smp, &id};
     rg_status st = eval_common(s, ids, n, NULL, 0, &req, err);

@@ -53,7 +53,7 @@ rg_status rg_session_eval(rg_session *s, const int32_t *ids, int64_t n, float *l
 // device the draw runs there (src/cuda/sampling.cu, the same token as rg_sampler_sample) and
 // only the id comes back; on the CPU, or with RETRO_DEVICE_SAMPLING=0 in the environment when
 // the session was made, the logits come back and rg_sampler_sample draws. smp must be made for
-// the model's n_vocab. out may point into ids; it is -1 after a failure.
+// the model's n_vocab (RG_ERR_ARG otherwise). out may point into ids; it is -1 after a failure.
 rg_status rg_session_eval_sample(rg_session *s, const int32_t *ids, int64_t n, rg_sampler *smp, int32_t *out,
                                  rg_error *err);
 // Whether rg_session_eval_sample draws on the device.
