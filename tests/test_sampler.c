@@ -1,11 +1,14 @@
 // test_sampler.c - the sampler chain: greedy, temperature, top-k, top-p, min-p, repetition
-// penalty, the distribution of draws, reproducibility and the checks on settings.
+// penalty, the distribution of draws, reproducibility and the checks on settings; and the
+// device's sampler (src/cuda/sampling.cu) against this one, token for token (test_cuda_*: a GPU,
+// or the host execution of the CUDA code with RETRO_CUDA_HOST=1).
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/rng.h"
+#include "cuda/cuda.h"
 #include "infer/sampler.h"
 #include "rg_test.h"
 
@@ -498,6 +501,158 @@ static void test_large_vocab_speed(void) {
     free(l);
 }
 
+
+// ---------------------------------------------------------------------------
+// The device sampler against rg_sampler_sample: the same logits, settings, penalty window and
+// draw index must give the same token, every draw.
+
+typedef struct dev_case {
+    const char *name;
+    float temp;
+    int32_t top_k;
+    float top_p, min_p, penalty;
+    int32_t last_n;
+} dev_case;
+
+static const dev_case dev_cases[] = {
+    {"greedy", 0.0f, 0, 1.0f, 0.0f, 1.0f, 0},
+    {"greedy, penalty", -1.0f, 40, 0.9f, 0.1f, 1.5f, 8},
+    {"temperature 1, no filter", 1.0f, 0, 1.0f, 0.0f, 1.0f, 0},
+    {"temperature 0.7, no filter", 0.7f, 0, 1.0f, 0.0f, 1.0f, 0},
+    {"top-k 5", 1.0f, 5, 1.0f, 0.0f, 1.0f, 0},
+    {"top-k 300, temperature 1.3", 1.3f, 300, 1.0f, 0.0f, 1.0f, 0},
+    {"top-p 0.9", 1.0f, 0, 0.9f, 0.0f, 1.0f, 0},
+    {"top-p 0.5, temperature 0.6", 0.6f, 0, 0.5f, 0.0f, 1.0f, 0},
+    {"top-p 0.999", 1.0f, 0, 0.999f, 0.0f, 1.0f, 0},
+    {"min-p 0.05", 1.0f, 0, 1.0f, 0.05f, 1.0f, 0},
+    {"min-p 0.001, temperature 2", 2.0f, 0, 1.0f, 0.001f, 1.0f, 0},
+    {"top-p 0.8, min-p 0.02", 0.9f, 0, 0.8f, 0.02f, 1.0f, 0},
+    {"the default chain", 0.8f, 40, 0.95f, 0.05f, 1.0f, 0},
+    {"the default chain, penalty 1.3 over 16", 0.8f, 40, 0.95f, 0.05f, 1.3f, 16},
+    {"penalty 0.7 over 64, no filter", 1.0f, 0, 1.0f, 0.0f, 0.7f, 64},
+    {"top-k 300, top-p 0.9, penalty 1.1 over 32", 1.1f, 300, 0.9f, 0.0f, 1.1f, 32},
+    {"top-k 2000, top-p 0.95, min-p 0.01", 1.0f, 2000, 0.95f, 0.01f, 1.0f, 0},  // past the one-block tail
+};
+
+// Logits of draw t: normal, tied (half steps, signed zeros), with NaN / -inf / +inf, nearly flat,
+// wide (most weights underflow), and now and then nothing finite at all.
+static void dev_logits(float *l, int n, uint64_t seed, int t) {
+    const int kind = t % 37 == 36 ? 5 : t % 5;
+    for (int i = 0; i < n; i++) {
+        const float z = rg_rng_normal(seed, (uint64_t)t, (uint64_t)i);
+        const uint64_t r = rg_rng_u64(seed ^ 0x5eed, (uint64_t)t, (uint64_t)i);
+        switch (kind) {
+        case 0: l[i] = 3.0f * z; break;
+        case 1: l[i] = (float)(int)(2.0f * z) * 0.5f; if (l[i] == 0.0f && (r & 1)) l[i] = -0.0f; break;
+        case 2:
+            l[i] = 2.0f * z;
+            if (r % 23 == 0) l[i] = NAN;
+            else if (r % 29 == 0) l[i] = -INFINITY;
+            else if (r % 997 == 0 && t % 3 == 0) l[i] = INFINITY;
+            break;
+        case 3: l[i] = r % 7 == 0 ? 1.0f + 0.01f * z : 1.0f; break;
+        case 4: l[i] = 40.0f * z; break;
+        default: l[i] = r & 1 ? NAN : -INFINITY; break;
+        }
+    }
+}
+
+typedef struct dev_fixture {
+    rg_cuda_ctx *ctx;
+    rg_cuda_sampler *ds;
+    float *d_logits;
+} dev_fixture;
+
+static bool dev_open(dev_fixture *f, int32_t n_vocab) {
+    rg_error err = {0};
+    memset(f, 0, sizeof *f);
+    RG_CHECK(rg_cuda_ctx_create(&f->ctx, 0, &err) == RG_OK, "context: %s", err.msg);
+    if (!f->ctx) return false;
+    RG_CHECK(rg_cuda_sampler_create(f->ctx, n_vocab, 64, &f->ds, &err) == RG_OK, "sampler: %s", err.msg);
+    void *p = NULL;
+    RG_CHECK(f->ds && rg_cuda_mem_alloc(f->ctx, (size_t)n_vocab * sizeof(float), &p, &err) == RG_OK, "logits: %s",
+             err.msg);
+    f->d_logits = p;
+    return f->ds && f->d_logits;
+}
+
+static void dev_close(dev_fixture *f) {
+    if (f->ctx) rg_cuda_mem_free(f->ctx, f->d_logits);
+    rg_cuda_sampler_free(f->ds);
+    rg_cuda_ctx_free(f->ctx);
+}
+
+// Draws `draws` tokens per case on a vocabulary of n, both samplers on the same logits; the CPU's
+// token goes into the history of both. Returns the number of mismatches.
+static int dev_compare(int32_t n, int draws, uint64_t seed) {
+    dev_fixture f;
+    if (!dev_open(&f, n)) {
+        dev_close(&f);
+        return 1;
+    }
+    float *l = malloc((size_t)n * sizeof *l);
+    int32_t pen[64];
+    int bad = 0;
+    for (size_t c = 0; c < sizeof dev_cases / sizeof dev_cases[0]; c++) {
+        const dev_case *dc = &dev_cases[c];
+        rg_sampler_params p = rg_sampler_defaults();
+        p.temp = dc->temp, p.top_k = dc->top_k, p.top_p = dc->top_p, p.min_p = dc->min_p;
+        p.repeat_penalty = dc->penalty, p.repeat_last_n = dc->last_n, p.seed = seed + c;
+        rg_sampler *s = make(&p, n);
+        if (!s) break;
+        int case_bad = 0, distinct = 0;
+        int32_t prev = -1;
+        for (int t = 0; t < draws; t++) {
+            dev_logits(l, n, seed * 31 + c, t);
+            rg_error err = {0};
+            rg_cuda_sample_args a = {.p = p, .step = rg_sampler_step(s), .penalized = pen};
+            a.n_penalized = rg_sampler_penalized(s, pen, 64);
+            int32_t got = -1;
+            rg_status st = rg_cuda_copy_h2d(f.ctx, f.d_logits, l, (size_t)n * sizeof *l, &err);
+            if (!st) st = rg_cuda_sample(f.ds, f.d_logits, &a, &got, &err);
+            const int32_t want = rg_sampler_sample(s, l);
+            if (st || got != want) {
+                if (case_bad++ == 0)
+                    printf("    %s, n_vocab %d, draw %d (logits kind %d): device %d, cpu %d %s\n", dc->name, (int)n, t,
+                           t % 37 == 36 ? 5 : t % 5, (int)got, (int)want, st ? err.msg : "");
+            }
+            distinct += want != prev;
+            prev = want;
+            rg_sampler_accept(s, want);
+        }
+        RG_CHECK(case_bad == 0, "%s, n_vocab %d: %d of %d draws differ", dc->name, (int)n, case_bad, draws);
+        RG_CHECK(dc->temp <= 0.0f || distinct > draws / 4, "%s: the draws barely change (%d changes)", dc->name, distinct);
+        bad += case_bad;
+        rg_sampler_free(s);
+    }
+    free(l);
+    dev_close(&f);
+    return bad;
+}
+
+static bool have_device(char *why, size_t cap) { return rg_cuda_device_count(why, cap) > 0; }
+
+// One summation block and less: the plain left-to-right sums.
+static void test_cuda_small_vocab(void) {
+    char why[256];
+    if (!have_device(why, sizeof why)) RG_SKIP("no CUDA device: %s", why);
+    dev_compare(200, 200, 11);
+}
+
+// Several blocks, the last one partial: the blocked order, top-k 300 across blocks.
+static void test_cuda_blocked_vocab(void) {
+    char why[256];
+    if (!have_device(why, sizeof why)) RG_SKIP("no CUDA device: %s", why);
+    dev_compare(1000, 200, 23);
+}
+
+// A vocabulary past 4096: the sort and the radix select over a larger list, fewer draws.
+static void test_cuda_large_vocab(void) {
+    char why[256];
+    if (!have_device(why, sizeof why)) RG_SKIP("no CUDA device: %s", why);
+    dev_compare(5003, 40, 5);
+}
+
 static const rg_test_case cases[] = {
     RG_TEST(test_defaults),
     RG_TEST(test_greedy_argmax),
@@ -512,6 +667,9 @@ static const rg_test_case cases[] = {
     RG_TEST(test_nonfinite_logits),
     RG_TEST(test_invalid_settings),
     RG_TEST(test_large_vocab_speed),
+    RG_TEST(test_cuda_small_vocab),
+    RG_TEST(test_cuda_blocked_vocab),
+    RG_TEST(test_cuda_large_vocab),
     {0},
 };
 

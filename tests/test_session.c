@@ -374,12 +374,117 @@ static void test_flash_prompt_rule(void) {
     unlink(path);
 }
 
+// Generation with the draw on the device (rg_session_eval_sample, src/cuda/sampling.cu) against
+// the same session drawing on the CPU from logits read back (RETRO_DEVICE_SAMPLING=0): the same
+// tokens for the same seed, with and without RETRO_CUDA_GRAPHS=1; a draw on the device reads no
+// logits back (the decode graph's output bytes stay 0).
+enum { GEN_N = 20 };
+static bool generate_with(rg_model *m, const char *device_sampling, const char *graphs, const rg_sampler_params *p,
+                          int32_t *out, bool *on_device, rg_exec_stats *stats) {
+    rg_error err = {0};
+    if (device_sampling) setenv("RETRO_DEVICE_SAMPLING", device_sampling, 1);
+    else unsetenv("RETRO_DEVICE_SAMPLING");
+    if (graphs) setenv("RETRO_CUDA_GRAPHS", graphs, 1);
+    else unsetenv("RETRO_CUDA_GRAPHS");
+    rg_session *s = NULL;
+    rg_sampler *smp = NULL;
+    rg_session_opts so = {.n_ctx = 64, .n_threads = 2, .device = RG_DEVICE_CUDA};
+    rg_status st = rg_session_create(&s, m, &so, &err);
+    if (!st) st = rg_sampler_create(&smp, p, (int32_t)m->hp.n_vocab, &err);
+    const int32_t prompt[5] = {3, 17, 4, 17, 9};
+    for (int i = 0; !st && i < 5; i++) rg_sampler_accept(smp, prompt[i]);
+    int32_t id = -1;
+    if (!st) st = rg_session_eval_sample(s, prompt, 5, smp, &id, &err);
+    for (int i = 0; !st && i < GEN_N; i++) {
+        out[i] = id;
+        rg_sampler_accept(smp, id);
+        if (i + 1 < GEN_N) st = rg_session_eval_sample(s, &id, 1, smp, &id, &err);  // out aliases the input
+    }
+    RG_CHECK(st == RG_OK, "generation (RETRO_DEVICE_SAMPLING=%s): %s", device_sampling ? device_sampling : "unset", err.msg);
+    if (!st)
+        RG_CHECK(rg_sampler_step(smp) == GEN_N, "%llu draws counted, %d made", (unsigned long long)rg_sampler_step(smp),
+                 GEN_N);
+    *on_device = s && rg_session_device_sampling(s);
+    if (s) *stats = rg_session_decode_stats(s);
+    rg_sampler_free(smp);
+    rg_session_free(s);
+    return st == RG_OK;
+}
+
+static void test_cuda_device_sampling(void) {
+    char why[256];
+    if (rg_cuda_device_count(why, sizeof why) <= 0) RG_SKIP("no CUDA device: %s", why);
+    char path[64];
+    rg_model *m = tiny(RG_TYPE_F32, false, path);
+    RG_REQUIRE(m, "model");
+    const char *env_ds = getenv("RETRO_DEVICE_SAMPLING"), *env_g = getenv("RETRO_CUDA_GRAPHS");
+    char *saved_ds = env_ds ? strdup(env_ds) : NULL, *saved_g = env_g ? strdup(env_g) : NULL;
+    rg_sampler_params settings[3] = {rg_sampler_defaults(), rg_sampler_defaults(), rg_sampler_defaults()};
+    settings[0].repeat_penalty = 1.3f, settings[0].repeat_last_n = 8, settings[0].seed = 3;     // the default chain
+    settings[1].temp = 1.0f, settings[1].top_k = 0, settings[1].top_p = 1.0f, settings[1].min_p = 0.0f;  // no filter
+    settings[2].temp = 1.5f, settings[2].top_k = 0, settings[2].top_p = 0.9f, settings[2].seed = 77;     // top-p, min-p
+    for (int c = 0; c < 3; c++) {
+        int32_t dev[GEN_N], host[GEN_N], graphed[GEN_N];
+        bool on_dev = false, on_host = true, on_graph = false;
+        rg_exec_stats sd, sh, sg;
+        if (!generate_with(m, NULL, NULL, &settings[c], dev, &on_dev, &sd) ||
+            !generate_with(m, "0", NULL, &settings[c], host, &on_host, &sh) ||
+            !generate_with(m, "1", "1", &settings[c], graphed, &on_graph, &sg))
+            break;
+        RG_CHECK(on_dev && !on_host && on_graph, "device sampling: default %d, =0 %d, =1 %d", on_dev, on_host, on_graph);
+        int differ = 0, changes = 0;
+        for (int i = 0; i < GEN_N; i++) differ += dev[i] != host[i] || dev[i] != graphed[i], changes += i && dev[i] != dev[i - 1];
+        printf("    settings %d: tokens", c);
+        for (int i = 0; i < GEN_N; i++) printf(" %d", (int)dev[i]);
+        printf("; decode output bytes %llu on the device, %llu on the host; %llu graph replays\n",
+               (unsigned long long)sd.output_bytes, (unsigned long long)sh.output_bytes,
+               (unsigned long long)sg.graph_launches);
+        RG_CHECK(differ == 0, "settings %d: %d of %d tokens differ between device and host sampling", c, differ, GEN_N);
+        RG_CHECK(changes > 2, "settings %d: the tokens barely change (%d)", c, changes);
+        RG_CHECK(sd.output_bytes == 0 && sg.output_bytes == 0, "device sampling read %llu bytes of logits",
+                 (unsigned long long)sd.output_bytes);
+        RG_CHECK(sh.output_bytes == (uint64_t)(GEN_N - 1) * (uint64_t)m->hp.n_vocab * sizeof(float),
+                 "host sampling read %llu bytes of logits", (unsigned long long)sh.output_bytes);
+        RG_CHECK(sg.graph_launches == GEN_N - 2, "graphs: %llu replays", (unsigned long long)sg.graph_launches);
+    }
+    // a sampler for another vocabulary is refused before anything runs
+    unsetenv("RETRO_DEVICE_SAMPLING");
+    rg_session *s = NULL;
+    rg_sampler *wrong = NULL;
+    rg_error err = {0};
+    rg_session_opts so = {.n_ctx = 16, .n_threads = 1, .device = RG_DEVICE_CUDA};
+    const rg_sampler_params dp = rg_sampler_defaults();
+    const int32_t one = 1;
+    int32_t got = 0;
+    RG_REQUIRE(rg_session_create(&s, m, &so, &err) == RG_OK && rg_sampler_create(&wrong, &dp, 7, &err) == RG_OK, "%s",
+               err.msg);
+    rg_status st = rg_session_eval_sample(s, &one, 1, wrong, &got, &err);
+    RG_CHECK(st == RG_ERR_ARG && got == -1 && rg_session_n_past(s) == 0 && strstr(err.msg, "made for 7 tokens"), "%s",
+             st ? err.msg : "accepted");
+    rg_sampler_free(wrong);
+    rg_session_free(s);
+    s = NULL;
+    // a value that is neither 0 nor 1 is refused, naming the variable
+    setenv("RETRO_DEVICE_SAMPLING", "yes", 1);
+    st = rg_session_create(&s, m, &so, &err);
+    RG_CHECK(st == RG_ERR_ARG && !s && strstr(err.msg, "RETRO_DEVICE_SAMPLING=yes"), "%s", st ? err.msg : "accepted");
+    rg_session_free(s);
+    if (saved_ds) setenv("RETRO_DEVICE_SAMPLING", saved_ds, 1);
+    else unsetenv("RETRO_DEVICE_SAMPLING");
+    if (saved_g) setenv("RETRO_CUDA_GRAPHS", saved_g, 1);
+    else unsetenv("RETRO_CUDA_GRAPHS");
+    free(saved_ds), free(saved_g);
+    rg_model_free(m);
+    unlink(path);
+}
+
 static const rg_test_case cases[] = {
     RG_TEST(test_loader_errors),
     RG_TEST(test_f32),
     RG_TEST(test_cuda_f32),
     RG_TEST(test_cuda_f16_tied),
     RG_TEST(test_cuda_decode_graph_replayed),
+    RG_TEST(test_cuda_device_sampling),
     RG_TEST(test_f16_tied),
     RG_TEST(test_bf16),
     RG_TEST(test_q4_0_prompt_matches_decode),

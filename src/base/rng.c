@@ -1,20 +1,13 @@
 // rng.c - see rng.h.
+// The arithmetic is in rng_core.h, which the CUDA sampler shares.
 #include "base/rng.h"
 
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+#include "base/rng_core.h"
 
-uint64_t rg_rng_u64(uint64_t seed, uint64_t stream, uint64_t index) {
-    uint64_t h = mix64(seed + 0x9e3779b97f4a7c15ull);
-    h = mix64(h ^ (stream + 0x632be59bd9b4e019ull));
-    return mix64(h ^ (index * 0x9e3779b97f4a7c15ull + 0x2545f4914f6cdd1dull));
-}
+uint64_t rg_rng_u64(uint64_t seed, uint64_t stream, uint64_t index) { return rg_rng_u64_inline(seed, stream, index); }
 
 float rg_rng_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
-    return (float)(rg_rng_u64(seed, stream, index) >> 40) * (1.0f / 16777216.0f);
+    return rg_rng_uniform_inline(seed, stream, index);
 }
 
 float rg_rng_normal(uint64_t seed, uint64_t stream, uint64_t index) {

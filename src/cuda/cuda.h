@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "infer/sampler.h"
 #include "retrograd.h"
 
 typedef struct rg_cuda_device_info {
@@ -113,6 +114,26 @@ rg_status rg_cuda_dequant_rows(rg_cuda_ctx *ctx, const struct rg_node *n, uint32
                                int64_t ld, rg_error *err);
 rg_status rg_cuda_dequant_decode32(rg_cuda_ctx *ctx, uint32_t type, const void *src, int64_t n_blocks, float *dst,
                                    rg_error *err);
+
+// Sampling on the device (sampling.cu): infer/sampler.h's chain on [n_vocab] F32 logits in
+// this context's device memory. It picks the token rg_sampler_sample picks for the same
+// logits, settings, penalty window and draw index (the same arithmetic and summation order:
+// infer/sample_math.h); only that id comes back to the host. A sampler holds its scratch on
+// the device (about 50 bytes per vocabulary entry) and serves one context.
+typedef struct rg_cuda_sampler rg_cuda_sampler;
+typedef struct rg_cuda_sample_args {
+    rg_sampler_params p;        // the settings (seed included)
+    uint64_t step;              // the draw's index: u = rg_rng_uniform(p.seed, RG_SAMPLER_STREAM, step)
+    const int32_t *penalized;   // host: the penalty window's distinct ids (rg_sampler_penalized)
+    int64_t n_penalized;        // at most the max_penalized the sampler was made with
+} rg_cuda_sample_args;
+rg_status rg_cuda_sampler_create(rg_cuda_ctx *ctx, int32_t n_vocab, int32_t max_penalized, rg_cuda_sampler **out,
+                                 rg_error *err);
+void rg_cuda_sampler_free(rg_cuda_sampler *s);
+// Queues the chain on the context's stream after what is queued there (the logits' producer),
+// then waits for the 4 bytes of the id.
+rg_status rg_cuda_sample(rg_cuda_sampler *s, const float *logits, const rg_cuda_sample_args *a, int32_t *id,
+                         rg_error *err);
 
 // The CUDA column of the op table: RG_OP_COUNT cells (run on device pointers, supports,
 // types), or NULL when the library was built without CUDA (the list in op_table.cu).

@@ -140,3 +140,14 @@ rg_status rg_cuda_dequant_decode32(rg_cuda_ctx *ctx, uint32_t type, const void *
                                    rg_error *err) {
     return twin()->dequant_decode32(ctx, type, src, n_blocks, dst, err);
 }
+rg_status rg_cuda_sampler_create(rg_cuda_ctx *ctx, int32_t n_vocab, int32_t max_penalized, rg_cuda_sampler **out,
+                                 rg_error *err) {
+    return twin()->sampler_create(ctx, n_vocab, max_penalized, out, err);
+}
+void rg_cuda_sampler_free(rg_cuda_sampler *s) {
+    if (s) twin()->sampler_free(s);
+}
+rg_status rg_cuda_sample(rg_cuda_sampler *s, const float *logits, const rg_cuda_sample_args *a, int32_t *id,
+                         rg_error *err) {
+    return twin()->sample(s, logits, a, id, err);
+}

@@ -68,6 +68,17 @@ static rg_status dequant_decode32(rg_cuda_ctx *ctx, uint32_t type, const void *s
     (void)type, (void)src, (void)n_blocks, (void)dst;
     return sync_none(ctx, err);
 }
+static rg_status sampler_create(rg_cuda_ctx *ctx, int32_t n_vocab, int32_t max_penalized, rg_cuda_sampler **out,
+                                rg_error *err) {
+    (void)n_vocab, (void)max_penalized, *out = NULL;
+    return sync_none(ctx, err);
+}
+static void sampler_free(rg_cuda_sampler *s) { (void)s; }
+static rg_status sample(rg_cuda_sampler *s, const float *logits, const rg_cuda_sample_args *a, int32_t *id,
+                        rg_error *err) {
+    (void)s, (void)logits, (void)a, *id = -1;
+    return sync_none(NULL, err);
+}
 
 // The entry points that need a device, refusing with `why` (one set per table). No context
 // can be made, so the memory calls are never reached with one.
@@ -89,7 +100,8 @@ static rg_status dequant_decode32(rg_cuda_ctx *ctx, uint32_t type, const void *s
     const rg_cuda_twin table = {not_compiled, prefix##_device_count, prefix##_device_get, prefix##_add_f32,   \
                                 prefix##_ctx_create, ctx_free, mem_alloc, mem_free, copy, copy, mem_zero,     \
                                 sync_none, mem_info, ctx_bytes, column, graph_begin, graph_end, graph_launch, \
-                                graph_free, dequant_supported, dequant_rows, dequant_decode32}
+                                graph_free, dequant_supported, dequant_rows, dequant_decode32,
+                                sampler_create, sampler_free, sample}
 
 RG_CUDA_STUB_TABLE(rg_cudastub_table, stub_nvcc, no_nvcc);
 RG_CUDA_STUB_TABLE(rg_cudastub_host_table, stub_host, no_host);

@@ -42,6 +42,9 @@
 #define rg_cuda_dequant_supported RG_CUDA_TWIN(dequant_supported)
 #define rg_cuda_dequant_rows RG_CUDA_TWIN(dequant_rows)
 #define rg_cuda_dequant_decode32 RG_CUDA_TWIN(dequant_decode32)
+#define rg_cuda_sampler_create RG_CUDA_TWIN(sampler_create)
+#define rg_cuda_sampler_free RG_CUDA_TWIN(sampler_free)
+#define rg_cuda_sample RG_CUDA_TWIN(sample)
 // Shared by the .cu files of one twin (cuda_common.cuh).
 #define rg_cu_fail RG_CUDA_TWIN(cu_fail)
 #define rg_cublas_fail RG_CUDA_TWIN(cublas_fail)
@@ -83,6 +86,11 @@ typedef struct rg_cuda_twin {
                               int64_t ld, rg_error *err);
     rg_status (*dequant_decode32)(rg_cuda_ctx *ctx, uint32_t type, const void *src, int64_t n_blocks, float *dst,
                                   rg_error *err);
+    rg_status (*sampler_create)(rg_cuda_ctx *ctx, int32_t n_vocab, int32_t max_penalized, rg_cuda_sampler **out,
+                                rg_error *err);
+    void (*sampler_free)(rg_cuda_sampler *s);
+    rg_status (*sample)(rg_cuda_sampler *s, const float *logits, const rg_cuda_sample_args *a, int32_t *id,
+                        rg_error *err);
 } rg_cuda_twin;
 
 extern const rg_cuda_twin rg_cudadev_table;   // the nvcc twin (RG_HAVE_CUDA)

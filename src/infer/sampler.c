@@ -14,6 +14,9 @@
 
 #include "base/error.h"
 #include "base/rng.h"
+#include "infer/sample_math.h"
+
+#define det_exp rg_sample_exp
 
 typedef struct cand {
     float logit;
@@ -98,6 +101,37 @@ void rg_sampler_reset(rg_sampler *s) {
 }
 
 uint64_t rg_sampler_step(const rg_sampler *s) { return s->step; }
+const rg_sampler_params *rg_sampler_get_params(const rg_sampler *s) { return &s->p; }
+int32_t rg_sampler_n_vocab(const rg_sampler *s) { return s->n_vocab; }
+void rg_sampler_advance(rg_sampler *s) { s->step++; }
+
+// Runs body once for each distinct token id_ of the penalty window, in window order (stamping
+// seen[] with a new generation), when the penalty is on.
+#define FOR_PENALIZED(s, id_, body)                                                                  \
+    do {                                                                                             \
+        if ((s)->p.repeat_penalty != 1.0f && (s)->hist_n > 0) {                                      \
+            if (++(s)->seen_gen == 0) {                                                              \
+                memset((s)->seen, 0, (size_t)(s)->n_vocab * sizeof *(s)->seen);                      \
+                (s)->seen_gen = 1;                                                                   \
+            }                                                                                        \
+            size_t win_ = (size_t)(s)->p.repeat_last_n, from_ = (s)->hist_n > win_ ? (s)->hist_n - win_ : 0; \
+            for (size_t j_ = from_; j_ < (s)->hist_n; j_++) {                                        \
+                int32_t id_ = (s)->hist[j_];                                                         \
+                if ((s)->seen[id_] == (s)->seen_gen) continue;                                       \
+                (s)->seen[id_] = (s)->seen_gen;                                                      \
+                body;                                                                                \
+            }                                                                                        \
+        }                                                                                            \
+    } while (0)
+
+int64_t rg_sampler_penalized(rg_sampler *s, int32_t *ids, int64_t cap) {
+    int64_t count = 0;
+    FOR_PENALIZED(s, id, {
+        if (count < cap) ids[count] = id;
+        count++;
+    });
+    return count;
+}
 
 void rg_sampler_accept(rg_sampler *s, int32_t id) {
     size_t win = (size_t)s->p.repeat_last_n;
@@ -121,26 +155,6 @@ void rg_sampler_accept(rg_sampler *s, int32_t id) {
         }
     }
     s->hist[s->hist_n++] = id;
-}
-
-// exp(x) from + - * / only, so that every IEEE-754 machine gets the same bits (libm exp is
-// not correctly rounded everywhere). Cody-Waite reduction x = k ln2 + r, |r| <= ln2/2, the
-// Taylor series of e^r to degree 13 (error below 1e-17) evaluated by Estrin's scheme, and 2^k
-// written as bits; results under 2^-1021 are 0.
-static double det_exp(double x) {
-    if (!(x > -708.0)) return 0.0;  // also -inf and NaN
-    if (x > 709.0) return HUGE_VAL;
-    double kf = x * 1.4426950408889634;
-    int64_t k = kf >= 0 ? (int64_t)(kf + 0.5) : (int64_t)(kf - 0.5);
-    kf = (double)k;
-    double r = (x - kf * 6.93147180369123816490e-01) - kf * 1.90821492927058770002e-10;
-    double r2 = r * r, r4 = r2 * r2, r8 = r4 * r4;
-    double p01 = 1.0 + r, p23 = 1.0 / 2 + r * (1.0 / 6), p45 = 1.0 / 24 + r * (1.0 / 120);
-    double p67 = 1.0 / 720 + r * (1.0 / 5040), p89 = 1.0 / 40320 + r * (1.0 / 362880);
-    double pab = 1.0 / 3628800 + r * (1.0 / 39916800), pcd = 1.0 / 479001600 + r * (1.0 / 6227020800.0);
-    double q = (p01 + r2 * p23) + r4 * (p45 + r2 * p67) + r8 * ((p89 + r2 * pab) + r4 * pcd);
-    union { uint64_t u; double d; } scale = {.u = (uint64_t)(k + 1023) << 52};  // k in [-1021, 1023]
-    return q * scale.d;
 }
 
 // The rank order: larger logit first, then lower id.
@@ -200,20 +214,7 @@ static void prepare(rg_sampler *s, const float *logits) {
         c[i].id = (int32_t)i;
     }
     // 1. repetition penalty, once per distinct token of the window
-    if (p->repeat_penalty != 1.0f && s->hist_n > 0) {
-        if (++s->seen_gen == 0) {
-            memset(s->seen, 0, (size_t)n * sizeof *s->seen);
-            s->seen_gen = 1;
-        }
-        size_t win = (size_t)p->repeat_last_n, from = s->hist_n > win ? s->hist_n - win : 0;
-        for (size_t j = from; j < s->hist_n; j++) {
-            int32_t id = s->hist[j];
-            if (s->seen[id] == s->seen_gen) continue;
-            s->seen[id] = s->seen_gen;
-            float l = c[id].logit;
-            c[id].logit = l > 0.0f ? l / p->repeat_penalty : l * p->repeat_penalty;
-        }
-    }
+    FOR_PENALIZED(s, id, c[id].logit = rg_sample_penalize(c[id].logit, p->repeat_penalty));
     // the best token: the greedy answer, and the reference of every probability
     int64_t best = 0;
     for (int64_t i = 1; i < n; i++)
@@ -245,10 +246,10 @@ static void prepare(rg_sampler *s, const float *logits) {
     // top-p's sums are over the softmax of what top-k kept; min-p is relative to the top.
     bool have_e = p->top_p < 1.0f || p->min_p > 0.0f;
     if (have_e) {
-        double z = 0;
+        double z = 0, zdone = 0, zpart = 0;  // the blocked order of sample_math.h
         for (int64_t i = 0; i < n; i++) {
             c[i].e = det_exp((double)c[i].logit - max);
-            z += c[i].e;
+            z = rg_sample_block_add(&zdone, &zpart, i, c[i].e);
         }
         if (p->min_p > 0.0f) {
             n = gather(c, n, (double)p->min_p);  // gathering keeps a sorted list sorted
@@ -268,9 +269,9 @@ static void prepare(rg_sampler *s, const float *logits) {
         if (!sorted) qsort(c, (size_t)n, sizeof *c, cmp_rank);
         sorted = true;
         if (p->top_p < 1.0f) {
-            double cum = 0;
+            double done = 0, part = 0;
             for (int64_t i = 0; i < n; i++) {
-                cum += c[i].e / z;
+                double cum = rg_sample_block_add(&done, &part, i, c[i].e / z);
                 if (cum >= (double)p->top_p) {
                     n = i + 1;
                     break;
@@ -279,13 +280,13 @@ static void prepare(rg_sampler *s, const float *logits) {
         }
     }
     // 6. temperature
-    double total = 0;
+    double total = 0, done = 0, part = 0;
     for (int64_t i = 0; i < n; i++) {
         double w = p->temp != 1.0f ? det_exp(((double)c[i].logit - max) / (double)p->temp)
                    : have_e        ? c[i].e
                                    : det_exp((double)c[i].logit - max);
         s->w[i] = w;
-        total += w;
+        total = rg_sample_block_add(&done, &part, i, w);
     }
     s->n_keep = n;
     s->sorted = sorted;
@@ -295,11 +296,11 @@ static void prepare(rg_sampler *s, const float *logits) {
 int32_t rg_sampler_sample(rg_sampler *s, const float *logits) {
     prepare(s, logits);
     double u = (double)rg_rng_uniform(s->p.seed, RG_SAMPLER_STREAM, s->step++);
-    double target = u * s->total, cum = 0;
+    double target = u * s->total, done = 0, part = 0;
     int64_t last = 0;
     for (int64_t i = 0; i < s->n_keep; i++) {
+        double cum = rg_sample_block_add(&done, &part, i, s->w[i]);  // w = 0 adds nothing
         if (s->w[i] <= 0) continue;
-        cum += s->w[i];
         last = i;
         if (target < cum) return s->c[i].id;
     }
@@ -313,11 +314,11 @@ int64_t rg_sampler_candidates(rg_sampler *s, const float *logits, int32_t *ids, 
         // rank order, weights in the same order (w is a function of the logit)
         qsort(s->c, (size_t)n, sizeof *s->c, cmp_rank);
         float top = s->c[0].logit;
-        double total = 0;
+        double total = 0, done = 0, part = 0;
         for (int64_t i = 0; i < n; i++) {
             double d = (double)s->c[i].logit - (double)top;
             s->w[i] = s->p.temp == 1.0f ? det_exp(d) : det_exp(d / (double)s->p.temp);
-            total += s->w[i];
+            total = rg_sample_block_add(&done, &part, i, s->w[i]);
         }
         s->total = total;
     }

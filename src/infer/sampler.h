@@ -17,8 +17,11 @@
 //
 // Reproducible: everything after the logits is IEEE double arithmetic (+ - * / and an exp
 // written here, no libm, no fused multiply-add), a total order (logit descending, then id)
-// wherever tokens are ranked, and a counter-based draw, so the same seed, settings and logits
-// give the same tokens on every machine.
+// wherever tokens are ranked, every sum in one fixed blocked order (sample_math.h: blocks of
+// 256 list positions; a list of up to 256 candidates adds left to right), and a counter-based
+// draw, so the same seed, settings and logits give the same tokens on every machine, and on
+// a CUDA device: src/cuda/sampling.cu runs this chain on logits in device memory and picks the
+// token this file picks (rg_session_eval_sample, infer/session.h).
 //
 // NaN logits count as -inf. When the largest logit is +inf, the +inf tokens share the mass.
 #ifndef RG_INFER_SAMPLER_H
@@ -66,5 +69,14 @@ int64_t rg_sampler_candidates(rg_sampler *s, const float *logits, int32_t *ids, 
 
 // Number of draws so far (the rng index of the next draw).
 uint64_t rg_sampler_step(const rg_sampler *s);
+
+// For a sampler that runs elsewhere (the device's, src/cuda/sampling.cu) on this sampler's
+// state: the settings; the distinct tokens of the penalty window (each once, in the order of
+// their first appearance; none when the penalty is off), min(count, cap) written and the count
+// returned (at most repeat_last_n); and the draw counter moved past a draw made there.
+const rg_sampler_params *rg_sampler_get_params(const rg_sampler *s);
+int32_t rg_sampler_n_vocab(const rg_sampler *s);
+int64_t rg_sampler_penalized(rg_sampler *s, int32_t *ids, int64_t cap);
+void rg_sampler_advance(rg_sampler *s);
 
 #endif

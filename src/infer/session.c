@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "cuda/cuda.h"
 #include "graph/backend.h"
 #include "graph/ops.h"
 #include "model/forward.h"
@@ -87,7 +88,21 @@ struct rg_session {
     // shared by every batch's exec (uploaded once; the cache stays on the device).
     rg_backend *dev;
     rg_resident *resident;
+    // rg_session_eval_sample: on a device the draw runs there (device_sampling), with the sampler's
+    // scratch made at the first draw; the penalty window's distinct ids staged in pen; on the
+    // CPU the last logits land in logits.
+    bool device_sampling;
+    rg_cuda_sampler *dsamp;
+    int32_t *pen;
+    int64_t pen_cap;
+    float *logits;  // [n_vocab]
 };
+
+// A draw requested with an evaluation: from the last token's logits, into *out.
+typedef struct sample_req {
+    rg_sampler *smp;
+    int32_t *out;
+} sample_req;
 
 // Whether the kernel gives transparent huge pages to memory advised for them.
 static bool thp_available(void) {
@@ -187,6 +202,11 @@ rg_status rg_session_create(rg_session **out, const rg_model *m, const rg_sessio
     if (!st && s->opts.device == RG_DEVICE_CPU && hp_env && !strcmp(hp_env, "1")) weight_copy_make(&s->wc, m);
     if (!st && s->opts.device == RG_DEVICE_CUDA) st = rg_backend_cuda_create(&s->dev, 0, err);
     if (!st && s->dev) st = rg_resident_create(&s->resident, s->dev, err);
+    const char *ds = getenv("RETRO_DEVICE_SAMPLING");
+    if (!st && ds && *ds && strcmp(ds, "0") && strcmp(ds, "1"))
+        st = rg_fail(err, RG_ERR_ARG, "RETRO_DEVICE_SAMPLING=%.64s: expected 0 (draw on the CPU) or 1 (the default: "
+                     "draw on the device)", ds);
+    s->device_sampling = s->dev && !(ds && !strcmp(ds, "0"));
     if (st) {
         rg_session_free(s);
         return st;
@@ -198,6 +218,9 @@ rg_status rg_session_create(rg_session **out, const rg_model *m, const rg_sessio
 void rg_session_free(rg_session *s) {
     if (!s) return;
     decode_graph_free(&s->dec);
+    rg_cuda_sampler_free(s->dsamp);
+    free(s->pen);
+    free(s->logits);
     rg_resident_free(s->resident);
     rg_backend_free(s->dev);
     weight_copy_free(&s->wc);
@@ -208,6 +231,7 @@ void rg_session_free(rg_session *s) {
 }
 
 int64_t rg_session_n_past(const rg_session *s) { return s->n_past; }
+bool rg_session_device_sampling(const rg_session *s) { return s->device_sampling; }
 int64_t rg_session_n_ctx(const rg_session *s) { return s->opts.n_ctx; }
 rg_exec_stats rg_session_decode_stats(const rg_session *s) {
     const rg_exec_stats none = {0};
@@ -350,10 +374,41 @@ static void decode_graph_patch(decode_graph *d, int64_t p) {
     rg_exec_rebind(d->ex);
 }
 
+// The draw of req from the logits node `out` of ex (the last token's [n_vocab]): on the device
+// when the session samples there and the node lives there, else read back and drawn here.
+static rg_status sample_out(rg_session *s, rg_exec *ex, const rg_node *out, const sample_req *req, rg_error *err) {
+    const int64_t V = s->m->hp.n_vocab;
+    if (s->device_sampling && out->backend == RG_BACKEND_CUDA) {
+        const rg_sampler_params *p = rg_sampler_get_params(req->smp);
+        int64_t need = p->repeat_last_n > 0 ? p->repeat_last_n : 1;
+        if (!s->dsamp || s->pen_cap < need) {
+            rg_cuda_sampler_free(s->dsamp);
+            s->dsamp = NULL;
+            free(s->pen);
+            s->pen = malloc((size_t)need * sizeof *s->pen);
+            s->pen_cap = s->pen ? need : 0;
+            if (!s->pen) return rg_fail(err, RG_ERR_NOMEM, "session: out of memory");
+            rg_status st = rg_cuda_sampler_create((rg_cuda_ctx *)s->dev->impl, (int32_t)V, (int32_t)need, &s->dsamp, err);
+            if (st) return st;
+        }
+        rg_cuda_sample_args a = {.p = *p, .step = rg_sampler_step(req->smp), .penalized = s->pen};
+        a.n_penalized = rg_sampler_penalized(req->smp, s->pen, s->pen_cap);
+        rg_status st = rg_cuda_sample(s->dsamp, (const float *)out->t.data, &a, req->out, err);
+        if (!st) rg_sampler_advance(req->smp);
+        return st;
+    }
+    if (!s->logits && !(s->logits = malloc((size_t)V * sizeof *s->logits)))
+        return rg_fail(err, RG_ERR_NOMEM, "session: out of memory for %lld logits", (long long)V);
+    rg_status st = rg_exec_read(ex, out, s->logits, (size_t)V * sizeof(float), err);
+    if (!st) *req->out = rg_sampler_sample(req->smp, s->logits);
+    return st;
+}
+
 // One token at position n_past through the decode graph; *used = false when
 // there is none for this position (the caller builds one graph as usual).
 // *ran: the graph started running (so it may have written the state).
-static rg_status eval_token(rg_session *s, const int32_t *id, float *logits, bool *used, bool *ran, rg_error *err) {
+static rg_status eval_token(rg_session *s, const int32_t *id, float *logits, const sample_req *req, bool *used, bool *ran,
+                            rg_error *err) {
     decode_graph *d = &s->dec;
     *used = false;
     if (!d->g || s->n_past < d->lo || s->n_past > d->hi) {
@@ -372,17 +427,18 @@ static rg_status eval_token(rg_session *s, const int32_t *id, float *logits, boo
     *ran = true;
     rg_status st = rg_exec_run(d->ex, 0, -1, err);
     if (!st && logits) st = rg_exec_read(d->ex, d->out, logits, (size_t)rg_tensor_nelements(&d->out->t) * sizeof(float), err);
+    if (!st && req) st = sample_out(s, d->ex, d->out, req, err);
     if (!st) s->n_past += 1;
     return st;
 }
 
 // One batch: tokens ids[0..n) at positions n_past.., logits of the last or all; *ran as eval_token's.
-static rg_status eval_batch(rg_session *s, const int32_t *ids, int64_t n, float *logits, bool all, bool *ran,
-                            rg_error *err) {
+static rg_status eval_batch(rg_session *s, const int32_t *ids, int64_t n, float *logits, bool all,
+                            const sample_req *req, bool *ran, rg_error *err) {
     *ran = false;
     if (n == 1) {
         bool used;
-        rg_status st = eval_token(s, ids, logits, &used, ran, err);
+        rg_status st = eval_token(s, ids, logits, req, &used, ran, err);
         if (used || st) return st;
     }
     rg_graph *g;
@@ -403,13 +459,15 @@ static rg_status eval_batch(rg_session *s, const int32_t *ids, int64_t n, float 
         st = rg_exec_run(ex, 0, -1, err);
     }
     if (!st && logits) st = rg_exec_read(ex, out, logits, (size_t)rg_tensor_nelements(&out->t) * sizeof(float), err);
+    if (!st && req) st = sample_out(s, ex, out, req, err);  // all is false with a request: out is the last token's
     if (!st) s->n_past += n;
     rg_exec_free(ex);
     rg_graph_free(g);
     return st;
 }
 
-rg_status rg_session_eval(rg_session *s, const int32_t *ids, int64_t n, float *logits, int all_logits, rg_error *err) {
+static rg_status eval_common(rg_session *s, const int32_t *ids, int64_t n, float *logits, int all_logits,
+                             const sample_req *req, rg_error *err) {
     if (n <= 0) return rg_fail(err, RG_ERR_ARG, "session: no tokens to evaluate");
     if (s->n_past + n > s->opts.n_ctx)
         return rg_fail(err, RG_ERR_ARG, "session: %lld cached + %lld new tokens exceed the context of %lld",
@@ -439,7 +497,7 @@ rg_status rg_session_eval(rg_session *s, const int32_t *ids, int64_t n, float *l
         if (logits && all_logits) dst = logits + off * V;
         else if (logits && last_batch) dst = logits;
         bool ran;
-        rg_status st = eval_batch(s, ids + off, b, dst, all_logits != 0, &ran, err);
+        rg_status st = eval_batch(s, ids + off, b, dst, all_logits != 0, last_batch ? req : NULL, &ran, err);
         if (st) {
             s->n_past = start_past;  // a failed call changes nothing
             rg_error ignored;
@@ -451,4 +509,22 @@ rg_status rg_session_eval(rg_session *s, const int32_t *ids, int64_t n, float *l
         }
     }
     return RG_OK;
+}
+
+rg_status rg_session_eval(rg_session *s, const int32_t *ids, int64_t n, float *logits, int all_logits, rg_error *err) {
+    return eval_common(s, ids, n, logits, all_logits, NULL, err);
+}
+
+rg_status rg_session_eval_sample(rg_session *s, const int32_t *ids, int64_t n, rg_sampler *smp, int32_t *out,
+                                 rg_error *err) {
+    if (!smp || rg_sampler_n_vocab(smp) != s->m->hp.n_vocab) *out = -1;
+    if (!smp) return rg_fail(err, RG_ERR_ARG, "session: no sampler to draw with");
+    if (rg_sampler_n_vocab(smp) != s->m->hp.n_vocab)
+        return rg_fail(err, RG_ERR_ARG, "session: the sampler is made for %d tokens, the model's vocabulary has %lld",
+                       (int)rg_sampler_n_vocab(smp), (long long)s->m->hp.n_vocab);
+    int32_t id = -1;  // out may point into ids (the token just drawn, evaluated next)
+    sample_req req = {smp, &id};
+    rg_status st = eval_common(s, ids, n, NULL, 0, &req, err);
+    *out = id;
+    return st;
 }

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "graph/exec.h"
+#include "infer/sampler.h"
 #include "model/model.h"
 
 typedef struct rg_session rg_session;
@@ -46,6 +47,17 @@ void rg_session_free(rg_session *s);
 // any failure leaves n_past as it was (a single token of a model with recurrent
 // state leaves that state lost: the next call says so).
 rg_status rg_session_eval(rg_session *s, const int32_t *ids, int64_t n, float *logits, int all_logits, rg_error *err);
+// Evaluates n tokens as rg_session_eval does (the same failures), then draws the next token
+// from the last one's logits with smp's settings, penalty window and draw counter, and
+// advances that counter (the token is not accepted: call rg_sampler_accept with it). On a CUDA
+// device the draw runs there (src/cuda/sampling.cu, the same token as rg_sampler_sample) and
+// only the id comes back; on the CPU, or with RETRO_DEVICE_SAMPLING=0 in the environment when
+// the session was made, the logits come back and rg_sampler_sample draws. smp must be made for
+// the model's n_vocab (RG_ERR_ARG otherwise). out may point into ids; it is -1 after a failure.
+rg_status rg_session_eval_sample(rg_session *s, const int32_t *ids, int64_t n, rg_sampler *smp, int32_t *out,
+                                 rg_error *err);
+// Whether rg_session_eval_sample draws on the device.
+bool rg_session_device_sampling(const rg_session *s);
 int64_t rg_session_n_past(const rg_session *s);
 int64_t rg_session_n_ctx(const rg_session *s);
 // Forgets the cache from position n_past on (0: start over, the recurrent state of short-conv and SSM layers

@@ -14,6 +14,9 @@
 #     naming that product, printed as SKIP);
 #   - the memory line and report.json give the run's device memory (scratch_*) and the device's;
 #   - generate --device cuda answers; report names the host execution;
+#   - generate --device cuda with a seed draws on the device the tokens that RETRO_DEVICE_SAMPLING=0
+#     (the CPU's sampler on logits read back) draws, for the default chain and for top-p alone;
+#     report --device cuda says cap_device_sampling true;
 #   - lfm2, mamba2, gemma2 and gemma3 full f32 on the device (SSM_CONV, SSM_SCAN, GELU, SOFTCAP,
 #     the windowed SOFT_MAX and their backward): 3 per-step losses within 1e-5 of the CPU run's;
 #     generate --device cuda on each; gemma2 trains resident (RETRO_REQUIRE_GPU_RESIDENT=1: no
@@ -100,6 +103,14 @@ else
 fi
 expect "generate --device cuda" 0 "generation: [1-8] tokens" -- "$bin" generate -m "$tmp/cuda/model.gguf" \
   -p "What is 1 plus 2?" -n 8 --device cuda
+# The draw on the device against the CPU's sampler on the same device's logits: the same text.
+for opts in "--seed 5 --repeat-penalty 1.2" "--seed 9 --temp 1.3 --top-k 0 --min-p 0 --top-p 0.9"; do
+  a=$("$bin" generate -m "$tmp/cuda/model.gguf" -p "What is 3 plus 4?" -n 12 --device cuda $opts 2>/dev/null)
+  b=$(RETRO_DEVICE_SAMPLING=0 "$bin" generate -m "$tmp/cuda/model.gguf" -p "What is 3 plus 4?" -n 12 --device cuda $opts 2>/dev/null)
+  [ -n "$a" ] && [ "$a" = "$b" ]; check "generate --device cuda $opts: device sampling gives the host sampler's text" $? "'$a' vs '$b'"
+done
+expect "report --device cuda: cap_device_sampling true" 0 "cap_device_sampling  true \(the CUDA kernels \(cuda/sampling.cu\)" -- \
+  "$bin" report --device cuda
 for i in $(seq 1 30); do echo "Line $i: the quick brown fox jumps over the lazy dog."; done > "$tmp/text.txt"
 for a in lfm2 mamba2 gemma2 gemma3; do
   "$bin" make-tiny --arch $a --type f32 -o "$tmp/$a.gguf" >/dev/null

@@ -19,6 +19,10 @@
 // y = W x + SCALE * alpha/rank * B(A x); the session keeps it for every evaluation. Repeated, the
 // adapters' terms are summed, as llama.cpp's repeated --lora does (stacked: model/lora_stack.h).
 //
+// With --device cuda the draws run on the device too (src/cuda/sampling.cu: the same tokens as the
+// CPU's sampler for the same logits); only each token's id comes back. RETRO_DEVICE_SAMPLING=0
+// draws on the CPU from logits read back instead, for comparison.
+//
 // --chat reads user lines from stdin ("> " on stderr), answers each, and keeps the
 // conversation in the KV cache: each turn evaluates only the text the template adds after
 // the previous answer. /exit or end of input stops it (generate_chat.c).
@@ -183,10 +187,9 @@ static int open_session(gen *g, const gen_args *a, gen_owned *own) {
         fprintf(stderr, "retrograd %s: %s\n", g->cmd, err.msg);
         return 1;
     }
-    g->logits = malloc((size_t)g->n_vocab * sizeof *g->logits);
     g->piece_cap = rg_detok_stream_max_out(g->tok);
     g->piece = malloc(g->piece_cap);
-    if (!g->logits || !g->piece) {
+    if (!g->piece) {
         fprintf(stderr, "retrograd %s: out of memory\n", g->cmd);
         return 1;
     }
@@ -195,7 +198,6 @@ static int open_session(gen *g, const gen_args *a, gen_owned *own) {
 
 static void close_all(gen *g, gen_owned *own) {
     if (own->have_tmpl) rg_chat_template_free(&own->tmpl);
-    free(g->logits);
     free(g->piece);
     rg_sampler_free(g->smp);
     rg_session_free(g->sess);

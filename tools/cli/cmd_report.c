@@ -4,6 +4,7 @@
 // which types. Ops the GPU does not take run on the CPU, per node, with the
 // copies counted by the executor.
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -47,7 +48,7 @@ static caps device_caps(int use_cuda, int have, const rg_cuda_device_info *info)
         return c;
     }
     // FLASH_ATTN_EXT/BACK: the CUDA cells of cuda/ops_flash.cu when this build has them (the nvcc build or the
-    // host execution); sampling runs on the host.
+    // host execution); sampling: cuda/sampling.cu, in every build of the CUDA code.
     const bool kernels = cell_types(RG_BACKEND_CUDA, RG_OP_FLASH_ATTN_EXT) && cell_types(RG_BACKEND_CUDA, RG_OP_FLASH_ATTN_BACK);
     c.flash_attn_back = kernels && info->major >= 8;
     c.why_flash = info->major < 8 ? "the device's compute capability is below 8.0"
@@ -55,7 +56,14 @@ static caps device_caps(int use_cuda, int have, const rg_cuda_device_info *info)
                                   : "the CUDA kernels (cuda/ops_flash.cu): FlashAttention-2 in f32, head_dim buckets 128, "
                                     "256, 512 (wider: the CPU), K/V f32 or f16, GQA, softcap, windows, documents; "
                                     "deterministic backward (no atomics); sinks take the materialized backward";
-    c.why_sampling = "this build samples on the host (no sampling kernel)";
+    const char *ds = getenv("RETRO_DEVICE_SAMPLING");
+    c.device_sampling = rg_cuda_compiled() != 0;
+    c.why_sampling = !c.device_sampling ? "this build samples on the host (no sampling kernel)"
+                     : ds && !strcmp(ds, "0")
+                         ? "the CUDA kernels (cuda/sampling.cu), but RETRO_DEVICE_SAMPLING=0: generate draws on the CPU"
+                         : "the CUDA kernels (cuda/sampling.cu): repetition penalty, top-k, top-p, min-p, temperature "
+                           "and the seeded draw on the device, the CPU sampler's tokens; only the id comes back "
+                           "(RETRO_DEVICE_SAMPLING=0: the CPU draws)";
     return c;
 }
 

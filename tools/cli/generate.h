@@ -22,7 +22,6 @@ typedef struct gen {
     const rg_tokenizer_info *info;
     rg_session *sess;
     rg_sampler *smp;
-    float *logits;  // [n_vocab]
     int64_t n_vocab, n_ctx, n_predict;
     bool add_bos, truncate;
     rg_detok_stream stream;

@@ -82,13 +82,14 @@ static rg_status decode_reply(gen *g, const id_list *l, turn_stats *ts, rg_error
     return RG_OK;
 }
 
-// Draws, streams and evaluates tokens after the prompt's logits, until -n, an end-of-generation
-// token or a full context; reply (when not NULL) gets every streamed id.
-static rg_status draw_tokens(gen *g, turn_stats *ts, id_list *reply, rg_error *err) {
+// Streams `id` (drawn from the prompt's logits) and draws and evaluates the tokens after it, until
+// -n, an end-of-generation token or a full context; reply (when not NULL) gets every streamed id.
+// Each evaluation draws the next token with it (rg_session_eval_sample: on a CUDA device the draw
+// runs there and only the id comes back).
+static rg_status draw_tokens(gen *g, int32_t id, turn_stats *ts, id_list *reply, rg_error *err) {
     rg_detok_stream_init(&g->stream, g->tok, false);
     g->stream.strip_space = false;  // the text continues the prompt
     for (int64_t i = 0; g->n_predict < 0 || i < g->n_predict; i++) {
-        int32_t id = rg_sampler_sample(g->smp, g->logits);
         rg_sampler_accept(g->smp, id);
         ts->last = id;
         if (rg_token_is_eog(g->tok, id)) {
@@ -103,7 +104,7 @@ static rg_status draw_tokens(gen *g, turn_stats *ts, id_list *reply, rg_error *e
             ts->ctx_full = true;
             break;
         }
-        rg_status st = rg_session_eval(g->sess, &id, 1, g->logits, 0, err);
+        rg_status st = rg_session_eval_sample(g->sess, &id, 1, g->smp, &id, err);
         if (st) return st;
     }
     gen_emit(g, g->piece, rg_detok_stream_flush(&g->stream, g->piece, g->piece_cap));
@@ -117,13 +118,14 @@ rg_status gen_run_turn(gen *g, const int32_t *ids, int64_t n, int64_t skip, bool
     if (g->verbose_prompt) print_prompt_tokens(g, ids, n);
     for (int64_t i = skip; i < n; i++) rg_sampler_accept(g->smp, ids[i]);
     double t0 = cli_now();
-    rg_status st = rg_session_eval(g->sess, ids, n, g->logits, 0, err);
+    int32_t first;
+    rg_status st = rg_session_eval_sample(g->sess, ids, n, g->smp, &first, err);  // the prompt, its first draw
     if (st) return st;
     double t1 = cli_now();
     ts->n_prompt = n;
     ts->t_prompt = t1 - t0;
     id_list reply = {NULL, 0, 0};
-    st = draw_tokens(g, ts, keep_reply ? &reply : NULL, err);
+    st = draw_tokens(g, first, ts, keep_reply ? &reply : NULL, err);
     ts->t_gen = cli_now() - t1;
     if (!st && keep_reply) st = decode_reply(g, &reply, ts, err);
     free(reply.ids);
