@@ -100,7 +100,7 @@ static rg_status sample(rg_cuda_sampler *s, const float *logits, const rg_cuda_s
     const rg_cuda_twin table = {not_compiled, prefix##_device_count, prefix##_device_get, prefix##_add_f32,   \
                                 prefix##_ctx_create, ctx_free, mem_alloc, mem_free, copy, copy, mem_zero,     \
                                 sync_none, mem_info, ctx_bytes, column, graph_begin, graph_end, graph_launch, \
-                                graph_free, dequant_supported, dequant_rows, dequant_decode32,
+                                graph_free, dequant_supported, dequant_rows, dequant_decode32,          \
                                 sampler_create, sampler_free, sample}
 
 RG_CUDA_STUB_TABLE(rg_cudastub_table, stub_nvcc, no_nvcc);
