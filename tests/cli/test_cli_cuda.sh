@@ -10,8 +10,8 @@
 #   - BF16 weights trained in place on the device: losses within 1e-4 of the CPU's, BF16 kept;
 #   - LoRA on a quantized base on the device; on the tiny Q4_K_M with RETRO_REQUIRE_GPU_RESIDENT=1
 #     (the quantized GET_ROWS, products and fused loss all on the device), and the adapter it writes
-#     loads in generate --lora (a build whose CUDA column has no quantized product yet: refused
-#     naming that product, printed as SKIP);
+#     loads in generate --lora; generate --device cuda on Q4_K_M, Q8_0 and IQ4_XS files resident,
+#     with and without the decode step's CUDA graph, draws host sampling's tokens;
 #   - the memory line and report.json give the run's device memory (scratch_*) and the device's;
 #   - generate --device cuda answers; report names the host execution;
 #   - generate --device cuda with a seed draws on the device the tokens that RETRO_DEVICE_SAMPLING=0
@@ -92,15 +92,26 @@ expect "lora on q4_k_m on cuda" 0 "done: 4 steps" -- "$bin" train -m "$tmp/q4.gg
 # Resident: nothing falls back, and the adapter loads in generate --lora.
 out=$(RETRO_REQUIRE_GPU_RESIDENT=1 "$bin" train -m "$tmp/q4.gguf" -d "$tmp/chat.jsonl" --set training.lr=3e-3 \
   --set training.ctx=64 --set training.steps=2 --progress lines --device cuda -o "$tmp/lora-res" 2>&1); rc=$?
-if [ "$rc" != 0 ] && grep -Eq "RETRO_REQUIRE_GPU_RESIDENT=1: node [0-9]+ '[^']*' \((mul_mat|out_prod), sources [^)]*q" <<<"$out"; then
-  echo "SKIP lora on q4_k_m resident on cuda: a quantized product has no CUDA kernel in this build:" \
-    "$(grep -Eo "node [0-9]+ '[^']*' \([a-z_]+, sources [^)]*\)" <<<"$out" | head -1)"
-else
-  grep -q "done: 2 steps" <<<"$out" && [ -s "$tmp/lora-res/adapter.gguf" ]
-  check "lora on q4_k_m on cuda, resident (RETRO_REQUIRE_GPU_RESIDENT=1): 2 steps, an adapter" $? "$(tail -2 <<<"$out")"
-  expect "generate --lora loads the adapter trained resident on cuda" 0 "generation: [1-4] tokens" -- \
-    "$bin" generate -m "$tmp/q4.gguf" --lora "$tmp/lora-res/adapter.gguf" -p "What is 1 plus 2?" -n 4
-fi
+grep -q "done: 2 steps" <<<"$out" && [ -s "$tmp/lora-res/adapter.gguf" ]
+check "lora on q4_k_m on cuda, resident (RETRO_REQUIRE_GPU_RESIDENT=1): 2 steps, an adapter" $? "$(tail -2 <<<"$out")"
+expect "generate --lora loads the adapter trained resident on cuda" 0 "generation: [1-4] tokens" -- \
+  "$bin" generate -m "$tmp/q4.gguf" --lora "$tmp/lora-res/adapter.gguf" -p "What is 1 plus 2?" -n 4
+# Generation of quantized files on the device, resident (the quantized GET_ROWS, the in-place
+# decoder's single-token products, the sliced prompt products, sampling on the device), with
+# the decode step in a CUDA graph too (the IQ tables are uploaded before the capture): the
+# seeded tokens are those of host sampling on the same device.
+for q in q4_k_m q8_0 iq4_xs; do
+  [ -s "$tmp/gen-$q.gguf" ] || "$bin" make-tiny --arch qwen2 --type $q -o "$tmp/gen-$q.gguf" >/dev/null
+  for g in 0 1; do
+    a=$(RETRO_REQUIRE_GPU_RESIDENT=1 RETRO_CUDA_GRAPHS=$g "$bin" generate -m "$tmp/gen-$q.gguf" -p "What is 3 plus 4?" \
+      -n 10 --device cuda --seed 7 --temp 0.9 2>&1); rc=$?
+    b=$(RETRO_DEVICE_SAMPLING=0 RETRO_CUDA_GRAPHS=$g "$bin" generate -m "$tmp/gen-$q.gguf" -p "What is 3 plus 4?" \
+      -n 10 --device cuda --seed 7 --temp 0.9 2>/dev/null)
+    [ "$rc" = 0 ] && grep -Eq "generation: [0-9]+ tokens" <<<"$a" && [ "$(grep -v '^generation\|tokens/s\|^prompt' <<<"$a")" = "$(grep -v '^generation\|tokens/s\|^prompt' <<<"$b")" ]
+    check "generate --device cuda on $q resident (RETRO_CUDA_GRAPHS=$g): device sampling gives host sampling's tokens" $? \
+      "$(tail -3 <<<"$a")"
+  done
+done
 expect "generate --device cuda" 0 "generation: [1-8] tokens" -- "$bin" generate -m "$tmp/cuda/model.gguf" \
   -p "What is 1 plus 2?" -n 8 --device cuda
 # The draw on the device against the CPU's sampler on the same device's logits: the same text.
