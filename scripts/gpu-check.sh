@@ -421,7 +421,7 @@ else
   bench "bench_generate 1b bf16" 120 "${dev[@]}" RG_BENCH_MODEL="$shapes/1b-bf16.gguf" -- "$build/bench_generate"
   bench "bench_generate smollm2 profile" 60 "${dev[@]}" RG_BENCH_MODEL="$shapes/smollm2-bf16.gguf" RG_BENCH_REPS=1 \
     RG_BENCH_PROFILE=1 -- "$build/bench_generate"
-  bench "bench_precision (f16_base_training, 200 steps)" 120 "${dev[@]}" -- "$build/bench_precision" 200
+  bench "bench_precision (f16_base_training, 200 steps, CPU and CUDA columns)" 180 "${dev[@]}" -- "$build/bench_precision" 200
   bench "bench_train 1b-shape" 300 "${dev[@]}" -- "$build/bench_train" 1 1b-shape
 fi
 fi  # 5b-6
