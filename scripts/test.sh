@@ -68,18 +68,21 @@ if build_or_fail release build -DRG_WERROR=ON; then
   # paths (resident tensors, device training, sessions), on every machine, GPU or not.
   # (test_cuda_host*, the runtime's own tests, ran above.) The kernel suites run twice: each
   # block's threads in order, then in reverse order (a missing barrier shows in one or the other).
-  for t in build/test_cuda build/test_cuda_elementwise build/test_cuda_norm build/test_cuda_train build/test_session \
-           build/test_train_device build/test_device_memory build/test_f16_base_training; do
+  for t in build/test_cuda build/test_cuda_elementwise build/test_cuda_norm build/test_cuda_train build/test_cuda_dequant \
+           build/test_cuda_quant_mm build/test_cuda_loss_quant build/test_session build/test_train_device \
+           build/test_device_memory build/test_cuda_train_quant build/test_f16_base_training; do
     [ -x "$t" ] && run_suite "$(basename "$t") on the host execution of the CUDA code" env RETRO_CUDA_HOST=1 "$t"
   done
-  for t in build/test_cuda build/test_cuda_elementwise build/test_cuda_norm build/test_cuda_train; do
+  for t in build/test_cuda build/test_cuda_elementwise build/test_cuda_norm build/test_cuda_train build/test_cuda_dequant \
+           build/test_cuda_quant_mm build/test_cuda_loss_quant; do
     [ -x "$t" ] && run_suite "$(basename "$t") on the host execution, threads in reverse order" \
       env RETRO_CUDA_HOST=1 RETRO_CUDA_HOST_ORDER=reverse "$t"
   done
   # Blocks, threads and streams in an order drawn from RETRO_CUDA_HOST_SEED (default 1): a block
   # that reads another block's output of the same launch, or work on two streams without an event
   # wait, gives other results than in the fixed orders.
-  for t in build/test_cuda build/test_cuda_elementwise build/test_cuda_norm build/test_cuda_train; do
+  for t in build/test_cuda build/test_cuda_elementwise build/test_cuda_norm build/test_cuda_train build/test_cuda_dequant \
+           build/test_cuda_quant_mm build/test_cuda_loss_quant; do
     [ -x "$t" ] && run_suite "$(basename "$t") on the host execution, blocks, threads and streams shuffled" \
       env RETRO_CUDA_HOST=1 RETRO_CUDA_HOST_ORDER=shuffle "$t"
   done
@@ -113,7 +116,7 @@ fi
 # the runtime's own hooks, no libtsan): misaligned vector accesses and shared memory out of bounds are
 # kernel errors, and RETRO_CUDA_HOST_RACECHECK=1 checks shared memory between barriers and device memory
 # between the blocks of a launch. Only the suites it serves are built.
-race_targets="test_cuda_host test_cuda_host_race test_cuda_host_capture test_cuda test_cuda_elementwise test_cuda_norm test_cuda_train test_session test_device_memory test_ops"
+race_targets="test_cuda_host test_cuda_host_race test_cuda_host_capture test_cuda test_cuda_elementwise test_cuda_norm test_cuda_train test_cuda_dequant test_cuda_quant_mm test_cuda_loss_quant test_session test_device_memory test_ops"
 export RG_BUILD_TARGETS="$race_targets"
 build_or_fail racecheck build-racecheck -DRG_CUDA=OFF -DRG_CUDA_HOST_RACECHECK=ON -DRG_WERROR=ON; race_built=$?
 unset RG_BUILD_TARGETS
@@ -121,7 +124,8 @@ if [ "$race_built" = 0 ]; then
   for t in test_cuda_host_race test_cuda_host test_cuda_host_capture; do
     run_suite "racecheck build: $t" build-racecheck/$t
   done
-  for t in test_cuda test_cuda_elementwise test_cuda_norm test_cuda_train test_session test_device_memory; do
+  for t in test_cuda test_cuda_elementwise test_cuda_norm test_cuda_train test_cuda_dequant test_cuda_quant_mm \
+           test_cuda_loss_quant test_session test_device_memory; do
     run_suite "$t under the race check (host execution)" env RETRO_CUDA_HOST=1 RETRO_CUDA_HOST_RACECHECK=1 build-racecheck/$t
   done
   run_suite "test_ops cuda_parity under the race check (host execution)" \
@@ -135,7 +139,8 @@ if build_or_fail sanitize build-asan -DCMAKE_BUILD_TYPE=Debug -DRG_SANITIZE=ON -
   # Every CUDA kernel suite and the parity walk on the host execution under ASan+UBSan as well: an
   # out-of-bounds access, a misaligned vector load or store (UBSan's alignment check) or a read of
   # freed device memory is reported where it happens, naming the running kernel.
-  for t in test_cuda test_cuda_elementwise test_cuda_norm test_cuda_train; do
+  for t in test_cuda test_cuda_elementwise test_cuda_norm test_cuda_train test_cuda_dequant test_cuda_quant_mm \
+           test_cuda_loss_quant; do
     RETRO_CUDA_HOST=1 RG_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 run_suite "asan $t (RETRO_CUDA_HOST=1)" build-asan/$t
   done
   RETRO_CUDA_HOST=1 ASAN_OPTIONS=detect_leaks=1 run_suite "asan test_ops cuda_parity (RETRO_CUDA_HOST=1)" build-asan/test_ops cuda_parity

@@ -454,7 +454,7 @@ static void test_cuda_soft_max_parity(void) {
 
 // ---------------------------------------------------------------------------
 // A graph that mixes GPU ops with one the GPU does not take (MUL_MAT of a Q8_0
-// weight: the CUDA column has no quantized weights): the scheduler must run that
+// weight with a transposed x: the CUDA cells take packed activation rows only): the scheduler must run that
 // one on the CPU, copy its output to the device once for the next product, and
 // count every copy; RETRO_REQUIRE_GPU_RESIDENT refuses the graph.
 
@@ -464,6 +464,9 @@ static void test_cuda_fallback_and_copies(void) {
     setenv("RETRO_CUDA_HALF_GEMM", "f32", 1);
     enum { K = 64, M = 48, N = 5 };
     float *x = randn(K * N, 70, 1.0f), *wf = randn(K * M, 71, 0.2f), *bias = randn(M, 72, 0.5f);
+    float *xt = malloc(sizeof(float) * K * N);  // x [K, N] stored as its transpose [N, K]
+    for (int k = 0; k < K; k++)
+        for (int n = 0; n < N; n++) xt[k * N + n] = x[n * K + k];
     float *qf = randn(K * K, 73, 0.2f);
     uint16_t *w = as_type(wf, K * M, RG_TYPE_F16);
     uint8_t *wq = malloc(rg_type_row_size(RG_TYPE_Q8_0, K) * K);
@@ -471,8 +474,8 @@ static void test_cuda_fallback_and_copies(void) {
     RG_REQUIRE(wq && rg_quantize(RG_TYPE_Q8_0, qf, wq, K, K, NULL, "wq", &qerr) == RG_OK, "%s", qerr.msg);
     float gpu[M * N], cpu[M * N];
     rg_graph *g = rg_graph_new();
-    int64_t xne[2] = {K, N}, wne[2] = {K, M}, qne[2] = {K, K}, bne[1] = {M};
-    rg_node *lx = rg_leaf(g, "x", RG_TYPE_F32, 2, xne, x);
+    int64_t xne[2] = {N, K}, wne[2] = {K, M}, qne[2] = {K, K}, bne[1] = {M};
+    rg_node *lx = rg_transpose(g, rg_leaf(g, "xt", RG_TYPE_F32, 2, xne, xt));
     rg_node *lq = rg_leaf(g, "wq", RG_TYPE_Q8_0, 2, qne, wq);
     rg_node *lw = rg_leaf(g, "w", RG_TYPE_F16, 2, wne, w);
     rg_node *lb = rg_leaf(g, "bias", RG_TYPE_F32, 1, bne, bias);
@@ -485,7 +488,7 @@ static void test_cuda_fallback_and_copies(void) {
     rg_status st = run_graph(g, RG_DEVICE_CUDA, p, gpu, &s, &err);
     if (st && is_placeholder(&err)) {
         rg_graph_free(g);
-        free(x), free(wf), free(bias), free(w), free(qf), free(wq);
+        free(x), free(xt), free(wf), free(bias), free(w), free(qf), free(wq);
         RG_SKIP("the CPU kernel of the fallback op is not written yet: %s", err.msg);
     }
     RG_CHECK(st == RG_OK, "cuda run: %s", err.msg);
@@ -536,7 +539,7 @@ static void test_cuda_fallback_and_copies(void) {
         }
     }
     rg_graph_free(g);
-    free(x), free(wf), free(bias), free(w), free(qf), free(wq);
+    free(x), free(xt), free(wf), free(bias), free(w), free(qf), free(wq);
     unsetenv("RETRO_CUDA_HALF_GEMM");
 }
 
@@ -623,7 +626,8 @@ static void test_cuda_support_table(void) {
         {"mul_mat f32", rg_mul_mat(g, w32, x), true},
         {"mul_mat f16", rg_mul_mat(g, w16, x), true},
         {"mul_mat bf16", rg_mul_mat(g, wbf, x), true},
-        {"mul_mat q8_0", rg_mul_mat(g, wq8, x), false},
+        {"mul_mat q8_0", rg_mul_mat(g, wq8, x), true},
+        {"mul_mat q8_0, transposed x", rg_mul_mat(g, wq8, xt), false},
         {"mul_mat transposed x", rg_mul_mat(g, w32, xt), false},
         {"add", rg_add(g, rg_mul_mat(g, w32, x), b), true},
         {"sub", rg_sub(g, rg_mul_mat(g, w32, x), b), true},
@@ -644,7 +648,8 @@ static void test_cuda_support_table(void) {
     RG_CHECK(!rg_op_cell_runs(RG_BACKEND_CUDA, NULL), "a NULL node is not supported");
     const char *mm = rg_op_cell(RG_BACKEND_CUDA, RG_OP_MUL_MAT).types;
     if (compiled) {
-        RG_CHECK(mm && !strcmp(mm, "f32, f16, bf16"), "mul_mat types %s", mm ? mm : "(null)");
+        // the float types, then the quantized types the device decodes (test_cuda_quant_mm)
+        RG_CHECK(mm && !strncmp(mm, "f32, f16, bf16, ", 16) && strstr(mm, ", q8_0"), "mul_mat types %s", mm ? mm : "(null)");
         RG_CHECK(rg_op_cell(RG_BACKEND_CUDA, RG_OP_ADD).types && rg_op_cell(RG_BACKEND_CUDA, RG_OP_SOFT_MAX).types,
                  "add and soft_max list types");
     }

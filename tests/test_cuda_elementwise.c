@@ -6,7 +6,7 @@
 //
 // Every comparison is bit for bit (tol 0): each kernel performs the CPU's IEEE
 // operations in the CPU's order -
-//   FILL, CONT, REPEAT, VIEW_BACK, GET_ROWS  copies of bits
+//   FILL, CONT, REPEAT, VIEW_BACK, GET_ROWS  copies of bits (a quantized table: the CPU's dequantized bits)
 //   CPY, CPY_INTO                            half.c's conversions on bit patterns
 //   SUB, MUL, SCALE                          one IEEE op per element
 //   SILU, SILU_BACK, SWIGLU                  exp_poly.h's polynomial, op for op, no FMA
@@ -30,6 +30,7 @@
 #include "graph/ops.h"
 #include "rg_test.h"
 #include "tensor/half.h"
+#include "tensor/quant/quant.h"
 
 static char why[256];
 
@@ -626,6 +627,61 @@ static void test_cuda_get_rows_parity(void) {
     }
 }
 
+// A quantized token embedding [n, rows, b2] of every type the device decodes (cuda/dequant.cuh),
+// gathered into F32 rows: the bits of the CPU's dequantization. The table is quantized from
+// random values where the type has a quantizer, else random blocks with the f16 scale set to 2^-7
+// (the IQ1/IQ2/IQ3 types). Ids out of order with repeats; for Q8_0 and Q4_K also 300 strided ids.
+static void *quant_table(uint32_t type, int64_t per_row, int64_t rows, uint64_t seed) {
+    const rg_type_traits *tt = rg_type_get(type);
+    const size_t bytes = rg_type_row_size(type, per_row) * (size_t)rows;
+    uint8_t *q = kept(malloc(bytes));
+    const rg_quant_ops *ops = rg_quant_get(type);
+    if (ops && ops->quantize) {
+        float *x = malloc(sizeof(float) * (size_t)(per_row * rows));
+        for (int64_t i = 0; i < per_row * rows; i++) x[i] = 0.5f * rg_rng_normal(7, seed, (uint64_t)i);
+        rg_error err = {0};
+        const rg_status st = rg_quantize(type, x, q, rows, per_row, NULL, "test table", &err);
+        free(x);
+        return st ? NULL : q;
+    }
+    for (size_t i = 0; i < bytes; i++) q[i] = (uint8_t)(rg_rng_u64(seed, 5, i) >> 24);
+    for (size_t b = 0; b < bytes / tt->type_size; b++) {
+        uint8_t *blk = q + b * tt->type_size;
+        if (type == RG_TYPE_IQ1_M) {  // the f16 scale is the top nibbles of the four scale words at 48
+            blk[49] &= 0x0F, blk[51] &= 0x0F, blk[53] &= 0x0F, blk[55] = (uint8_t)((blk[55] & 0x0F) | 0x20);
+        } else {  // d f16 at byte 0 (IQ1_S, IQ2_*, IQ3_*)
+            blk[0] = 0x00, blk[1] = 0x20;
+        }
+    }
+    return q;
+}
+
+static void test_cuda_get_rows_quant_parity(void) {
+    NEED_DEVICE();
+    static const uint32_t types[] = {
+        RG_TYPE_Q4_0,    RG_TYPE_Q4_1,   RG_TYPE_Q5_0,  RG_TYPE_Q5_1,    RG_TYPE_Q8_0,   RG_TYPE_Q2_K,   RG_TYPE_Q3_K,
+        RG_TYPE_Q4_K,    RG_TYPE_Q5_K,   RG_TYPE_Q6_K,  RG_TYPE_IQ1_S,   RG_TYPE_IQ1_M,  RG_TYPE_IQ2_XXS, RG_TYPE_IQ2_XS,
+        RG_TYPE_IQ2_S,   RG_TYPE_IQ3_XXS, RG_TYPE_IQ3_S, RG_TYPE_IQ4_NL, RG_TYPE_IQ4_XS, RG_TYPE_TQ1_0,  RG_TYPE_TQ2_0,
+        RG_TYPE_MXFP4,   RG_TYPE_NVFP4,  RG_TYPE_Q1_0,  RG_TYPE_Q2_0,
+    };
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++)
+        for (int sl = 0; sl < (types[t] == RG_TYPE_Q8_0 || types[t] == RG_TYPE_Q4_K ? 2 : 1); sl++) {
+            const uint32_t type = types[t];
+            const int64_t n = 512, rows = 50, k = sl ? 300 : 37;
+            rg_graph *g = rg_graph_new();
+            void *q = quant_table(type, n, rows, 700 + t);
+            RG_REQUIRE(q, "%s: no table", rg_type_get(type)->name);
+            rg_node *table = rg_leaf(g, "table", type, 2, (int64_t[]){n, rows}, q);
+            rg_node *y = rg_get_rows(g, table, ids_node(g, k, rows, sl ? 3 : 1, 60 + t));
+            char what[96];
+            snprintf(what, sizeof what, "%s [%lld,%lld], %lld ids%s", rg_type_get(type)->name, (long long)n,
+                     (long long)rows, (long long)k, sl ? " (strided)" : "");
+            parity1("get_rows", what, g, y);
+            rg_graph_free(g);
+            free_kept();
+        }
+}
+
 static void test_cuda_get_rows_back_parity(void) {
     NEED_DEVICE();
     static const struct {
@@ -796,7 +852,7 @@ static void test_cuda_elementwise_support_table(void) {
         {"cont f16 transposed", rg_cont(g, rg_transpose(g, xh)), true},
         {"cont q8_0 rows", rg_cont(g, wq), true},
         {"get_rows f16 table", rg_get_rows(g, xh, id), true},
-        {"get_rows q8_0 table", rg_get_rows(g, wq, id), false},
+        {"get_rows q8_0 table", rg_get_rows(g, wq, id), true},
         {"get_rows_back", rg_get_rows_back(g, x16, id, 5), true},
         {"view_back", rg_view_back(g, dy_ov, rg_view(g, x, 2, ov_ne, (size_t[]){4, 32}, 0)), true},
         {"view_back, overlapping window", rg_view_back(g, dy_ov, overlap), false},
@@ -833,6 +889,7 @@ static const rg_test_case cases[] = {
     RG_TEST(test_cuda_view_back_parity),
     RG_TEST(test_cuda_cpy_into_parity),
     RG_TEST(test_cuda_get_rows_parity),
+    RG_TEST(test_cuda_get_rows_quant_parity),
     RG_TEST(test_cuda_get_rows_back_parity),
     RG_TEST(test_cuda_bad_ids_stay_in_bounds),
     RG_TEST(test_cuda_backward_graphs),

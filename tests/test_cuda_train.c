@@ -180,7 +180,7 @@ static void test_cuda_train_support_table(void) {
     rg_node *vv = rg_leaf(g, "v", RG_TYPE_F32, 2, ne_a, f), *ms = rg_leaf(g, "master", RG_TYPE_F32, 2, ne_a, f);
     const rg_adamw_step s = {1e-3f, 0.1f, 0.999f, 1e-3f, 1e-8f, 1.0f, 0.1f, 1.0f};
     const rg_optim_half sr = {NULL, 7, 1, 3}, mw = {ms, 7, 1, 3};
-    rg_node *lce = rg_linear_ce(g, w16, hh, labels, -100, 0);
+    rg_node *lce = rg_linear_ce(g, w16, hh, labels, -100, 0), *lceq = rg_linear_ce(g, aq8, hh, labels, -100, 0);
     struct {
         const char *what;
         rg_node *n;
@@ -190,9 +190,10 @@ static void test_cuda_train_support_table(void) {
         {"out_prod f16", rg_out_prod(g, a16, b), true},
         {"out_prod bf16, b^T", rg_out_prod(g, abf, bt), true},
         {"out_prod f16 a^T", rg_out_prod(g, rg_transpose(g, rg_leaf(g, "a16t", RG_TYPE_F16, 2, (int64_t[]){8, 16}, h)), b), false},
-        {"out_prod q8_0", rg_out_prod(g, aq8, rg_leaf(g, "b2", RG_TYPE_F32, 2, (int64_t[]){12, 64}, f)), false},
+        {"out_prod q8_0", rg_out_prod(g, aq8, rg_leaf(g, "b2", RG_TYPE_F32, 2, (int64_t[]){12, 64}, f)), true},
         {"linear_ce f16", lce, true},
-        {"linear_ce q8_0", rg_linear_ce(g, aq8, hh, labels, -100, 0), false},
+        {"linear_ce q8_0", lceq, true},
+        {"linear_ce_back q8_0 + dw", rg_linear_ce_back(g, rg_fill(g, RG_TYPE_F32, 1, (int64_t[]){7}, 1.0f), lceq, true), false},
         {"linear_ce_back f16 + dw", rg_linear_ce_back(g, rg_fill(g, RG_TYPE_F32, 1, (int64_t[]){7}, 1.0f), lce, true), true},
         {"adamw f32", rg_adamw(g, p32, gr, mm, vv, &s), true},
         {"adamw f16 SR", rg_adamw_half(g, p16, gr, mm, vv, &s, &sr), true},
@@ -206,11 +207,16 @@ static void test_cuda_train_support_table(void) {
         printf("    %-26s %s\n", rows[i].what, got ? "gpu" : "cpu");
         RG_CHECK(got == want, "%s: the CUDA cell says %d, expected %d", rows[i].what, got, want);
     }
-    static const rg_op ops[] = {RG_OP_OUT_PROD, RG_OP_LINEAR_CE, RG_OP_LINEAR_CE_BACK, RG_OP_ADAMW, RG_OP_SGD};
+    static const rg_op ops[] = {RG_OP_LINEAR_CE, RG_OP_LINEAR_CE_BACK, RG_OP_ADAMW, RG_OP_SGD};
     for (size_t i = 0; compiled && i < sizeof ops / sizeof *ops; i++) {
         const char *t = rg_op_cell(RG_BACKEND_CUDA, ops[i]).types;
-        RG_CHECK(t && !strcmp(t, "f32, f16, bf16"), "%s lists types '%s'", rg_op_name(ops[i]), t ? t : "(null)");
+        // The fused loss also takes a quantized head (ops_linear_ce.cu; test_cuda_loss_quant).
+        RG_CHECK(t && !strncmp(t, "f32, f16, bf16", 14), "%s lists types '%s'", rg_op_name(ops[i]), t ? t : "(null)");
     }
+    // OUT_PROD: the float types, then the quantized types the device decodes (test_cuda_quant_mm)
+    const char *op_types = compiled ? rg_op_cell(RG_BACKEND_CUDA, RG_OP_OUT_PROD).types : NULL;
+    RG_CHECK(!compiled || (op_types && !strncmp(op_types, "f32, f16, bf16, ", 16) && strstr(op_types, ", q8_0")),
+             "out_prod lists types '%s'", op_types ? op_types : "(null)");
     rg_graph_free(g);
 }
 

@@ -69,6 +69,15 @@ rg_status rg_cuda_graph_end(rg_cuda_ctx *ctx, void **graph, rg_error *err);
 rg_status rg_cuda_graph_launch(rg_cuda_ctx *ctx, void *graph, rg_error *err);
 void rg_cuda_graph_free(rg_cuda_ctx *ctx, void *graph);
 
+// The dequantization budget: RETRO_CUDA_DEQUANT_BUDGET_MB, else the seed's
+// GGML_CUDA_DEQUANT_BUDGET_MB, in MiB (default 64). It bounds the bytes of weight a wide
+// product with a quantized weight decodes at once (MUL_MAT's weight rows, OUT_PROD's a
+// columns; ops_quant_mm.cu), and those of F16/BF16 rows widened under
+// RETRO_CUDA_HALF_GEMM=f32. 0 or less: no slicing (the whole weight decoded at once); the
+// product's bits never depend on it. Sets *bytes (0 = no slicing) and returns 0, or returns
+// -1 with `why` naming the variable and its value when that is not an integer.
+int rg_cuda_dequant_budget_env(size_t *bytes, char *why, size_t why_cap);
+
 // How F16/BF16 weights are multiplied on the device (RETRO_CUDA_HALF_GEMM):
 //   tensor (default)  the seed's design: the F32 operand (activations, or the upstream
 //                     gradient) rounded to the weight's type (RNE), the product on the
@@ -86,6 +95,24 @@ void rg_cuda_graph_free(rg_cuda_ctx *ctx, void *graph);
 enum { RG_CUDA_HALF_GEMM_TENSOR = 0, RG_CUDA_HALF_GEMM_F32 = 1 };
 int rg_cuda_half_gemm_env(char *why, size_t why_cap);
 const char *rg_cuda_half_gemm_name(int mode);
+
+// Device dequantization (dequant.cu, the decoders of dequant.cuh), for C callers and tests.
+// rg_cuda_dequant_supported: whether the device decodes `type` (F32, F16, BF16 and every
+// storage type the CPU dequantizes; not Q8_K, not the integer types).
+// rg_cuda_dequant_rows: elements [k0, k0 + K) of `rows` rows of `type` (row r at src + r *
+// row_bytes, device memory; k0, K multiples of the block size) into dst (device memory):
+// element (r, k) at dst[r * ld + k]; dst_type F32 gives the bits of the CPU's dequantization,
+// BF16 / F16 those values rounded to nearest even. Queued on the context's stream; n (may be
+// NULL) names the node in errors (an unsupported type is one).
+// rg_cuda_dequant_decode32: n_blocks consecutive blocks at src decoded into dst (F32,
+// n_blocks * block size) by a kernel that calls the in-place decoders' entry (rg_cu_decode32)
+// per 32 elements: the check of that path.
+bool rg_cuda_dequant_supported(uint32_t type);
+rg_status rg_cuda_dequant_rows(rg_cuda_ctx *ctx, const struct rg_node *n, uint32_t type, const void *src,
+                               int64_t row_bytes, int64_t rows, int64_t k0, int64_t K, uint32_t dst_type, void *dst,
+                               int64_t ld, rg_error *err);
+rg_status rg_cuda_dequant_decode32(rg_cuda_ctx *ctx, uint32_t type, const void *src, int64_t n_blocks, float *dst,
+                                   rg_error *err);
 
 // The CUDA column of the op table: RG_OP_COUNT cells (run on device pointers, supports,
 // types), or NULL when the library was built without CUDA (the list in op_table.cu).

@@ -157,6 +157,10 @@ struct rg_cuda_ctx {
     void **retired;
     int n_retired;
     size_t retired_bytes;
+    // The decoders' constant tables (dequant.cu's rg_cu_qtables_get: IQ grids, signs, kvalues),
+    // one device allocation uploaded at the first use; freed with the context.
+    void *qtables;
+    size_t qtables_bytes;
 };
 
 // Builds the error for a failed CUDA call (clears the runtime's last error so

@@ -4,7 +4,9 @@
 // whole process; otherwise the nvcc twin, or where nvcc was missing the stub
 // that says so. The first use of the host twin's device prints one line on
 // stderr, so that no figure from it passes for a GPU result.
+#include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +63,23 @@ int rg_cuda_half_gemm_env(char *why, size_t why_cap) {
     return -1;
 }
 
+int rg_cuda_dequant_budget_env(size_t *bytes, char *why, size_t why_cap) {
+    const char *name = "RETRO_CUDA_DEQUANT_BUDGET_MB", *v = getenv(name);
+    if (!v || !*v) name = "GGML_CUDA_DEQUANT_BUDGET_MB", v = getenv(name);
+    *bytes = (size_t)64 << 20;
+    if (!v || !*v) return 0;
+    char *end = NULL;
+    errno = 0;
+    const long long mb = strtoll(v, &end, 10);
+    if (end == v || *end || errno == ERANGE) {
+        if (why) snprintf(why, why_cap, "%s=%.64s: expected a whole number of MiB (0 or less: no slicing)", name, v);
+        return -1;
+    }
+    // 0 or less, or more than the address space: nothing to slice
+    *bytes = mb <= 0 || (unsigned long long)mb > (SIZE_MAX >> 21) ? 0 : (size_t)mb << 20;
+    return 0;
+}
+
 const char *rg_cuda_half_gemm_name(int mode) {
     return mode == RG_CUDA_HALF_GEMM_F32 ? "f32 (half weights widened, pedantic F32 SGEMM)"
                                          : "tensor (activations rounded to the weight's type, F32 accumulation)";
@@ -111,3 +130,13 @@ rg_status rg_cuda_graph_launch(rg_cuda_ctx *ctx, void *graph, rg_error *err) {
     return twin()->graph_launch(ctx, graph, err);
 }
 void rg_cuda_graph_free(rg_cuda_ctx *ctx, void *graph) { twin()->graph_free(ctx, graph); }
+bool rg_cuda_dequant_supported(uint32_t type) { return twin()->dequant_supported(type); }
+rg_status rg_cuda_dequant_rows(rg_cuda_ctx *ctx, const struct rg_node *n, uint32_t type, const void *src,
+                               int64_t row_bytes, int64_t rows, int64_t k0, int64_t K, uint32_t dst_type, void *dst,
+                               int64_t ld, rg_error *err) {
+    return twin()->dequant_rows(ctx, n, type, src, row_bytes, rows, k0, K, dst_type, dst, ld, err);
+}
+rg_status rg_cuda_dequant_decode32(rg_cuda_ctx *ctx, uint32_t type, const void *src, int64_t n_blocks, float *dst,
+                                   rg_error *err) {
+    return twin()->dequant_decode32(ctx, type, src, n_blocks, dst, err);
+}

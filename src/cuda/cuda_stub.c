@@ -56,6 +56,18 @@ static rg_status graph_launch(rg_cuda_ctx *ctx, void *graph, rg_error *err) {
     return sync_none(ctx, err);
 }
 static void graph_free(rg_cuda_ctx *ctx, void *graph) { (void)ctx, (void)graph; }
+static bool dequant_supported(uint32_t type) { return (void)type, false; }
+static rg_status dequant_rows(rg_cuda_ctx *ctx, const struct rg_node *n, uint32_t type, const void *src,
+                              int64_t row_bytes, int64_t rows, int64_t k0, int64_t K, uint32_t dst_type, void *dst,
+                              int64_t ld, rg_error *err) {
+    (void)n, (void)type, (void)src, (void)row_bytes, (void)rows, (void)k0, (void)K, (void)dst_type, (void)dst, (void)ld;
+    return sync_none(ctx, err);
+}
+static rg_status dequant_decode32(rg_cuda_ctx *ctx, uint32_t type, const void *src, int64_t n_blocks, float *dst,
+                                  rg_error *err) {
+    (void)type, (void)src, (void)n_blocks, (void)dst;
+    return sync_none(ctx, err);
+}
 
 // The entry points that need a device, refusing with `why` (one set per table). No context
 // can be made, so the memory calls are never reached with one.
@@ -77,7 +89,7 @@ static void graph_free(rg_cuda_ctx *ctx, void *graph) { (void)ctx, (void)graph; 
     const rg_cuda_twin table = {not_compiled, prefix##_device_count, prefix##_device_get, prefix##_add_f32,   \
                                 prefix##_ctx_create, ctx_free, mem_alloc, mem_free, copy, copy, mem_zero,     \
                                 sync_none, mem_info, ctx_bytes, column, graph_begin, graph_end, graph_launch, \
-                                graph_free}
+                                graph_free, dequant_supported, dequant_rows, dequant_decode32}
 
 RG_CUDA_STUB_TABLE(rg_cudastub_table, stub_nvcc, no_nvcc);
 RG_CUDA_STUB_TABLE(rg_cudastub_host_table, stub_host, no_host);

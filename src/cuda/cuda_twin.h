@@ -39,6 +39,9 @@
 #define rg_cuda_graph_end RG_CUDA_TWIN(graph_end)
 #define rg_cuda_graph_launch RG_CUDA_TWIN(graph_launch)
 #define rg_cuda_graph_free RG_CUDA_TWIN(graph_free)
+#define rg_cuda_dequant_supported RG_CUDA_TWIN(dequant_supported)
+#define rg_cuda_dequant_rows RG_CUDA_TWIN(dequant_rows)
+#define rg_cuda_dequant_decode32 RG_CUDA_TWIN(dequant_decode32)
 // Shared by the .cu files of one twin (cuda_common.cuh).
 #define rg_cu_fail RG_CUDA_TWIN(cu_fail)
 #define rg_cublas_fail RG_CUDA_TWIN(cublas_fail)
@@ -74,6 +77,12 @@ typedef struct rg_cuda_twin {
     rg_status (*graph_end)(rg_cuda_ctx *ctx, void **graph, rg_error *err);
     rg_status (*graph_launch)(rg_cuda_ctx *ctx, void *graph, rg_error *err);
     void (*graph_free)(rg_cuda_ctx *ctx, void *graph);
+    bool (*dequant_supported)(uint32_t type);
+    rg_status (*dequant_rows)(rg_cuda_ctx *ctx, const struct rg_node *n, uint32_t type, const void *src,
+                              int64_t row_bytes, int64_t rows, int64_t k0, int64_t K, uint32_t dst_type, void *dst,
+                              int64_t ld, rg_error *err);
+    rg_status (*dequant_decode32)(rg_cuda_ctx *ctx, uint32_t type, const void *src, int64_t n_blocks, float *dst,
+                                  rg_error *err);
 } rg_cuda_twin;
 
 extern const rg_cuda_twin rg_cudadev_table;   // the nvcc twin (RG_HAVE_CUDA)

@@ -122,21 +122,16 @@ rg_status rg_cublas_fail(rg_error *err, const struct rg_node *n, const char *cal
 // ---------------------------------------------------------------------------
 // The context
 
-// RETRO_CUDA_DEQUANT_BUDGET_MB (or the seed's GGML_CUDA_DEQUANT_BUDGET_MB):
-// MiB of F32 weight rows widened at once for an F16/BF16 MUL_MAT; <= 0 means
-// no slicing. Default 64.
-static size_t dequant_budget_from_env(void) {
-    const char *v = getenv("RETRO_CUDA_DEQUANT_BUDGET_MB");
-    if (!v || !*v) v = getenv("GGML_CUDA_DEQUANT_BUDGET_MB");
-    long long mb = 64;
-    if (v && *v) {
-        char *end = NULL;
-        long long x = strtoll(v, &end, 10);
-        if (end && *end == 0) mb = x;
-    }
-    if (mb <= 0) return 0;
-    if (mb > (long long)(SIZE_MAX >> 21)) return 0;
-    return (size_t)mb << 20;
+// RETRO_CUDA_DEQUANT_BUDGET_MB (or the seed's GGML_CUDA_DEQUANT_BUDGET_MB; cuda.h,
+// rg_cuda_dequant_budget_env): bytes of weight decoded at once by a wide quantized product
+// (ops_quant_mm.cu) or widened by an F16/BF16 MUL_MAT under RETRO_CUDA_HALF_GEMM=f32; 0 = no
+// slicing. Default 64 MiB. A value that is not an integer fails the context's creation,
+// naming the variable and the value.
+static rg_status dequant_budget_from_env(int device, size_t *out, rg_error *err) {
+    char why[160];
+    if (rg_cuda_dequant_budget_env(out, why, sizeof why) < 0)
+        return rg_fail(err, RG_ERR_ARG, "cuda device %d: %s", device, why);
+    return RG_OK;
 }
 
 static rg_status ctx_init(rg_cuda_ctx *ctx, int device, rg_error *err) {
@@ -149,7 +144,7 @@ static rg_status ctx_init(rg_cuda_ctx *ctx, int device, rg_error *err) {
     CUBLAS_TRY(cublasSetMathMode(ctx->cublas, CUBLAS_PEDANTIC_MATH));
     // Deterministic results: no kernels that sum with atomics.
     CUBLAS_TRY(cublasSetAtomicsMode(ctx->cublas, CUBLAS_ATOMICS_NOT_ALLOWED));
-    ctx->dequant_budget = dequant_budget_from_env();
+    RG_TRY(dequant_budget_from_env(device, &ctx->dequant_budget, err));
     char why[160];
     ctx->half_gemm = rg_cuda_half_gemm_env(why, sizeof why);
     if (ctx->half_gemm < 0) return rg_fail(err, RG_ERR_ARG, "cuda device %d: %s", device, why);
@@ -189,6 +184,7 @@ extern "C" void rg_cuda_ctx_free(rg_cuda_ctx *ctx) {
     if (ctx->stream) cudaStreamSynchronize(ctx->stream);
     for (int i = 0; i < RG_CU_BUF_COUNT; i++) cudaFree(ctx->buf[i].ptr);
     free_retired(ctx);
+    cudaFree(ctx->qtables);
     if (ctx->cublas) cublasDestroy(ctx->cublas);
     if (ctx->stream) cudaStreamDestroy(ctx->stream);
     cudaGetLastError();
@@ -298,7 +294,7 @@ extern "C" void rg_cuda_graph_free(rg_cuda_ctx *ctx, void *graph) {
 }
 
 extern "C" size_t rg_cuda_ctx_bytes(const rg_cuda_ctx *ctx) {
-    return ctx ? ctx->alloc_bytes + ctx->pool_bytes + ctx->retired_bytes : 0;
+    return ctx ? ctx->alloc_bytes + ctx->pool_bytes + ctx->retired_bytes + ctx->qtables_bytes : 0;
 }
 
 // ---------------------------------------------------------------------------

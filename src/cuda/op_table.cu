@@ -22,7 +22,9 @@
     X(SOFT_MAX_BACK, soft_max_back) X(CROSS_ENTROPY_LOSS, cross_entropy_loss)                               \
     X(CROSS_ENTROPY_LOSS_BACK, cross_entropy_loss_back) X(ATTN_DECODE, attn_decode)                         \
     /* ops_train.cu */                                                                                      \
-    X(OUT_PROD, out_prod) X(LINEAR_CE, linear_ce) X(LINEAR_CE_BACK, linear_ce_back)                         \
+    X(OUT_PROD, out_prod)                                                                                   \
+    /* ops_linear_ce.cu */                                                                                  \
+    X(LINEAR_CE, linear_ce) X(LINEAR_CE_BACK, linear_ce_back)                                               \
     /* ops_optim.cu */                                                                                      \
     X(ADAMW, adamw) X(SGD, sgd) X(SUMSQ, sumsq) X(CLIP_COEF, clip_coef)                                     \
     /* ops_ssm.cu */                                                                                        \

@@ -7,7 +7,9 @@
 //   ADD       f32 (+) f32 -> f32. a any strides (float-aligned), b any strides,
 //             tiled over a as on the CPU (b.ne[i] divides a.ne[i]). One IEEE add
 //             per element: bit-identical to the CPU.
-//   MUL_MAT   weight f32, f16 or bf16 (packed rows, any row/slice strides),
+//   MUL_MAT   (a quantized weight: ops_quant_mm.cu, the in-place decoder or the sliced
+//             decode + cuBLAS; otherwise as follows)
+//             weight f32, f16 or bf16 (packed rows, any row/slice strides),
 //             x f32 (packed rows), y f32. F32 weights: cuBLAS SGEMM with
 //             CUBLAS_PEDANTIC_MATH (true F32, no TF32). F16/BF16 weights by
 //             RETRO_CUDA_HALF_GEMM (cuda.h): `tensor` (default) rounds x to the
@@ -37,6 +39,7 @@
 #include <stdint.h>
 
 #include "cuda/cuda_common.cuh"
+#include "cuda/ops_quant_mm.cuh"
 
 // ===========================================================================
 // Kernels
@@ -428,20 +431,33 @@ static rg_status run_soft_max(rg_cuda_ctx *ctx, const rg_node *n, rg_error *err)
         return run_##fn_(ctx, n, err);                                               \
     }
 CELL(add)
-CELL(mul_mat)
 CELL(soft_max)
+
+// MUL_MAT: a quantized weight goes to ops_quant_mm.cu (which needs the exec's scratch).
+static rg_status cell_mul_mat(rg_exec_ctx *c, rg_node *n, rg_error *err) {
+    rg_cuda_ctx *ctx = rg_cu_ctx(c);
+    CU_TRY(cudaSetDevice(ctx->device));
+    if (rg_type_get(n->src[0]->t.type)->quantized) return rg_cu_qmm_run(ctx, c, n, err);
+    return run_mul_mat(ctx, n, err);
+}
 
 // Every node a cell takes: F32 output, contiguous, bytes bound, not empty.
 static bool plain_out(const rg_node *n) {
     return n && n->t.type == RG_TYPE_F32 && rg_tensor_is_contiguous(&n->t) && rg_tensor_nelements(&n->t) > 0;
 }
 static bool sup_add(const rg_node *n) { return plain_out(n) && add_supported(n); }
-static bool sup_mul_mat(const rg_node *n) { return plain_out(n) && mul_mat_supported(n); }
+static bool sup_mul_mat(const rg_node *n) {
+    return plain_out(n) && (mul_mat_supported(n) || rg_cu_qmm_supported(n));
+}
+static size_t work_mul_mat(const rg_node *n, int n_threads) {
+    (void)n_threads;
+    return rg_cu_qmm_work(n);  // 0 for float weights (their scratch is the context's pool)
+}
 static bool sup_soft_max(const rg_node *n) { return plain_out(n) && soft_max_supported(n); }
 
 // This file's cells of the CUDA column (op_table.cu lists them).
 namespace RG_CU_CELLS {
 extern const rg_op_col add = rg_cu_col(cell_add, sup_add, NULL, "f32");
-extern const rg_op_col mul_mat = rg_cu_col(cell_mul_mat, sup_mul_mat, NULL, "f32, f16, bf16");
+extern const rg_op_col mul_mat = rg_cu_col(cell_mul_mat, sup_mul_mat, work_mul_mat, rg_cu_qmm_types());
 extern const rg_op_col soft_max = rg_cu_col(cell_soft_max, sup_soft_max, NULL, "f32");
 }  // namespace RG_CU_CELLS

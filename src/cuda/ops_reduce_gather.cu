@@ -13,7 +13,10 @@
 //   GET_ROWS     table f32, f16, bf16 [n, rows, b2, b3] any strides, ids I32
 //                [k, e2, e3] -> f32 rows. An id outside the table gives a row of
 //                NaN (the CPU refuses the node; the device cannot say so without
-//                a synchronization).
+//                a synchronization). A quantized table of a type the device decodes
+//                (rg_cu_dequant_supported: a token embedding), contiguous: each
+//                thread decodes 32 elements of a row with rg_cu_decode32, the bits
+//                of the CPU's dequantization.
 //   GET_ROWS_BACK f32 dy [n, k...] any strides, ids I32 -> [n, rows]: zeros, then
 //                per table row the sum of its dy rows in f32 in increasing token
 //                order, by the block of the row's first token (no atomics; each
@@ -27,6 +30,7 @@
 // FMA rule (nvcc builds with --fmad=false, scripts/check-fma.sh): no fused multiply-add; the
 // CPU's elementwise kernels make none, and these rows are the CPU's bits.
 #include "cuda/ops_elementwise.cuh"
+#include "cuda/dequant.cuh"
 
 namespace {
 
@@ -151,6 +155,30 @@ __global__ void get_rows_kernel(const char *a, uint32_t atype, const char *ids, 
         const int64_t off =
             i[0] * g.anb[0] + id * g.anb[1] + (i[2] % g.ane[2]) * g.anb[2] + (i[3] % g.ane[3]) * g.anb[3];
         y[k] = load_f32(a + off, atype);
+    }
+}
+
+// GET_ROWS of a quantized table: item k is the group of 32 elements k % (ne0 / 32) of output
+// row k / (ne0 / 32); the table's block holding it decoded by rg_cu_decode32 (block_size and
+// block_bytes: the type's). An id outside the table gives the group as NaN.
+__global__ void get_rows_q_kernel(const char *a, uint32_t atype, int64_t block_size, int64_t block_bytes,
+                                  const char *ids, float *y, gr_geom g, rg_cu_qtables tab, int64_t n) {
+    const int64_t groups = g.ne[0] / 32;
+    GRID_STRIDE(k, n) {
+        const int64_t gi = k % groups, r = k / groups;
+        const int64_t i1 = r % g.ne[1], i2 = (r / g.ne[1]) % g.ne[2], i3 = r / (g.ne[1] * g.ne[2]);
+        const int64_t id = *(const int32_t *)(ids + i1 * g.inb[0] + i2 * g.inb[1] + i3 * g.inb[2]);
+        float *dst = y + r * g.ne[0] + gi * 32;
+        if (id < 0 || id >= g.ane[1]) {
+            for (int j = 0; j < 32; j++) dst[j] = __uint_as_float(0x7FC00000u);
+            continue;
+        }
+        const int64_t e0 = gi * 32;
+        const uint8_t *block = (const uint8_t *)(a + id * g.anb[1] + (i2 % g.ane[2]) * g.anb[2] +
+                                                 (i3 % g.ane[3]) * g.anb[3] + (e0 / block_size) * block_bytes);
+        float v[32];
+        rg_cu_decode32(atype, block, (int)((e0 % block_size) / 32), tab, v);
+        for (int j = 0; j < 32; j++) dst[j] = v[j];
     }
 }
 
@@ -297,10 +325,28 @@ rg_status run_get_rows(rg_cuda_ctx *ctx, const rg_node *n, rg_error *err) {
     for (int i = 0; i < 4; i++) g.ne[i] = n->t.ne[i], g.ane[i] = a->ne[i], g.anb[i] = (int64_t)a->nb[i];
     for (int i = 0; i < 3; i++) g.inb[i] = (int64_t)ids->nb[i];
     const int64_t count = rg_tensor_nelements(&n->t);
+    if (!is_float_type(a->type)) {  // quantized: 32 elements a thread
+        const rg_type_traits *tt = rg_type_get(a->type);
+        rg_cu_qtables tab;
+        RG_TRY(rg_cu_qtables_get(ctx, n, &tab, err));
+        RG_LAUNCH(get_rows_q_kernel, blocks_for(count / 32), THREADS, 0, ctx->stream, (const char *)a->data, a->type,
+                  tt->block_size, (int64_t)tt->type_size, (const char *)ids->data, (float *)n->t.data, g, tab,
+                  count / 32);
+        CU_LAUNCHED();
+        return RG_OK;
+    }
     RG_LAUNCH(get_rows_kernel, blocks_for(count), THREADS, 0, ctx->stream, (const char *)a->data, a->type,
               (const char *)ids->data, (float *)n->t.data, g, count);
     CU_LAUNCHED();
     return RG_OK;
+}
+
+// A quantized table the device decodes: packed blocks (contiguous), rows a whole number of
+// blocks, blocks a whole number of 32-element groups.
+bool sup_quant_table(const rg_tensor *a) {
+    const rg_type_traits *tt = rg_type_get(a->type);
+    return tt->quantized && rg_cu_dequant_supported(a->type) && tt->block_size % 32 == 0 &&
+           a->ne[0] % tt->block_size == 0 && rg_tensor_is_contiguous(a) && rg_tensor_nelements(a) > 0;
 }
 
 bool sup_ids(const rg_node *ids) {
@@ -310,8 +356,9 @@ bool sup_ids(const rg_node *ids) {
 bool sup_get_rows(const rg_node *n) {
     if (!n || !n->src[0] || !out_ok(n, RG_TYPE_F32) || !sup_ids(n->src[1])) return false;
     const rg_tensor *a = &n->src[0]->t, *ids = &n->src[1]->t, *o = &n->t;
-    return is_float_type(a->type) && aligned(a, elem_size(a->type)) && o->ne[0] == a->ne[0] && o->ne[1] == ids->ne[0] &&
-           o->ne[2] == ids->ne[1] && o->ne[3] == ids->ne[2] && o->ne[2] % a->ne[2] == 0 && o->ne[3] % a->ne[3] == 0;
+    const bool table_ok = is_float_type(a->type) ? aligned(a, elem_size(a->type)) : sup_quant_table(a);
+    return table_ok && o->ne[0] == a->ne[0] && o->ne[1] == ids->ne[0] && o->ne[2] == ids->ne[1] &&
+           o->ne[3] == ids->ne[2] && o->ne[2] % a->ne[2] == 0 && o->ne[3] % a->ne[3] == 0;
 }
 
 rg_status run_get_rows_back(rg_cuda_ctx *ctx, const rg_node *n, rg_error *err) {
@@ -362,6 +409,7 @@ extern const rg_op_col repeat_back = rg_cu_col(cell_repeat_back, sup_repeat_back
 extern const rg_op_col sum = rg_cu_col(cell_sum, sup_sum, sum_work, "f32");
 extern const rg_op_col mean = rg_cu_col(cell_mean, sup_sum, sum_work, "f32");
 extern const rg_op_col sum_rows = rg_cu_col(cell_sum_rows, sup_sum_rows, NULL, "f32");
-extern const rg_op_col get_rows = rg_cu_col(cell_get_rows, sup_get_rows, NULL, "f32, f16, bf16");
+extern const rg_op_col get_rows =
+    rg_cu_col(cell_get_rows, sup_get_rows, NULL, "f32, f16, bf16, quantized (device decoders)");
 extern const rg_op_col get_rows_back = rg_cu_col(cell_get_rows_back, sup_get_rows_back, NULL, "f32");
 }  // namespace RG_CU_CELLS

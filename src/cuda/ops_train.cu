@@ -1,9 +1,11 @@
 // ops_train.cu - CUDA cells of the op table for the training ops (cuda_common.cuh):
-// the weight gradient and the fused cross-entropy. Kernels
+// the weight gradient (the fused cross-entropy is in ops_linear_ce.cu). Kernels
 // first, then launchers, then the registration. Every launcher only queues work
 // on the context's stream and reads nothing back.
 //
-//   OUT_PROD        a [M, K, b2, b3] f32/f16/bf16, b [N, K, c2, c3] f32 -> [M, N, c2, c3] f32,
+//   OUT_PROD        (a quantized a, e.g. the weight in MUL_MAT's dX = out_prod(W, dY^T):
+//                   ops_quant_mm.cu, the in-place decoder or the sliced decode + cuBLAS)
+//                   a [M, K, b2, b3] f32/f16/bf16, b [N, K, c2, c3] f32 -> [M, N, c2, c3] f32,
 //                   out[i, j] = sum_k a[i, k] b[j, k]; output slice (i2, i3) reads a's slice
 //                   (i2 / (c2 / b2), i3 / (c3 / b3)), as on the CPU. cuBLAS SGEMM in pedantic
 //                   F32 (no TF32) on the operands' own strides: f32 a and b with packed rows
@@ -16,25 +18,6 @@
 //                   f32 operands whose ip[0] names F16/BF16 (the weight gradient of a half
 //                   weight, from MUL_MAT's backward rule), take the tensor path instead: b
 //                   (and an f32 a) rounded to that type, F32 accumulation (gemm_half.cu).
-//   LINEAR_CE       (a half w on the tensor path: h, and in the backward G, rounded to w's type
-//                   and multiplied on the tensor cores, gemm_half.cu; otherwise as follows)
-//                   w [d, V] f32/f16/bf16 (packed rows), h [d, T] f32, labels i32 [T] -> [T + 1]:
-//                   ops_linear_ce.c's algorithm with its chunk (rg_linear_ce_chunk): per
-//                   vocabulary chunk one SGEMM into the [T, chunk] scratch (a half w chunk
-//                   widened first), then one block per token: the chunk's max (f32), the sum of
-//                   expf(z - max) in double (a fixed tree), merged into the running (max, sum)
-//                   in double in chunk order, and the target logit; then lse_t = max + log sum and
-//                   the loss inv_n * sum_t (lse_t - z_t) in double (a fixed tree over t). No
-//                   atomics: the bits depend only on the shapes. Differences from the CPU: the
-//                   GEMM's summation order, expf (<= 2 ulp) for exp_poly.h's exp, CUDA's double
-//                   exp/log (<= 1 ulp), the order of the double sums. A label outside [0, V) that
-//                   is not ignored makes the loss NaN (the CPU names it; the device cannot
-//                   return an error without a synchronization), which the exec's loss check reports.
-//   LINEAR_CE_BACK  (dy [T + 1], h, the LINEAR_CE node, dw [d, V] f32 or NULL) -> dh [d, T]: per
-//                   chunk the logits again, G = (float)(e c_t) - [v = label] dy0 inv_n with
-//                   e = expf(-|z - lse_t|) and c_t = dy0 inv_n + dy[1 + t] in double (0 rows for
-//                   ignored tokens), dh (+)= w_c G^T (SGEMM accumulating over chunks in order)
-//                   and dw_c = h G (each chunk its own columns). Differences as LINEAR_CE's.
 //
 // The optimizer's cells (ADAMW, SGD, SUMSQ, CLIP_COEF) are in ops_optim.cu.
 // FMA rule (nvcc builds with --fmad=false, scripts/check-fma.sh): no fused multiply-add; the
@@ -45,10 +28,8 @@
 #include <string.h>
 
 #include "cuda/cuda_common.cuh"
+#include "cuda/ops_quant_mm.cuh"
 
-extern "C" {
-#include "cpu/cpu_ops.h"  // rg_linear_ce_chunk: the CPU's chunk rule
-}
 #include "tensor/half_bits.h"
 
 // ===========================================================================
@@ -68,101 +49,11 @@ __global__ static void widen_half_kernel(const uint16_t *src, int64_t s0, int64_
     }
 }
 
-
-// lce_inv_n: *inv_n = fp0 when fp0 > 0, else 1 / (the labels that are not ignored), 0 when none. One block.
-__global__ static void lce_inv_n_kernel(const int32_t *labels, int64_t T, int32_t ignore, const rg_node_params *prm,
-                                        double *inv_n) {
-    const float fp0 = prm->fp[0];
-    RG_SHARED(long long, sh_cnt, 32);
-    long long cnt = 0;
-    for (int64_t t = threadIdx.x; t < T; t += blockDim.x) cnt += labels[t] != ignore;
-    cnt = rg_cu_block_reduce(cnt, 0LL, sh_cnt, rg_cu_add());
-    if (threadIdx.x == 0) *inv_n = fp0 > 0.0f ? (double)fp0 : cnt > 0 ? __ddiv_rn(1.0, (double)cnt) : 0.0;
-}
-
-// lce_chunk_lse: one block per token t (label not ignored) of the chunk's logits
-// z [T rows of ldz, nv entries] for vocabulary entries v0 ..: the chunk's max
-// m_c and s_c = sum_v expf(z - m_c) in double, merged into the running (m, s)
-// as ops_linear_ce.c merges them; zt[t] gets the target logit when the label
-// falls in the chunk (NaN until then, so a label outside [0, V) shows in the loss).
-__global__ static void lce_chunk_lse_kernel(const float *z, int64_t ldz, int64_t nv, int64_t v0, int64_t T,
-                                            const int32_t *labels, int32_t ignore, int first, float *m, double *s,
-                                            float *zt) {
-    RG_SHARED(float, sh_max, 32);
-    RG_SHARED(double, sh_sum, 32);
-    for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
-        const int32_t label = labels[t];
-        if (label == ignore) continue;  // the same branch in every thread of the block
-        const float *zr = z + t * ldz;  // [nv]
-        float mc = -INFINITY;
-        for (int64_t v = threadIdx.x; v < nv; v += blockDim.x)
-            if (zr[v] > mc) mc = zr[v];
-        mc = rg_cu_block_reduce(mc, -INFINITY, sh_max, rg_cu_max_f32());
-        double sc = 0.0;
-        for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) sc = __dadd_rn(sc, (double)expf(__fsub_rn(zr[v], mc)));
-        sc = rg_cu_block_reduce(sc, 0.0, sh_sum, rg_cu_add());
-        if (threadIdx.x != 0) continue;
-        if (first) {
-            m[t] = mc, s[t] = sc, zt[t] = NAN;
-        } else if (mc > m[t]) {
-            s[t] = __dadd_rn(__dmul_rn(s[t], exp(__dsub_rn((double)m[t], (double)mc))), sc);
-            m[t] = mc;
-        } else if (mc == mc) {
-            s[t] = __dadd_rn(s[t], __dmul_rn(sc, exp(__dsub_rn((double)mc, (double)m[t]))));
-        } else {  // a NaN logit: the loss says so
-            s[t] = NAN;
-        }
-        if (label >= v0 && label < v0 + nv) zt[t] = zr[label - v0];
-    }
-}
-
-// lce_finish: out[1 + t] = lse_t = m + log s (0 for ignored t), out[0] = inv_n * sum_t (lse_t - zt[t])
-// in double, each thread's tokens in increasing t, then the fixed tree. One block.
-__global__ static void lce_finish_kernel(const float *m, const double *s, const float *zt, const int32_t *labels,
-                                         int64_t T, int32_t ignore, const double *inv_n, float *out) {
-    RG_SHARED(double, sh_sum, 32);
-    double sum = 0.0;
-    for (int64_t t = threadIdx.x; t < T; t += blockDim.x) {
-        if (labels[t] == ignore) {
-            out[1 + t] = 0.0f;
-            continue;
-        }
-        const double lse = __dadd_rn((double)m[t], log(s[t]));
-        out[1 + t] = (float)lse;
-        sum = __dadd_rn(sum, __dsub_rn(lse, (double)zt[t]));
-    }
-    sum = rg_cu_block_reduce(sum, 0.0, sh_sum, rg_cu_add());
-    if (threadIdx.x == 0) out[0] = (float)__dmul_rn(sum, *inv_n);
-}
-
-// lce_chunk_grad: one block per token; the chunk's logits z become their gradient in place:
-// G = (float)(e * c_t), e = expf(-|z - lse_t|), c_t = dy[0] inv_n + dy[1 + t]; at the label
-// (float)(e * c_t - dy[0] inv_n); 0 for an ignored token.
-__global__ static void lce_chunk_grad_kernel(float *z, int64_t ldz, int64_t nv, int64_t v0, int64_t T,
-                                             const int32_t *labels, int32_t ignore, const float *lse, const float *dy,
-                                             const double *inv_n) {
-    for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
-        float *g = z + t * ldz;  // [nv]
-        const int32_t label = labels[t];
-        if (label == ignore) {
-            for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) g[v] = 0.0f;
-            continue;
-        }
-        const double coef0 = __dmul_rn((double)dy[0], *inv_n);
-        const double c = __dadd_rn(coef0, (double)dy[1 + t]);
-        const float l = lse[t];
-        for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) {
-            const double e = (double)expf(-fabsf(__fsub_rn(g[v], l)));
-            g[v] = v0 + v == label ? (float)__dsub_rn(__dmul_rn(e, c), coef0) : (float)__dmul_rn(e, c);
-        }
-    }
-}
-
 // ===========================================================================
 // Launchers
 // ===========================================================================
 
-static const int THREADS = 256, ROW_THREADS = 128;  // elementwise kernels; one block per row
+static const int THREADS = 256;  // elementwise kernels
 static const int64_t MAX_GRID = 65535 * 16, MAX_BATCH = 65535;
 
 // Blocks for n items at `threads` per block; the kernels loop past the grid.
@@ -170,7 +61,6 @@ static unsigned grid_for(int64_t n, int threads) {
     const int64_t b = (n + threads - 1) / threads;
     return (unsigned)(b < 1 ? 1 : b > MAX_GRID ? MAX_GRID : b);
 }
-static unsigned rows_grid(int64_t rows) { return (unsigned)(rows < 1 ? 1 : rows < MAX_GRID ? rows : MAX_GRID); }
 
 static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
@@ -248,7 +138,11 @@ static bool out_prod_geom(const rg_node *n, op_geom *g) {
 
 static bool sup_out_prod(const rg_node *n) {
     op_geom g;
-    return out_prod_geom(n, &g);
+    return out_prod_geom(n, &g) || rg_cu_qop_supported(n);
+}
+static size_t work_out_prod(const rg_node *n, int n_threads) {
+    (void)n_threads;
+    return rg_cu_qop_work(n);  // 0 unless a is quantized (the float paths use the context's pool)
 }
 
 // batch products C_i = A_i op(B) for i < count, A_i = A + i sa, B_i = B + i sb, C_i = C + i sc, m rows of C.
@@ -311,7 +205,7 @@ static rg_status out_prod_tensor(rg_cuda_ctx *ctx, const rg_node *n, const op_ge
 }
 
 static rg_status run_out_prod(rg_cuda_ctx *ctx, const rg_node *n, const rg_exec_ctx *c, rg_error *err) {
-    (void)c;
+    if (rg_type_get(n->src[0]->t.type)->quantized) return rg_cu_qop_run(ctx, c, n, err);  // ops_quant_mm.cu
     op_geom g;
     if (!out_prod_geom(n, &g))
         return rg_fail(err, RG_ERR_UNSUPPORTED, "cuda out_prod '%s': shapes or strides the cell does not take", n->t.name);
@@ -364,244 +258,10 @@ static rg_status run_out_prod(rg_cuda_ctx *ctx, const rg_node *n, const rg_exec_
 }
 
 // ---------------------------------------------------------------------------
-// LINEAR_CE and LINEAR_CE_BACK
-//
-// Column-major, the chunk's logits are Zc = Wc^T H: Wc = w's columns v0 .. v0 + nv (d x nv,
-// leading dimension ldw), H = h (d x T, ldh), Zc nv x T with leading dimension chunk, i.e.
-// the CPU's [T rows, chunk] scratch. The backward then makes dh (+)= Wc G and dw_c = H G^T.
-
-typedef struct lce_geom {
-    int64_t d, V, T, chunk;
-    int64_t ldw, ldh;  // elements
-    uint32_t wtype;
-} lce_geom;
-
-// w, h, labels as LINEAR_CE reads them (fwd: the LINEAR_CE node, h: its hidden states); the
-// chunk of node n (fwd itself, or the LINEAR_CE_BACK node, as the CPU takes it).
-static bool lce_geom_of(const rg_node *n, const rg_node *fwd, const rg_node *h, lce_geom *g) {
-    const rg_node *w = fwd->src[0], *labels = fwd->src[2];
-    if (!w || !h || !labels || h->t.type != RG_TYPE_F32 || labels->t.type != RG_TYPE_I32) return false;
-    const size_t esz = type_size(w->t.type);
-    if (!esz || w->t.nb[1] % esz || h->t.nb[1] % 4) return false;
-    g->wtype = w->t.type;
-    g->d = w->t.ne[0], g->V = w->t.ne[1], g->T = h->t.ne[1];
-    if (g->d < 1 || g->V < 1 || g->T < 1 || w->t.ne[2] != 1 || w->t.ne[3] != 1) return false;
-    if (h->t.ne[0] != g->d || h->t.ne[2] != 1 || h->t.ne[3] != 1) return false;
-    if ((g->d > 1 && (w->t.nb[0] != esz || h->t.nb[0] != 4)) || rg_tensor_nelements(&labels->t) != g->T ||
-        (g->T > 1 && labels->t.nb[0] != 4))
-        return false;
-    g->ldw = g->V > 1 ? (int64_t)(w->t.nb[1] / esz) : g->d;
-    g->ldh = g->T > 1 ? (int64_t)(h->t.nb[1] / 4) : g->d;
-    g->chunk = rg_linear_ce_chunk(n, g->V, g->T);
-    return g->ldw >= g->d && g->ldh >= g->d && fits_int(g->d) && fits_int(g->V) && fits_int(g->T) &&
-           fits_int(g->ldw) && fits_int(g->ldh) && fits_int(g->chunk) && g->chunk <= INT64_MAX / g->T;
-}
-
-static bool sup_linear_ce(const rg_node *n) {
-    lce_geom g;
-    return is_plain_f32(n) && lce_geom_of(n, n, n->src[1], &g) && rg_tensor_nelements(&n->t) == g.T + 1;
-}
-
-static bool sup_linear_ce_back(const rg_node *n) {
-    const rg_node *dy = n->src[0], *h = n->src[1], *fwd = n->src[2], *dw = n->src[3];
-    lce_geom g;
-    if (!fwd || fwd->op != RG_OP_LINEAR_CE || !is_plain_f32(fwd) || !is_plain_f32(dy) || !is_plain_f32(n) ||
-        !lce_geom_of(n, fwd, h, &g))
-        return false;
-    if (rg_tensor_nelements(&dy->t) != g.T + 1 || rg_tensor_nelements(&fwd->t) != g.T + 1) return false;
-    if (n->t.ne[0] != g.d || n->t.ne[1] != g.T) return false;
-    return !dw || (is_plain_f32(dw) && dw->t.ne[0] == g.d && dw->t.ne[1] == g.V && rg_tensor_nelements(&dw->t) == g.d * g.V);
-}
-
-// The device scratch: z [T, chunk] | for a half w: its chunk widened [d, chunk] (RETRO_CUDA_HALF_GEMM=f32),
-// and h [d, T] and the chunk's G [T, chunk] rounded to w's type (the tensor path; both kept, so
-// the plan does not depend on the mode) | (forward) m [T] f32, s [T] f64, zt [T] f32 | inv_n f64.
-typedef struct lce_layout {
-    float *z, *wf, *m, *zt;
-    uint16_t *hh, *gh;
-    double *s, *inv_n;
-    size_t total;
-} lce_layout;
-
-static size_t align256(size_t n) { return (n + 255) / 256 * 256; }
-
-static lce_layout lce_layout_of(void *base, const lce_geom *g, bool back) {
-    lce_layout L;
-    memset(&L, 0, sizeof L);
-    char *b = (char *)base;
-    size_t off = 0;
-#define LCE_PLACE(field, T_, count)                                   \
-    L.field = b ? (T_ *)(b + off) : NULL;                             \
-    off += align256((size_t)(count) * sizeof(T_))
-    LCE_PLACE(z, float, g->T * g->chunk);
-    if (g->wtype != RG_TYPE_F32) {
-        LCE_PLACE(wf, float, g->d * g->chunk);
-        LCE_PLACE(hh, uint16_t, g->d * g->T);
-        LCE_PLACE(gh, uint16_t, g->T * g->chunk);
-    }
-    if (!back) {
-        LCE_PLACE(m, float, g->T);
-        LCE_PLACE(s, double, g->T);
-        LCE_PLACE(zt, float, g->T);
-    }
-    LCE_PLACE(inv_n, double, 1);
-#undef LCE_PLACE
-    L.total = off;
-    return L;
-}
-
-static size_t work_linear_ce(const rg_node *n, int n_threads) {
-    (void)n_threads;
-    lce_geom g;
-    return lce_geom_of(n, n, n->src[1], &g) ? lce_layout_of(NULL, &g, false).total : 0;
-}
-
-static size_t work_linear_ce_back(const rg_node *n, int n_threads) {
-    (void)n_threads;
-    lce_geom g;
-    return n->src[2] && lce_geom_of(n, n->src[2], n->src[1], &g) ? lce_layout_of(NULL, &g, true).total : 0;
-}
-
-// The scratch laid out, or an error when the executor gave less than the cell's work size.
-static rg_status lce_scratch(const rg_exec_ctx *c, const rg_node *n, const lce_geom *g, bool back, lce_layout *L,
-                             rg_error *err) {
-    *L = lce_layout_of(c->scratch, g, back);
-    if (!c->scratch || c->scratch_size < L->total)
-        return rg_fail(err, RG_ERR_ARG, "cuda %s '%s': device scratch of %zu bytes is below the %zu needed",
-                       rg_op_name(n->op), n->t.name, c->scratch_size, L->total);
-    return RG_OK;
-}
-
-// Wc for the chunk at v0 (nv columns): w's own bytes, or its columns widened into L->wf. *ld: its leading dimension.
-static rg_status lce_weight_chunk(rg_cuda_ctx *ctx, const rg_node *n, const rg_tensor *w, const lce_geom *g,
-                                  const lce_layout *L, int64_t v0, int64_t nv, const float **Wc, int64_t *ld,
-                                  rg_error *err) {
-    if (g->wtype == RG_TYPE_F32) {
-        *Wc = (const float *)w->data + v0 * g->ldw, *ld = g->ldw;
-        return RG_OK;
-    }
-    *Wc = L->wf, *ld = g->d;
-    return widen(ctx, n, (const uint16_t *)w->data + v0 * g->ldw, 1, g->ldw, g->d, nv, g->wtype, L->wf, err);
-}
-
-// Whether a half head takes the tensor path (cuda.h): h and G rounded to its type, GemmEx.
-static bool lce_tensor(const rg_cuda_ctx *ctx, const lce_geom *g) {
-    return g->wtype != RG_TYPE_F32 && ctx->half_gemm == RG_CUDA_HALF_GEMM_TENSOR;
-}
-
-// The tensor path: h [d, T] (ldh) rounded to w's type into L->hh (packed, leading dimension d).
-static rg_status lce_round_h(rg_cuda_ctx *ctx, const rg_node *n, const float *H, const lce_geom *g,
-                             const lce_layout *L, rg_error *err) {
-    const int64_t ne[4] = {g->d, g->T, 1, 1}, s[4] = {1, g->ldh, 0, 0};
-    return rg_cu_narrow(ctx, n, H, ne, s, g->wtype, L->hh, err);
-}
-
-// The chunk's logits into L->z.
-static rg_status lce_logits(rg_cuda_ctx *ctx, const rg_node *n, const rg_tensor *w, const float *H, const lce_geom *g,
-                            const lce_layout *L, int64_t v0, int64_t nv, const float **Wc, int64_t *ldw,
-                            rg_error *err) {
-    if (lce_tensor(ctx, g))  // Zc = Wc^T Hh on the half columns as stored
-        return rg_cu_gemm_half(ctx, n, CUBLAS_OP_T, CUBLAS_OP_N, nv, g->T, g->d, (const uint16_t *)w->data + v0 * g->ldw,
-                               g->ldw, 0, L->hh, g->d, 0, L->z, g->chunk, 0, 1, g->wtype, err);
-    RG_TRY(lce_weight_chunk(ctx, n, w, g, L, v0, nv, Wc, ldw, err));
-    const float one = 1.0f, zero = 0.0f;
-    CUBLAS_TRY(cublasSgemm(ctx->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nv, (int)g->T, (int)g->d, &one, *Wc, (int)*ldw,
-                           H, (int)g->ldh, &zero, L->z, (int)g->chunk));
-    return RG_OK;
-}
-
-static rg_status run_linear_ce(rg_cuda_ctx *ctx, const rg_node *n, const rg_exec_ctx *c, rg_error *err) {
-    lce_geom g;
-    if (!lce_geom_of(n, n, n->src[1], &g))
-        return rg_fail(err, RG_ERR_UNSUPPORTED, "cuda linear_ce '%s': shapes or strides the cell does not take", n->t.name);
-    lce_layout L;
-    RG_TRY(lce_scratch(c, n, &g, false, &L, err));
-    const rg_tensor *w = &n->src[0]->t;
-    const float *H = (const float *)n->src[1]->t.data;
-    const int32_t *labels = (const int32_t *)n->src[2]->t.data;
-    const int32_t ignore = (int32_t)n->ip[0];
-    const rg_node_params *prm;
-    RG_TRY(rg_cu_params(c, n, &prm, err));
-    RG_LAUNCH(lce_inv_n_kernel, 1, THREADS, 0, ctx->stream, labels, g.T, ignore, prm, L.inv_n);
-    CU_LAUNCHED();
-    if (lce_tensor(ctx, &g)) RG_TRY(lce_round_h(ctx, n, H, &g, &L, err));
-    for (int64_t v0 = 0; v0 < g.V; v0 += g.chunk) {
-        const int64_t nv = g.V - v0 < g.chunk ? g.V - v0 : g.chunk;
-        const float *Wc;
-        int64_t ldw;
-        RG_TRY(lce_logits(ctx, n, w, H, &g, &L, v0, nv, &Wc, &ldw, err));
-        RG_LAUNCH(lce_chunk_lse_kernel, rows_grid(g.T), ROW_THREADS, 0, ctx->stream, (const float *)L.z, g.chunk, nv,
-                  v0, g.T, labels, ignore, v0 == 0 ? 1 : 0, L.m, L.s, L.zt);
-        CU_LAUNCHED();
-    }
-    RG_LAUNCH(lce_finish_kernel, 1, THREADS, 0, ctx->stream, (const float *)L.m, (const double *)L.s,
-              (const float *)L.zt, labels, g.T, ignore, (const double *)L.inv_n, (float *)n->t.data);
-    CU_LAUNCHED();
-    return RG_OK;
-}
-
-static rg_status run_linear_ce_back(rg_cuda_ctx *ctx, const rg_node *n, const rg_exec_ctx *c, rg_error *err) {
-    const rg_node *fwd = n->src[2];
-    lce_geom g;
-    if (!fwd || !lce_geom_of(n, fwd, n->src[1], &g))
-        return rg_fail(err, RG_ERR_UNSUPPORTED, "cuda linear_ce_back '%s': shapes or strides the cell does not take",
-                       n->t.name);
-    lce_layout L;
-    RG_TRY(lce_scratch(c, n, &g, true, &L, err));
-    const rg_tensor *w = &fwd->src[0]->t;
-    const float *H = (const float *)n->src[1]->t.data, *dy = (const float *)n->src[0]->t.data;
-    const float *lse = (const float *)fwd->t.data + 1;
-    const int32_t *labels = (const int32_t *)fwd->src[2]->t.data;
-    const int32_t ignore = (int32_t)n->ip[0];
-    float *dh = (float *)n->t.data, *dw = n->src[3] ? (float *)n->src[3]->t.data : NULL;
-    const rg_node_params *prm;
-    RG_TRY(rg_cu_params(c, n, &prm, err));
-    RG_LAUNCH(lce_inv_n_kernel, 1, THREADS, 0, ctx->stream, labels, g.T, ignore, prm, L.inv_n);
-    CU_LAUNCHED();
-    const float one = 1.0f, zero = 0.0f;
-    const bool tensor = lce_tensor(ctx, &g);
-    if (tensor) RG_TRY(lce_round_h(ctx, n, H, &g, &L, err));
-    for (int64_t v0 = 0; v0 < g.V; v0 += g.chunk) {
-        const int64_t nv = g.V - v0 < g.chunk ? g.V - v0 : g.chunk;
-        const float *Wc;
-        int64_t ldw;
-        RG_TRY(lce_logits(ctx, n, w, H, &g, &L, v0, nv, &Wc, &ldw, err));
-        RG_LAUNCH(lce_chunk_grad_kernel, rows_grid(g.T), ROW_THREADS, 0, ctx->stream, L.z, g.chunk, nv, v0, g.T,
-                  labels, ignore, lse, dy, (const double *)L.inv_n);
-        CU_LAUNCHED();
-        if (tensor) {
-            // G (nv x T, leading dimension chunk) rounded to w's type, packed with leading dimension nv; then
-            // dh (+)= Wc Gh and dw_c = Hh Gh^T with F32 accumulation, as the F32 path below.
-            const int64_t ne[4] = {nv, g.T, 1, 1}, s[4] = {1, g.chunk, 0, 0};
-            RG_TRY(rg_cu_narrow(ctx, n, L.z, ne, s, g.wtype, L.gh, err));
-            RG_TRY(rg_cu_gemm_half(ctx, n, CUBLAS_OP_N, CUBLAS_OP_N, g.d, g.T, nv,
-                                   (const uint16_t *)w->data + v0 * g.ldw, g.ldw, 0, L.gh, nv, 0, dh, g.d, 0, 1,
-                                   g.wtype, err, v0 > 0 ? 1.0f : 0.0f));
-            if (dw)
-                RG_TRY(rg_cu_gemm_half(ctx, n, CUBLAS_OP_N, CUBLAS_OP_T, g.d, nv, g.T, L.hh, g.d, 0, L.gh, nv, 0,
-                                       dw + v0 * g.d, g.d, 0, 1, g.wtype, err));
-            continue;
-        }
-        // dh (+)= Wc G: d x nv times nv x T
-        CUBLAS_TRY(cublasSgemm(ctx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, (int)g.d, (int)g.T, (int)nv, &one, Wc, (int)ldw,
-                               L.z, (int)g.chunk, v0 > 0 ? &one : &zero, dh, (int)g.d));
-        if (!dw) continue;
-        // dw_c = H G^T: d x T times T x nv, the chunk's own columns of dw
-        CUBLAS_TRY(cublasSgemm(ctx->cublas, CUBLAS_OP_N, CUBLAS_OP_T, (int)g.d, (int)nv, (int)g.T, &one, H,
-                               (int)g.ldh, L.z, (int)g.chunk, &zero, dw + v0 * g.d, (int)g.d));
-    }
-    return RG_OK;
-}
-
-// ---------------------------------------------------------------------------
 // The cells (rg_cu_cell: the device set, then the run function)
 
 // This file's cells of the CUDA column (op_table.cu lists them).
 namespace RG_CU_CELLS {
-extern const rg_op_col out_prod = rg_cu_col(rg_cu_cell<run_out_prod>, sup_out_prod, NULL, "f32, f16, bf16");
-// The loss scales change from run to run: read on the device.
-extern const rg_op_col linear_ce =
-    rg_cu_col(rg_cu_cell<run_linear_ce>, sup_linear_ce, work_linear_ce, "f32, f16, bf16", true);
-extern const rg_op_col linear_ce_back =
-    rg_cu_col(rg_cu_cell<run_linear_ce_back>, sup_linear_ce_back, work_linear_ce_back, "f32, f16, bf16", true);
+extern const rg_op_col out_prod =
+    rg_cu_col(rg_cu_cell<run_out_prod>, sup_out_prod, work_out_prod, rg_cu_qmm_types());
 }  // namespace RG_CU_CELLS

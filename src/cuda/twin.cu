@@ -8,4 +8,5 @@ extern "C" const rg_cuda_twin RG_CUDA_TWIN(table) = {
     rg_cuda_ctx_free,  rg_cuda_mem_alloc,    rg_cuda_mem_free,   rg_cuda_copy_h2d, rg_cuda_copy_d2h,
     rg_cuda_mem_zero,  rg_cuda_sync,         rg_cuda_mem_info,   rg_cuda_ctx_bytes, rg_cuda_column,
     rg_cuda_graph_begin, rg_cuda_graph_end,  rg_cuda_graph_launch, rg_cuda_graph_free,
+    rg_cuda_dequant_supported, rg_cuda_dequant_rows, rg_cuda_dequant_decode32,
 };
