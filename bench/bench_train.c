@@ -285,13 +285,19 @@ static int device_profile(rg_train_state *s, const row_input *in, int rows, int6
 static void print_device_memory(const rg_train_memory *mem, const rg_model *m, int64_t T) {
     const double M = 1048576.0;
     printf("  device memory: this process %.1f MiB (weights %.1f, gradients %.1f, optimizer %.1f, activations %.1f, "
-           "scratch %.1f); must be resident by the plan %.1f MiB (weights and adapters %.1f + gradients %.1f + optimizer "
-           "%.1f + activations %.1f + scratch %.1f); the whole device uses %.1f MiB, %.1f free\n",
+           "scratch %.1f); the whole device uses %.1f MiB, %.1f free\n",
            (double)mem->scratch_total / M, (double)mem->scratch_weights / M, (double)mem->scratch_gradients / M,
            (double)mem->scratch_optimizer / M, (double)mem->scratch_activations / M, (double)mem->scratch_scratch / M,
-           (double)mem->total / M, (double)mem->weights / M, (double)mem->gradients / M, (double)mem->optimizer / M,
-           (double)mem->activations / M, (double)mem->scratch / M, (double)mem->device_used / M,
-           (double)mem->device_free / M);
+           (double)mem->device_used / M, (double)mem->device_free / M);
+    // What must be resident: the file's tensors as stored and the adapters (the host report's weights,
+    // not what the device holds), and the device plans' gradients, optimizer state, activations and scratch.
+    const size_t need = mem->weights + mem->scratch_gradients + mem->scratch_optimizer + mem->scratch_activations +
+                        mem->scratch_scratch;
+    printf("  must be resident by the plan: %.1f MiB = weights as stored and adapters %.1f + gradients %.1f + optimizer "
+           "%.1f + activations %.1f + scratch %.1f (this process / that: %.2fx)\n", (double)need / M,
+           (double)mem->weights / M, (double)mem->scratch_gradients / M, (double)mem->scratch_optimizer / M,
+           (double)mem->scratch_activations / M, (double)mem->scratch_scratch / M,
+           need ? (double)mem->scratch_total / (double)need : 0.0);
     printf("  loss: %s; the [n_vocab, T] = [%lld, %lld] F32 logits are %.1f MiB, dh [%lld, %lld] F32 %.1f MiB%s%s\n",
            mem->fused_ce ? "the fused cross-entropy (LINEAR_CE, by vocabulary chunks)" : "materialized logits",
            (long long)m->hp.n_vocab, (long long)T, (double)m->hp.n_vocab * (double)T * 4 / M, (long long)m->hp.n_embd,

@@ -150,7 +150,7 @@ bench() {
   else
     verdict "$name" "$rc" "log $log"
   fi
-  grep -E 'tok/s +\(best|refused by|rows: skipped|failed:|^\(made |^  step graph:|^device:|^file | (caus|full) \||HOST EXECUTION|TF/s  |^peaks:|^  device memory:|^  loss:|^(f16|bf16|q8_0|q4_0|q4_k_m|iq4_xs) |on the device: the token graph|^bench_precision:|^(AdamW|SGD), |^  (worst|elements|relative) ' "$out/$log" |
+  grep -E 'tok/s +\(best|refused by|rows: skipped|failed:|^\(made |^  step graph:|^device:|^file | (caus|full) \||HOST EXECUTION|TF/s  |^peaks:|^  device memory:|^  must be resident|^  loss:|^(f16|bf16|q8_0|q4_0|q4_k_m|iq4_xs) |on the device: the token graph|^bench_precision:|^(AdamW|SGD), |^  (worst|elements|relative) ' "$out/$log" |
     cut -c1-220 | sed 's/^/    /' | tee -a "$out/summary.txt"
 }
 
@@ -537,7 +537,8 @@ fi
 if ! full; then
   test_bin "$([ "$dry" = 1 ] && echo 600 || echo 240)" "$build/test_f16_base_training"
   if [ "$dry" = 1 ]; then
-    bench "bench_precision (4 steps, host execution)" 240 RG_BENCH_DEVICE=cuda -- "$build/bench_precision" 4
+    bench "bench_precision (4 steps, host execution)" 420 RG_BENCH_DEVICE=cuda RG_BENCH_HOST_STEPS=2 -- \
+      "$build/bench_precision" 4
   else
     bench "bench_precision (200 steps)" 180 RG_BENCH_DEVICE=cuda -- "$build/bench_precision" 200
   fi
