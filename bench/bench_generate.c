@@ -6,13 +6,16 @@
 //
 //   RG_SMOLLM2=path/to/SmolLM2-135M-Instruct.Q4_1.gguf ./build/bench_generate
 //
-// The other types are made from the Q4_1 file with `retrograd quantize
-// --allow-requantize` (same shapes; the weights are the Q4_1 values), so the
-// speeds are what each storage type costs.
+// The other types (F32 F16 BF16 Q8_0 Q4_0 Q4_K_M IQ4_XS) are made from the Q4_1 file with
+// `retrograd quantize --allow-requantize` (same shapes; the weights are the Q4_1 values), so
+// the speeds are what each storage type costs. RG_SMOLLM2 may name any file (scripts/gpu-check.sh
+// gives make-tiny's BF16 shapes and leaves the shipped row out with RG_BENCH_TYPES); on a device
+// each row also says what the token graph left on the CPU and copied.
 //
 // Optional environment (for profiling one type on a busy machine):
 //   RG_BENCH_TYPES=f32,q4_0   only these labels (the first word of the label)
-//   RG_BENCH_CACHE=/tmp/dir   keep the quantized files there and reuse them
+//   RG_BENCH_CACHE=/tmp/dir   keep the quantized files there and reuse them (as PREFIX-LABEL.gguf,
+//                             RG_BENCH_CACHE_PREFIX, default smollm2: e.g. smollm2-q4_k_m.gguf)
 //   RG_BENCH_REPS=5           repetitions (default 3); the best one is printed
 //   RG_BENCH_SKIP=pp|tg       skip the prompt (and the generation after it) or both generations
 //   RG_BENCH_THREADS=1        threads (default: all cores)
@@ -48,7 +51,8 @@ static const struct {
     const char *target;  // retrograd quantize name, NULL: the file as shipped
     const char *label;
 } types[] = {
-    {"F32", "f32"}, {"F16", "f16"}, {"BF16", "bf16"}, {"Q8_0", "q8_0"}, {"Q4_0", "q4_0"}, {NULL, "q4_1 (shipped)"}, {"Q4_K_M", "q4_k_m"},
+    {"F32", "f32"},   {"F16", "f16"},   {"BF16", "bf16"}, {"Q8_0", "q8_0"}, {"Q4_0", "q4_0"}, {NULL, "q4_1 (shipped)"},
+    {"Q4_K_M", "q4_k_m"}, {"IQ4_XS", "iq4_xs"},
 };
 
 static double cpu_now(void) {
@@ -193,6 +197,12 @@ static void bench_file(const char *label, const char *file, const gen_opts *o) {
                ceil_s, o->skip_pp || o->skip_tg ? 0.0 : o->tg / t.tga);
         if (o->show_cpu) printf("   cpu ms: prompt %.1f, per generated token %.2f", t.cpu_pp * 1e3, t.cpu_tg * 1e3 / o->tg);
         printf("\n");
+        if (o->device != RG_DEVICE_CPU) {  // what the single-token graph left on the CPU (fallbacks) and copied
+            const rg_exec_stats st = rg_session_decode_stats(s);
+            printf("%-16s   on the device: the token graph has %d nodes on the CPU (fallbacks) and %d scheduled copies a "
+                   "run; %.3f MiB copied between the CPU and the device in all\n", "", st.nodes_fallback, st.copies_scheduled,
+                   (double)(st.bytes_to_device + st.bytes_to_host) / 1048576.0);
+        }
         if (o->show_prof) {
             printf("prompt ");
             rg_exec_profile_print(&prof_pp, stdout);
@@ -249,14 +259,14 @@ int main(void) {
         return 2;
     }
     const char *only = getenv("RG_BENCH_TYPES"), *cache = getenv("RG_BENCH_CACHE"), *skip = getenv("RG_BENCH_SKIP");
-    const char *dev = getenv("RG_BENCH_DEVICE");
+    const char *dev = getenv("RG_BENCH_DEVICE"), *prefix = getenv("RG_BENCH_CACHE_PREFIX");
     gen_opts o = {.pp = env_int("RG_BENCH_PP", 128, 1), .tg = env_int("RG_BENCH_TG", 32, 1),
                   .reps = env_int("RG_BENCH_REPS", 3, 1), .threads = env_int("RG_BENCH_THREADS", rg_cpu_count(), 1),
                   .skip_pp = skip && !strcmp(skip, "pp"), .skip_tg = skip && !strcmp(skip, "tg"),
                   .show_cpu = env_int("RG_BENCH_CPU", 0, 0) > 0, .show_prof = env_int("RG_BENCH_PROFILE", 0, 0) > 0,
                   .device = dev && !strcmp(dev, "cuda") ? RG_DEVICE_CUDA : RG_DEVICE_CPU};
     printf("bench_generate: %s, prompt %d tokens, %d generated (greedy), %d threads, best of %d%s\n",
-           one && *one ? one : "SmolLM2-135M", o.pp, o.tg, o.threads, o.reps,
+           one && *one ? one : src, o.pp, o.tg, o.threads, o.reps,
            o.device == RG_DEVICE_CUDA ? ", on the CUDA device" : "");
     if (!set_ceiling(&o)) return 1;
     printf("gen tok/s is llama-bench's tg%d (from an empty cache); after prompt: the same %d tokens after the %d-token "
@@ -274,7 +284,7 @@ int main(void) {
         rg_error err = {0};
         if (types[i].target) {
             if (cache) {
-                snprintf(path, sizeof path, "%s/smollm2-%s.gguf", cache, types[i].label);
+                snprintf(path, sizeof path, "%s/%s-%s.gguf", cache, prefix && *prefix ? prefix : "smollm2", types[i].label);
                 keep = true;
             } else {
                 close(mkstemp(path));

@@ -1,9 +1,13 @@
-// bench_precision.c - the seed's precision tables, reproduced on our CPU
-// (shared/spec/training.md §4; the seed's numbers are printed beside ours).
+// bench_precision.c - the seed's precision tables, our CPU column and our CUDA column side by
+// side with the seed's (shared/spec/training.md §4; the seed's figure for the same column in
+// brackets: it gives CPU and CUDA columns in place, a CUDA column alone for master weights).
 //
 //   ./bench_precision [STEPS [ADAMW_LR [SGD_LR]]]   (defaults 2000, 1e-4, 0.02; the loss gap is read at step STEPS)
-//   RG_BENCH_DEVICE=cuda ./bench_precision ...     the same tables with both runs on the CUDA device (the
-//                                                  seed's f16_base_training CUDA column; scripts/gpu-check.sh)
+//   RG_BENCH_DEVICE=cpu    the CPU column alone; =cuda: a CUDA device is required (scripts/gpu-check.sh);
+//                          unset: the CUDA column whenever a device is usable
+//   RG_BENCH_HOST_STEPS=4  the loss gap's steps of the CUDA column on the host execution of the CUDA
+//                          code (RETRO_CUDA_HOST=1, labelled cuda-host: a step there is about a second, so
+//                          it shows the column runs; its figures are not a GPU's)
 //
 // The half fixture (tiny qwen2, matrices in F16 or BF16) trains against its F32
 // twin (the same values stored as F32) on the same batches (rows of 64 tokens
@@ -31,13 +35,30 @@
 #include "precision_runs.h"
 
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);  // lines reach a log as they come, also when a timeout kills the run
     int64_t steps = argc > 1 ? atoll(argv[1]) : 2000;
-    if (steps < 100) steps = 100;
+    if (steps < 4) steps = 4;
     prec_cfg pc = {.device = RG_DEVICE_CPU, .lr_adamw = 1e-4, .lr_sgd = 0.02, .ckpt_type = RG_TYPE_F32};
     if (argc > 2) pc.lr_adamw = atof(argv[2]);
     if (argc > 3) pc.lr_sgd = atof(argv[3]);
-    const char *env_dev = getenv("RG_BENCH_DEVICE");
-    if (env_dev && !strcmp(env_dev, "cuda")) pc.device = RG_DEVICE_CUDA;
+    const char *env_dev = getenv("RG_BENCH_DEVICE"), *env_host = getenv("RG_BENCH_HOST_STEPS");
+    prec_column cols[2] = {
+        {.name = "CPU", .device = RG_DEVICE_CPU, .seed_col = SEED_CPU, .steps = steps, .n_opt = 2},
+        {.name = "CUDA", .device = RG_DEVICE_CUDA, .seed_col = SEED_CUDA, .steps = steps, .n_opt = 2}};
+    int n_cols = 1;
+    char why[256] = "";
+    const char *cuda = env_dev && !strcmp(env_dev, "cpu") ? NULL : prec_cuda_name(why, sizeof why);
+    if (cuda) {
+        n_cols = 2;
+        cols[1].name = cuda;
+        if (!strcmp(cuda, "cuda-host")) {
+            const int64_t hs = env_host && atoll(env_host) > 0 ? atoll(env_host) : 4;
+            cols[1].steps = hs < steps ? hs : steps;
+        }
+    } else if (env_dev && !strcmp(env_dev, "cuda")) {
+        printf("bench_precision: RG_BENCH_DEVICE=cuda but there is no CUDA device: %s\n", why);
+        return 1;
+    }
     char dir[] = "/tmp/rg_bench_precision_XXXXXX";
     if (!mkdtemp(dir)) return 1;
     char paths[2][2][256];  // [f16, bf16][half, twin]
@@ -45,69 +66,65 @@ int main(int argc, char **argv) {
     const uint32_t types[2] = {RG_TYPE_F16, RG_TYPE_BF16};
     batches b = {0};
     if (prec_setup(NULL, dir, steps, paths, made, &b)) return 1;
-    printf("bench_precision: tiny qwen2 (F16 / BF16 matrices) against its F32 twin, %s, %lld rows of %d tokens, %lld steps\n",
-           pc.device == RG_DEVICE_CUDA ? "both on the CUDA device" : "CPU", (long long)b.n, CTX, (long long)steps);
-    printf("AdamW lr %g, SGD lr %g, constant, no clipping; the seed's value in brackets (its CPU column for in place; "
-           "it gives only a CUDA column for master weights)\n\n", pc.lr_adamw, pc.lr_sgd);
+    printf("bench_precision: tiny qwen2 (F16 / BF16 matrices) against its F32 twin, %lld rows of %d tokens; columns: CPU "
+           "(%lld steps)", (long long)b.n, CTX, (long long)steps);
+    if (n_cols == 2 && !strcmp(cols[1].name, "cuda-host"))
+        printf(", cuda-host (host execution of the CUDA code, not a GPU; %lld steps: its figures are not a GPU's)",
+               (long long)cols[1].steps);
+    else if (n_cols == 2) printf(", CUDA (the device, %lld steps)", (long long)cols[1].steps);
+    else printf("; no CUDA column: %s", why[0] ? why : "RG_BENCH_DEVICE=cpu");
+    printf("\nAdamW lr %g, SGD lr %g, constant, no clipping; after each figure the seed's for the same column in brackets "
+           "([-]: the seed gives none: it measured master weights on CUDA only)\n\n", pc.lr_adamw, pc.lr_sgd);
 
-    static const char *opt_names[2] = {"AdamW", "SGD"};
     double t_start = bench_now();
-    for (int opt = 0; opt < 2; opt++) {
+    for (int k = 0; k < n_cols; k++) {
+        const double t0 = bench_now();
+        if (prec_run_column(&cols[k], &pc, paths, &b)) return 1;
+        printf("(%s column: %.1f s)\n", cols[k].name, bench_now() - t0);
+    }
+    printf("\n");
+    for (int opt = 0; opt < 2; opt++)
         for (int mode = 0; mode < 2; mode++) {
-            printf("%s, %s:\n", opt_names[opt], mode ? "F32 master weights" : "in place (stochastic rounding)");
-            printf("  %-58s %-22s %-22s\n", "", "F16", "BF16");
-            prec_cell cells[2];
-            for (int t = 0; t < 2; t++)
-                if (prec_measure(&pc, paths[t], opt, mode == 1, steps, &b, &cells[t])) return 1;
-            char cell[2][64];
-            for (int t = 0; t < 2; t++) snprintf(cell[t], 64, "%.1e [%.1e]", cells[t].grad, SEED[t][opt][mode].grad);
-            char label[96];
-            snprintf(label, sizeof label, "worst relative gradient gap, one step over %lld elements",
-                     (long long)cells[0].n_elems);
-            printf("  %-58s %-22s %-22s\n", label, cell[0], cell[1]);
-            for (int t = 0; t < 2; t++) snprintf(cell[t], 64, "%.1e [%.1e]", cells[t].off, SEED[t][opt][mode].off);
-            printf("  %-58s %-22s %-22s\n", "elements more than one grid point from the F32 trajectory", cell[0], cell[1]);
-            for (int t = 0; t < 2; t++) snprintf(cell[t], 64, "%.1e [%.1e]", cells[t].loss, SEED[t][opt][mode].loss);
-            snprintf(label, sizeof label, "relative loss gap after %lld steps", (long long)steps);
-            printf("  %-58s %-22s %-22s\n", label, cell[0], cell[1]);
-            for (int t = 0; t < 2; t++) snprintf(cell[t], 64, "%.1e", cells[t].smooth);
-            printf("  %-58s %-22s %-22s\n", "  the same, mean over the last 100 steps", cell[0], cell[1]);
-            for (int t = 0; t < 2; t++) snprintf(cell[t], 64, "%.4f", cells[t].final_loss);
-            printf("  %-58s %-22s %-22s\n", "  (the F32 twin's loss at that step)", cell[0], cell[1]);
+            prec_print_table(cols, n_cols, opt, mode, true, true, "");
             printf("\n");
-            fflush(stdout);
         }
-    }
-    printf("activation recompute, layer inputs stored in F16 / BF16, against keeping every activation (F32 twin):\n");
-    printf("  %-58s %-22s %-22s\n", "", "F16", "BF16");
-    double worst[2] = {0, 0}, mean[2] = {0, 0};
-    int64_t n_elems = 0;
-    for (int t = 0; t < 2; t++) {
-        runner h, f;
-        prec_cfg ck = pc;
-        ck.ckpt_type = types[t];
-        if (runner_make(&h, &ck, paths[0][1], RG_OPTIM_ADAMW, false, steps) ||
-            runner_make(&f, &pc, paths[0][1], RG_OPTIM_ADAMW, false, steps))
-            return 1;
-        for (int64_t k = 0; k < 10; k++) {
-            step(&h, &b, k, false);
-            step(&f, &b, k, false);
-            rg_train_state_discard(h.s);
-            rg_train_state_discard(f.s);
-            double g = grad_gap(&h, &f, &n_elems);
-            worst[t] = g > worst[t] ? g : worst[t];
-            mean[t] += g / 10;
+    // The recompute rows on each column but the host execution's (minutes there).
+    for (int k = 0; k < n_cols; k++) {
+        if (!strcmp(cols[k].name, "cuda-host")) continue;
+        prec_cfg base = pc;
+        base.device = cols[k].device;
+        printf("%s: activation recompute, layer inputs stored in F16 / BF16, against keeping every activation (F32 twin):\n",
+               cols[k].name);
+        printf("  %-58s %-22s %-22s\n", "", "F16", "BF16");
+        double worst[2] = {0, 0}, mean[2] = {0, 0};
+        int64_t n_elems = 0;
+        for (int t = 0; t < 2; t++) {
+            runner h, f;
+            prec_cfg ck = base;
+            ck.ckpt_type = types[t];
+            if (runner_make(&h, &ck, paths[0][1], RG_OPTIM_ADAMW, false, steps) ||
+                runner_make(&f, &base, paths[0][1], RG_OPTIM_ADAMW, false, steps))
+                return 1;
+            for (int64_t i = 0; i < 10; i++) {
+                step(&h, &b, i, false);
+                step(&f, &b, i, false);
+                rg_train_state_discard(h.s);
+                rg_train_state_discard(f.s);
+                double g = grad_gap(&h, &f, &n_elems);
+                worst[t] = g > worst[t] ? g : worst[t];
+                mean[t] += g / 10;
+            }
+            runner_free(&h);
+            runner_free(&f);
         }
-        runner_free(&h);
-        runner_free(&f);
+        char cell[2][64], label[96];
+        for (int t = 0; t < 2; t++) snprintf(cell[t], 64, "%.1e%s", mean[t], t ? "" : " [about 1e-3]");
+        snprintf(label, sizeof label, "gradient gap, mean of 10 batches, %lld elements", (long long)n_elems);
+        printf("  %-58s %-22s %-22s\n", label, cell[0], cell[1]);
+        for (int t = 0; t < 2; t++) snprintf(cell[t], 64, "%.1e", worst[t]);
+        printf("  %-58s %-22s %-22s\n\n", "  the worst of those batches", cell[0], cell[1]);
     }
-    char cell[2][64], label[96];
-    for (int t = 0; t < 2; t++) snprintf(cell[t], 64, "%.1e%s", mean[t], t ? "" : " [about 1e-3]");
-    snprintf(label, sizeof label, "gradient gap, mean of 10 batches, %lld elements", (long long)n_elems);
-    printf("  %-58s %-22s %-22s\n", label, cell[0], cell[1]);
-    for (int t = 0; t < 2; t++) snprintf(cell[t], 64, "%.1e", worst[t]);
-    printf("  %-58s %-22s %-22s\n", "  the worst of those batches", cell[0], cell[1]);
-    printf("\ntotal %.1f s\n", bench_now() - t_start);
+    printf("total %.1f s\n", bench_now() - t_start);
     prec_cleanup(dir, paths, made, &b);
     return 0;
 }

@@ -28,6 +28,15 @@
 //                                 the smollm2 and 1b shapes are skipped with a line (minutes to hours
 //                                 there); those figures are CPU timings, never GPU ones.
 //
+// Quantized rows (issue 24; FILTER must name "q4_k_m", e.g. "smollm2-shape q4_k_m"): the shape's
+// BF16 file quantized to Q4_K_M (SHAPE-Q4_K_M.gguf, as `retrograd quantize F OUT Q4_K_M`), LoRA r16
+// with the default loss ("q4_k_m lora r16"), the fused cross-entropy ("fused-ce") and the
+// materialized logits ("unfused-ce"). On a device the MFU is against the dense BF16 peak measured at
+// the start (bench_gpu_peak.h: a BF16 GEMM through MUL_MAT on the device; RG_BENCH_PEAK_TFLOPS
+// overrides) and each row also prints it against the card's nominal peak, its device memory by part
+// beside the sum the plan says must be resident, and the loss's logits and dh sizes. Under
+// RETRO_REQUIRE_GPU_RESIDENT=1 a step with an op the device cannot run is refused, naming the node.
+//
 // Shape rows (make-tiny --arch llama --shape: random weights, tied; the GPU check's rows, since it
 // has no download): "tiny-shape" (the tiny llama: a step's fixed costs) at context 256,
 // "smollm2-shape" (SmolLM2-135M's dimensions) at 1024 and "1b-shape" (Llama-3.2-1B's) at 2048
@@ -62,6 +71,7 @@
 
 #include "base/threadpool.h"
 #include "cuda/cuda.h"
+#include "bench_gpu_peak.h"
 #include "bench_util.h"
 #include "graph/backend.h"
 #include "graph/ops.h"
@@ -103,6 +113,7 @@ static bool row_ctx_given;     // RG_BENCH_TRAIN_CTX was set: it applies to the 
 static rg_device bench_device = RG_DEVICE_CPU;  // RG_BENCH_DEVICE
 static bool device_is_host;    // the device is the host execution of the CUDA code, not a GPU
 static bool print_steps;       // a line with every timed step's seconds (the one-file mode)
+static double peak_nominal_gflops;  // on a device: the card's nominal dense BF16 peak, when the MFU is against a measured one
 
 // One sequence's tokens (random ids; labels the next id).
 typedef struct row_input {
@@ -266,6 +277,34 @@ static int device_profile(rg_train_state *s, const row_input *in, int rows, int6
     return 0;
 }
 
+// A device row's memory: what this process holds on the device by part, beside the sum the plan
+// says must be resident (weights + adapters + gradients + optimizer state + activations + scratch,
+// the trainer's memory line), the whole device's use (the CUDA context and other processes
+// included), and the loss's reference sizes: the [n_vocab, T] F32 logits the fused cross-entropy
+// never holds, and dh [n_embd, T], what it holds instead with one vocabulary chunk.
+static void print_device_memory(const rg_train_memory *mem, const rg_model *m, int64_t T) {
+    const double M = 1048576.0;
+    printf("  device memory: this process %.1f MiB (weights %.1f, gradients %.1f, optimizer %.1f, activations %.1f, "
+           "scratch %.1f); the whole device uses %.1f MiB, %.1f free\n",
+           (double)mem->scratch_total / M, (double)mem->scratch_weights / M, (double)mem->scratch_gradients / M,
+           (double)mem->scratch_optimizer / M, (double)mem->scratch_activations / M, (double)mem->scratch_scratch / M,
+           (double)mem->device_used / M, (double)mem->device_free / M);
+    // What must be resident: the file's tensors as stored and the adapters (the host report's weights,
+    // not what the device holds), and the device plans' gradients, optimizer state, activations and scratch.
+    const size_t need = mem->weights + mem->scratch_gradients + mem->scratch_optimizer + mem->scratch_activations +
+                        mem->scratch_scratch;
+    printf("  must be resident by the plan: %.1f MiB = weights as stored and adapters %.1f + gradients %.1f + optimizer "
+           "%.1f + activations %.1f + scratch %.1f (this process / that: %.2fx)\n", (double)need / M,
+           (double)mem->weights / M, (double)mem->scratch_gradients / M, (double)mem->scratch_optimizer / M,
+           (double)mem->scratch_activations / M, (double)mem->scratch_scratch / M,
+           need ? (double)mem->scratch_total / (double)need : 0.0);
+    printf("  loss: %s; the [n_vocab, T] = [%lld, %lld] F32 logits are %.1f MiB, dh [%lld, %lld] F32 %.1f MiB%s%s\n",
+           mem->fused_ce ? "the fused cross-entropy (LINEAR_CE, by vocabulary chunks)" : "materialized logits",
+           (long long)m->hp.n_vocab, (long long)T, (double)m->hp.n_vocab * (double)T * 4 / M, (long long)m->hp.n_embd,
+           (long long)T, (double)m->hp.n_embd * (double)T * 4 / M, mem->recompute ? "; layer recompute" : "",
+           mem->flash_attn ? "; flash attention" : "");
+}
+
 static int run_row(const bench_row *row, int steps, double peak_gflops, int threads) {
     if (row_filter && !strstr(row->name, row_filter)) return 0;
     rg_error err = {0};
@@ -293,8 +332,8 @@ static int run_row(const bench_row *row, int steps, double peak_gflops, int thre
     rg_status st = rg_train_config_validate(&c, &sp, &err);
     if (!st) st = rg_train_state_create_on(&s, m, &sp, c.steps, bench_device, &err);
     if (st == RG_ERR_UNSUPPORTED && bench_device != RG_DEVICE_CPU) {
-        printf("%-26s  refused by the device (a limit of train_device.c, not a failure of the bench): %s\n", row->name,
-               err.msg);
+        printf("%-26s  refused by the device (a limit of the device backend or RETRO_REQUIRE_GPU_RESIDENT=1's refusal, "
+               "not a failure of the bench): %s\n", row->name, err.msg);
         rg_model_free(m);
         return 0;
     }
@@ -328,7 +367,11 @@ static int run_row(const bench_row *row, int steps, double peak_gflops, int thre
                row->name, tps, (double)(rows * T) / best, flops / mean * 1e-9, 100.0 * flops / mean * 1e-9 / peak_gflops,
                (double)mem.activations / 1048576.0, peak, need + rss0, peak / (need + rss0));
         if (row->ctx > 0 || row_ctx_given) printf("  context %lld", (long long)T);
+        if (bench_device != RG_DEVICE_CPU && peak_nominal_gflops > 0)
+            printf("  MFU %.1f%% of the nominal %.0f TFLOP/s", 100.0 * flops / mean * 1e-9 / peak_nominal_gflops,
+                   peak_nominal_gflops * 1e-3);
         printf("\n");
+        if (mem.on_device) print_device_memory(&mem, m, T);
         if (print_steps) {
             printf("step seconds (%lld tokens each):", (long long)(rows * T));
             for (int k = 1; k <= steps; k++) printf(" %.4f", step_s[k]);
@@ -351,14 +394,29 @@ static const struct shape_size {
     int64_t ctx;
 } shape_sizes[] = {{"tiny", 256}, {"smollm2", 1024}, {"1b", 2048}};
 
+// The quantized LoRA variants run only when FILTER contains "q4_k_m" (scripts/gpu-check.sh's step
+// with RETRO_REQUIRE_GPU_RESIDENT=1): their file is the BF16 one quantized as `retrograd quantize
+// F Q4_K_M` does. The three differ in the loss only: the default (training.fused_ce=auto), the
+// fused cross-entropy (LINEAR_CE: never the [n_vocab, T] logits) and the materialized one.
 static const struct shape_variant {
     const char *what;
-    uint32_t type;
+    uint32_t type;            // the file: make-tiny's type, or with quant the BF16 file it is quantized from
+    const char *quant;        // retrograd quantize's target name (NULL: make-tiny's file as it is)
     rg_train_method method;
-} shape_variants[] = {{"f32 full", RG_TYPE_F32, RG_TRAIN_FULL},
-                      {"bf16 lora r16", RG_TYPE_BF16, RG_TRAIN_LORA},
-                      {"bf16 full", RG_TYPE_BF16, RG_TRAIN_FULL},
-                      {"f16 full", RG_TYPE_F16, RG_TRAIN_FULL}};
+    rg_fused_ce fused;
+} shape_variants[] = {{"f32 full", RG_TYPE_F32, NULL, RG_TRAIN_FULL, RG_FUSED_CE_AUTO},
+                      {"bf16 lora r16", RG_TYPE_BF16, NULL, RG_TRAIN_LORA, RG_FUSED_CE_AUTO},
+                      {"bf16 full", RG_TYPE_BF16, NULL, RG_TRAIN_FULL, RG_FUSED_CE_AUTO},
+                      {"f16 full", RG_TYPE_F16, NULL, RG_TRAIN_FULL, RG_FUSED_CE_AUTO},
+                      {"q4_k_m lora r16", RG_TYPE_BF16, "Q4_K_M", RG_TRAIN_LORA, RG_FUSED_CE_AUTO},
+                      {"q4_k_m lora fused-ce", RG_TYPE_BF16, "Q4_K_M", RG_TRAIN_LORA, RG_FUSED_CE_ON},
+                      {"q4_k_m lora unfused-ce", RG_TYPE_BF16, "Q4_K_M", RG_TRAIN_LORA, RG_FUSED_CE_OFF}};
+
+// Whether FILTER selects a variant's row (the quantized ones only when it names them).
+static bool variant_selected(const struct shape_variant *va, const char *name) {
+    if (va->quant && !(row_filter && strstr(row_filter, "q4_k_m"))) return false;
+    return !row_filter || strstr(name, row_filter);
+}
 
 // The file of a shape in a type under dir (made when missing); false (line printed) when it cannot be made.
 static bool shape_file(const char *shape, uint32_t type, const char *dir, char *path, size_t cap) {
@@ -375,6 +433,27 @@ static bool shape_file(const char *shape, uint32_t type, const char *dir, char *
     return true;
 }
 
+// A variant's file: make-tiny's, or that quantized (SHAPE-Q4_K_M.gguf beside it, made when missing).
+static bool variant_file(const char *shape, const struct shape_variant *va, const char *dir, char *path, size_t cap) {
+    if (!shape_file(shape, va->type, dir, path, cap)) return false;
+    if (!va->quant) return true;
+    char src[4096];
+    snprintf(src, sizeof src, "%s", path);
+    snprintf(path, cap, "%s/%s-%s.gguf", dir, shape, va->quant);
+    if (access(path, R_OK) == 0) return true;
+    rg_quantize_opts qo;
+    memset(&qo, 0, sizeof qo);
+    rg_quantize_summary qs;
+    rg_error err = {0};
+    const double t0 = bench_now();
+    if (rg_quantize_file(src, path, va->quant, &qo, &qs, &err)) {
+        printf("quantize %s %s failed: %s\n", src, va->quant, err.msg);
+        return false;
+    }
+    printf("(made %s: retrograd quantize %s %s in %.1f s)\n", path, src, va->quant, bench_now() - t0);
+    return true;
+}
+
 static void shape_row_name(const struct shape_size *sz, const struct shape_variant *va, char *name, size_t cap) {
     snprintf(name, cap, "%s-shape %s", sz->shape, va->what);
 }
@@ -384,7 +463,7 @@ static bool shape_selected(const struct shape_size *sz) {
     char name[64];
     for (size_t v = 0; v < sizeof shape_variants / sizeof shape_variants[0]; v++) {
         shape_row_name(sz, &shape_variants[v], name, sizeof name);
-        if (!row_filter || strstr(name, row_filter)) return true;
+        if (variant_selected(&shape_variants[v], name)) return true;
     }
     return false;
 }
@@ -396,15 +475,21 @@ static int run_shape(const struct shape_size *sz, const char *dir, bool own_dir,
     for (size_t v = 0; v < sizeof shape_variants / sizeof shape_variants[0]; v++) {
         const struct shape_variant *va = &shape_variants[v];
         shape_row_name(sz, va, name, sizeof name);
-        if (row_filter && !strstr(name, row_filter)) continue;
-        if (!shape_file(sz->shape, va->type, dir, path, sizeof path)) {
+        if (!variant_selected(va, name)) continue;
+        if (!variant_file(sz->shape, va, dir, path, sizeof path)) {
             rc = 1;
             continue;
         }
         if (own_dir && made[0] && strcmp(made, path)) unlink(made);  // the previous file's rows are done
+        if (own_dir && va->quant) {  // the BF16 file it was quantized from
+            char src[4096];
+            snprintf(src, sizeof src, "%s/%s-%s.gguf", dir, sz->shape, rg_type_get(va->type)->name);
+            unlink(src);
+        }
         snprintf(made, sizeof made, "%s", path);
         const int64_t ctx = device_is_host ? 32 : sz->ctx;
-        rc |= run_row(&(bench_row){.name = name, .path = path, .method = va->method, .rows = 1, .ctx = ctx},
+        rc |= run_row(&(bench_row){.name = name, .path = path, .method = va->method, .rows = 1, .fused = va->fused,
+                                   .ctx = ctx},
                       device_is_host ? 1 : steps, peak, threads);
     }
     if (own_dir && made[0]) unlink(made);
@@ -455,16 +540,37 @@ int main(int argc, char **argv) {
             return 1;
         }
         const char *env_peak = getenv("RG_BENCH_PEAK_TFLOPS");
-        const double tflops = env_peak && atof(env_peak) > 0 ? atof(env_peak) : bench_device_peak_of(info.name).bf16_tflops;
         device_is_host = strstr(info.name, "host execution") != NULL;
+        // The peak: RG_BENCH_PEAK_TFLOPS when given, else measured here (a GPU), else the card's
+        // nominal figure by name, else the SM count x clock x the architecture's tensor rate.
+        const double nominal = bench_device_peak_of(info.name).bf16_tflops, from_sms = bench_gpu_bf16_tflops_from_sms(&info);
+        char what[512] = "";
+        // On the host execution the measurement runs at n = 256 only to show that it runs: a CPU
+        // timing, printed and never used as the peak.
+        double measured = bench_gpu_bf16_tflops_measured(device_is_host ? 256 : 8192, device_is_host ? 1 : 5, what, sizeof what);
+        const double measured_host = device_is_host ? measured : 0;
+        if (device_is_host) measured = 0;
+        double tflops = nominal > 0 ? nominal : from_sms;
+        const char *peak_src = nominal > 0 ? "the card's nominal figure" : "the SM count x clock";
+        if (env_peak && atof(env_peak) > 0) tflops = atof(env_peak), peak_src = "RG_BENCH_PEAK_TFLOPS";
+        else if (measured > 0) tflops = measured, peak_src = "measured here", peak_nominal_gflops = (nominal > 0 ? nominal : from_sms) * 1e3;
         peak = tflops * 1e3;
-        printf("bench_train: on %s (compute %d.%d, %zu MiB); MFU against its BF16 dense peak of %.1f TFLOP/s%s; context %lld, "
-               "batch 1, AdamW; %d timed steps after one warm-up\n",
-               info.name, info.major, info.minor, info.total_mem >> 20, tflops,
+        printf("bench_train: on %s (compute %d.%d, %d SMs at %.0f MHz, %zu MiB); MFU against a dense BF16 peak of %.1f TFLOP/s "
+               "(%s)%s; context %lld, batch 1, AdamW; %d timed steps after one warm-up\n",
+               info.name, info.major, info.minor, info.multiprocessors, info.clock_khz * 1e-3, info.total_mem >> 20, tflops,
+               peak_src,
                device_is_host ? " (a nominal figure: the host execution is the CPU, so tokens/s and MFU here are CPU timings, "
                                 "not GPU results; the rows only show that they run)"
                : tflops > 0 ? "" : " (unknown device: set RG_BENCH_PEAK_TFLOPS; MFU prints as 0)",
                (long long)row_ctx, steps);
+        printf("peaks: nominal by name %.1f TFLOP/s; SM count x clock x %.0f FLOP/clock/SM %.1f TFLOP/s; measured %.1f "
+               "TFLOP/s (%s)\n", nominal, bench_sm_bf16_flop_per_clock(info.major, info.minor), from_sms, measured, what);
+        if (device_is_host)
+            printf("peaks: on the host execution the measurement is a CPU timing, not used: %.4f TFLOP/s\n", measured_host);
+        printf("model FLOPs per step: full fine-tuning 6 x parameters x T + attention; LoRA 4 x base parameters x T + 6 x "
+               "adapter parameters x T + attention; attention 12 x n_layer x n_head x head_dim x T^2 (QK^T and PV, 2 FLOP a "
+               "multiply-add, forward + backward = 3x; the causal half not subtracted); base parameters: every tensor of "
+               "the file, the tied embedding once\n");
         if (peak <= 0) peak = 1e30;
     } else {
         printf("bench_train: %d threads, clock %.0f MHz measured, FMA peak %.1f GFLOP/s; context %lld (tiny: its own), batch "

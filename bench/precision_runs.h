@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cuda/cuda.h"
 #include "model/model.h"
 #include "model/tiny.h"
 #include "tensor/half.h"
@@ -31,14 +32,25 @@ typedef struct prec_cfg {
 } prec_cfg;
 
 typedef struct seed_cells {
-    double grad, off, loss;  // the seed's CPU column (in place) or CUDA column (master); < 0: not given
+    double grad, off, loss;  // < 0: the seed gives no figure there
 } seed_cells;
 
-// The seed's status page: [storage f16/bf16][optimizer adamw/sgd][mode in place/master].
-static const seed_cells SEED[2][2][2] = {
-    {{{5.5e-4, 1.2e-3, 2.1e-4}, {1.7e-3, 1.9e-3, 1.9e-4}}, {{5.5e-4, 5.7e-4, 2.2e-3}, {1.7e-3, 2.6e-3, 5.8e-3}}},
-    {{{5.5e-3, 2.3e-3, 5.9e-3}, {4.9e-3, 2.0e-3, 2.0e-3}}, {{5.5e-3, 8.5e-4, 6.3e-3}, {4.9e-3, 7.3e-4, 5.2e-3}}},
+// The seed's status page (shared/seed's "Base weights in F16 and BF16"), every column it gives:
+// SEED[column cpu/cuda][storage f16/bf16][optimizer adamw/sgd][mode in place/master]. It measured
+// the CPU in place only; with master weights it gives the CUDA column alone.
+enum { SEED_CPU = 0, SEED_CUDA = 1 };
+#define SEED_NONE {-1, -1, -1}
+static const seed_cells SEED[2][2][2][2] = {
+    {   // CPU
+        {{{5.5e-4, 1.2e-3, 2.1e-4}, SEED_NONE}, {{5.5e-4, 5.7e-4, 2.2e-3}, SEED_NONE}},  // F16: AdamW, SGD
+        {{{5.5e-3, 2.3e-3, 5.9e-3}, SEED_NONE}, {{5.5e-3, 8.5e-4, 6.3e-3}, SEED_NONE}},  // BF16
+    },
+    {   // CUDA (an RTX 4090, its forward on the tensor cores)
+        {{{1.7e-3, 2.1e-3, 7.9e-4}, {1.7e-3, 1.9e-3, 1.9e-4}}, {{1.7e-3, 3.3e-3, 2.3e-5}, {1.7e-3, 2.6e-3, 5.8e-3}}},
+        {{{4.9e-3, 2.2e-3, 1.5e-3}, {4.9e-3, 2.0e-3, 2.0e-3}}, {{4.9e-3, 6.5e-4, 5.0e-3}, {4.9e-3, 7.3e-4, 5.2e-3}}},
+    },
 };
+#undef SEED_NONE
 
 // §4.2: ord of a half bit pattern, and the piecewise-linear extension o(y).
 static int32_t ord16(uint16_t h) { return (h & 0x8000) ? -(int32_t)(h & 0x7FFF) : (int32_t)(h & 0x7FFF); }
@@ -290,6 +302,86 @@ static int prec_measure(const prec_cfg *pc, char paths[2][256], int opt, bool ma
     runner_free(&h);
     runner_free(&f);
     return 0;
+}
+
+// One column of the tables: where its runs trained and what they measured.
+typedef struct prec_column {
+    const char *name;         // "CPU", "CUDA" (a GPU), "cuda-host" (the host execution of the CUDA code)
+    rg_device device;
+    int seed_col;             // the seed's column printed beside it: SEED_CPU or SEED_CUDA
+    int64_t steps;            // of the loss gap's runs
+    int n_opt;                // optimizers measured: AdamW, then SGD
+    prec_cell cell[2][2][2];  // [f16, bf16][adamw, sgd][in place, master]
+} prec_column;
+
+// The CUDA column's name: "CUDA" on a GPU, "cuda-host" on the host execution of the CUDA code
+// (RETRO_CUDA_HOST=1), NULL when there is no device (why says so).
+static const char *prec_cuda_name(char *why, size_t cap) {
+    if (rg_cuda_device_count(why, cap) <= 0) return NULL;
+    rg_cuda_device_info info;
+    rg_error err = {0};
+    if (rg_cuda_device_get(0, &info, &err)) {
+        snprintf(why, cap, "%.200s", err.msg);
+        return NULL;
+    }
+    return strstr(info.name, "host execution") ? "cuda-host" : "CUDA";
+}
+
+// Measures every cell of a column (the tables' runs on col->device).
+static int prec_run_column(prec_column *col, const prec_cfg *base, char paths[2][2][256], const batches *b) {
+    prec_cfg pc = *base;
+    pc.device = col->device;
+    for (int t = 0; t < 2; t++)
+        for (int opt = 0; opt < col->n_opt; opt++)
+            for (int mode = 0; mode < 2; mode++)
+                if (prec_measure(&pc, paths[t], opt == 0 ? RG_OPTIM_ADAMW : RG_OPTIM_SGD, mode == 1, col->steps, b,
+                                 &col->cell[t][opt][mode]))
+                    return 1;
+    return 0;
+}
+
+// One table (optimizer opt, mode in place / master) with the columns side by side, F16's then
+// BF16's, as the seed lays them out; with_seed: each cell followed by the seed's figure of the
+// same column in brackets ([-]: the seed gives none there). bench_rows adds the smoothed loss
+// gap and the twin's loss. A "-" cell: that optimizer was not run in that column.
+static void prec_print_table(const prec_column *cols, int n_cols, int opt, int mode, bool with_seed, bool bench_rows,
+                             const char *indent) {
+    static const char *const rows[5] = {"worst relative gradient gap, one step", "elements > 1 grid point off after 1 step",
+                                        "relative loss gap after the run's steps", "  the same, mean over the last steps",
+                                        "  (the F32 twin's loss at that step)"};
+    printf("%s%s, %s (%lld elements; the loss gap after", indent, opt ? "SGD" : "AdamW",
+           mode ? "F32 master weights" : "in place (stochastic rounding)", (long long)cols[0].cell[0][0][0].n_elems);
+    for (int k = 0; k < n_cols; k++) printf("%s %lld steps %s", k ? "," : "", (long long)cols[k].steps, cols[k].name);
+    printf("%s):\n", with_seed ? "; [the seed's figure for the same column, after 2000 steps]" : "");
+    printf("%s  %-40s", indent, "");
+    char head[64];
+    for (int t = 0; t < 2; t++)
+        for (int k = 0; k < n_cols; k++) {
+            snprintf(head, sizeof head, "%s %s", t ? "BF16" : "F16", cols[k].name);
+            printf(" %-19s", head);
+        }
+    printf("\n");
+    for (int r = 0; r < (bench_rows ? 5 : 3); r++) {
+        printf("%s  %-40s", indent, rows[r]);
+        for (int t = 0; t < 2; t++)
+            for (int k = 0; k < n_cols; k++) {
+                const prec_column *c = &cols[k];
+                char cell[64] = "-";
+                if (opt < c->n_opt) {
+                    const prec_cell *v = &c->cell[t][opt][mode];
+                    const double x = r == 0 ? v->grad : r == 1 ? v->off : r == 2 ? v->loss : r == 3 ? v->smooth : v->final_loss;
+                    const seed_cells *sd = &SEED[c->seed_col][t][opt][mode];
+                    const double y = r == 0 ? sd->grad : r == 1 ? sd->off : sd->loss;
+                    int len = snprintf(cell, sizeof cell, r == 4 ? "%.4f" : "%.1e", x);
+                    if (with_seed && r < 3) {
+                        if (y < 0) snprintf(cell + len, sizeof cell - (size_t)len, " [-]");
+                        else snprintf(cell + len, sizeof cell - (size_t)len, " [%.1e]", y);
+                    }
+                }
+                printf(" %-19s", cell);
+            }
+        printf("\n");
+    }
 }
 
 #endif

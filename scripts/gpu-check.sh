@@ -11,6 +11,8 @@
 #   1. build BUILD (GPU_CHECK_BUILD, default build-gpu) from this checkout alone: RG_CUDA=ON,
 #      RG_OPENBLAS=OFF, RG_YAML=OFF (no Debian package needed; cmake and ninja may be the pip
 #      ones); tests and benchmarks included
+#   1a. llama.cpp's CUDA build (llama-bench, GGML_CUDA=ON, sm_90) in the background, from the
+#      llama.cpp sources in .gpu-carry (LLAMA_SRC_TAR overrides), for step 6b
 #   1b. the register table: scripts/cuda-kernel-table.sh print (each kernel's registers, shared
 #      memory, spills and occupancy from the real nvcc compile) into kernel-table.txt and the
 #      summary; said so when that script is not in the checkout
@@ -38,8 +40,18 @@
 #      bench_generate on the smollm2 and 1b BF16 files, and once with the profile; bench_train's
 #      1b shape rows (1 timed step); bench_flash_attn's CUDA rows (FLASH_ATTN_EXT/BACK TF/s at
 #      T = 4096, head_dim 64/128/256, causal and not, beside FA2's and FA3's published figures)
+#   6b. issue 24's benchmarks (quantized models on the device), on the smollm2 and 1b shapes
+#      quantized with `retrograd quantize F OUT Q4_K_M`: LoRA training tokens/s and MFU with
+#      RETRO_REQUIRE_GPU_RESIDENT=1 (a refusal is reported, then the default row runs with its
+#      fallbacks counted), the fused cross-entropy's device memory and time against the
+#      materialized loss, prompt and generation tokens/s per weight type (F16 BF16 Q8_0 Q4_0
+#      Q4_K_M IQ4_XS) beside llama.cpp's CUDA llama-bench on the same files (built in step 1a
+#      from .gpu-carry's sources: scripts/fetch-llama-sdist.sh; said so and skipped without them)
 #   7. every other test binary (the CPU suite; test_ops with the GPU hidden, its parity rows
 #      being step 3's), RG_TEST_QUICK=1, while the budget lasts
+# GPU_CHECK_ONLY=issue24 runs steps 1 (its targets only), 1a, 2, 5 and 6b alone, then the
+# precision tables' CUDA column (test_f16_base_training, bench_precision): the call for issue
+# 24's figures, e.g. GPU_CHECK_ONLY=issue24 GPU_CHECK_BUDGET=540 with the carry of .gpu-carry.
 # Writes under $OUT (default ./out/gpu-check): env.txt, configure.log, build.log, report.json,
 # one log per step, summary.txt. Progress lines go to stdout; the last line is the summary:
 # "gpu-check: PASS ..." or "gpu-check: FAIL ...".
@@ -47,7 +59,8 @@
 # GPU_CHECK_DRY=1 runs the whole script on a machine without a GPU, through the host execution
 # of the CUDA code (RETRO_CUDA_HOST=1), at the smallest sizes, to check the script itself: the
 # tiny-shape rows only (bench_train skips the larger shapes there), bench_generate on the tiny
-# BF16 file, the 1b shape as a --dry-run listing, and two CPU test binaries; the sanitizer steps
+# BF16 file (and per type on the tiny shape in step 6b, prompt 8 and 4 generated; llama-bench
+# not built: no GPU), the 1b shape as a --dry-run listing, and two CPU test binaries; the sanitizer steps
 # say "no GPU: skipped", and test_ops perf times the host execution (its cuda-host lines). Its
 # figures are CPU timings, never GPU results, and its summary says so.
 set -uo pipefail
@@ -56,13 +69,17 @@ out="${OUT:-out/gpu-check}"
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 dry="${GPU_CHECK_DRY:-0}"
+only="${GPU_CHECK_ONLY:-}"  # issue24: the build, the report, the shapes and step 6b alone
+case "$only" in "" | issue24) ;; *) echo "gpu-check: GPU_CHECK_ONLY='$only' is not issue24" >&2; exit 2 ;; esac
+full() { [ -z "$only" ]; }
 budget="${GPU_CHECK_BUDGET:-480}"
 build="${GPU_CHECK_BUILD:-build-gpu}"
 deadline=$((SECONDS + budget))
 export RETRO_CUDA_ARCHITECTURES="${RETRO_CUDA_ARCHITECTURES:-native}"
 if [ "$dry" = 1 ]; then export RETRO_CUDA_HOST=1; else unset RETRO_CUDA_HOST; fi
 shapes=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-shapes.XXXXXX")
-trap 'rm -rf "$shapes"' EXIT
+llama_pid=""
+trap 'rm -rf "$shapes"; [ -n "$llama_pid" ] && kill -TERM "$llama_pid" 2>/dev/null' EXIT
 : > "$out/summary.txt"
 
 # ---------------------------------------------------------------------------
@@ -133,7 +150,7 @@ bench() {
   else
     verdict "$name" "$rc" "log $log"
   fi
-  grep -E 'tok/s +\(best|refused by|rows: skipped|failed:|^\(made |^  step graph:|^device:|^file | (caus|full) \||HOST EXECUTION|TF/s  ' "$out/$log" |
+  grep -E 'tok/s +\(best|refused by|rows: skipped|failed:|^\(made |^  step graph:|^device:|^file | (caus|full) \||HOST EXECUTION|TF/s  |^peaks:|^  device memory:|^  must be resident|^  loss:|^(f16|bf16|q8_0|q4_0|q4_k_m|iq4_xs) |on the device: the token graph|^bench_precision:|^(AdamW|SGD), |^  (worst|elements|relative) ' "$out/$log" |
     cut -c1-220 | sed 's/^/    /' | tee -a "$out/summary.txt"
 }
 
@@ -236,10 +253,49 @@ cuda_opt=ON
 run "configure" 120 configure.log "$cmake_bin" -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DRG_CUDA=$cuda_opt \
   -DRG_OPENBLAS=OFF -DRG_YAML=OFF -DRG_WERROR=OFF && verdict "configure" "$rc" "$(grep -E 'retrograd: (CUDA|host)' "$out/configure.log" | tr '\n' ' ')"
 [ -z "$failed_steps$skipped_steps" ] || { tail -30 "$out/configure.log"; finish; }
-run "build" 420 build.log "$cmake_bin" --build "$build" -j"$(nproc)" && verdict "build" "$rc" "architectures $RETRO_CUDA_ARCHITECTURES"
+targets=()
+full || targets=(--target retrograd --target bench_train --target bench_generate --target bench_precision \
+                 --target test_f16_base_training)
+run "build" 420 build.log "$cmake_bin" --build "$build" -j"$(nproc)" "${targets[@]}" &&
+  verdict "build" "$rc" "architectures $RETRO_CUDA_ARCHITECTURES${only:+; GPU_CHECK_ONLY=$only: its targets only}"
 [ -z "$failed_steps$skipped_steps" ] || { tail -40 "$out/build.log"; finish; }
 bin="$build/retrograd"
 
+# 1a. llama.cpp's CUDA build, for step 6b's comparison, started now in the background (nice 19, all
+# cores but two) from the sources scripts/fetch-llama-sdist.sh puts in .gpu-carry (the device
+# reaches no registry: carry that folder), under its own time limit; step 6b waits for it. Said so
+# and skipped when the sources are absent, or without a GPU.
+llama_tar="${LLAMA_SRC_TAR:-$(ls -t .gpu-carry/llama.cpp-*.tar.gz .gpu-carry/llama_cpp_python-*.tar.gz 2>/dev/null | head -1)}"
+llama_build="${GPU_CHECK_LLAMA_BUILD:-build-llama}" llama_pid="" llama_bench="" llama_why=""
+llama_build_bg() {  # llama_build_bg DIR TAR CMAKE GENERATOR: unpack, configure (CUDA, sm_90), build llama-bench
+  local dir="$1" tar="$2" cm="$3" g=() src
+  [ -n "$4" ] && g=(-G "$4")
+  rm -rf "$dir" && mkdir -p "$dir/src" && tar xzf "$tar" -C "$dir/src" || return 1
+  src=$(find "$dir/src" -maxdepth 4 -path '*llama.cpp/CMakeLists.txt' | head -1)
+  [ -n "$src" ] || { echo "no llama.cpp/CMakeLists.txt in $tar"; return 1; }
+  "$cm" -S "$(dirname "$src")" -B "$dir/b" "${g[@]}" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES="${LLAMA_CUDA_ARCHITECTURES:-90}" -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+    -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF || return 1
+  "$cm" --build "$dir/b" --target llama-bench -j"$(( $(nproc) > 4 ? $(nproc) - 2 : 2 ))"
+}
+if [ "$dry" = 1 ]; then
+  llama_why="no GPU (GPU_CHECK_DRY)${llama_tar:+; sources found: $llama_tar}"
+elif [ -z "$llama_tar" ] || [ ! -f "$llama_tar" ]; then
+  llama_why="no llama.cpp sources in .gpu-carry (run scripts/fetch-llama-sdist.sh, then carry .gpu-carry)"
+else
+  llama_gen=""
+  command -v ninja >/dev/null 2>&1 && llama_gen=Ninja
+  llama_limit=$((deadline - SECONDS - 120)); [ "$llama_limit" -gt 540 ] && llama_limit=540
+  if [ "$llama_limit" -lt 60 ]; then llama_why="no time left in the budget to build it"
+  else
+    echo "[$(stamp)] llama.cpp CUDA build from $llama_tar (background, at most ${llama_limit}s) ..."
+    nice -n 19 timeout -k 10 "$llama_limit" bash -c "$(declare -f llama_build_bg); llama_build_bg \"\$@\"" _ \
+      "$llama_build" "$llama_tar" "$cmake_bin" "$llama_gen" > "$out/llama-build.log" 2>&1 &
+    llama_pid=$!
+  fi
+fi
+
+if full; then  # 1b
 # 1b. The register table (h-limits' scripts/cuda-kernel-table.sh: the checked-in table of the
 # real nvcc compile, with each kernel's occupancy). No GPU needed; cheap, so it comes first.
 if [ -f scripts/cuda-kernel-table.sh ]; then
@@ -253,6 +309,7 @@ else
   say "  kernel table: not printed: scripts/cuda-kernel-table.sh is not in this checkout"
   not_run="$not_run kernel-table"
 fi
+fi  # 1b
 
 # 2. The device.
 run "report" 60 report.json "$bin" report --json --device cuda &&
@@ -260,6 +317,7 @@ run "report" 60 report.json "$bin" report --json --device cuda &&
     "$(grep -oE '"(gpu_device|gpu_unavailable_reason)": [^,]*' "$out/report.json" | head -2 | tr '\n' ' ')"
 case " $failed_steps " in *" report "*) finish ;; esac
 
+if full; then  # 3-4
 # 3. The CUDA test binaries, then the parity table.
 for t in "$build"/test_cuda "$build"/test_cuda_* "$build"/test_session "$build"/test_train_device "$build"/test_device_memory "$build"/test_f16_base_training; do
   [ -x "$t" ] && [ -f "$t" ] && test_bin 120 "$t"
@@ -291,6 +349,7 @@ cli_host=0
 [ "$dry" = 1 ] && cli_host=1
 run "cli cuda" 180 test_cli_cuda.log env RETRO_CUDA_HOST=$cli_host bash tests/cli/test_cli_cuda.sh "$build" &&
   verdict "cli cuda" "$rc" "$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$out/test_cli_cuda.log" | tail -1)"
+fi  # 3-4
 
 # 5. The shapes.
 make_shape() {  # make_shape SHAPE: the BF16 file, timed, checked with info
@@ -307,6 +366,7 @@ else
   make_shape 1b
 fi
 
+if full; then  # 5b-6
 # 5b. Training on the device against the CPU on the same file: `retrograd train` on the
 # smollm2 shape's BF16 file (the tiny BF16 fixture under GPU_CHECK_DRY), full fine-tuning in
 # place, 3 steps of 128 tokens; per-step losses within 4u = 1.6e-2 relative on the tensor path
@@ -361,10 +421,130 @@ else
   bench "bench_generate 1b bf16" 120 "${dev[@]}" RG_BENCH_MODEL="$shapes/1b-bf16.gguf" -- "$build/bench_generate"
   bench "bench_generate smollm2 profile" 60 "${dev[@]}" RG_BENCH_MODEL="$shapes/smollm2-bf16.gguf" RG_BENCH_REPS=1 \
     RG_BENCH_PROFILE=1 -- "$build/bench_generate"
-  bench "bench_precision (f16_base_training, 200 steps)" 120 "${dev[@]}" -- "$build/bench_precision" 200
+  bench "bench_precision (f16_base_training, 200 steps, CPU and CUDA columns)" 180 "${dev[@]}" -- "$build/bench_precision" 200
   bench "bench_train 1b-shape" 300 "${dev[@]}" -- "$build/bench_train" 1 1b-shape
 fi
+fi  # 5b-6
 
+# 6b. Issue 24's benchmarks: quantized models on the device (GPU_CHECK_ONLY=issue24 runs them alone).
+# On each shape (the tiny one under GPU_CHECK_DRY) the BF16 file made above, quantized as
+# `retrograd quantize F OUT Q4_K_M`:
+#   a. LoRA training rows on the Q4_K_M file with RETRO_REQUIRE_GPU_RESIDENT=1 (bench_train's
+#      "SHAPE-shape q4_k_m" rows): tokens/s, MFU against the measured BF16 GEMM peak (and the
+#      nominal one), the step's device memory beside what the plan says must be resident. Until
+#      every quantized op has a device kernel the requirement refuses the row, naming the node;
+#      the default row then runs again without it, its fallbacks counted (not a GPU-resident figure);
+#   c. in the same run, the fused cross-entropy against the materialized logits ("fused-ce" and
+#      "unfused-ce" rows): device memory and tokens/s;
+#   b. prompt (512) and generation (128) tokens/s per weight type (bench_generate, files made
+#      from the BF16 one into gen-SHAPE/), then llama.cpp's llama-bench (CUDA, -ngl 99, -p 512
+#      -n 128) on the same files, once its build (step 1a) is done; a table of both and ours /
+#      theirs per type.
+# Then the precision tables' CUDA column (test_f16_base_training, bench_precision 200 steps).
+i24_shapes=(smollm2 1b)
+[ "$dry" = 1 ] && i24_shapes=(tiny)
+gen_types="f16,bf16,q8_0,q4_0,q4_k_m,iq4_xs"
+dev=(RG_BENCH_DEVICE=cuda RG_BENCH_SHAPES="$shapes")
+i24_quantize() {  # i24_quantize SHAPE: SHAPE-bf16.gguf (made when missing) -> SHAPE-Q4_K_M.gguf
+  local sh="$1" f="$shapes/$1-bf16.gguf" q="$shapes/$1-Q4_K_M.gguf"
+  if [ ! -f "$f" ]; then
+    run "make-tiny --shape $sh" 180 "make-tiny-$sh.log" "$bin" make-tiny --arch llama --shape "$sh" --type bf16 -o "$f" || return 1
+    verdict "make-tiny --shape $sh" "$rc" "$(du -h "$f" 2>/dev/null | cut -f1)"
+    [ "$rc" = 0 ] || return 1
+  fi
+  run "quantize $sh Q4_K_M" 180 "quantize-$sh.log" "$bin" quantize "$f" "$q" Q4_K_M || return 1
+  verdict "quantize $sh Q4_K_M" "$rc" "$(du -h "$q" 2>/dev/null | cut -f1)"
+  [ "$rc" = 0 ]
+}
+for sh in "${i24_shapes[@]}"; do
+  i24_quantize "$sh" || continue
+  steps=2
+  [ "$sh" = 1b ] && steps=1
+  bench "bench_train $sh-shape q4_k_m resident" 300 RETRO_REQUIRE_GPU_RESIDENT=1 "${dev[@]}" -- \
+    "$build/bench_train" "$steps" "$sh-shape q4_k_m"
+  if grep -q "refused by the device" "$out/bench-bench_train-$sh-shape-q4_k_m-resident.log" 2>/dev/null; then
+    say "    (refused under RETRO_REQUIRE_GPU_RESIDENT=1: an op of the step has no device kernel for its types yet; the"
+    say "    default row again without the requirement, its CPU fallbacks counted: not a GPU-resident figure)"
+    bench "bench_train $sh-shape q4_k_m with fallbacks" 240 "${dev[@]}" -- "$build/bench_train" 1 "$sh-shape q4_k_m lora r16"
+  fi
+done
+# b. Ours per type, then llama.cpp's on the same files.
+for sh in "${i24_shapes[@]}"; do
+  [ -f "$shapes/$sh-bf16.gguf" ] || continue
+  mkdir -p "$shapes/gen-$sh"
+  sizes=(RG_BENCH_PP=512 RG_BENCH_TG=128 RG_BENCH_REPS=3)
+  [ "$dry" = 1 ] && sizes=(RG_BENCH_PP=8 RG_BENCH_TG=4 RG_BENCH_REPS=1)
+  bench "bench_generate $sh per type" 300 "${dev[@]}" RG_SMOLLM2="$shapes/$sh-bf16.gguf" RG_BENCH_CACHE="$shapes/gen-$sh" \
+    RG_BENCH_CACHE_PREFIX="$sh" RG_BENCH_TYPES="$gen_types" "${sizes[@]}" -- "$build/bench_generate"
+done
+if [ -n "$llama_pid" ]; then
+  left=$((deadline - SECONDS - 30))
+  echo "[$(stamp)] waiting for llama.cpp's build (at most ${left}s more) ..."
+  t0=$SECONDS
+  while kill -0 "$llama_pid" 2>/dev/null && [ $((deadline - SECONDS)) -gt 30 ]; do sleep 2; done
+  if kill -0 "$llama_pid" 2>/dev/null; then
+    kill -TERM "$llama_pid" 2>/dev/null; wait "$llama_pid" 2>/dev/null; llama_pid=""
+    llama_why="its build did not finish inside the budget (log llama-build.log)"
+  else
+    wait "$llama_pid"; lrc=$?; llama_pid=""
+    llama_bench=$(find "$llama_build/b" -name llama-bench -type f -perm -u+x 2>/dev/null | head -1)
+    [ "$lrc" = 0 ] && [ -n "$llama_bench" ] || llama_why="its build failed (rc=$lrc; log llama-build.log: $(grep -m1 -iE 'error' "$out/llama-build.log" | cut -c1-160))"
+  fi
+  say "  llama.cpp CUDA build: $([ -n "$llama_bench" ] && echo "ok (waited $((SECONDS - t0))s for it here): $llama_bench" || echo "$llama_why")"
+fi
+if [ -z "$llama_bench" ]; then
+  say "  llama-bench (llama.cpp's CUDA build) beside bench_generate: not run: $llama_why"
+  not_run="$not_run llama-bench"
+else
+  for sh in "${i24_shapes[@]}"; do
+    for t in ${gen_types//,/ }; do
+      f="$shapes/gen-$sh/$sh-$t.gguf"
+      [ -f "$f" ] || continue
+      run "llama-bench $sh $t" 120 "llama-bench-$sh-$t.log" env J="$out/llama-bench-$sh-$t.json" bash -c '"$@" > "$J"' _ \
+        "$llama_bench" -m "$f" -ngl 99 -p 512 -n 128 -r 3 -o json || break
+      [ "$rc" = 0 ] || { say "  llama-bench $sh $t: rc=$rc (not ours: listed apart; log llama-bench-$sh-$t.log)"; not_run="$not_run llama-bench-$sh-$t"; }
+    done
+    # The table: ours (bench_generate's row: prompt, gen tok/s) beside llama-bench's pp512 / tg128 avg_ts.
+    python3 - "$out" "$sh" "$gen_types" <<'PY' 2>&1 | tee -a "$out/summary.txt"
+import json, os, re, sys
+out, sh, types = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+ours = {}
+try:
+    for line in open(os.path.join(out, f"bench-bench_generate-{sh}-per-type.log")):
+        m = re.match(r"^(\S+)\s+([\d.]+)\s+([\d.]+)\s", line)
+        if m and m.group(1) in types:
+            ours[m.group(1)] = (float(m.group(2)), float(m.group(3)))
+except OSError:
+    pass
+print(f"    {sh} shape on the device: ours (bench_generate) and llama.cpp's CUDA build (llama-bench), tokens/s")
+print(f"    {'type':8} {'ours pp512':>11} {'llama pp512':>12} {'ratio':>6} {'ours tg128':>11} {'llama tg128':>12} {'ratio':>6}")
+for t in types:
+    lp = lt = None
+    try:
+        for test in json.load(open(os.path.join(out, f"llama-bench-{sh}-{t}.json"))):
+            if test.get("n_prompt") == 512 and test.get("n_gen") == 0: lp = test["avg_ts"]
+            if test.get("n_gen") == 128 and test.get("n_prompt") == 0: lt = test["avg_ts"]
+    except (OSError, ValueError):
+        pass
+    o = ours.get(t)
+    f = lambda x: f"{x:.1f}" if x else "-"
+    r = lambda a, b: f"{a / b:.2f}" if a and b else "-"
+    print(f"    {t:8} {f(o and o[0]):>11} {f(lp):>12} {r(o and o[0], lp):>6} {f(o and o[1]):>11} {f(lt):>12} {r(o and o[1], lt):>6}")
+PY
+  done
+fi
+# The precision tables' CUDA column (issue 24 item 6); in the full run step 3 and 6 ran them.
+if ! full; then
+  test_bin "$([ "$dry" = 1 ] && echo 600 || echo 240)" "$build/test_f16_base_training"
+  if [ "$dry" = 1 ]; then
+    bench "bench_precision (4 steps, host execution)" 420 RG_BENCH_DEVICE=cuda RG_BENCH_HOST_STEPS=2 -- \
+      "$build/bench_precision" 4
+  else
+    bench "bench_precision (200 steps)" 180 RG_BENCH_DEVICE=cuda -- "$build/bench_precision" 200
+  fi
+fi
+
+if full; then  # 7
 # 7. The CPU suite, while the budget lasts.
 for t in "$build"/test_*; do
   { [ -x "$t" ] && [ -f "$t" ]; } || continue
@@ -375,4 +555,6 @@ for t in "$build"/test_*; do
   if [ "$(basename "$t")" = test_ops ]; then test_bin 240 CUDA_VISIBLE_DEVICES= "$t"; else test_bin 180 "$t"; fi
 done
 [ "$dry" = 1 ] && say "  (GPU_CHECK_DRY: of the CPU suite only test_tensor and test_schedule ran; scripts/test.sh runs it all)"
+fi  # 7
+
 finish
