@@ -28,6 +28,7 @@
 #include "graph/exec.h"
 #include "graph/graph.h"
 #include "graph/ops.h"
+#include "quant_fixture.h"
 #include "rg_test.h"
 #include "tensor/half.h"
 #include "tensor/quant/quant.h"
@@ -632,28 +633,11 @@ static void test_cuda_get_rows_parity(void) {
 // random values where the type has a quantizer, else random blocks with the f16 scale set to 2^-7
 // (the IQ1/IQ2/IQ3 types). Ids out of order with repeats; for Q8_0 and Q4_K also 300 strided ids.
 static void *quant_table(uint32_t type, int64_t per_row, int64_t rows, uint64_t seed) {
-    const rg_type_traits *tt = rg_type_get(type);
-    const size_t bytes = rg_type_row_size(type, per_row) * (size_t)rows;
-    uint8_t *q = kept(malloc(bytes));
-    const rg_quant_ops *ops = rg_quant_get(type);
-    if (ops && ops->quantize) {
-        float *x = malloc(sizeof(float) * (size_t)(per_row * rows));
-        for (int64_t i = 0; i < per_row * rows; i++) x[i] = 0.5f * rg_rng_normal(7, seed, (uint64_t)i);
-        rg_error err = {0};
-        const rg_status st = rg_quantize(type, x, q, rows, per_row, NULL, "test table", &err);
-        free(x);
-        return st ? NULL : q;
-    }
-    for (size_t i = 0; i < bytes; i++) q[i] = (uint8_t)(rg_rng_u64(seed, 5, i) >> 24);
-    for (size_t b = 0; b < bytes / tt->type_size; b++) {
-        uint8_t *blk = q + b * tt->type_size;
-        if (type == RG_TYPE_IQ1_M) {  // the f16 scale is the top nibbles of the four scale words at 48
-            blk[49] &= 0x0F, blk[51] &= 0x0F, blk[53] &= 0x0F, blk[55] = (uint8_t)((blk[55] & 0x0F) | 0x20);
-        } else {  // d f16 at byte 0 (IQ1_S, IQ2_*, IQ3_*)
-            blk[0] = 0x00, blk[1] = 0x20;
-        }
-    }
-    return q;
+    float *x = malloc(sizeof(float) * (size_t)(per_row * rows));
+    for (int64_t i = 0; i < per_row * rows; i++) x[i] = 0.5f * rg_rng_normal(7, seed, (uint64_t)i);
+    uint8_t *q = rg_test_quant_fixture(type, x, rows, per_row, seed, "test table");
+    free(x);
+    return q ? kept(q) : NULL;
 }
 
 static void test_cuda_get_rows_quant_parity(void) {

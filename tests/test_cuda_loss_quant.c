@@ -31,6 +31,7 @@
 #include "graph/exec.h"
 #include "graph/graph.h"
 #include "graph/plan.h"
+#include "quant_fixture.h"
 #include "rg_test.h"
 #include "tensor/half.h"
 #include "tensor/quant/quant.h"
@@ -60,32 +61,9 @@ static float *randn(int64_t n, uint64_t stream, float scale) {
 
 static float bf16_round(float x) { return rg_bf16_to_fp32(rg_fp32_to_bf16(x)); }
 
-// rows x per_row values of x as `type`: quantized by the CPU's quantizer, or for a type without
-// one random blocks whose f16 scale is set to 2^-7 (so every value is finite and O(1)).
+// rows x per_row values of x as `type` (quant_fixture.h).
 static void *make_quant(uint32_t type, const float *x, int64_t rows, int64_t per_row, uint64_t seed) {
-    const rg_type_traits *tt = rg_type_get(type);
-    const size_t row = rg_type_row_size(type, per_row), bytes = row * (size_t)rows;
-    uint8_t *q = malloc(bytes);
-    const rg_quant_ops *ops = rg_quant_get(type);
-    if (ops && ops->quantize) {
-        rg_error err = {0};
-        if (rg_quantize(type, x, q, rows, per_row, NULL, "test head", &err) != RG_OK) {
-            printf("    quantize %s: %s\n", tt->name, err.msg);
-            free(q);
-            return NULL;
-        }
-        return q;
-    }
-    for (size_t i = 0; i < bytes; i++) q[i] = (uint8_t)(rg_rng_u64(seed, 5, i) >> 24);
-    for (size_t b = 0; b < bytes / tt->type_size; b++) {
-        uint8_t *blk = q + b * tt->type_size;
-        if (type == RG_TYPE_IQ1_M) {  // the f16 scale is the top nibbles of the four scale words at 48
-            blk[49] &= 0x0F, blk[51] &= 0x0F, blk[53] &= 0x0F, blk[55] = (uint8_t)((blk[55] & 0x0F) | 0x20);
-        } else {  // d f16 at byte 0 (IQ1_S, IQ2_*, IQ3_*)
-            blk[0] = 0x00, blk[1] = 0x20;
-        }
-    }
-    return q;
+    return rg_test_quant_fixture(type, x, rows, per_row, seed, "test head");
 }
 
 // The CPU's dequantized values of a [per_row, rows] tensor.
