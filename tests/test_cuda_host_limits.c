@@ -77,6 +77,12 @@ static int each_cuda_kernel(void (*fn)(const char *file, const char *name, void 
                 p = strchr(p, ')');
                 if (!p) break;
             }
+            // A declaration the formatter split: the name begins the next line.
+            if (!strcmp(name, "__launch_bounds__") && fgets(line, sizeof line, f)) {
+                const char *q = line, *open = strchr(line, '(');
+                while (*q == ' ' || *q == '\t') q++;
+                snprintf(name, sizeof name, "%.*s", open && open > q ? (int)(open - q) : 0, q);
+            }
             if (name[0]) fn(e->d_name, name, arg), count++;
         }
         fclose(f);
