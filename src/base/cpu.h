@@ -13,6 +13,18 @@ void rg_cpu_force_baseline(int on);
 int rg_cpu_has_avx512_vnni(void);
 // 1 when, on top of that, AVX512_BF16 is usable (VDPBF16PS); RG_NO_AVX512=1 says 0 too.
 int rg_cpu_has_avx512_bf16(void);
+// The matrix unit: 1 when AMX-TILE and AMX-BF16 (TDPBF16PS) are usable: CPUID leaf 7 says so, the OS
+// saves the tile state (XCR0 bits 17-18) and the kernel granted this process tile data
+// (arch_prctl(ARCH_REQ_XCOMP_PERM), asked once; a refusal is one line on stderr, never a SIGILL).
+// RG_NO_AMX=1 (or RG_NO_AVX512=1, RG_NO_AVX2=1) says 0. rg_cpu_has_amx_int8: the same with AMX-INT8.
+int rg_cpu_has_amx_bf16(void);
+int rg_cpu_has_amx_int8(void);
+// Why AMX is not used, for `retrograd report` ("" when it is): "no AMX in CPUID", "RG_NO_AMX=1",
+// "the OS does not save the tile state (XCR0)", "the kernel refused tile data: <errno text>".
+const char *rg_cpu_amx_reason(void);
+// What products in BF16 run on: "amx" (TDPBF16PS/TDPBUSD tiles), "avx512_bf16" (VDPBF16PS),
+// or "none".
+const char *rg_cpu_matrix_unit(void);
 // Number of online cores (at least 1).
 int rg_cpu_count(void);
 

@@ -50,6 +50,7 @@
 #include "tensor/quant/quant.h"
 
 #include "cpu/gemm_openblas.h"
+#include "cpu/gemm_tiles.h"
 
 #define MR RG_GEMM_MR
 #define NR RG_GEMM_NR
@@ -78,6 +79,7 @@ const char *rg_sgemm_impl_name(rg_sgemm_impl impl) {
     case RG_SGEMM_OURS_PORTABLE: return "ours (portable)";
     case RG_SGEMM_OPENBLAS:
         return rg_gemm_ob_name();
+    case RG_SGEMM_BF16: return rg_tile_path_name(rg_gemm_tiles_path());
     }
     return "?";
 }
@@ -615,6 +617,7 @@ static size_t per_thread_bytes(int impl, bool auto_pick, const rg_gemm_batch *bt
 size_t rg_gemm_work_size(rg_sgemm_impl impl, const rg_gemm_batch *batch, int n_threads) {
     if (n_threads < 1) n_threads = 1;
     if (batch->M <= 0 || batch->N <= 0 || batch->n_problems <= 0) return 0;
+    if (impl == RG_SGEMM_BF16) return rg_gemm_tiles_work_size(batch, n_threads);
     int r = resolve_impl((int)impl, batch);
     return per_thread_bytes(r, impl == RG_SGEMM_AUTO, batch) * (size_t)n_threads;
 }
@@ -625,6 +628,12 @@ rg_status rg_gemm_run(rg_threadpool *pool, rg_sgemm_impl impl, const rg_gemm_bat
         return rg_fail(err, RG_ERR_ARG, "gemm: negative size M=%lld N=%lld K=%lld problems=%lld", (long long)bt->M,
                        (long long)bt->N, (long long)bt->K, (long long)bt->n_problems);
     if (bt->M == 0 || bt->N == 0 || bt->n_problems == 0) return RG_OK;
+    if (impl == RG_SGEMM_BF16) {
+        const rg_tile_path path = rg_gemm_tiles_path();
+        if (path == RG_TILES_NONE)
+            return rg_fail(err, RG_ERR_UNSUPPORTED, "gemm: BF16 products asked for, but %s", rg_gemm_tiles_missing());
+        return rg_gemm_tiles_run(pool, path, bt, work, work_size, err);
+    }
     int r = resolve_impl((int)impl, bt);
     if (r == RG_SGEMM_OPENBLAS && !rg_sgemm_have_openblas())
         return rg_fail(err, RG_ERR_UNSUPPORTED, "gemm: this build has no OpenBLAS");

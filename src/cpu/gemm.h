@@ -40,6 +40,7 @@ typedef enum rg_sgemm_impl {
     RG_SGEMM_OURS = 1,
     RG_SGEMM_OPENBLAS = 2,
     RG_SGEMM_OURS_PORTABLE = 3,  // ours with the portable micro-kernel even where AVX2 exists (tests)
+    RG_SGEMM_BF16 = 4,  // products in BF16 on the CPU's matrix unit (gemm_tiles.h; training.compute_dtype=bf16)
 } rg_sgemm_impl;
 
 // The blocking of our kernel (see gemm.c for why these sizes).
