@@ -8,6 +8,7 @@
 //     hook, the refused instruction without effect, and TDPBUSD's dword sums;
 //   - the hardware paths (AMX, AVX512_BF16) against the reference bit for bit where the CPU has
 //     them (SKIP with the reason where not);
+//   - a B packed once and reused (rg_gemm_tiles_pack_b, rg_gemm_tiles_run_packed): the same bits;
 //   - rg_gemm_run(RG_SGEMM_BF16) (RG_TILES_EMULATE=1 is set here when the environment says
 //     nothing) and the driver's refusals.
 #include <float.h>
@@ -641,6 +642,49 @@ static void test_gemm_run_bf16(void) {
     fixture_free(&f);
 }
 
+// A B packed once (rg_gemm_tiles_pack_b, 2 threads) and reused: the same bits as packing per call,
+// for every case of the table, on 1 and 2 threads.
+static void test_packed_b_reused(void) {
+    rg_threadpool *pools[2] = {NULL, NULL};
+    rg_error err = {0};
+    RG_REQUIRE(rg_threadpool_create(&pools[1], 2, &err) == RG_OK, "pool: %s", err.msg);
+    for (size_t ci = 0; ci < N_CASES; ci++) {
+        const tcase *tc = &cases[ci];
+        fixture f;
+        if (!fixture_make(&f, tc, 300 + ci)) {
+            RG_CHECK(0, "case %zu: no fixture", ci);
+            fixture_free(&f);
+            continue;
+        }
+        const size_t c_bytes = sizeof(float) * (size_t)(f.c_per * tc->n_problems);
+        float *want = malloc(c_bytes + 4), *got = malloc(c_bytes + 4);
+        memcpy(want, f.c_init, c_bytes);
+        out_ctx ow = {&f, want};
+        rg_gemm_batch bw = batch_of(&f, &ow);
+        RG_CHECK(rg_gemm_tiles_run(NULL, RG_TILES_EMULATED, &bw, NULL, 0, &err) == RG_OK, "case %zu: %s", ci, err.msg);
+        const size_t pb = rg_gemm_tiles_packed_b_size(&bw);
+        void *packed = pb ? aligned_alloc(64, (pb + 63) / 64 * 64) : NULL;
+        if (pb) {
+            RG_CHECK(rg_gemm_tiles_pack_b(pools[1], &bw, packed, pb - 1, &err) == RG_ERR_ARG, "case %zu: a short buffer", ci);
+            RG_CHECK(rg_gemm_tiles_pack_b(pools[1], &bw, packed, pb, &err) == RG_OK, "case %zu: %s", ci, err.msg);
+        }
+        for (int th = 0; th < 2; th++) {
+            memcpy(got, f.c_init, c_bytes);
+            out_ctx og = {&f, got};
+            rg_gemm_batch bg = batch_of(&f, &og);
+            rg_status st = pb ? rg_gemm_tiles_run_packed(pools[th], RG_TILES_EMULATED, &bg, packed, NULL, 0, &err)
+                              : rg_gemm_tiles_run(pools[th], RG_TILES_EMULATED, &bg, NULL, 0, &err);
+            RG_CHECK(st == RG_OK, "case %zu, %d threads: %s", ci, th + 1, err.msg);
+            RG_CHECK(memcmp(got, want, c_bytes) == 0, "case %zu (M=%lld N=%lld K=%lld %s), %d threads: a packed B gives "
+                     "other bits than packing per call", ci, (long long)tc->M, (long long)tc->N, (long long)tc->K,
+                     type_name(tc), th + 1);
+        }
+        free(packed), free(want), free(got);
+        fixture_free(&f);
+    }
+    rg_threadpool_free(pools[1]);
+}
+
 static void test_paths_refused_where_absent(void) {
     const tcase tc = {4, 4, 4, false, A_ROWS, B_ROWS, 0, false, 1, 0};
     fixture f;
@@ -674,6 +718,7 @@ static const rg_test_case tests[] = {
     RG_TEST(test_emulator_refusal_has_no_effect),
     RG_TEST(test_emulator_dpbusd),
     RG_TEST(test_gemm_run_bf16),
+    RG_TEST(test_packed_b_reused),
     RG_TEST(test_paths_refused_where_absent),
     {0},
 };

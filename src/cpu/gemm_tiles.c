@@ -264,6 +264,9 @@ typedef struct tiles_job {
     tiles_sizes sz;
     char *work;
     bool whole_problems;
+    const uint16_t *packed;      // a pre-packed B (rg_gemm_tiles_pack_b), or NULL to pack per block
+    int64_t packed_nt_stride;    // its tile stride: ceil(K / 32) steps of tiles
+    int64_t packed_per_problem;  // its elements per problem
 } tiles_job;
 
 static size_t lines_bytes(size_t n) { return (n + 63) / 64 * 64; }
@@ -324,8 +327,8 @@ static void pack_b(const tiles_job *jb, const rg_gemm_problem *p, int64_t kc, in
 }
 
 // Rows [i0, i1) x columns [j0, j1) of problem p, over all of K.
-static void tiles_share(const tiles_job *jb, const rg_gemm_problem *p, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
-                        char *ws) {
+static void tiles_share(const tiles_job *jb, int64_t pi, const rg_gemm_problem *p, int64_t i0, int64_t i1, int64_t j0,
+                        int64_t j1, char *ws) {
     const rg_gemm_batch *bt = jb->bt;
     if (i0 >= i1 || j0 >= j1) return;
     if (bt->K == 0) {
@@ -345,8 +348,17 @@ static void tiles_share(const tiles_job *jb, const rg_gemm_problem *p, int64_t i
             pack_a(p, ic, mn, kc, kn, m_tiles, n_steps, ap, n_steps * TILE);
             for (int64_t jc = j0; jc < j1; jc += sz->nb) {
                 const int64_t jn = min64(sz->nb, j1 - jc), n_tiles = round_up(jn, 32) / 16;
-                pack_b(jb, p, kc, kn, jc, jn, n_tiles, n_steps, bp, n_steps * TILE, tmp);
-                const rg_tiles_block blk = {ap, n_steps * TILE, bp, n_steps * TILE, m_tiles, n_tiles, n_steps,
+                const uint16_t *bt_tiles = bp;
+                int64_t b_stride = n_steps * TILE;
+                if (jb->packed) {
+                    // jc and kc are multiples of 32: whole tiles of the packed B
+                    bt_tiles = jb->packed + pi * jb->packed_per_problem + (jc / 16) * jb->packed_nt_stride +
+                               (kc / RG_TILES_KSTEP) * TILE;
+                    b_stride = jb->packed_nt_stride;
+                } else {
+                    pack_b(jb, p, kc, kn, jc, jn, n_tiles, n_steps, bp, b_stride, tmp);
+                }
+                const rg_tiles_block blk = {ap, n_steps * TILE, bt_tiles, b_stride, m_tiles, n_tiles, n_steps,
                                             ceil_div(kn, 2), p->c + ic * p->ldc + jc, p->ldc, mn, jn,
                                             bt->accumulate || kc > 0, stage};
                 jb->kernel(&blk);
@@ -377,7 +389,7 @@ static void problem_share(const tiles_job *jb, int64_t pi, int ith, int nth, cha
     jb->bt->get(jb->bt->ctx, pi, &p);
     int64_t i0, i1, j0, j1;
     split_share(jb->bt, ith, nth, &i0, &i1, &j0, &j1);
-    tiles_share(jb, &p, i0, i1, j0, j1, ws);
+    tiles_share(jb, pi, &p, i0, i1, j0, j1, ws);
 }
 
 static void tiles_thread(void *arg, int ith, int nth) {
@@ -409,38 +421,48 @@ static bool path_runs_here(rg_tile_path path) {
     }
 }
 
-rg_status rg_gemm_tiles_run(rg_threadpool *pool, rg_tile_path path, const rg_gemm_batch *bt, void *work,
-                            size_t work_size, rg_error *err) {
+// The checks and the per-type setup shared by running and packing.
+static rg_status job_init(tiles_job *jb, const rg_gemm_batch *bt, rg_error *err) {
+    if (bt->M < 0 || bt->N < 0 || bt->K < 0 || bt->n_problems < 0)
+        return rg_fail(err, RG_ERR_ARG, "gemm tiles: negative size M=%lld N=%lld K=%lld problems=%lld",
+                       (long long)bt->M, (long long)bt->N, (long long)bt->K, (long long)bt->n_problems);
+    memset(jb, 0, sizeof *jb);
+    jb->bt = bt;
+    jb->bs = 1;
+    jb->type_size = sizeof(float);
+    if (bt->b_type != RG_TYPE_F32) {
+        const rg_type_traits *tt = rg_type_get(bt->b_type);
+        const rg_quant_ops *qo = rg_quant_get(bt->b_type);
+        jb->dequant = qo ? qo->dequant : NULL;
+        if (!tt || !jb->dequant || tt->block_size < 1)
+            return rg_fail(err, RG_ERR_UNSUPPORTED, "gemm tiles: weight type %s has no dequantizer",
+                           tt ? tt->name : "?");
+        jb->bs = tt->block_size, jb->type_size = tt->type_size;
+        const int64_t row_len = bt->b_rows_along_k ? bt->K : bt->N;
+        if (row_len % jb->bs)
+            return rg_fail(err, RG_ERR_ARG, "gemm tiles: %s rows of %lld elements are not whole blocks of %lld",
+                           tt->name, (long long)row_len, (long long)jb->bs);
+    }
+    jb->sz = tiles_plan(bt);
+    jb->packed_nt_stride = ceil_div(bt->K, RG_TILES_KSTEP) * TILE;
+    jb->packed_per_problem = round_up(bt->N, 32) / 16 * jb->packed_nt_stride;
+    return RG_OK;
+}
+
+static rg_status run_job(rg_threadpool *pool, rg_tile_path path, const rg_gemm_batch *bt, const void *packed,
+                         void *work, size_t work_size, rg_error *err) {
     if (!path_runs_here(path))
         return rg_fail(err, RG_ERR_UNSUPPORTED, "gemm tiles: path %s cannot run here: %s", rg_tile_path_name(path),
                        path == RG_TILES_NONE || rg_gemm_tiles_path() == RG_TILES_NONE ? rg_gemm_tiles_missing()
                                                                                      : "this build lacks its kernel");
-    if (bt->M < 0 || bt->N < 0 || bt->K < 0 || bt->n_problems < 0)
-        return rg_fail(err, RG_ERR_ARG, "gemm tiles: negative size M=%lld N=%lld K=%lld problems=%lld",
-                       (long long)bt->M, (long long)bt->N, (long long)bt->K, (long long)bt->n_problems);
-    if (bt->M == 0 || bt->N == 0 || bt->n_problems == 0) return RG_OK;
     tiles_job jb;
-    memset(&jb, 0, sizeof jb);
-    jb.bt = bt;
+    rg_status st = job_init(&jb, bt, err);
+    if (st != RG_OK) return st;
+    if (bt->M == 0 || bt->N == 0 || bt->n_problems == 0) return RG_OK;
     jb.kernel = path == RG_TILES_AMX ? rg_gemm_tiles_block_amx
                 : path == RG_TILES_AVX512 ? rg_gemm_tiles_block_avx512
                                           : rg_gemm_tiles_block_emu;
-    jb.bs = 1;
-    jb.type_size = sizeof(float);
-    if (bt->b_type != RG_TYPE_F32) {
-        const rg_type_traits *tt = rg_type_get(bt->b_type);
-        const rg_quant_ops *qo = rg_quant_get(bt->b_type);
-        jb.dequant = qo ? qo->dequant : NULL;
-        if (!tt || !jb.dequant || tt->block_size < 1)
-            return rg_fail(err, RG_ERR_UNSUPPORTED, "gemm tiles: weight type %s has no dequantizer",
-                           tt ? tt->name : "?");
-        jb.bs = tt->block_size, jb.type_size = tt->type_size;
-        const int64_t row_len = bt->b_rows_along_k ? bt->K : bt->N;
-        if (row_len % jb.bs)
-            return rg_fail(err, RG_ERR_ARG, "gemm tiles: %s rows of %lld elements are not whole blocks of %lld",
-                           tt->name, (long long)row_len, (long long)jb.bs);
-    }
-    jb.sz = tiles_plan(bt);
+    jb.packed = packed;
     const int nth = rg_threadpool_size(pool);
     const size_t need = jb.sz.per_thread * (size_t)nth;
     void *owned = NULL;
@@ -456,5 +478,72 @@ rg_status rg_gemm_tiles_run(rg_threadpool *pool, rg_tile_path path, const rg_gem
     jb.whole_problems = nth > 1 && bt->n_problems >= nth;
     rg_threadpool_run(pool, tiles_thread, &jb);
     free(owned);
+    return RG_OK;
+}
+
+rg_status rg_gemm_tiles_run(rg_threadpool *pool, rg_tile_path path, const rg_gemm_batch *bt, void *work,
+                            size_t work_size, rg_error *err) {
+    return run_job(pool, path, bt, NULL, work, work_size, err);
+}
+
+rg_status rg_gemm_tiles_run_packed(rg_threadpool *pool, rg_tile_path path, const rg_gemm_batch *bt,
+                                   const void *packed, void *work, size_t work_size, rg_error *err) {
+    if (!packed) return rg_fail(err, RG_ERR_ARG, "gemm tiles: no packed B given");
+    return run_job(pool, path, bt, packed, work, work_size, err);
+}
+
+// ---------------------------------------------------------------------------
+// A whole B packed once: items of (problem, NB columns, KB of K), split over the pool.
+
+size_t rg_gemm_tiles_packed_b_size(const rg_gemm_batch *bt) {
+    if (bt->N <= 0 || bt->K <= 0 || bt->n_problems <= 0) return 0;
+    return (size_t)(round_up(bt->N, 32) / 16 * ceil_div(bt->K, RG_TILES_KSTEP) * TILE) * sizeof(uint16_t) *
+           (size_t)bt->n_problems;
+}
+
+typedef struct pack_job {
+    const tiles_job *jb;
+    uint16_t *dst;
+    int64_t n_col_blocks, n_k_blocks;
+    atomic_int failed;  // a thread without memory for its decoding buffer
+} pack_job;
+
+static void pack_thread(void *arg, int ith, int nth) {
+    pack_job *pj = arg;
+    const tiles_job *jb = pj->jb;
+    const rg_gemm_batch *bt = jb->bt;
+    const tiles_sizes *sz = &jb->sz;
+    float *tmp = NULL;
+    if (sz->tmp_rows && !(tmp = malloc(sizeof(float) * (size_t)(sz->tmp_ld * sz->tmp_rows)))) {
+        atomic_store(&pj->failed, 1);
+        return;
+    }
+    int64_t t0, t1;
+    rg_split_range(bt->n_problems * pj->n_col_blocks * pj->n_k_blocks, ith, nth, &t0, &t1);
+    for (int64_t t = t0; t < t1; t++) {
+        const int64_t pi = t / (pj->n_col_blocks * pj->n_k_blocks), rest = t % (pj->n_col_blocks * pj->n_k_blocks);
+        const int64_t jc = (rest / pj->n_k_blocks) * sz->nb, kc = (rest % pj->n_k_blocks) * sz->kb;
+        const int64_t jn = min64(sz->nb, bt->N - jc), kn = min64(sz->kb, bt->K - kc);
+        rg_gemm_problem p;
+        bt->get(bt->ctx, pi, &p);
+        pack_b(jb, &p, kc, kn, jc, jn, round_up(jn, 32) / 16, ceil_div(kn, RG_TILES_KSTEP),
+               pj->dst + pi * jb->packed_per_problem + (jc / 16) * jb->packed_nt_stride + (kc / RG_TILES_KSTEP) * TILE,
+               jb->packed_nt_stride, tmp);
+    }
+    free(tmp);
+}
+
+rg_status rg_gemm_tiles_pack_b(rg_threadpool *pool, const rg_gemm_batch *bt, void *packed, size_t size,
+                               rg_error *err) {
+    tiles_job jb;
+    rg_status st = job_init(&jb, bt, err);
+    if (st != RG_OK) return st;
+    const size_t need = rg_gemm_tiles_packed_b_size(bt);
+    if (need == 0) return RG_OK;
+    if (!packed || size < need)
+        return rg_fail(err, RG_ERR_ARG, "gemm tiles: packed B buffer of %zu bytes is below the %zu needed", size, need);
+    pack_job pj = {&jb, packed, ceil_div(bt->N, jb.sz.nb), ceil_div(bt->K, jb.sz.kb), 0};
+    rg_threadpool_run(pool, pack_thread, &pj);
+    if (atomic_load(&pj.failed)) return rg_fail(err, RG_ERR_NOMEM, "gemm tiles: out of memory for a decoding buffer while packing B");
     return RG_OK;
 }

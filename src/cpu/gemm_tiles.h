@@ -55,6 +55,21 @@ size_t rg_gemm_tiles_work_size(const rg_gemm_batch *batch, int n_threads);
 // RG_ERR_ARG for a short work buffer or bad sizes.
 rg_status rg_gemm_tiles_run(rg_threadpool *pool, rg_tile_path path, const rg_gemm_batch *batch, void *work,
                             size_t work_size, rg_error *err);
+// A frozen B packed once (a LoRA base weight, or any weight for a whole step): every problem's B
+// in the kernels' tile layout, read by rg_gemm_tiles_run_packed instead of packing B on every
+// call. The layout is the same for every path (AMX, AVX512 and EMULATED read it alike); its size
+// depends on N, K and n_problems only.
+size_t rg_gemm_tiles_packed_b_size(const rg_gemm_batch *batch);
+// Packs every problem's B (batch->get supplies it; A and C are not read) into `packed`
+// (rg_gemm_tiles_packed_b_size bytes, 64-byte aligned), on the pool. Fails as rg_gemm_tiles_run
+// does for a B type without a dequantizer or rows of partial blocks, RG_ERR_ARG for a short buffer.
+rg_status rg_gemm_tiles_pack_b(rg_threadpool *pool, const rg_gemm_batch *batch, void *packed, size_t size,
+                               rg_error *err);
+// rg_gemm_tiles_run with B read from `packed` (rg_gemm_tiles_pack_b of a batch with the same N, K,
+// B type and n_problems, and the same B values; this batch's B is not read). The same bits as
+// rg_gemm_tiles_run; work: rg_gemm_tiles_work_size bytes (or NULL).
+rg_status rg_gemm_tiles_run_packed(rg_threadpool *pool, rg_tile_path path, const rg_gemm_batch *batch,
+                                   const void *packed, void *work, size_t work_size, rg_error *err);
 // The portable reference of `path`'s arithmetic (AMX and EMULATED share one): single thread,
 // no work buffer; the same bits as rg_gemm_tiles_run(path).
 rg_status rg_gemm_tiles_ref(rg_tile_path path, const rg_gemm_batch *batch, rg_error *err);
