@@ -13,6 +13,9 @@
 //     nothing) and the driver's refusals.
 #include <float.h>
 #include <math.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -544,6 +547,35 @@ static void test_emulator_refusals(void) {
     }
 }
 
+// Without a hook installed a refusal names the rule and the kernel's line on stderr and aborts
+// (in a child process here).
+static void test_emulator_default_hook_aborts(void) {
+    int fds[2];
+    RG_REQUIRE(pipe(fds) == 0, "pipe");
+    fflush(stdout);
+    const pid_t pid = fork();
+    RG_REQUIRE(pid >= 0, "fork");
+    int line = __LINE__ + 4;
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        RG_TILE_RELEASE();
+        _exit(0);
+    }
+    close(fds[1]);
+    char buf[512] = {0};
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof buf - 1 && (r = read(fds[0], buf + n, sizeof buf - 1 - n)) > 0) n += (size_t)r;
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    char where[64];
+    snprintf(where, sizeof where, "test_gemm_tiles.c:%d", line);
+    RG_CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "the child was not aborted (status %d)", status);
+    RG_CHECK(strstr(buf, where) && strstr(buf, "(release)"), "stderr says \"%s\", want %s and (release)", buf, where);
+}
+
 // A refused product leaves C as it was; a refused load leaves the tile as it was.
 static void test_emulator_refusal_has_no_effect(void) {
     fault_log log = {0};
@@ -715,6 +747,7 @@ static const rg_test_case tests[] = {
     RG_TEST(test_reference_within_bound_of_double),
     RG_TEST(test_reference_orders_by_hand),
     RG_TEST(test_emulator_refusals),
+    RG_TEST(test_emulator_default_hook_aborts),
     RG_TEST(test_emulator_refusal_has_no_effect),
     RG_TEST(test_emulator_dpbusd),
     RG_TEST(test_gemm_run_bf16),
