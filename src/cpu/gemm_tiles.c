@@ -488,7 +488,7 @@ rg_status rg_gemm_tiles_run(rg_threadpool *pool, rg_tile_path path, const rg_gem
 
 rg_status rg_gemm_tiles_run_packed(rg_threadpool *pool, rg_tile_path path, const rg_gemm_batch *bt,
                                    const void *packed, void *work, size_t work_size, rg_error *err) {
-    if (!packed) return rg_fail(err, RG_ERR_ARG, "gemm tiles: no packed B given");
+    if (!packed && rg_gemm_tiles_packed_b_size(bt) > 0) return rg_fail(err, RG_ERR_ARG, "gemm tiles: no packed B given");
     return run_job(pool, path, bt, packed, work, work_size, err);
 }
 
