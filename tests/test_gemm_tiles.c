@@ -161,6 +161,7 @@ static const tcase cases[] = {
     {64, 80, 513, false, A_ROWS, B_ROWS, 0, false, 1, 0},
     {40, 300, 1100, true, A_ROWS, B_COLS, 0, false, 1, 0},
     {300, 20, 70, false, A_COLS, B_ROWS, 0, false, 1, 0},
+    {1100, 20, 600, true, A_ROWS, B_COLS, 0, false, 1, 0},  // A of all rows over 1 MB: blocks of 256 rows
     {7, 9, 0, false, A_ROWS, B_ROWS, 0, false, 1, 0},
     {7, 9, 0, true, A_ROWS, B_ROWS, 0, false, 1, 0},
     {9, 13, 45, true, A_ROWS, B_ROWS, 0, false, 3, 1},

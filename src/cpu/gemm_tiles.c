@@ -3,7 +3,7 @@
 //
 // Blocking, per thread and product (the thread owns rows [i0, i1) x columns [j0, j1) of C):
 //
-//   for ic over the rows by MB:                 256 rows
+//   for ic over the rows by MB:                 256 rows, or all of them (below)
 //     for kc over K by KB:                      512 of K (16 tile steps)
 //       pack A[ic:ic+MB, kc:kc+KB]  -> ap       [MB/16 tiles][16 steps][16][32] BF16 (256 KB)
 //       for jc over the columns by NB:          256 columns
@@ -11,7 +11,9 @@
 //         the kernel: C[ic.., jc..] (+)= ap . bp, 32 x 32 of C a pass, the K steps in order
 //
 // so A and B blocks together stay within half of Sapphire Rapids' 2 MB L2 and a column pair of
-// B tiles (32 KB over 16 steps) within its 48 KB L1. C holds the running sum between K blocks
+// B tiles (32 KB over 16 steps) within its 48 KB L1. B is packed once per MB rows: when the
+// packed A of all of a product's rows for one K block fits 1 MB (2048 rows at K = 256: a weight
+// gradient over 256 tokens), MB is all the rows, so A and B are each packed once. C holds the running sum between K blocks
 // (stored and loaded as F32: exact), so each C(i, j) is one thread's sum over all of K in the
 // documented order and the bits do not depend on the blocking or the thread count.
 //
@@ -159,6 +161,7 @@ rg_status rg_gemm_tiles_ref(rg_tile_path path, const rg_gemm_batch *bt, rg_error
 // Packing.
 
 #define MB 256
+#define A_FULL_BYTES (1 << 20)  // a packed A block of all the rows, when it fits
 #define KB 512
 #define NB 256
 #define TILE RG_TILES_TILE_ELEMS
@@ -273,8 +276,9 @@ static size_t lines_bytes(size_t n) { return (n + 63) / 64 * 64; }
 
 static tiles_sizes tiles_plan(const rg_gemm_batch *bt) {
     tiles_sizes s;
-    s.mb = min64(MB, round_up(bt->M > 0 ? bt->M : 1, 32));
     s.kb = min64(KB, round_up(bt->K > 0 ? bt->K : 1, 32));
+    s.mb = round_up(bt->M > 0 ? bt->M : 1, 32);
+    if (s.mb > MB && s.mb * s.kb * 2 > A_FULL_BYTES) s.mb = MB;
     s.nb = min64(NB, round_up(bt->N > 0 ? bt->N : 1, 32));
     s.tmp_ld = s.tmp_rows = 0;
     if (bt->b_type != RG_TYPE_F32) {
