@@ -98,10 +98,14 @@ int rg_tile_emu_configured(void);
 
 #if defined(RG_TILES_HW)
 #include <immintrin.h>
-#define RG_TILE_LOADCONFIG(cfg) _tile_loadconfig(cfg)
+// GCC's intrinsics tell the compiler less than the instructions do: _tile_loadconfig declares 8 of
+// the 64 bytes it reads, _tile_loadd no memory at all. A compiler barrier before each keeps every
+// store to the configuration and to the packed tiles (and the staged C) ahead of the instruction.
+#define RG_TILE_BARRIER() __asm__ volatile("" ::: "memory")
+#define RG_TILE_LOADCONFIG(cfg) do { RG_TILE_BARRIER(); _tile_loadconfig(cfg); } while (0)
 #define RG_TILE_RELEASE() _tile_release()
 #define RG_TILE_ZERO(t) _tile_zero(t)
-#define RG_TILE_LOADD(t, base, stride) _tile_loadd(t, base, stride)
+#define RG_TILE_LOADD(t, base, stride) do { RG_TILE_BARRIER(); _tile_loadd(t, base, stride); } while (0)
 #define RG_TILE_STORED(t, base, stride) _tile_stored(t, base, stride)
 #define RG_TILE_DPBF16PS(c, a, b) _tile_dpbf16ps(c, a, b)
 #define RG_TILE_DPBUSD(c, a, b) _tile_dpbusd(c, a, b)
