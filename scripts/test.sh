@@ -55,6 +55,8 @@ if build_or_fail release build -DRG_WERROR=ON; then
   for c in ssm_scan_sequential ssm_scan ssm_scan_back flash_attn_ext flash_attn_back; do
     run_suite "test_ops $c on the baseline kernels (RG_NO_AVX2=1)" env RG_NO_AVX2=1 build/test_ops "$c"
   done
+  # The BF16 tile products with every SIMD path off: the emulated tiles and the decoders' baseline loops.
+  run_suite "test_gemm_tiles on the baseline kernels (RG_NO_AVX2=1)" env RG_NO_AVX2=1 build/test_gemm_tiles
   run_suite "cli" bash tests/cli/test_cli.sh build
   run_suite "cli help" bash tests/cli/test_cli_help.sh build
   run_suite "cli generate" bash tests/cli/test_cli_generate.sh build

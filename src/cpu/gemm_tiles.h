@@ -28,6 +28,7 @@
 #define RG_CPU_GEMM_TILES_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "cpu/gemm.h"
 
@@ -54,8 +55,58 @@ size_t rg_gemm_tiles_work_size(const rg_gemm_batch *batch, int n_threads);
 // RG_ERR_ARG for a short work buffer or bad sizes.
 rg_status rg_gemm_tiles_run(rg_threadpool *pool, rg_tile_path path, const rg_gemm_batch *batch, void *work,
                             size_t work_size, rg_error *err);
+// A frozen B packed once (a LoRA base weight, or any weight for a whole step): every problem's B
+// in the kernels' tile layout, read by rg_gemm_tiles_run_packed instead of packing B on every
+// call. The layout is the same for every path (AMX, AVX512 and EMULATED read it alike); its size
+// depends on N, K and n_problems only.
+size_t rg_gemm_tiles_packed_b_size(const rg_gemm_batch *batch);
+// Packs every problem's B (batch->get supplies it; A and C are not read) into `packed`
+// (rg_gemm_tiles_packed_b_size bytes, 64-byte aligned), on the pool. Fails as rg_gemm_tiles_run
+// does for a B type without a dequantizer or rows of partial blocks, RG_ERR_ARG for a short buffer.
+rg_status rg_gemm_tiles_pack_b(rg_threadpool *pool, const rg_gemm_batch *batch, void *packed, size_t size,
+                               rg_error *err);
+// rg_gemm_tiles_run with B read from `packed` (rg_gemm_tiles_pack_b of a batch with the same N, K,
+// B type and n_problems, and the same B values; this batch's B is not read). The same bits as
+// rg_gemm_tiles_run; work: rg_gemm_tiles_work_size bytes (or NULL).
+rg_status rg_gemm_tiles_run_packed(rg_threadpool *pool, rg_tile_path path, const rg_gemm_batch *batch,
+                                   const void *packed, void *work, size_t work_size, rg_error *err);
 // The portable reference of `path`'s arithmetic (AMX and EMULATED share one): single thread,
 // no work buffer; the same bits as rg_gemm_tiles_run(path).
 rg_status rg_gemm_tiles_ref(rg_tile_path path, const rg_gemm_batch *batch, rg_error *err);
+
+// ---------------------------------------------------------------------------
+// Internal: the kernels behind rg_gemm_tiles_run (gemm_tiles.c packs and splits the work).
+//
+// Packed A: tiles of 16 rows x 32 BF16 (one K step), tile (mt, s) at a + mt * a_mt_stride + s * 512
+// elements, row r at + 32 r. Packed B: tiles of 16 pair-rows x 16 columns, tile (nt, s) at
+// b + nt * b_nt_stride + s * 512, B(32 s + 2 q + l, 16 nt + j) at + 32 q + 2 j + l (l = 0, 1: the
+// VNNI pairs TDPBF16PS and VDPBF16PS read). Padding (rows, columns, K) is zero.
+#define RG_TILES_KSTEP 32        // K per tile step (16 pairs)
+#define RG_TILES_TILE_ELEMS 512  // BF16 elements per packed tile (16 x 32)
+
+typedef struct rg_tiles_block {
+    const uint16_t *a;           // packed A: m_tiles (even) x n_steps tiles
+    int64_t a_mt_stride;
+    const uint16_t *b;           // packed B: n_tiles (even) x n_steps tiles
+    int64_t b_nt_stride;
+    int64_t m_tiles, n_tiles, n_steps;
+    int64_t k_pairs;             // pairs of K that exist in these steps (the AVX512 order stops there)
+    float *c;                    // C(0, 0) of the block, rows ldc floats apart
+    int64_t ldc;
+    int64_t rows, cols;          // C's rows and columns in the block (<= 16 m_tiles, <= 16 n_tiles)
+    int load_c;                  // C holds the sum so far (accumulate, or an earlier K block); else from 0
+    float *stage;                // 32 x 32 floats, 64-byte aligned: the block's edge tiles
+} rg_tiles_block;
+
+// The AMX order on 2 x 2 C tiles (32 x 32 of C) a pass: each A and B tile load feeds two
+// TDPBF16PS. _amx: the hardware (rg_gemm_tiles_amx_built = 0 and a stub where the compiler has
+// no AMX); _emu: the same source on tiles_emu.c.
+extern const int rg_gemm_tiles_amx_built;
+void rg_gemm_tiles_block_amx(const rg_tiles_block *blk);
+void rg_gemm_tiles_block_emu(const rg_tiles_block *blk);
+// The AVX512 order on VDPBF16PS over the same packed tiles (rg_gemm_tiles_avx512_built = 0 and a
+// stub without AVX512_BF16 in the compiler).
+extern const int rg_gemm_tiles_avx512_built;
+void rg_gemm_tiles_block_avx512(const rg_tiles_block *blk);
 
 #endif

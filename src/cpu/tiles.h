@@ -46,6 +46,7 @@ typedef struct rg_tile_config {
     uint16_t colsb[16];   // bytes per row of tile t (t < 8; entries 8-15 zero)
     uint8_t rows[16];     // rows of tile t (t < 8; entries 8-15 zero)
 } rg_tile_config;
+_Static_assert(sizeof(rg_tile_config) == 64, "LDTILECFG reads 64 bytes");
 
 // A tile configured as `rows` rows of `colsb` bytes.
 static inline void rg_tile_config_set(rg_tile_config *cfg, int t, int rows, int colsb) {
