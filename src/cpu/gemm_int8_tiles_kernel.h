@@ -25,8 +25,8 @@ typedef int32_t int8t_sums[4][16][16];
 
 // acc[16a + r][16b + j] from the sums of tile 2a + b, for the types with a code offset (Q4_0, Q5_0,
 // Q8_0): fma((float)(isum - offset sx), fl(d dx), acc).
-static inline void int8t_scale_offset(float acc[32][32], const int32_t t[16][16], int a, int b, const float *scale,
-                                      const float *d, const int32_t *sum, int32_t offset) {
+static inline void int8t_scale_offset(float acc[restrict 32][32], const int32_t t[restrict 16][16], int a, int b,
+                                      const float *scale, const float *d, const int32_t *sum, int32_t offset) {
     for (int r = 0; r < 16; r++) {
         const float sc = scale[16 * a + r];
         float *ar = acc[16 * a + r] + 16 * b;
@@ -37,8 +37,8 @@ static inline void int8t_scale_offset(float acc[32][32], const int32_t t[16][16]
 }
 
 // Q4_K: fma((float)isum, fl((d sc) dx), acc), then fma(-(dmin m), dx sx, acc).
-static inline void int8t_scale_min(float acc[32][32], const int32_t t[16][16], int a, int b, const float *scale,
-                                   const float *min, const float *d, const float *dsum) {
+static inline void int8t_scale_min(float acc[restrict 32][32], const int32_t t[restrict 16][16], int a, int b,
+                                   const float *scale, const float *min, const float *d, const float *dsum) {
     for (int r = 0; r < 16; r++) {
         const float sc = scale[16 * a + r], mn = min[16 * a + r];
         float *ar = acc[16 * a + r] + 16 * b;
@@ -51,9 +51,10 @@ static inline void int8t_scale_min(float acc[32][32], const int32_t t[16][16], i
 }
 
 // Q6_K: the halves' sums t0, t1 combined in integers, sc_0 (t0 - 32 sx_0) + sc_1 (t1 - 32 sx_1), then one fma.
-static inline void int8t_scale_q6(float acc[32][32], const int32_t t0[16][16], const int32_t t1[16][16], int a, int b,
-                                  const float *scale, const int32_t *sc0, const int32_t *sc1, const float *d,
-                                  const int32_t *s0, const int32_t *s1) {
+static inline void int8t_scale_q6(float acc[restrict 32][32], const int32_t t0[restrict 16][16],
+                                  const int32_t t1[restrict 16][16], int a, int b, const float *scale,
+                                  const int32_t *sc0, const int32_t *sc1, const float *d, const int32_t *s0,
+                                  const int32_t *s1) {
     for (int r = 0; r < 16; r++) {
         const float sc = scale[16 * a + r];
         const int32_t h0 = sc0[16 * a + r], h1 = sc1[16 * a + r];
