@@ -267,7 +267,7 @@ static void half_batch_get(const void *ctx, int64_t p, rg_gemm_problem *prob) {
 static bool expected_bits(uint32_t type, const void *wq, const float *x, int64_t K, int64_t M, int64_t N, float *ye) {
     if (type == RG_TYPE_BF16 || type == RG_TYPE_F16) {
         const rg_tile_path path = rg_gemm_tiles_path();
-        if (path != RG_TILES_AMX && path != RG_TILES_EMULATED) return false;
+        if ((path != RG_TILES_AMX || !rg_gemm_tiles_amx_built) && path != RG_TILES_EMULATED) return false;
         half_batch c = {type, wq, rg_type_row_size(type, K), x, K, ye, M};
         rg_gemm_batch bt = {N, M, K, type, true, false, 1, half_batch_get, &c};
         rg_error err = {0};

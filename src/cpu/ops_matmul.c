@@ -314,11 +314,11 @@ typedef enum mm_prompt_path {
     MM_PROMPT_BF16_AVX512,  // gemm_bf16.h: VDPBF16PS for BF16 weights
 } mm_prompt_path;
 
-// The BF16 tiles take prompts only on the matrix unit itself or its emulation (asked for): a CPU
-// with AVX512_BF16 and no AMX keeps gemm_bf16.h, one with neither the SGEMM.
+// The BF16 tiles take prompts only on the matrix unit itself (and a build with its kernel) or its
+// emulation (asked for): a CPU with AVX512_BF16 and no AMX keeps gemm_bf16.h, one with neither the SGEMM.
 static bool prompt_bf16_tiles(void) {
     const rg_tile_path p = rg_gemm_tiles_path();
-    return p == RG_TILES_AMX || p == RG_TILES_EMULATED;
+    return (p == RG_TILES_AMX && rg_gemm_tiles_amx_built) || p == RG_TILES_EMULATED;
 }
 
 // The prompt path MUL_MAT may take: a weight type one has, one slice, F32 activations with
