@@ -9,10 +9,10 @@
 // recording hook turns a refusal into a failed check); the hardware AMX kernel runs where the CPU
 // has AMX-INT8 (SKIP with the reason elsewhere) and the real VNNI kernel where the CPU has it.
 // MUL_MAT in inference takes the tiles (int8 types: the reference's bits; BF16, F16: gemm_tiles.h's
-// reference bits); in training (no int8_activations) it does not. Generation with tiny Q4_K and
-// Q8_0 models runs in child processes, with RG_TILES_EMULATE=1 (the tiles) and without (what runs
-// today): the same bits where today's path is VNNI; elsewhere (the SGEMM on F32 activations) the
-// logits within the activations' Q8_0 rounding and the same greedy tokens up to a near tie.
+// reference bits); in training (no int8_activations) it does not. Generation with tiny Q4_K, Q8_0,
+// BF16 and F16 models runs in child processes, with RG_TILES_EMULATE=1 (the tiles) and without
+// (what runs today): the same bits where today's path is VNNI; elsewhere (the SGEMM on F32
+// activations) the logits within the activations' rounding and the same greedy tokens up to a near tie.
 //
 // main sets RG_TILES_EMULATE=1 for this process: where the CPU has no AMX the tile paths are the
 // emulated ones.
@@ -26,6 +26,7 @@
 #include "base/rng.h"
 #include "base/threadpool.h"
 #include "cpu/cpu_ops.h"
+#include "cpu/gemm_bf16.h"
 #include "cpu/gemm_int8.h"
 #include "cpu/gemm_int8_tiles.h"
 #include "cpu/gemm_tiles.h"
@@ -343,6 +344,20 @@ static void test_mul_mat_f16(void) { check_mul_mat(RG_TYPE_F16, 80, 21, 12); }
 
 enum { PROMPT = 24, GEN = 8 };
 
+static bool half_type(uint32_t type) { return type == RG_TYPE_BF16 || type == RG_TYPE_F16; }
+
+// The prompt path of a weight type (ops_matmul.c's choice): 0 the SGEMM on F32 activations, 1 VNNI
+// (int8 types) or AVX512_BF16 (BF16), 2 + rg_tile_path for the tiles.
+static int32_t prompt_path_code(uint32_t type, int64_t K) {
+    if (half_type(type)) {
+        const rg_tile_path p = rg_gemm_tiles_path();
+        if ((p == RG_TILES_AMX && rg_gemm_tiles_amx_built) || p == RG_TILES_EMULATED) return 2 + (int32_t)p;
+        return type == RG_TYPE_BF16 && rg_gemm_bf16_supports(K) ? 1 : 0;
+    }
+    if (rg_gemm_int8_tiles_supports(type, K)) return 2 + (int32_t)rg_int8_tiles_path();
+    return rg_gemm_int8_supports(type, K) ? 1 : 0;
+}
+
 // The child: the prompt in one batch (all logits), then GEN tokens drawn greedily one at a time.
 // Writes the prompt path it took (0 SGEMM, 1 VNNI, 2 + rg_tile_path for the tiles), the tokens and
 // every logit to out_path.
@@ -368,9 +383,7 @@ static int session_child(const char *model_path, const char *out_path) {
         if (rg_session_eval(s, &gen[g], 1, out, 0, &err)) return fprintf(stderr, "child: %s\n", err.msg), 2;
         last = out;
     }
-    const int32_t path = rg_gemm_int8_tiles_supports(type, m->hp.n_embd) ? 2 + (int32_t)rg_int8_tiles_path()
-                         : rg_gemm_int8_supports(type, m->hp.n_embd)     ? 1
-                                                                         : 0;
+    const int32_t path = prompt_path_code(type, m->hp.n_embd);
     FILE *f = fopen(out_path, "wb");
     const bool ok = f && fwrite(&path, 4, 1, f) == 1 && fwrite(gen, 4, GEN, f) == GEN &&
                     fwrite(logits, sizeof(float), (size_t)(V * (PROMPT + GEN)), f) == (size_t)(V * (PROMPT + GEN));
@@ -416,68 +429,85 @@ static bool run_child(const char *model_path, const char *emulate, const char *n
     return ok;
 }
 
-static const char *child_path_name(int32_t p) {
-    return p == 0 ? "the SGEMM on F32 activations" : p == 1 ? "VNNI" : p == 2 + RG_TILES_AMX ? "AMX tiles" : "emulated tiles";
+static const char *child_path_name(uint32_t type, int32_t p) {
+    return p == 0                    ? "the SGEMM on F32 activations"
+           : p == 1                  ? (half_type(type) ? "AVX512_BF16" : "VNNI")
+           : p == 2 + RG_TILES_AMX   ? "AMX tiles"
+                                     : "emulated tiles";
 }
 
-// The tiny model (qwen2) with every matrix in `type`, generation with the tiles (RG_TILES_EMULATE=1: the
-// emulated tiles, or AMX where the CPU has it) against what runs without them (RG_NO_AMX=1: VNNI, or the
-// SGEMM). Where the other run is VNNI: the same bits (the tile path's promise). Where it is the SGEMM (F32
-// activations): the prompt's logits within 2e-2 of the largest (the Q8_0 rounding of the activations:
-// test_gemm_int8's bound for the same change) and the greedy tokens the same up to the first step whose
-// top two logits (SGEMM's) are closer than that bound. And where the CPU has AMX, AMX against the emulation: bits.
+// The tiny model (qwen2) with every matrix in `type`: generation with the tiles (RG_TILES_EMULATE=1: the
+// emulated tiles, or AMX where the CPU has it) against what runs without them (RG_NO_AMX=1).
+//   int8 types, the other run on VNNI: the same bits (the tile path's promise).
+//   int8 types, the other run on the SGEMM (F32 activations): the prompt's logits within 2e-2 of the
+//     largest (the Q8_0 rounding of the activations; test_gemm_int8's bound for the same change).
+//   BF16, F16 (the other run: the SGEMM, or VDPBF16PS in its own order): within 1e-2 (the activations,
+//     and F16 weights, rounded to BF16: 2^-9 of each value; seen here: 2.8e-3 BF16, 4.0e-3 F16).
+// Either way the greedy tokens are the same up to the first step whose top two logits (the other
+// run's) are closer than that bound. And where the CPU has AMX: AMX against the emulation, bit for bit.
 static void check_generation(uint32_t type) {
     RG_REQUIRE(readlink("/proc/self/exe", self_path, sizeof self_path - 1) > 0, "cannot find this test's binary");
     char path[64] = "/tmp/rg_test_int8t_modelXXXXXX";
     close(mkstemp(path));
-    rg_tiny_config cfg = {.arch = "qwen2", .type = RG_TYPE_F32, .seed = 5};
+    const bool half = half_type(type);
+    const double tol = half ? 1e-2 : 2e-2;
+    rg_tiny_config cfg = {.arch = "qwen2", .type = half ? type : RG_TYPE_F32, .seed = 5};
     rg_quantize_opts qo = {.n_threads = 1, .pure = true};
     rg_quantize_summary qs;
     rg_error err = {0};
-    RG_REQUIRE(!rg_tiny_write(&cfg, path, &err) && !rg_quantize_file(path, path, tname(type), &qo, &qs, &err), "%s",
-               err.msg);
+    RG_REQUIRE(!rg_tiny_write(&cfg, path, &err) && (half || !rg_quantize_file(path, path, tname(type), &qo, &qs, &err)),
+               "%s", err.msg);
     const int64_t V = RG_TINY_N_VOCAB;
     const size_t nl = (size_t)(V * (PROMPT + GEN));
     float *lt = malloc(sizeof(float) * nl), *lo = malloc(sizeof(float) * nl), *le = malloc(sizeof(float) * nl);
     int32_t pt = -1, po = -1, pe = -1, gt[GEN], go[GEN], ge[GEN];
-    RG_REQUIRE(run_child(path, "1", NULL, V, &pt, gt, lt) && run_child(path, NULL, "1", V, &po, go, lo), "%s: a child failed",
-               tname(type));
-    RG_CHECK(pt >= 2, "%s: RG_TILES_EMULATE=1 but the prompt took %s", tname(type), child_path_name(pt));
-    const double prompt_rel = rg_test_max_rel(lt, lo, V * PROMPT), all_rel = rg_test_max_rel(lt, lo, (int64_t)nl);
-    int same_tokens = 0;
-    while (same_tokens < GEN && gt[same_tokens] == go[same_tokens]) same_tokens++;
-    printf("    %s: prompt of %d on %s against %s: logits %s (max gap %.2e of the largest prompt logit, %.2e over the "
-           "%d generated), greedy tokens %d of %d the same\n", tname(type), PROMPT, child_path_name(pt), child_path_name(po),
-           memcmp(lt, lo, sizeof(float) * nl) ? "differ" : "bit for bit the same", prompt_rel, all_rel, GEN, same_tokens,
-           GEN);
-    if (po == 1) {
-        RG_CHECK(!memcmp(lt, lo, sizeof(float) * nl) && same_tokens == GEN, "%s: the tiles and VNNI differ", tname(type));
-    } else {
-        RG_CHECK(prompt_rel <= 2e-2, "%s: the prompt's logits differ by %.3g of the largest (bound 2e-2)", tname(type),
-                 prompt_rel);
-        if (same_tokens < GEN) {  // a different token only at a near tie of the SGEMM run's logits
-            const float *l = same_tokens == 0 ? lo + (size_t)(PROMPT - 1) * V : lo + (size_t)(PROMPT + same_tokens - 1) * V;
-            float top = -INFINITY, second = -INFINITY, scale = 0;
-            for (int64_t v = 0; v < V; v++) {
-                scale = fmaxf(scale, fabsf(l[v]));
-                if (l[v] > top) second = top, top = l[v];
-                else if (l[v] > second) second = l[v];
+    const bool ran = run_child(path, "1", NULL, V, &pt, gt, lt) && run_child(path, NULL, "1", V, &po, go, lo);
+    RG_CHECK(ran, "%s: a child failed", tname(type));
+    const bool tiles = ran && pt >= 2;
+    if (ran && !tiles && half)  // a CPU with AVX512_BF16 and no AMX: BF16 prompts keep VDPBF16PS, emulation or not
+        printf("    %s: RG_TILES_EMULATE=1 but the prompt takes %s: no BF16 tile path for prompts here\n", tname(type),
+               child_path_name(type, pt));
+    else RG_CHECK(tiles, "%s: RG_TILES_EMULATE=1 but the prompt took %s", tname(type), child_path_name(type, pt));
+    if (tiles) {
+        const double prompt_rel = rg_test_max_rel(lt, lo, V * PROMPT), all_rel = rg_test_max_rel(lt, lo, (int64_t)nl);
+        int same = 0;
+        while (same < GEN && gt[same] == go[same]) same++;
+        const bool bits = !memcmp(lt, lo, sizeof(float) * nl);
+        printf("    %s: prompt of %d on %s against %s: logits %s (max gap %.2e of the largest prompt logit, %.2e with "
+               "the %d generated), greedy tokens %d of %d the same\n", tname(type), PROMPT, child_path_name(type, pt),
+               child_path_name(type, po), bits ? "bit for bit the same" : "differ", prompt_rel, all_rel, GEN, same, GEN);
+        if (po == 1 && !half) {
+            RG_CHECK(bits && same == GEN, "%s: the tiles and VNNI differ", tname(type));
+        } else {
+            RG_CHECK(prompt_rel <= tol, "%s: the prompt's logits differ by %.3g of the largest (bound %.0e)", tname(type),
+                     prompt_rel, tol);
+            if (same < GEN) {  // a different token only at a near tie of the other run's logits
+                const float *l = lo + (size_t)(PROMPT + same - 1) * V;  // what drew token `same`
+                float top = -INFINITY, second = -INFINITY, scale = 0;
+                for (int64_t v = 0; v < V; v++) {
+                    scale = fmaxf(scale, fabsf(l[v]));
+                    if (l[v] > top) second = top, top = l[v];
+                    else if (l[v] > second) second = l[v];
+                }
+                RG_CHECK(top - second <= 2 * tol * scale, "%s: token %d differs (%d against %d) where the top two "
+                         "logits are %.3g apart (not a near tie)", tname(type), same, gt[same], go[same], top - second);
             }
-            RG_CHECK(top - second <= 2 * 2e-2 * scale, "%s: token %d differs (%d against %d) where the top two logits are "
-                     "%.3g apart (not a near tie)", tname(type), same_tokens, gt[same_tokens], go[same_tokens], top - second);
         }
-    }
-    if (pt == 2 + RG_TILES_AMX) {  // the hardware: the emulation must give its bits
-        RG_REQUIRE(run_child(path, "1", "1", V, &pe, ge, le), "%s: the emulated child failed", tname(type));
-        RG_CHECK(pe == 2 + RG_TILES_EMULATED && !memcmp(lt, le, sizeof(float) * nl) && !memcmp(gt, ge, sizeof gt),
-                 "%s: AMX and the emulated tiles differ", tname(type));
+        if (pt == 2 + RG_TILES_AMX) {  // the hardware: the emulation must give its bits
+            RG_CHECK(run_child(path, "1", "1", V, &pe, ge, le), "%s: the emulated child failed", tname(type));
+            RG_CHECK(pe == 2 + RG_TILES_EMULATED && !memcmp(lt, le, sizeof(float) * nl) && !memcmp(gt, ge, sizeof gt),
+                     "%s: AMX and the emulated tiles differ", tname(type));
+        }
     }
     unlink(path);
     free(lt), free(lo), free(le);
+    if (ran && !tiles && half) RG_SKIP("%s: no BF16 tile path takes prompts on this CPU", tname(type));
 }
 
 static void test_generation_q4_K(void) { check_generation(RG_TYPE_Q4_K); }
 static void test_generation_q8_0(void) { check_generation(RG_TYPE_Q8_0); }
+static void test_generation_bf16(void) { check_generation(RG_TYPE_BF16); }
+static void test_generation_f16(void) { check_generation(RG_TYPE_F16); }
 
 static const rg_test_case cases[] = {
     RG_TEST(test_emulated_tiles_match_vnni_reference),
@@ -492,6 +522,8 @@ static const rg_test_case cases[] = {
     RG_TEST(test_mul_mat_f16),
     RG_TEST(test_generation_q4_K),
     RG_TEST(test_generation_q8_0),
+    RG_TEST(test_generation_bf16),
+    RG_TEST(test_generation_f16),
     {0},
 };
 
