@@ -183,6 +183,16 @@ static void pack_a(const rg_gemm_problem *p, int64_t i0, int64_t mn, int64_t k0,
         for (int64_t s = 0; s < n_steps; s++) {
             uint16_t *tile = dst + mt * mt_stride + s * TILE;
             const int64_t kk = min64(RG_TILES_KSTEP, kn - s * RG_TILES_KSTEP);
+            const int64_t rows = mn - mt * 16 < 0 ? 0 : min64(16, mn - mt * 16);
+            if (p->a_rs == 1 && p->a_cs != 1 && rows > 0 && kk > 0) {
+                // Columns of A contiguous (dY in a weight gradient): 16 rows of each column at once.
+                memset(tile, 0, TILE * sizeof(uint16_t));
+                for (int64_t k = 0; k < kk; k++) {
+                    const float *col = p->a + i0 + mt * 16 + (k0 + s * RG_TILES_KSTEP + k) * p->a_cs;
+                    for (int64_t r = 0; r < rows; r++) tile[r * 32 + k] = bf16_of(col[r]);
+                }
+                continue;
+            }
             for (int r = 0; r < 16; r++) {
                 uint16_t *row = tile + r * 32;
                 const int64_t i = mt * 16 + r;
