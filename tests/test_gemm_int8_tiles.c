@@ -4,7 +4,7 @@
 // The int8 tile path promises the bits of the VNNI path (gemm_int8.h): every case below holds it to
 // rg_int8_panel_mul_ref, the VNNI path's portable reference, bit for bit, for the five types over
 // row counts around the tiles (1..70, M not a multiple of 16) and prompt lengths 1..512, with
-// strided activations and outputs whose padding must stay untouched, on 1 and 2 threads. The
+// strided activations and outputs whose padding must stay untouched, on 1, 2 and 5 threads. The
 // emulated tiles (cpu/tiles.h) run everywhere and refuse what the hardware would refuse (a
 // recording hook turns a refusal into a failed check); the hardware AMX kernel runs where the CPU
 // has AMX-INT8 (SKIP with the reason elsewhere) and the real VNNI kernel where the CPU has it.
@@ -146,11 +146,13 @@ static int64_t run_tiles(const operands *o, rg_tile_path path, rg_threadpool *po
     return padding ? diff : -1;
 }
 
-// Every shape and prompt length on `path`, 1 and 2 threads, against the VNNI path's reference.
+// Every shape and prompt length on `path`, 1, 2 and 5 threads, against the VNNI path's reference.
 static void check_path_against_reference(rg_tile_path path) {
-    rg_threadpool *p1 = NULL, *p2 = NULL;
+    // 5 threads: fewer panels than threads, so panels are shared by their column groups
+    rg_threadpool *pools[3] = {NULL, NULL, NULL};
+    const int threads[3] = {1, 2, 5};
     rg_error err = {0};
-    RG_REQUIRE(!rg_threadpool_create(&p1, 1, &err) && !rg_threadpool_create(&p2, 2, &err), "%s", err.msg);
+    for (int t = 0; t < 3; t++) RG_REQUIRE(!rg_threadpool_create(&pools[t], threads[t], &err), "%s", err.msg);
     tile_faults = 0;
     rg_tile_set_fault_hook(record_fault, NULL);
     const size_t n_shapes = sizeof shapes / sizeof shapes[0], n_len = sizeof prompt_lengths / sizeof prompt_lengths[0];
@@ -164,11 +166,11 @@ static void check_path_against_reference(rg_tile_path path) {
         }
         operands o;
         operands_make(&o, s, 100 + c);
-        for (int t = 0; t < 2; t++) {
-            const int64_t diff = run_tiles(&o, path, t ? p2 : p1);
+        for (int t = 0; t < 3; t++) {
+            const int64_t diff = run_tiles(&o, path, pools[t]);
             RG_CHECK(diff == 0, "%s path %s K %lld M %lld N %lld on %d thread(s): %s%lld of %lld outputs differ from the "
                      "VNNI path's reference", rg_tile_path_name(path), tname(s.type), (long long)s.K, (long long)s.M,
-                     (long long)s.N, t + 1, diff < 0 ? "the padding of y was written; " : "", (long long)diff,
+                     (long long)s.N, threads[t], diff < 0 ? "the padding of y was written; " : "", (long long)diff,
                      (long long)(s.M * s.N));
         }
         RG_CHECK(!rg_tile_emu_configured(), "%s: the calling thread still holds a tile configuration", tname(s.type));
@@ -176,11 +178,10 @@ static void check_path_against_reference(rg_tile_path path) {
         cases++;
     }
     rg_tile_set_fault_hook(NULL, NULL);
-    printf("    %s tiles: %d shapes (5 types, M 1..70, N 1..512) on 1 and 2 threads, bit for bit the VNNI path's "
+    printf("    %s tiles: %d shapes (5 types, M 1..70, N 1..512) on 1, 2 and 5 threads, bit for bit the VNNI path's "
            "reference; %d tile refusals\n", rg_tile_path_name(path), cases, tile_faults);
     RG_CHECK(tile_faults == 0, "the emulated tiles refused an instruction: %s", tile_fault_msg);
-    rg_threadpool_free(p1);
-    rg_threadpool_free(p2);
+    for (int t = 0; t < 3; t++) rg_threadpool_free(pools[t]);
 }
 
 static void test_emulated_tiles_match_vnni_reference(void) { check_path_against_reference(RG_TILES_EMULATED); }

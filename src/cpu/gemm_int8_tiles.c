@@ -240,18 +240,25 @@ static void cols_part(void *arg, int ith, int nth) {
     }
 }
 
+// Work items are (panel, share of the column groups): one share per panel when there are at least as
+// many panels as threads, else enough shares to give every thread one (each packs its panel itself).
 static void panels_part(void *arg, int ith, int nth) {
     int8t_job *j = arg;
-    int64_t p0, p1;
-    rg_split_range((j->M + ROWS - 1) / ROWS, ith, nth, &p0, &p1);
+    const int64_t n_panels = (j->M + ROWS - 1) / ROWS, n_groups = (j->N + COLS - 1) / COLS;
+    if (n_panels == 0 || n_groups == 0) return;
+    int64_t shares = n_panels >= nth ? 1 : (nth + n_panels - 1) / n_panels;
+    if (shares > n_groups) shares = n_groups;
+    int64_t i0, i1, packed = -1;
+    rg_split_range(n_panels * shares, ith, nth, &i0, &i1);
     rg_int8t_panel p;
     carve_panel(&p, j->type, j->per_thread + (size_t)ith * j->per_thread_size + staging_bytes(j->K), j->K);
-    const int64_t n_groups = (j->N + COLS - 1) / COLS;
-    for (int64_t i = p0; i < p1; i++) {
-        const int64_t m0 = i * ROWS;
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t panel = i / shares, m0 = panel * ROWS;
         const int rows = j->M - m0 < ROWS ? (int)(j->M - m0) : ROWS;
-        rg_int8t_panel_pack(&p, j->w, j->w_stride, m0, j->M);
-        for (int64_t g = 0; g < n_groups; g++) {
+        if (panel != packed) rg_int8t_panel_pack(&p, j->w, j->w_stride, m0, j->M), packed = panel;
+        int64_t g0, g1;
+        rg_split_range(n_groups, (int)(i % shares), (int)shares, &g0, &g1);
+        for (int64_t g = g0; g < g1; g++) {
             rg_int8t_cols c;
             carve_cols(&c, j->groups + (size_t)g * j->group_size, j->K);
             const int cols = j->N - g * COLS < COLS ? (int)(j->N - g * COLS) : COLS;
