@@ -16,6 +16,7 @@
 #include "model/forward.h"
 #include "model/tiny.h"
 #include "cpu/gemm_int8.h"
+#include "cpu/gemm_int8_tiles.h"
 #include "model/quantize.h"
 #include "full_pass.h"
 #include "rg_test.h"
@@ -156,7 +157,7 @@ static void test_f16_tied(void) { check_type(RG_TYPE_F16, true); }
 static void test_bf16(void) { check_type(RG_TYPE_BF16, false); }
 
 // Q4_0 weights: a prompt in one batch (N >= 8: the integer GEMM on Q8_0 activations where the CPU has
-// AVX-512 VNNI, else the SGEMM) against the same tokens one at a time (dot products on Q8_0 activations).
+// AMX-INT8 or AVX-512 VNNI or RG_TILES_EMULATE=1 is set, else the SGEMM) against the same tokens one at a time (dot products on Q8_0 activations).
 // With the integer GEMM both quantize the activations the same way: within float rounding.
 static void test_q4_0_prompt_matches_decode(void) {
     char path[64];
@@ -174,7 +175,8 @@ static void test_q4_0_prompt_matches_decode(void) {
     rg_session_truncate(s, 0);
     for (int i = 0; i < T; i++) RG_REQUIRE(rg_session_eval(s, &ids[i], 1, step + (size_t)i * V, 0, &err) == RG_OK, "%s", err.msg);
     double e = max_rel(batch, step, V * T);
-    bool int8 = rg_gemm_int8_supports(RG_TYPE_Q4_0, 64);
+    // the integer GEMM on VNNI or on the int8 tiles (AMX, or emulated under RG_TILES_EMULATE=1): the same bits
+    bool int8 = rg_gemm_int8_supports(RG_TYPE_Q4_0, 64) || rg_gemm_int8_tiles_supports(RG_TYPE_Q4_0, 64);
     printf("    q4_0: prompt of %d in one batch (%s) against token by token: %.2e (bound %s)\n", T,
            int8 ? "integer GEMM" : "SGEMM", e, int8 ? "1e-4" : "2e-2");
     RG_CHECK(e < (int8 ? 1e-4 : 2e-2), "batched logits differ from the token-by-token ones by %.3g", e);

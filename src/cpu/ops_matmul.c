@@ -13,10 +13,13 @@
 //   larger N (prompt processing, training): the SGEMM, with the weights
 //     dequantized to F32 panel by panel as they are packed and the activations
 //     in F32, so gradients never see 8-bit activations. Except, in inference
-//     (rg_exec_ctx.int8_activations) with Q4_0, Q5_0, Q8_0, Q4_K or Q6_K weights on
-//     AVX-512 VNNI: the integer GEMM of gemm_int8.h on Q8_0 activations; with BF16
-//     weights on AVX512_BF16: gemm_bf16.h on activations rounded to BF16. Both
-//     as llama.cpp does.
+//     (rg_exec_ctx.int8_activations), the prompt paths (mul_mat_prompt_path):
+//     Q4_0, Q5_0, Q8_0, Q4_K or Q6_K weights on Q8_0 activations, on the AMX int8
+//     tiles (gemm_int8_tiles.h; the emulated tiles under RG_TILES_EMULATE=1) or
+//     else AVX-512 VNNI (gemm_int8.h), the same bits either way; BF16 and F16
+//     weights on activations rounded to BF16, on the AMX BF16 tiles (gemm_tiles.h,
+//     its AMX order; emulated under RG_TILES_EMULATE=1) or else, BF16 only, on
+//     AVX512_BF16 (gemm_bf16.h). As llama.cpp does.
 //
 // OUT_PROD (a [M, K, b2, b3] any type, b [N, K, c2, c3] f32, often a transposed
 // view) -> [M, N, c2, c3]: out[i, j] = sum_k a[i, k] * b[j, k], broadcasting as
@@ -37,6 +40,8 @@
 #include "cpu/gemm.h"
 #include "cpu/gemm_bf16.h"
 #include "cpu/gemm_int8.h"
+#include "cpu/gemm_int8_tiles.h"
+#include "cpu/gemm_tiles.h"
 #include "tensor/quant/quant.h"
 
 // The column count from which MUL_MAT runs the SGEMM instead of dot products:
@@ -300,13 +305,45 @@ static size_t vec_work(const rg_tensor *w, const rg_tensor *x, int64_t K, int64_
     return xq + gather;
 }
 
-// Whether MUL_MAT may take the integer GEMM (when the exec allows 8-bit activations): a weight type
-// it has, one slice, F32 activations with contiguous columns, and not the dot-product path.
-static bool mul_mat_uses_int8(const rg_tensor *w, const rg_tensor *x, int64_t K, int64_t N) {
-    const bool typed = w->type == RG_TYPE_BF16 ? rg_gemm_bf16_supports(K) : rg_gemm_int8_supports(w->type, K);
-    return typed && !mul_mat_uses_vec(w, K, N) &&
-           rows_packed(w) && w->ne[2] == 1 && w->ne[3] == 1 && x->ne[2] == 1 && x->ne[3] == 1 &&
-           x->nb[0] == sizeof(float) && x->nb[1] % sizeof(float) == 0;
+// The prompt paths of inference (when the exec allows 8-bit or BF16 activations), best first.
+typedef enum mm_prompt_path {
+    MM_PROMPT_NONE,         // the SGEMM on F32 activations
+    MM_PROMPT_INT8_TILES,   // gemm_int8_tiles.h: TDPBUSD (AMX, or emulated under RG_TILES_EMULATE=1)
+    MM_PROMPT_INT8_VNNI,    // gemm_int8.h: VPDPBUSD, the same bits
+    MM_PROMPT_BF16_TILES,   // gemm_tiles.h: TDPBF16PS for BF16 and F16 weights (AMX, or emulated)
+    MM_PROMPT_BF16_AVX512,  // gemm_bf16.h: VDPBF16PS for BF16 weights
+} mm_prompt_path;
+
+// The BF16 tiles take prompts only on the matrix unit itself (and a build with its kernel) or its
+// emulation (asked for): a CPU with AVX512_BF16 and no AMX keeps gemm_bf16.h, one with neither the SGEMM.
+static bool prompt_bf16_tiles(void) {
+    const rg_tile_path p = rg_gemm_tiles_path();
+    return (p == RG_TILES_AMX && rg_gemm_tiles_amx_built) || p == RG_TILES_EMULATED;
+}
+
+// The prompt path MUL_MAT may take: a weight type one has, one slice, F32 activations with
+// contiguous columns, and not the dot-product path.
+static mm_prompt_path mul_mat_prompt_path(const rg_tensor *w, const rg_tensor *x, int64_t K, int64_t N) {
+    if (mul_mat_uses_vec(w, K, N) || !rows_packed(w) || w->ne[2] != 1 || w->ne[3] != 1 || x->ne[2] != 1 ||
+        x->ne[3] != 1 || x->nb[0] != sizeof(float) || x->nb[1] % sizeof(float) != 0)
+        return MM_PROMPT_NONE;
+    if (w->type == RG_TYPE_BF16 || w->type == RG_TYPE_F16) {
+        if (prompt_bf16_tiles()) return MM_PROMPT_BF16_TILES;
+        return w->type == RG_TYPE_BF16 && rg_gemm_bf16_supports(K) ? MM_PROMPT_BF16_AVX512 : MM_PROMPT_NONE;
+    }
+    if (rg_gemm_int8_tiles_supports(w->type, K)) return MM_PROMPT_INT8_TILES;
+    return rg_gemm_int8_supports(w->type, K) ? MM_PROMPT_INT8_VNNI : MM_PROMPT_NONE;
+}
+
+// Scratch bytes of a prompt path (bt: the node's SGEMM batch, which the BF16 tiles run).
+static size_t prompt_work(mm_prompt_path pp, const rg_gemm_batch *bt, int64_t K, int64_t N, int n_threads) {
+    switch (pp) {
+    case MM_PROMPT_INT8_TILES: return rg_gemm_int8_tiles_work(K, N, n_threads);
+    case MM_PROMPT_INT8_VNNI: return rg_gemm_int8_work(K, N, n_threads);
+    case MM_PROMPT_BF16_TILES: return rg_gemm_tiles_work_size(bt, n_threads);
+    case MM_PROMPT_BF16_AVX512: return rg_gemm_bf16_work(K, N, n_threads);
+    default: return 0;
+    }
 }
 
 size_t cpu_mul_mat_work(const rg_node *n, int n_threads) {
@@ -317,11 +354,9 @@ size_t cpu_mul_mat_work(const rg_node *n, int n_threads) {
     mm_gemm_ctx c = {w, x, &n->t, shape_of(w, x, K, M, N), {0}, {0}, {0}};
     rg_gemm_batch bt = mul_mat_batch(&c);
     size_t work = rg_gemm_work_size(RG_SGEMM_AUTO, &bt, n_threads);
-    // planned whether or not the exec allows the integer path (the plan does not know)
-    if (mul_mat_uses_int8(w, x, K, N)) {
-        size_t q = w->type == RG_TYPE_BF16 ? rg_gemm_bf16_work(K, N, n_threads) : rg_gemm_int8_work(K, N, n_threads);
-        if (q > work) work = q;
-    }
+    // planned whether or not the exec allows the prompt paths (the plan does not know)
+    size_t q = prompt_work(mul_mat_prompt_path(w, x, K, N), &bt, K, N, n_threads);
+    if (q > work) work = q;
     return work;
 }
 
@@ -385,14 +420,30 @@ rg_status cpu_mul_mat(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
         rg_threadpool_run(ctx->pool, vec_dots, &j);
         return RG_OK;
     }
-    if (ctx->int8_activations && mul_mat_uses_int8(w, x, K, N)) {
+    if (ctx->int8_activations) {
+        const mm_prompt_path pp = mul_mat_prompt_path(w, x, K, N);
         const int64_t ldx = (int64_t)(x->nb[1] / sizeof(float)), ldy = (int64_t)(y->nb[1] / sizeof(float));
-        if (w->type == RG_TYPE_BF16 && ctx->scratch_size >= rg_gemm_bf16_work(K, N, pool_threads(ctx))) {
-            rg_gemm_bf16(ctx->pool, K, M, N, w->data, w->nb[1], x->data, ldx, y->data, ldy, ctx->scratch);
+        mm_gemm_ctx pc = {w, x, y, s, {0}, {0}, {0}};
+        const bool strided = f32_strides(x, pc.xs) && f32_strides(y, pc.ys);  // always, for checked nodes
+        rg_gemm_batch pbt = mul_mat_batch(&pc);
+        // a scratch planned without this path (none is short when the plan asked cpu_mul_mat_work) takes the SGEMM
+        const bool fits = pp != MM_PROMPT_NONE && strided &&
+                          ctx->scratch_size >= prompt_work(pp, &pbt, K, N, pool_threads(ctx));
+        if (fits && pp == MM_PROMPT_INT8_TILES) {
+            rg_gemm_int8_tiles(ctx->pool, rg_int8_tiles_path(), w->type, K, M, N, w->data, w->nb[1], x->data, ldx,
+                               y->data, ldy, ctx->scratch);
             return RG_OK;
         }
-        if (w->type != RG_TYPE_BF16 && ctx->scratch_size >= rg_gemm_int8_work(K, N, pool_threads(ctx))) {
+        if (fits && pp == MM_PROMPT_INT8_VNNI) {
             rg_gemm_int8(ctx->pool, w->type, K, M, N, w->data, w->nb[1], x->data, ldx, y->data, ldy, ctx->scratch);
+            return RG_OK;
+        }
+        if (fits && pp == MM_PROMPT_BF16_TILES) {
+            st = rg_gemm_tiles_run(ctx->pool, rg_gemm_tiles_path(), &pbt, ctx->scratch, ctx->scratch_size, err);
+            return st == RG_OK ? RG_OK : prefix_error(err, st, rg_op_name(RG_OP_MUL_MAT), n);
+        }
+        if (fits && pp == MM_PROMPT_BF16_AVX512) {
+            rg_gemm_bf16(ctx->pool, K, M, N, w->data, w->nb[1], x->data, ldx, y->data, ldy, ctx->scratch);
             return RG_OK;
         }
     }

@@ -23,8 +23,9 @@ typedef struct rg_session_opts {
     float lora_scale;            // the user's scale of that adapter (llama.cpp's --lora-scaled; 0: off)
     rg_exec_profile *profile;    // optional: every evaluation adds its time per op there (graph/exec.h); not owned
     // false (the default): prompts with Q4_0, Q5_0, Q8_0, Q4_K or Q6_K weights quantize their activations to Q8_0 for the
-    // integer GEMM where the CPU has AVX-512 VNNI, as llama.cpp does and as generation's dot products always do
-    // (so a token's logits do not depend on whether it came in a batch). true: prompts keep F32 activations
+    // integer GEMM where the CPU has AMX-INT8 or AVX-512 VNNI (the same bits on either), as llama.cpp does and as
+    // generation's dot products always do (so a token's logits do not depend on whether it came in a batch); BF16
+    // weights (and F16 ones on AMX) round them to BF16 where the CPU has AMX-BF16 or AVX512_BF16. true: prompts keep F32 activations
     // (the SGEMM, as training does): slower, and what a comparison with F32 math on dequantized weights wants.
     bool exact_activations;
     // Prompt batches (several tokens over the cache) through FLASH_ATTN_EXT instead of the materialized
