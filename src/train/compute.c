@@ -100,6 +100,10 @@ rg_status rg_train_products_resolve(int compute_dtype, uint32_t weight_type, rg_
         break;
     }
     p.bf16_cpu = p.dtype == RG_COMPUTE_BF16;
+    if (p.bf16_cpu && path == RG_TILES_EMULATED) {  // says so wherever the line is read: a speed is not the unit's
+        const size_t n = strlen(p.why);
+        snprintf(p.why + n, sizeof p.why - n, "; RG_TILES_EMULATE=1: emulated tiles, slow, not a matrix-unit speed");
+    }
     if (p.bf16_cpu)
         snprintf(p.where, sizeof p.where, "bf16 on %s", rg_tile_path_name(path));
     else
