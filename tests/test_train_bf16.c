@@ -11,6 +11,7 @@
 //   - f32 gives the bits of a run without the key (auto resolving to f32) for the F32 model and
 //     the Q4_K base;
 //   - bf16's losses, norms and weights are the same bits on 1 and 2 threads.
+// RG_TEST_QUICK (the sanitizer runs): 2 training steps instead of 4.
 // main sets RG_TILES_EMULATE=1 before anything asks for the path, so a CPU without AMX or
 // AVX512_BF16 runs the emulated tiles (the AMX order; slow); a CPU with one runs its own path,
 // held to the reference of that path.
@@ -278,19 +279,20 @@ static void test_nodes_f32_model(void) { node_products(M_F32, RG_TYPE_F32); }
 static void trains(model_kind k, bool fused) {
     rg_model *m = tiny(k);
     if (!m) return;
+    const int steps = getenv("RG_TEST_QUICK") ? 2 : STEPS;
     double loss[2][STEPS], norm[2][STEPS];
     bool ok = true;
     for (int bf16 = 0; bf16 < 2 && ok; bf16++) {
         rg_train_config c = config(k, bf16 ? RG_COMPUTE_BF16 : RG_COMPUTE_F32, 2);
         if (fused) c.fused_ce = RG_FUSED_CE_ON;
         rg_train_state *s = state(m, &c);
-        ok = s && s->fused_ce == fused && run_steps(s, STEPS, loss[bf16], norm[bf16]);
+        ok = s && s->fused_ce == fused && run_steps(s, steps, loss[bf16], norm[bf16]);
         rg_train_state_free(s);
     }
     if (ok) {
         double worst_l = 0, worst_n = 0;
         bool any_differs = false;
-        for (int i = 0; i < STEPS; i++) {
+        for (int i = 0; i < steps; i++) {
             const double el = fabs(loss[1][i] - loss[0][i]) / fabs(loss[0][i]);
             const double en = fabs(norm[1][i] - norm[0][i]) / norm[0][i];
             printf("    %s%s step %d: loss f32 %.7f bf16 %.7f (rel %.1e), grad norm %.6f vs %.6f (rel %.1e)\n",
@@ -298,8 +300,8 @@ static void trains(model_kind k, bool fused) {
             worst_l = fmax(worst_l, el), worst_n = fmax(worst_n, en);
             any_differs |= loss[0][i] != loss[1][i];
         }
-        RG_CHECK(loss[1][STEPS - 1] < loss[1][0], "bf16: the loss did not fall: %.7f -> %.7f", loss[1][0],
-                 loss[1][STEPS - 1]);
+        RG_CHECK(loss[1][steps - 1] < loss[1][0], "bf16: the loss did not fall: %.7f -> %.7f", loss[1][0],
+                 loss[1][steps - 1]);
         RG_CHECK(worst_l <= REL_BOUND && worst_n <= REL_BOUND, "bf16 vs f32: losses %.2e, norms %.2e relative (bound %.2e)",
                  worst_l, worst_n, REL_BOUND);
         RG_CHECK(any_differs, "bf16's losses are f32's bits: the products did not change");
