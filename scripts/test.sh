@@ -79,6 +79,16 @@ if build_or_fail release build -DRG_WERROR=ON; then
            build/test_sampler; do
     [ -x "$t" ] && run_suite "$(basename "$t") on the host execution of the CUDA code" env RETRO_CUDA_HOST=1 "$t"
   done
+  # training.compute_dtype=auto takes BF16 products for BF16 models where the CPU has a matrix unit; the
+  # suites that hold the CPU to F32 bits on BF16 models pin f32. With the emulated tiles standing in for
+  # one (RG_TILES_EMULATE=1) auto takes them here too, and those suites still pass: the pins hold.
+  # test_train_bf16 (run above) sets RG_TILES_EMULATE=1 itself; here also with the hardware paths off,
+  # so a CPU with AMX or AVX512_BF16 checks the emulated tiles' training too.
+  # (test_train_device's BF16 cases here; test_f16_base_training's CPU column, 9 minutes, pins f32 the same way.)
+  run_suite "test_train_device's bf16 cases with the emulated tiles as the CPU's matrix unit (RG_TILES_EMULATE=1)" \
+    env RETRO_CUDA_HOST=1 RG_TILES_EMULATE=1 build/test_train_device bf16
+  run_suite "test_train_bf16 on the emulated tiles (RG_NO_AMX=1 RG_NO_AVX512=1)" \
+    env RG_NO_AMX=1 RG_NO_AVX512=1 build/test_train_bf16
   for t in build/test_cuda build/test_cuda_elementwise build/test_cuda_norm build/test_cuda_train build/test_cuda_dequant \
            build/test_cuda_quant_mm build/test_cuda_loss_quant; do
     [ -x "$t" ] && run_suite "$(basename "$t") on the host execution, threads in reverse order" \

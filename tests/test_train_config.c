@@ -13,12 +13,18 @@
 //   - YAML: nested, flat and mixed forms agree; flow and block lists; empty
 //     files; errors with file and line (syntax, list for a scalar key, mapping
 //     for a key, duplicates naming both lines, unknown keys, bad values,
-//     anchors, tags, two documents, a missing file, a directory).
+//     anchors, tags, two documents, a missing file, a directory);
+//   - training.compute_dtype resolved (train/compute.h): auto's rule by weight type and BF16 path,
+//     the CUDA device's rules by RETRO_CUDA_HALF_GEMM, and bf16 refused where the CPU has no BF16
+//     path, naming the key and the missing instructions (run with RG_TILES_EMULATE unset: main
+//     clears it; on a CPU with AMX or AVX512_BF16 that case is a SKIP).
 // Without libyaml at build time the YAML cases print SKIP, and one case
 // checks that loading is refused with RG_ERR_UNSUPPORTED.
 #include "train/config.h"
 
+#include "cpu/gemm_tiles.h"
 #include "rg_test.h"
+#include "train/compute.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -86,7 +92,8 @@ static const struct {
     {"training.ctx", "512"},            {"training.weight_decay", "0"},    {"training.beta1", "0.9"},
     {"training.beta2", "0.999"},        {"training.eps", "1e-08"},         {"training.momentum", "0"},
     {"training.clip_grad_norm", "1"},   {"training.seed", "42"},           {"training.master_weights", "false"},
-    {"training.checkpoint_dtype", "f32"}, {"training.recompute", "auto"}, {"training.fused_ce", "auto"}, {"training.flash_attn", "auto"}, {"training.save_every", "100"},  {"training.eval_every", "50"},
+    {"training.checkpoint_dtype", "f32"}, {"training.recompute", "auto"}, {"training.fused_ce", "auto"}, {"training.flash_attn", "auto"},
+    {"training.compute_dtype", "auto"}, {"training.save_every", "100"},  {"training.eval_every", "50"},
     {"training.eval_split", "0.05"},    {"training.threads", "0"},         {"training.skip_nonfinite", "true"},
     {"training.max_skipped", "10"},     {"training.memory_limit_gb", "0"}, {"lora.rank", "16"},
     {"lora.alpha", "32"},               {"lora.targets", "q,k,v,o,gate,up,down,in,out"},
@@ -125,6 +132,7 @@ static void test_defaults(void) {
              (long long)c.lora_rank, c.lora_alpha, c.lora_targets);
     RG_CHECK(c.train_on == RG_TRAIN_ON_ASSISTANT && c.pack && c.overlong == RG_OVERLONG_TRUNCATE, "data %d %d %d",
              c.train_on, c.pack, c.overlong);
+    RG_CHECK(c.compute_dtype == RG_COMPUTE_AUTO, "compute_dtype %d", c.compute_dtype);
     rg_error err = {0};
     rg_train_spec sp;
     RG_CHECK(rg_train_config_validate(&c, &sp, &err) == RG_OK, "defaults do not validate: %s", err.msg);
@@ -190,6 +198,7 @@ static const struct {
     {"training.recompute", "Layer", "layer"},
     {"training.fused_ce", "ON", "on"},
     {"training.flash_attn", "Off", "off"},
+    {"training.compute_dtype", "BF16", "bf16"},
     {"training.save_every", "0", "0"},
     {"training.eval_every", "10", "10"},
     {"training.eval_split", "0.5", "0.5"},
@@ -325,6 +334,8 @@ static const struct {
     {"training.recompute", "full", "training.recompute: 'full' is not one of auto|none|layer"},
     {"training.fused_ce", "yes", "training.fused_ce: 'yes' is not one of auto|on|off"},
     {"training.flash_attn", "fa2", "training.flash_attn: 'fa2' is not one of auto|on|off"},
+    {"training.compute_dtype", "fp16", "training.compute_dtype: 'fp16' is not one of auto|f32|bf16 (--set)"},
+    {"training.compute_dtype", "amx", "training.compute_dtype: 'amx' is not one of auto|f32|bf16"},
     {"data.train_on", "assist", "is not one of all|assistant|completion"},
     {"data.overlong", "wrap", "is not one of truncate|drop|error"},
     {"data.chat_template", "gemma2", "data.chat_template: 'gemma2' is not one of model|chatml|llama3|llama3.1|lfm2|gemma"},
@@ -902,6 +913,122 @@ static void test_yaml_build_state(void) {
 #endif
 }
 
+// ------------------------------------------------ training.compute_dtype ---
+
+// auto's rule and the explicit choices on the CPU, for this machine's BF16 path (none here
+// without RG_TILES_EMULATE; amx or avx512_bf16 on CPUs that have them): what each resolves to.
+static void test_compute_resolve_cpu(void) {
+    const bool path = rg_gemm_tiles_path() != RG_TILES_NONE;
+    static const struct {
+        int asked;
+        uint32_t weights;
+        int with_path, without_path;  // the resolved dtype; -1: refused
+    } rows[] = {
+        {RG_COMPUTE_AUTO, RG_TYPE_BF16, RG_COMPUTE_BF16, RG_COMPUTE_F32},
+        {RG_COMPUTE_AUTO, RG_TYPE_F32, RG_COMPUTE_F32, RG_COMPUTE_F32},
+        {RG_COMPUTE_AUTO, RG_TYPE_F16, RG_COMPUTE_F32, RG_COMPUTE_F32},
+        {RG_COMPUTE_AUTO, RG_TYPE_Q4_K, RG_COMPUTE_F32, RG_COMPUTE_F32},
+        {RG_COMPUTE_F32, RG_TYPE_BF16, RG_COMPUTE_F32, RG_COMPUTE_F32},
+        {RG_COMPUTE_F32, RG_TYPE_Q8_0, RG_COMPUTE_F32, RG_COMPUTE_F32},
+        {RG_COMPUTE_BF16, RG_TYPE_BF16, RG_COMPUTE_BF16, -1},
+        {RG_COMPUTE_BF16, RG_TYPE_F32, RG_COMPUTE_BF16, -1},
+        {RG_COMPUTE_BF16, RG_TYPE_Q4_K, RG_COMPUTE_BF16, -1},
+    };
+    printf("    this CPU's BF16 path: %s\n", rg_tile_path_name(rg_gemm_tiles_path()));
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const int want = path ? rows[i].with_path : rows[i].without_path;
+        rg_train_products p;
+        memset(&p, 0x5A, sizeof p);
+        rg_error err = {0};
+        rg_status st = rg_train_products_resolve(rows[i].asked, rows[i].weights, RG_DEVICE_CPU, &p, &err);
+        const char *wt = rg_type_get(rows[i].weights)->name;
+        if (want < 0) {
+            RG_CHECK(st == RG_ERR_UNSUPPORTED, "row %zu (%d, %s): status %d, want refused", i, rows[i].asked, wt, st);
+            continue;
+        }
+        RG_CHECK(st == RG_OK, "row %zu (%d, %s): %s", i, rows[i].asked, wt, err.msg);
+        if (st) continue;
+        char where[64];
+        snprintf(where, sizeof where, "bf16 on %s", rg_tile_path_name(rg_gemm_tiles_path()));
+        RG_CHECK(p.dtype == want && p.bf16_cpu == (want == RG_COMPUTE_BF16) &&
+                     !strcmp(p.where, want == RG_COMPUTE_BF16 ? where : "f32") && strstr(p.why, "training.compute_dtype="),
+                 "row %zu (%d, %s): dtype %d (want %d), bf16_cpu %d, where '%s', why '%s'", i, rows[i].asked, wt,
+                 p.dtype, want, p.bf16_cpu, p.where, p.why);
+    }
+    rg_train_products p;
+    rg_error err = {0};
+    RG_CHECK(rg_train_products_resolve(7, RG_TYPE_BF16, RG_DEVICE_CPU, &p, &err) == RG_ERR_ARG &&
+                 strstr(err.msg, "training.compute_dtype: 7 is not one of auto|f32|bf16"),
+             "an out-of-range value: '%s'", err.msg);
+    // auto with BF16 weights and no path says why it stays f32.
+    if (!path) {
+        RG_CHECK(rg_train_products_resolve(RG_COMPUTE_AUTO, RG_TYPE_BF16, RG_DEVICE_CPU, &p, &err) == RG_OK &&
+                     strstr(p.why, "bf16 weights, but") && strstr(p.why, "AMX-BF16"),
+                 "auto, no path: why '%s'", p.why);
+    }
+}
+
+// The refusal: bf16 asked on a CPU with neither AMX-BF16 nor AVX512_BF16, before anything runs.
+static void test_compute_bf16_refused_without_path(void) {
+    if (rg_gemm_tiles_path() != RG_TILES_NONE)
+        RG_SKIP("this CPU has a BF16 path (%s): the refusal cannot happen here", rg_tile_path_name(rg_gemm_tiles_path()));
+    rg_train_products p;
+    memset(&p, 0x5A, sizeof p);
+    const rg_train_products before = p;
+    rg_error err = {0};
+    rg_status st = rg_train_products_resolve(RG_COMPUTE_BF16, RG_TYPE_BF16, RG_DEVICE_CPU, &p, &err);
+    printf("    %s\n", err.msg);
+    RG_CHECK(st == RG_ERR_UNSUPPORTED && !strncmp(err.msg, "training.compute_dtype=bf16: ", 29) &&
+                 strstr(err.msg, "AMX-BF16") && strstr(err.msg, "AVX512_BF16") && strstr(err.msg, rg_gemm_tiles_missing()),
+             "status %d, '%s'", st, err.msg);
+    RG_CHECK(memcmp(&p, &before, sizeof p) == 0, "a refusal changed *out");
+}
+
+// On a CUDA device the key does not change the device's mode (RETRO_CUDA_HALF_GEMM): auto
+// takes it, f32 and bf16 are accepted where it does what they say and refused otherwise.
+static void test_compute_resolve_cuda(void) {
+    static const struct {
+        const char *mode;
+        int asked;
+        uint32_t weights;
+        int want;              // -1: refused
+        const char *words;     // in `where`, or in the refusal
+    } rows[] = {
+        {"tensor", RG_COMPUTE_AUTO, RG_TYPE_BF16, RG_COMPUTE_BF16, "bf16 on the cuda tensor cores"},
+        {"tensor", RG_COMPUTE_AUTO, RG_TYPE_F16, RG_COMPUTE_F32, "f16 on the cuda tensor cores"},
+        {"tensor", RG_COMPUTE_AUTO, RG_TYPE_F32, RG_COMPUTE_F32, "f32"},
+        {"tensor", RG_COMPUTE_BF16, RG_TYPE_Q4_K, RG_COMPUTE_BF16, "bf16 on the cuda tensor cores"},
+        {"tensor", RG_COMPUTE_BF16, RG_TYPE_F32, -1, "this model's weights are f32"},
+        {"tensor", RG_COMPUTE_F32, RG_TYPE_BF16, -1, "set RETRO_CUDA_HALF_GEMM=f32"},
+        {"tensor", RG_COMPUTE_F32, RG_TYPE_F32, RG_COMPUTE_F32, "f32"},
+        {"f32", RG_COMPUTE_AUTO, RG_TYPE_BF16, RG_COMPUTE_F32, "f32"},
+        {"f32", RG_COMPUTE_F32, RG_TYPE_BF16, RG_COMPUTE_F32, "f32"},
+        {"f32", RG_COMPUTE_BF16, RG_TYPE_BF16, -1, "RETRO_CUDA_HALF_GEMM=f32 is set"},
+        {"fast", RG_COMPUTE_AUTO, RG_TYPE_BF16, -2, "RETRO_CUDA_HALF_GEMM=fast"},
+    };
+    const char *env = getenv("RETRO_CUDA_HALF_GEMM");
+    char *saved = env ? strdup(env) : NULL;
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        setenv("RETRO_CUDA_HALF_GEMM", rows[i].mode, 1);
+        rg_train_products p;
+        memset(&p, 0, sizeof p);
+        rg_error err = {0};
+        rg_status st = rg_train_products_resolve(rows[i].asked, rows[i].weights, RG_DEVICE_CUDA, &p, &err);
+        if (rows[i].want < 0) {
+            RG_CHECK(st == (rows[i].want == -2 ? RG_ERR_ARG : RG_ERR_UNSUPPORTED) && strstr(err.msg, rows[i].words) &&
+                         strstr(err.msg, "training.compute_dtype"),
+                     "row %zu (%s): status %d '%s', want refused naming '%s'", i, rows[i].mode, st, err.msg, rows[i].words);
+            continue;
+        }
+        RG_CHECK(st == RG_OK && p.dtype == rows[i].want && !p.bf16_cpu && !strcmp(p.where, rows[i].words),
+                 "row %zu (%s): status %d '%s', dtype %d want %d, bf16_cpu %d, where '%s'", i, rows[i].mode, st, err.msg,
+                 p.dtype, rows[i].want, p.bf16_cpu, p.where);
+    }
+    if (saved) setenv("RETRO_CUDA_HALF_GEMM", saved, 1);
+    else unsetenv("RETRO_CUDA_HALF_GEMM");
+    free(saved);
+}
+
 static const rg_test_case cases[] = {
     RG_TEST(test_defaults),
     RG_TEST(test_set_every_key),
@@ -920,6 +1047,9 @@ static const rg_test_case cases[] = {
     RG_TEST(test_yaml_errors),
     RG_TEST(test_yaml_then_set),
     RG_TEST(test_yaml_build_state),
+    RG_TEST(test_compute_resolve_cpu),
+    RG_TEST(test_compute_bf16_refused_without_path),
+    RG_TEST(test_compute_resolve_cuda),
     {0},
 };
 
@@ -940,6 +1070,8 @@ static void remove_tmp_dir(void) {
 }
 
 int main(int argc, char **argv) {
+    // The BF16 path is this CPU's own: the emulated tiles would hide the refusal (asked once, from here on).
+    unsetenv("RG_TILES_EMULATE");
     const char *base = getenv("TMPDIR");
     snprintf(tmp_dir, sizeof tmp_dir, "%s/rg_test_train_config_XXXXXX", base && base[0] ? base : "/tmp");
     if (!mkdtemp(tmp_dir)) {

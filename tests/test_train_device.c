@@ -73,9 +73,14 @@ static void compare_cfg(rg_train_method method, uint32_t type, bool master, cons
     c.flash_attn = flash ? RG_FLASH_ATTN_ON : RG_FLASH_ATTN_OFF;
     if (flash) setenv("RETRO_REQUIRE_GPU_RESIDENT", "1", 1);  // FLASH_ATTN_EXT/BACK must run on the device
     rg_train_state *cpu = NULL, *dev = NULL;
-    rg_train_spec sp;
+    rg_train_spec sp, sp_cpu;
     RG_REQUIRE(tt_spec(&sp, &c, 0, &err) == RG_OK, "config: %s", err.msg);
-    RG_REQUIRE(rg_train_state_create_on(&cpu, m, &sp, STEPS, RG_DEVICE_CPU, &err) == RG_OK, "cpu: %s", err.msg);
+    // The CPU's products stay exact F32 (training.compute_dtype=auto would take BF16 products for a BF16 model on a
+    // CPU with a matrix unit); the device keeps its own mode (auto).
+    rg_train_config c_cpu = c;
+    c_cpu.compute_dtype = RG_COMPUTE_F32;
+    RG_REQUIRE(tt_spec(&sp_cpu, &c_cpu, 0, &err) == RG_OK, "config: %s", err.msg);
+    RG_REQUIRE(rg_train_state_create_on(&cpu, m, &sp_cpu, STEPS, RG_DEVICE_CPU, &err) == RG_OK, "cpu: %s", err.msg);
     rg_status st = rg_train_state_create_on(&dev, m, &sp, STEPS, RG_DEVICE_CUDA, &err);
     RG_CHECK(st == RG_OK, "cuda: %s", err.msg);
     if (st == RG_OK) RG_CHECK(cpu->flash_attn == flash && dev->flash_attn == flash, "flash %d: cpu %d, cuda %d", flash,
@@ -109,7 +114,7 @@ static void compare_cfg(rg_train_method method, uint32_t type, bool master, cons
         RG_CHECK(rg_train_state_sync_host(dev, &err) == RG_OK, "sync: %s", err.msg);
         // The changes the two runs made to the weights, from a fresh state's: worst element and L2.
         rg_train_state *fresh = NULL;
-        RG_REQUIRE(rg_train_state_create_on(&fresh, m, &sp, STEPS, RG_DEVICE_CPU, &err) == RG_OK, "%s", err.msg);
+        RG_REQUIRE(rg_train_state_create_on(&fresh, m, &sp_cpu, STEPS, RG_DEVICE_CPU, &err) == RG_OK, "%s", err.msg);
         double worst = 0, moved = 0, d2 = 0, c2 = 0;
         for (int k = 0; k < cpu->n_tensors; k++) {
             const rg_train_tensor *tc_ = &cpu->tensors[k], *td = &dev->tensors[k], *tf = &fresh->tensors[k];

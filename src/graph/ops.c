@@ -48,7 +48,8 @@ static rg_status bw_mul_mat(rg_graph *g, rg_node *n, rg_error *err) {
     rg_node *dy = n->grad;
     // dW = x dy^T. For a half weight, ip[0] tells a device with a tensor path (CUDA's
     // RETRO_CUDA_HALF_GEMM=tensor) to round both operands to the weight's type, as its
-    // forward does; the CPU computes it in F32 either way.
+    // forward does; the CPU ignores the mark (it rounds every product to BF16 when the exec asks,
+    // rg_exec_opts.bf16_products, and computes in F32 otherwise).
     if (NEEDS(0)) {
         rg_node *dw = rg_out_prod(g, SRC(1), dy);
         const uint32_t wt = SRC(0)->t.type;
