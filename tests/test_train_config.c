@@ -21,6 +21,7 @@
 // Without libyaml at build time the YAML cases print SKIP, and one case
 // checks that loading is refused with RG_ERR_UNSUPPORTED.
 #include "train/config.h"
+#include "train/config_resume.h"
 
 #include "cpu/gemm_tiles.h"
 #include "rg_test.h"
@@ -1029,6 +1030,45 @@ static void test_compute_resolve_cuda(void) {
     free(saved);
 }
 
+
+// The config text a checkpoint stores has compute_dtype resolved (never auto); a resume compares
+// resolved texts, so a run resolved differently (auto on a CPU with a matrix unit against a
+// checkpoint made without one) is refused by name, and a checkpoint from before the key (no line:
+// F32 products) resumes exactly where this run's products are F32.
+static void test_resume_config_text(void) {
+    char now[256], saved[256];
+    snprintf(now, sizeof now, "training.lr: 0.001\ntraining.compute_dtype: auto\ntraining.steps: 5\n");
+    rg_train_config_text_resolve(now, sizeof now, RG_COMPUTE_F32);
+    RG_CHECK(strcmp(now, "training.lr: 0.001\ntraining.compute_dtype: f32\ntraining.steps: 5\n") == 0, "resolved: %s", now);
+    rg_error err = {0};
+    RG_CHECK(rg_train_resume_config_check(now, now, "f32", "ck", &err) == RG_OK, "same text refused: %s", err.msg);
+    // a checkpoint from before the key
+    snprintf(saved, sizeof saved, "training.lr: 0.001\ntraining.steps: 5\n");
+    RG_CHECK(rg_train_resume_config_check(saved, now, "f32", "ck", &err) == RG_OK, "pre-key checkpoint refused: %s", err.msg);
+    char bf[256];
+    snprintf(bf, sizeof bf, "%s", now);
+    rg_train_config_text_resolve(bf, sizeof bf, RG_COMPUTE_BF16);
+    RG_CHECK(strstr(bf, "training.compute_dtype: bf16\n") != NULL, "bf16 text: %s", bf);
+    rg_status st = rg_train_resume_config_check(saved, bf, "bf16 on amx", "ck/step-5", &err);
+    RG_CHECK(st == RG_ERR_ARG && strstr(err.msg, "F32 products") && strstr(err.msg, "bf16 on amx") &&
+                 strstr(err.msg, "training.compute_dtype=f32") && strstr(err.msg, "ck/step-5"),
+             "pre-key checkpoint against bf16: %d %s", (int)st, err.msg);
+    // resolved differently: named
+    st = rg_train_resume_config_check(now, bf, "bf16 on amx", "ck", &err);
+    RG_CHECK(st == RG_ERR_ARG && strstr(err.msg, "checkpoint has 'training.compute_dtype: f32', this run has "
+                                                 "'training.compute_dtype: bf16'"),
+             "f32 checkpoint against bf16: %d %s", (int)st, err.msg);
+    // a pre-key checkpoint with another difference still names it
+    snprintf(saved, sizeof saved, "training.lr: 0.002\ntraining.steps: 5\n");
+    st = rg_train_resume_config_check(saved, now, "f32", "ck", &err);
+    RG_CHECK(st == RG_ERR_ARG && strstr(err.msg, "'training.lr: 0.002', this run has 'training.lr: 0.001'"), "lr: %s",
+             err.msg);
+    // text without the line (a caller's own) is left alone
+    snprintf(saved, sizeof saved, "a: 1\n");
+    rg_train_config_text_resolve(saved, sizeof saved, RG_COMPUTE_BF16);
+    RG_CHECK(strcmp(saved, "a: 1\n") == 0, "no line: %s", saved);
+}
+
 static const rg_test_case cases[] = {
     RG_TEST(test_defaults),
     RG_TEST(test_set_every_key),
@@ -1050,6 +1090,7 @@ static const rg_test_case cases[] = {
     RG_TEST(test_compute_resolve_cpu),
     RG_TEST(test_compute_bf16_refused_without_path),
     RG_TEST(test_compute_resolve_cuda),
+    RG_TEST(test_resume_config_text),
     {0},
 };
 

@@ -16,6 +16,7 @@
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "train/checkpoint.h"
+#include "train/config_resume.h"
 #include "train/data.h"
 #include "train/eval.h"
 #include "train/progress.h"
@@ -45,20 +46,6 @@ static void config_text(const rg_train_config *c, char *buf, size_t cap) {
     fclose(f);
     snprintf(buf, cap, "%s", p ? p : "");
     free(p);
-}
-
-// The first line that differs between two config texts, for the resume refusal.
-static void first_difference(const char *a, const char *b, char *out, size_t cap) {
-    while (*a || *b) {
-        const char *ea = strchr(a, '\n'), *eb = strchr(b, '\n');
-        size_t la = ea ? (size_t)(ea - a) : strlen(a), lb = eb ? (size_t)(eb - b) : strlen(b);
-        if (la != lb || memcmp(a, b, la) != 0) {
-            snprintf(out, cap, "checkpoint has '%.*s', this run has '%.*s'", (int)la, a, (int)lb, b);
-            return;
-        }
-        a += la + (ea ? 1 : 0), b += lb + (eb ? 1 : 0);
-    }
-    snprintf(out, cap, "no difference");
 }
 
 static rg_status prepare_out_dir(const char *dir, rg_error *err) {
@@ -298,12 +285,7 @@ static rg_status resume(run *r, rg_error *err) {
     if ((st = rg_checkpoint_find_latest(r->o->out_dir, dir, sizeof dir, err)) ||
         (st = rg_checkpoint_load(r->s, dir, &saved, err)) || (st = rg_train_state_refresh_device(r->s, err)))
         return st;
-    char diff[600];
-    if (strcmp(saved.config, meta->config) != 0) {
-        first_difference(saved.config, meta->config, diff, sizeof diff);
-        return rg_fail(err, RG_ERR_ARG, "resume: the config differs from the checkpoint's (%s); resume with the same "
-                                        "settings, or start a new OUTDIR", diff);
-    }
+    if ((st = rg_train_resume_config_check(saved.config, meta->config, r->s->products.where, dir, err))) return st;
     if (saved.data_hash != meta->data_hash)
         return rg_fail(err, RG_ERR_ARG, "resume: the data (%s) is not what %s was trained on (hash %016llx, checkpoint %016llx)",
                        r->o->data_path, dir, (unsigned long long)meta->data_hash, (unsigned long long)saved.data_hash);
@@ -333,6 +315,7 @@ static rg_status start(run *r, rg_error *err) {
     meta->threads = rg_threadpool_size(r->s->pool);
     meta->fused_ce = r->s->fused_ce;
     config_text(r->c, meta->config, sizeof meta->config);
+    rg_train_config_text_resolve(meta->config, sizeof meta->config, r->s->products.dtype);
     rg_status st;
     if (r->o->resume) {
         if ((st = resume(r, err))) return st;

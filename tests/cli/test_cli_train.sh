@@ -56,6 +56,9 @@ expect "full f16 in place (SR)" 0 "done: 20 steps" -- "$bin" train -m "$tmp/f16.
 falls "$tmp/f16/train.jsonl"; check "full f16: the loss falls by 30%" $?
 expect "full f16: the result keeps f16" 0 "blk.0.attn_q.weight.*f16" -- "$bin" info "$tmp/f16/model.gguf"
 expect "full bf16, master weights, sgd" 0 "done: 20 steps" -- "$bin" train -m "$tmp/bf16.gguf" -d "$tmp/chat.jsonl" -o "$tmp/bf16" "${full[@]}" --set training.steps=20 --set training.master_weights=true --set training.optimizer=sgd --set training.lr=0.5
+res=$(sed -n 's/^training.compute_dtype: //p' $(ls -d "$tmp/bf16/checkpoints/"*/ | tail -1)config.yaml)
+[ "$res" = f32 ] || [ "$res" = bf16 ]
+check "a checkpoint stores training.compute_dtype resolved (auto -> $res here), never auto" $?
 expect "full bf16: the result keeps bf16" 0 "blk.0.attn_q.weight.*bf16" -- "$bin" info "$tmp/bf16/model.gguf"
 # Activation recompute: layer inputs in f32 give the same bytes as keeping every activation;
 # in f16 the memory report says so and the run trains.
