@@ -41,6 +41,11 @@
 // The backward takes 6 T V d flops with dw, 4 without: with the forward 8 and
 // 6, against 6 and 4 for MUL_MAT + CROSS_ENTROPY_LOSS, which holds the logits
 // and their gradient, 2 x 4 V T bytes.
+//
+// With rg_exec_ctx.bf16_products (training.compute_dtype=bf16) the three products run
+// rg_gemm_run(RG_SGEMM_BF16): h, G and the head's rows rounded to BF16, F32 sums (gemm_tiles.h);
+// the chunk's max, exponentials and sums stay as above. The scratch covers both paths where this
+// CPU has the BF16 one, so the plan does not depend on the flag.
 #include <math.h>
 #include <string.h>
 
@@ -51,6 +56,7 @@
 #include "cpu/cpu_rows.h"
 #include "cpu/exp_poly.h"
 #include "cpu/gemm.h"
+#include "cpu/gemm_tiles.h"
 #include "tensor/quant/quant.h"
 
 
@@ -162,11 +168,14 @@ static rg_gemm_batch lce_batch(int kind, const rg_tensor *w, int64_t d, int64_t 
 static size_t gemm_work(const rg_tensor *w, int64_t d, int64_t V, int64_t T, int64_t chunk, int n_kinds,
                         int n_threads) {
     size_t most = 0;
+    const bool tiles = rg_gemm_tiles_path() != RG_TILES_NONE;  // the BF16 products may run here
     const int64_t sizes[2] = {chunk, V % chunk ? V % chunk : chunk};
     for (int k = 0; k < n_kinds; k++)
         for (int s = 0; s < 2; s++) {
             rg_gemm_batch b = lce_batch(k, w, d, T, sizes[s], false, NULL);
             size_t need = rg_gemm_work_size(RG_SGEMM_AUTO, &b, n_threads);
+            if (need > most) most = need;
+            need = tiles ? rg_gemm_work_size(RG_SGEMM_BF16, &b, n_threads) : 0;
             if (need > most) most = need;
         }
     return most;
@@ -359,6 +368,7 @@ rg_status cpu_linear_ce(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     if (!ctx->scratch || ctx->scratch_size < L.total)
         return rg_fail(err, RG_ERR_ARG, "%s '%s': scratch of %zu bytes is below the %zu needed", op, n->t.name,
                        ctx->scratch_size, L.total);
+    const rg_sgemm_impl impl = ctx->bf16_products ? RG_SGEMM_BF16 : RG_SGEMM_AUTO;
     lce_ctx c = {.w = w, .h = h, .z = L.z, .chunk = chunk};
     lce_rows r = {.z = L.z, .T = T, .chunk = chunk, .labels = labels->data, .ignore = ignore, .m = L.m, .zt = L.zt,
                   .s = L.s};
@@ -366,7 +376,7 @@ rg_status cpu_linear_ce(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
         const int64_t nv = V - v0 < chunk ? V - v0 : chunk;
         c.v0 = v0;
         rg_gemm_batch b = lce_batch(LCE_LOGITS, w, d, T, nv, false, &c);
-        if ((st = rg_gemm_run(ctx->pool, RG_SGEMM_AUTO, &b, L.work, L.work_size, err))) return gemm_failed(err, st, op, n);
+        if ((st = rg_gemm_run(ctx->pool, impl, &b, L.work, L.work_size, err))) return gemm_failed(err, st, op, n);
         r.v0 = v0, r.nv = nv, r.first = v0 == 0;
         run_rows(ctx->pool, chunk_lse_rows, &r, T * nv * 4);
     }
@@ -421,6 +431,7 @@ rg_status cpu_linear_ce_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     if (!ctx->scratch || ctx->scratch_size < L.total)
         return rg_fail(err, RG_ERR_ARG, "%s '%s': scratch of %zu bytes is below the %zu needed", op, n->t.name,
                        ctx->scratch_size, L.total);
+    const rg_sgemm_impl impl = ctx->bf16_products ? RG_SGEMM_BF16 : RG_SGEMM_AUTO;
     lce_ctx c = {.w = w, .h = h, .z = L.z, .chunk = chunk, .dh = dh, .dw = dw};
     lce_rows r = {.z = L.z, .T = T, .chunk = chunk, .labels = lab, .ignore = ignore,
                   .lse = (const float *)fwd->t.data + 1, .dy = dy, .coef0 = coef0};
@@ -428,14 +439,14 @@ rg_status cpu_linear_ce_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
         const int64_t nv = V - v0 < chunk ? V - v0 : chunk;
         c.v0 = v0;
         rg_gemm_batch b = lce_batch(LCE_LOGITS, w, d, T, nv, false, &c);
-        if ((st = rg_gemm_run(ctx->pool, RG_SGEMM_AUTO, &b, L.work, L.work_size, err))) return gemm_failed(err, st, op, n);
+        if ((st = rg_gemm_run(ctx->pool, impl, &b, L.work, L.work_size, err))) return gemm_failed(err, st, op, n);
         r.v0 = v0, r.nv = nv;
         run_rows(ctx->pool, chunk_grad_rows, &r, T * nv * 4);
         b = lce_batch(LCE_DH, w, d, T, nv, v0 > 0, &c);
-        if ((st = rg_gemm_run(ctx->pool, RG_SGEMM_AUTO, &b, L.work, L.work_size, err))) return gemm_failed(err, st, op, n);
+        if ((st = rg_gemm_run(ctx->pool, impl, &b, L.work, L.work_size, err))) return gemm_failed(err, st, op, n);
         if (!with_dw) continue;
         b = lce_batch(LCE_DW, w, d, T, nv, false, &c);
-        if ((st = rg_gemm_run(ctx->pool, RG_SGEMM_AUTO, &b, L.work, L.work_size, err))) return gemm_failed(err, st, op, n);
+        if ((st = rg_gemm_run(ctx->pool, impl, &b, L.work, L.work_size, err))) return gemm_failed(err, st, op, n);
     }
     return RG_OK;
 }

@@ -18,6 +18,12 @@
 //     weights on AVX512_BF16: gemm_bf16.h on activations rounded to BF16. Both
 //     as llama.cpp does.
 //
+// Training's products in BF16 (rg_exec_ctx.bf16_products, training.compute_dtype=bf16): every
+// MUL_MAT (whatever N: no dot products, no integer GEMM) and OUT_PROD runs the same batch through
+// rg_gemm_run(RG_SGEMM_BF16): both operands rounded to BF16, F32 sums on the matrix unit
+// (gemm_tiles.h). The scratch asked for covers that path wherever it exists, so a plan does not
+// depend on the flag.
+//
 // OUT_PROD (a [M, K, b2, b3] any type, b [N, K, c2, c3] f32, often a transposed
 // view) -> [M, N, c2, c3]: out[i, j] = sum_k a[i, k] * b[j, k], broadcasting as
 // MUL_MAT. Always the SGEMM; a quantized a is dequantized row segment by row
@@ -37,6 +43,7 @@
 #include "cpu/gemm.h"
 #include "cpu/gemm_bf16.h"
 #include "cpu/gemm_int8.h"
+#include "cpu/gemm_tiles.h"
 #include "tensor/quant/quant.h"
 
 // The column count from which MUL_MAT runs the SGEMM instead of dot products:
@@ -67,6 +74,19 @@ static int64_t vec_max_n(uint32_t type) {
 }
 
 static int pool_threads(const rg_exec_ctx *ctx) { return rg_threadpool_size(ctx->pool); }
+
+// The implementation of a training product: the F32 SGEMM, or BF16 on the matrix unit.
+static rg_sgemm_impl product_impl(const rg_exec_ctx *ctx) { return ctx->bf16_products ? RG_SGEMM_BF16 : RG_SGEMM_AUTO; }
+
+// The scratch of a batch: the F32 SGEMM's, or the BF16 path's where this CPU has one (the larger).
+static size_t product_work(const rg_gemm_batch *bt, int n_threads) {
+    size_t work = rg_gemm_work_size(RG_SGEMM_AUTO, bt, n_threads);
+    if (rg_gemm_tiles_path() != RG_TILES_NONE) {
+        size_t bf16 = rg_gemm_work_size(RG_SGEMM_BF16, bt, n_threads);
+        if (bf16 > work) work = bf16;
+    }
+    return work;
+}
 
 static const char *node_name(const rg_node *n) { return n->t.name[0] ? n->t.name : "(unnamed)"; }
 
@@ -313,10 +333,17 @@ size_t cpu_mul_mat_work(const rg_node *n, int n_threads) {
     const rg_tensor *w = &n->src[0]->t, *x = &n->src[1]->t;
     int64_t K = w->ne[0], M = w->ne[1], N = x->ne[1];
     if (n_threads < 1) n_threads = 1;
-    if (mul_mat_uses_vec(w, K, N)) return vec_work(w, x, K, N, n_threads);
     mm_gemm_ctx c = {w, x, &n->t, shape_of(w, x, K, M, N), {0}, {0}, {0}};
     rg_gemm_batch bt = mul_mat_batch(&c);
-    size_t work = rg_gemm_work_size(RG_SGEMM_AUTO, &bt, n_threads);
+    if (mul_mat_uses_vec(w, K, N)) {  // the dot products, or the BF16 path in training (rg_exec_ctx.bf16_products)
+        size_t work = vec_work(w, x, K, N, n_threads);
+        if (rg_gemm_tiles_path() != RG_TILES_NONE) {
+            size_t bf16 = rg_gemm_work_size(RG_SGEMM_BF16, &bt, n_threads);
+            if (bf16 > work) work = bf16;
+        }
+        return work;
+    }
+    size_t work = product_work(&bt, n_threads);
     // planned whether or not the exec allows the integer path (the plan does not know)
     if (mul_mat_uses_int8(w, x, K, N)) {
         size_t q = w->type == RG_TYPE_BF16 ? rg_gemm_bf16_work(K, N, n_threads) : rg_gemm_int8_work(K, N, n_threads);
@@ -378,7 +405,7 @@ rg_status cpu_mul_mat(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     if (st != RG_OK) return st;
     int64_t K = s.K, M = s.M, N = s.N;
     if (M == 0 || N == 0 || s.c2 == 0 || s.c3 == 0) return RG_OK;
-    if (mul_mat_uses_vec(w, K, N)) {
+    if (!ctx->bf16_products && mul_mat_uses_vec(w, K, N)) {
         mm_vec_job j;
         if ((st = vec_job_of(ctx, n, &s, &j, err))) return st;
         vec_convert_all(ctx, &j);
@@ -401,7 +428,7 @@ rg_status cpu_mul_mat(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
         return rg_fail(err, RG_ERR_UNSUPPORTED, "mul_mat %s: an f32 stride is not a whole number of floats",
                        node_name(n));
     rg_gemm_batch bt = mul_mat_batch(&c);
-    st = rg_gemm_run(ctx->pool, RG_SGEMM_AUTO, &bt, ctx->scratch, ctx->scratch_size, err);
+    st = rg_gemm_run(ctx->pool, product_impl(ctx), &bt, ctx->scratch, ctx->scratch_size, err);
     return st == RG_OK ? RG_OK : prefix_error(err, st, rg_op_name(RG_OP_MUL_MAT), n);
 }
 
@@ -439,7 +466,7 @@ int cpu_mul_mat_group(rg_graph *g, int i, int to, rg_node **grp, int *last) {
 
 rg_status cpu_mul_mat_many(rg_exec_ctx *ctx, rg_node *const *nodes, int n, rg_error *err) {
     mm_vec_job jobs[VEC_GROUP_MAX];
-    bool grouped = n >= 2 && n <= VEC_GROUP_MAX;
+    bool grouped = n >= 2 && n <= VEC_GROUP_MAX && !ctx->bf16_products;
     for (int i = 0; i < n && grouped; i++) {
         const rg_node *nd = nodes[i];
         mm_shape s;
@@ -506,7 +533,7 @@ size_t cpu_out_prod_work(const rg_node *n, int n_threads) {
     if (n_threads < 1) n_threads = 1;
     op_gemm_ctx c = {a, b, &n->t, shape_of(a, b, a->ne[1], a->ne[0], b->ne[0]), {0}, {0}, {0}};
     rg_gemm_batch bt = out_prod_batch(&c);
-    return rg_gemm_work_size(RG_SGEMM_AUTO, &bt, n_threads);
+    return product_work(&bt, n_threads);
 }
 
 rg_status cpu_out_prod(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
@@ -525,6 +552,6 @@ rg_status cpu_out_prod(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
         return rg_fail(err, RG_ERR_UNSUPPORTED, "out_prod %s: an f32 stride is not a whole number of floats",
                        node_name(n));
     rg_gemm_batch bt = out_prod_batch(&c);
-    st = rg_gemm_run(ctx->pool, RG_SGEMM_AUTO, &bt, ctx->scratch, ctx->scratch_size, err);
+    st = rg_gemm_run(ctx->pool, product_impl(ctx), &bt, ctx->scratch, ctx->scratch_size, err);
     return st == RG_OK ? RG_OK : prefix_error(err, st, rg_op_name(RG_OP_OUT_PROD), n);
 }

@@ -66,6 +66,11 @@ typedef struct rg_exec_opts {
     // Q8_0 for an integer GEMM where the weight type has one (Q4_0 and Q4_K on AVX-512 VNNI, cpu/gemm_int8.h), as
     // llama.cpp does and as generation's dot products already do. Gradients never see it.
     bool int8_activations;
+    // Training's products in BF16 (training.compute_dtype=bf16, train/compute.h): the CPU's MUL_MAT, OUT_PROD
+    // and LINEAR_CE(_BACK) run rg_gemm_run(RG_SGEMM_BF16) on the matrix unit (cpu/gemm_tiles.h) instead of the
+    // F32 SGEMM; the caller checked rg_gemm_tiles_path() != RG_TILES_NONE. The plan does not depend on it (the
+    // kernels' scratch covers both). Device cells ignore it.
+    bool bf16_products;
     // A backend to run on instead of `device` (a session's or a trainer's, kept across
     // execs; tests stand one in for a device; not owned).
     struct rg_backend *backend;

@@ -55,6 +55,7 @@ struct rg_exec {
     bool own_pool;
     bool own_mem;  // buffer and scratch are this exec's (not an rg_exec_mem's)
     bool int8_activations;
+    bool bf16_products;
     rg_exec_profile *prof;
 };
 

@@ -19,6 +19,7 @@ typedef struct rg_exec_ctx {
     // For a cell with device_params (graph/backend.h): the node's fp and ip in the backend's
     // memory, current for this run; NULL otherwise.
     const struct rg_node_params *params;
+    bool bf16_products;  // rg_exec_opts.bf16_products (training.compute_dtype=bf16): products on RG_SGEMM_BF16
 } rg_exec_ctx;
 
 // A node's parameters as one block (the layout of rg_node's ip and fp).

@@ -41,7 +41,8 @@ typedef struct key_def {
 // Choice fields are C enums or uint32_t; both are stored as 4 bytes.
 _Static_assert(sizeof(rg_train_method) == 4 && sizeof(rg_optim_kind) == 4 && sizeof(rg_sched_kind) == 4 &&
                    sizeof(rg_train_on) == 4 && sizeof(rg_overlong) == 4 && sizeof(rg_recompute) == 4 &&
-                   sizeof(rg_fused_ce) == 4 && sizeof(rg_flash_attn_mode) == 4 && sizeof(rg_chat_tmpl_choice) == 4,
+                   sizeof(rg_fused_ce) == 4 && sizeof(rg_flash_attn_mode) == 4 && sizeof(rg_chat_tmpl_choice) == 4 &&
+                   sizeof(int) == 4,
                "choice fields are stored as 4-byte integers");
 
 static const choice method_choices[] = {{"full", RG_TRAIN_FULL}, {"lora", RG_TRAIN_LORA}, {NULL, 0}};
@@ -56,6 +57,8 @@ static const choice fused_ce_choices[] = {
     {"auto", RG_FUSED_CE_AUTO}, {"on", RG_FUSED_CE_ON}, {"off", RG_FUSED_CE_OFF}, {NULL, 0}};
 static const choice flash_attn_choices[] = {
     {"auto", RG_FLASH_ATTN_AUTO}, {"on", RG_FLASH_ATTN_ON}, {"off", RG_FLASH_ATTN_OFF}, {NULL, 0}};
+static const choice compute_dtype_choices[] = {
+    {"auto", RG_COMPUTE_AUTO}, {"f32", RG_COMPUTE_F32}, {"bf16", RG_COMPUTE_BF16}, {NULL, 0}};
 static const choice train_on_choices[] = {
     {"all", RG_TRAIN_ON_ALL}, {"assistant", RG_TRAIN_ON_ASSISTANT}, {"completion", RG_TRAIN_ON_COMPLETION}, {NULL, 0}};
 static const choice chat_template_choices[] = {
@@ -122,6 +125,14 @@ static const key_def keys[] = {
             "mask; auto: on from training.ctx 2048, where it is also faster on the CPU (bench_flash_attn), or when the "
             "run would not fit otherwise (after recompute and fused_ce auto); the same on a CUDA device "
             "(cuda/ops_flash.cu; head_dim above 512 runs those nodes on the CPU)"),
+    CHOICEK("training.compute_dtype", compute_dtype, "auto", compute_dtype_choices,
+            "how the step's products (MUL_MAT, OUT_PROD, LINEAR_CE: forward, backward, eval) multiply. bf16: both "
+            "operands rounded to BF16, F32 accumulation, on the CPU's matrix unit (AMX tiles, else AVX512_BF16; "
+            "RG_TILES_EMULATE=1 emulates the tiles, slowly); weights, master weights and optimizer state keep their "
+            "types (an F32 model trains as under PyTorch's autocast); refused where the CPU has neither. f32: every "
+            "operand widened to F32, exact (the bits of earlier versions; `train --exact`). auto: bf16 for BF16 "
+            "weights where the CPU has a matrix unit, f32 otherwise. On --device cuda the device's products follow "
+            "RETRO_CUDA_HALF_GEMM: auto takes them as they are, f32 and bf16 are refused where they differ"),
     INTK("training.save_every", save_every, "100", 0, INFINITY, "checkpoint every N optimizer steps; 0 = only at the end"),
     INTK("training.eval_every", eval_every, "50", 0, INFINITY, "evaluate every N optimizer steps; 0 = only at the end"),
     NUMK("training.eval_split", eval_split, "0.05", 0, false, 0.5, false, "fraction of the data held out for evaluation"),

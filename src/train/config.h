@@ -38,6 +38,11 @@ typedef enum {
     RG_CHAT_TMPL_MODEL = 0, RG_CHAT_TMPL_CHATML = 1, RG_CHAT_TMPL_LLAMA3 = 2, RG_CHAT_TMPL_LLAMA31 = 3,
     RG_CHAT_TMPL_LFM2 = 4, RG_CHAT_TMPL_GEMMA = 5
 } rg_chat_tmpl_choice;
+// training.compute_dtype: how the step's products (MUL_MAT, OUT_PROD, LINEAR_CE) multiply. auto: bf16 when the
+// weights the products read are BF16 and the CPU has a BF16 path (cpu/gemm_tiles.h), f32 otherwise; f32: the
+// exact widening (every operand in F32, the bits of runs before the key existed); bf16: both operands rounded to
+// BF16, F32 accumulation (train/compute.h resolves it against the model and the machine).
+enum rg_compute_dtype { RG_COMPUTE_AUTO = 0, RG_COMPUTE_F32 = 1, RG_COMPUTE_BF16 = 2 };
 // lora target bits, in this order: q, k, v, o, gate, up, down
 enum { RG_LORA_Q = 1, RG_LORA_K = 2, RG_LORA_V = 4, RG_LORA_O = 8, RG_LORA_GATE = 16, RG_LORA_UP = 32, RG_LORA_DOWN = 64,
        RG_LORA_IN = 128, RG_LORA_OUT = 256 };  // in, out: a recurrent mixer's projections (lfm2, mamba2)
@@ -65,6 +70,7 @@ typedef struct rg_train_config {
     rg_recompute recompute;   // training.recompute: auto|none|layer         default auto (layer only when needed)
     rg_fused_ce fused_ce;     // training.fused_ce: auto|on|off              default auto (on only when needed)
     rg_flash_attn_mode flash_attn; // training.flash_attn: auto|on|off       default auto (on from ctx 2048)
+    int compute_dtype;        // training.compute_dtype: auto|f32|bf16 (enum rg_compute_dtype) default auto
     int64_t save_every;       // training.save_every (0 = only at the end)   default 100
     int64_t eval_every;       // training.eval_every (0 = only at the end)   default 50
     double eval_split;        // training.eval_split in [0, 0.5]             default 0.05

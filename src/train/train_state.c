@@ -146,6 +146,8 @@ static rg_status create(rg_train_state **out, const rg_model *m, const rg_train_
     st = !s->tensors || !s->weight_bufs || !s->grad_bufs || !s->grads || !s->params || !s->acc
              ? rg_fail(err, RG_ERR_NOMEM, "train: out of memory")
              : rg_train_choose_flash(cfg, device, &s->flash_attn, err);
+    // training.compute_dtype against the model and the machine: refused here, before anything runs
+    if (!st) st = rg_train_products_resolve(cfg->compute_dtype, rg_train_product_weight_type(m), device, &s->products, err);
     if (!st) st = rg_threadpool_create(&s->pool, cfg->threads > 0 ? (int)cfg->threads : 0, err);
     // Plan first (the choice of recompute, fused loss and flash attention), so a run that cannot
     // fit is refused before the big allocations.
@@ -160,7 +162,7 @@ static rg_status create(rg_train_state **out, const rg_model *m, const rg_train_
     if (!st && limit && need > limit) st = refuse_over_limit(s, &plan, need, limit, device, err);
     if (!st) st = alloc_state(s, err);
     if (!st) rg_train_step_bind_accumulators(s);
-    rg_exec_opts eo = {.pool = s->pool};
+    rg_exec_opts eo = {.pool = s->pool, .bf16_products = s->products.bf16_cpu};
     if (!st && device != RG_DEVICE_CPU) st = rg_train_device_create(s, device, &eo, err);
     // The chosen step is planned once: on the CPU the exec takes the choice's plan (a device
     // schedules the graph and plans its own buffer).
@@ -210,9 +212,10 @@ rg_status rg_train_state_create_eval(rg_train_state **out, const rg_model *m, co
     s->grads = calloc(rg_train_tensor_capacity(m), sizeof *s->grads);
     if (!s->grads) st = rg_fail(err, RG_ERR_NOMEM, "eval: out of memory");
     if (!st) st = rg_train_choose_flash(cfg, RG_DEVICE_CPU, &s->flash_attn, err);
+    if (!st) st = rg_train_products_resolve(cfg->compute_dtype, rg_train_product_weight_type(m), RG_DEVICE_CPU, &s->products, err);
     if (!st) st = rg_threadpool_create(&s->pool, cfg->threads > 0 ? (int)cfg->threads : 0, err);
     if (!st) st = rg_train_step_build(s, cfg->fused_ce == RG_FUSED_CE_ON, false, err);
-    rg_exec_opts eo = {.pool = s->pool};
+    rg_exec_opts eo = {.pool = s->pool, .bf16_products = s->products.bf16_cpu};
     if (!st) st = rg_exec_create(&s->ex, s->g, &eo, err);  // the one plan of the eval graph
     if (st) {
         rg_train_state_free(s);

@@ -36,6 +36,7 @@
 #include "graph/exec.h"
 #include "model/lora.h"
 #include "model/model.h"
+#include "train/compute.h"
 #include "train/config.h"
 #include "train/optim.h"
 
@@ -60,6 +61,7 @@ typedef struct rg_train_state {
     rg_node *loss_back;          // the cross-entropy's backward: carries the same 1/N as the loss
     bool fused_ce;               // the loss is LINEAR_CE on the final hidden states: no [n_vocab, ctx] logits
     bool flash_attn;             // attention layers on FLASH_ATTN_EXT/BACK (training.flash_attn)
+    rg_train_products products;  // training.compute_dtype resolved (train/compute.h): the execs' bf16_products
     bool softcap_noted;          // the one line saying a capped head (gemma2) cannot take the fused loss was written
     rg_node **bounds;            // [n_layer + 1] the layer boundaries of the forward (for recompute)
     rg_node **grads;             // [n_tensors] the graph's gradient nodes (NULL: no path from the loss)

@@ -184,6 +184,8 @@ static rg_status write_report(run *r, const rg_train_summary *sum, const rg_trai
             ds.format ? ds.format : "", (long long)ds.n_samples, (long long)ds.n_train_samples, (long long)ds.n_eval_samples,
             (long long)ds.n_truncated, (long long)ds.n_dropped, (long long)ds.n_train_rows, (long long)ds.n_eval_rows,
             (long long)ds.n_target_tokens);
+    fprintf(f, "  \"compute_dtype\": \"%s\",\n  \"products\": \"%s\",\n",  // where: plain words, no quotes
+            r->s->products.dtype == RG_COMPUTE_BF16 ? "bf16" : "f32", r->s->products.where);
     fprintf(f, "  \"threads\": %d\n}\n", rg_threadpool_size(r->s->pool));
     fclose(f);
     rg_status st = rg_atomic_write_file(path, buf, len, err);
@@ -226,6 +228,8 @@ static void print_start(run *r, const rg_train_memory *mem) {
     fprintf(r->log, "memory: weights %.1f MiB, gradients %.1f MiB, optimizer state %.1f MiB, activations %.1f MiB%s, scratch %.1f MiB; total %.1f MiB\n",
             mib(mem->weights), mib(mem->gradients), mib(mem->optimizer), mib(mem->activations), recompute,
             mib(mem->scratch), mib(mem->total));
+    // Which products run where (training.compute_dtype, train/compute.h).
+    fprintf(r->log, "products: %s (%s)\n", r->s->products.where, r->s->products.why);
     if (mem->on_device)
         fprintf(r->log, "device memory (this run): weights %.1f MiB, gradients %.1f MiB, optimizer state %.1f MiB, "
                         "activations %.1f MiB, scratch %.1f MiB; total %.1f MiB; the device: %.1f MiB used, %.1f MiB free\n",

@@ -22,7 +22,7 @@ declare -A want=(
   [generate]="-m -p -f --chat -n --n-predict --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --seed
               -c --ctx-size -t --threads --device --flash-attn --lora --no-bos --raw --chat-template --truncate
               --verbose-prompt --profile"
-  [train]="-m -d -o --config --set --resume --device --progress"
+  [train]="-m -d -o --config --set --resume --device --progress --exact"
   [merge]="-m --lora -o --type --check --config -t --threads --quiet"
   [perplexity]="-m -f -c --ctx-size -t --threads --chunks --device --exact --flash-attn --lora"
   [tokenize]="-m -p -f --ids --count --no-bos --no-special"

@@ -2,12 +2,16 @@
 // build can run, and where: the GPU (or why there is none), the capability
 // flags, and for every op in the op table the backend that runs it and for
 // which types. Ops the GPU does not take run on the CPU, per node, with the
-// copies counted by the executor.
+// copies counted by the executor. The CPU's matrix unit: which unit BF16 products run on
+// (cpu_matrix_unit), why AMX is not used when it is not, and the path
+// training.compute_dtype=bf16 takes (cpu/gemm_tiles.h: amx, avx512_bf16, emulated, none).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cpu.h"
 #include "cli.h"
+#include "cpu/gemm_tiles.h"
 #include "cuda/cuda.h"
 #include "graph/backend.h"
 #include "graph/ops.h"
@@ -65,6 +69,16 @@ static caps device_caps(int use_cuda, int have, const rg_cuda_device_info *info)
                            "and the seeded draw on the device, the CPU sampler's tokens; only the id comes back "
                            "(RETRO_DEVICE_SAMPLING=0: the CPU draws)";
     return c;
+}
+
+// The BF16 products' path in words: the path, and what it means or why there is none.
+static const char *bf16_path_note(rg_tile_path path) {
+    switch (path) {
+    case RG_TILES_AMX: return "TDPBF16PS on the AMX tiles";
+    case RG_TILES_AVX512: return "VDPBF16PS on AVX-512 registers";
+    case RG_TILES_EMULATED: return "RG_TILES_EMULATE=1: the AMX kernel on emulated tiles, slow, not a matrix-unit speed";
+    default: return rg_gemm_tiles_missing();
+    }
 }
 
 // --device cpu|cuda, kept as the name (NULL: the GPU when there is one).
@@ -125,6 +139,11 @@ int cmd_report(int argc, char **argv) {
         printf(",\n  \"cuda_half_gemm\": ");
         if (hmode < 0) json_str(stdout, hw, strlen(hw));
         else printf("\"%s\"", hmode == RG_CUDA_HALF_GEMM_F32 ? "f32" : "tensor");
+        const rg_tile_path tp = rg_gemm_tiles_path();
+        printf(",\n  \"cpu_matrix_unit\": \"%s\",\n  \"cpu_amx_reason\": ", rg_cpu_matrix_unit());
+        json_str(stdout, rg_cpu_amx_reason(), strlen(rg_cpu_amx_reason()));
+        printf(",\n  \"bf16_product_path\": \"%s\",\n  \"bf16_product_path_reason\": ", rg_tile_path_name(tp));
+        json_str(stdout, bf16_path_note(tp), strlen(bf16_path_note(tp)));
         printf(",\n  \"ops\": [");
         int first = 1;
         for (int op = RG_OP_NONE + 1; op < RG_OP_COUNT; op++) {
@@ -161,7 +180,12 @@ int cmd_report(int argc, char **argv) {
            cp.why_flash, cp.device_sampling ? "true" : "false", cp.why_sampling);
     char hw[160];
     const int hmode = rg_cuda_half_gemm_env(hw, sizeof hw);
-    printf("cuda_half_gemm       %s\n\n", hmode < 0 ? hw : rg_cuda_half_gemm_name(hmode));
+    printf("cuda_half_gemm       %s\n", hmode < 0 ? hw : rg_cuda_half_gemm_name(hmode));
+    const char *amx_off = rg_cpu_amx_reason();
+    printf("cpu_matrix_unit      %s%s%s%s\n", rg_cpu_matrix_unit(), amx_off[0] ? " (AMX: " : "", amx_off,
+           amx_off[0] ? ")" : "");
+    const rg_tile_path tp = rg_gemm_tiles_path();
+    printf("bf16_products        %s (%s; training.compute_dtype=bf16)\n\n", rg_tile_path_name(tp), bf16_path_note(tp));
     printf("%-26s %-8s %-18s %s\n", "op", "backend", "cpu types", "cuda types");
     for (int op = RG_OP_NONE + 1; op < RG_OP_COUNT; op++) {
         const rg_op_def *d = &rg_op_defs[op];

@@ -14,6 +14,8 @@ static void epilog(FILE *f) {
             "--lora) or full fine-tuning of an F32/F16/BF16 model in its own type (writes OUTDIR/model.gguf).\n"
             "OUTDIR also gets train.jsonl (one record per step), loss.svg, report.json and checkpoints/step-N/.\n"
             "--resume OUTDIR continues a stopped run from its newest checkpoint, bit for bit (same settings and threads).\n"
+            "Products (training.compute_dtype): BF16 weights multiply in BF16 on the CPU's matrix unit (AMX, AVX512_BF16)\n"
+            "where it has one; --exact (= --set training.compute_dtype=f32) keeps every product in F32, exactly.\n"
             "\n"
             "DATA: plain text (cut into windows of training.ctx tokens), or JSONL with one object per line:\n"
             "  {\"text\": ...} | {\"messages\": [{\"role\": ..., \"content\": ...}, ...]} | {\"prompt\": ..., \"completion\": ...}\n"
@@ -58,6 +60,7 @@ int cmd_train(int argc, char **argv) {
     const char *config_path = NULL, *resume_dir = NULL;
     set_list sets = {{0}, 0};
     rg_device device = RG_DEVICE_CPU;
+    bool exact = false;
     const cli_opt opts[] = {
         CLI_STR('m', "--model", "MODEL.gguf", "the model to fine-tune", &o.model_path),
         CLI_STR('d', "--data", "DATA", "the training data: .txt or .jsonl (below)", &o.data_path),
@@ -66,11 +69,13 @@ int cmd_train(int argc, char **argv) {
         CLI_CALL(0, "--set", "key=value", "one setting, after --config (repeatable; later ones win)", add_set, &sets),
         CLI_STR(0, "--resume", "OUTDIR", "continue the stopped run in OUTDIR from its newest checkpoint", &resume_dir),
         CLI_CALL(0, "--device", "cpu|cuda", "where to run (default cpu)", cli_opt_device, &device),
+        CLI_FLAG(0, "--exact", "every product in F32, exactly (training.compute_dtype=f32): no BF16 products",
+                 &exact),
         CLI_CALL(0, "--progress", "auto|bar|lines|none", "progress on stderr: a bar on a terminal, lines otherwise "
                  "(default auto)", parse_progress, &o.progress),
     };
     const cli_command c = {"train", "-m MODEL.gguf -d DATA(.txt|.jsonl) -o OUTDIR [--config FILE.yaml] [--set key=value]... "
-                           "[options]", opts, CLI_N(opts), NULL, 0, NULL, epilog};
+                           "[--exact] [options]", opts, CLI_N(opts), NULL, 0, NULL, epilog};
     int rc = cli_args_parse(&c, argc, argv);
     if (rc != CLI_ARGS_OK) return rc == CLI_ARGS_HELP ? 0 : 2;
     o.device = (int)device;
@@ -96,6 +101,11 @@ int cmd_train(int argc, char **argv) {
             fprintf(stderr, "retrograd train: %s\n", err.msg);
             return 2;
         }
+    if (exact && cfg.compute_dtype == RG_COMPUTE_BF16) {
+        fprintf(stderr, "retrograd train: --exact asks for F32 products but training.compute_dtype is bf16; drop one\n");
+        return 2;
+    }
+    if (exact) cfg.compute_dtype = RG_COMPUTE_F32;
     if (rg_train_config_validate(&cfg, &o.spec, &err)) {  // the edge: the library trusts o.spec from here
         fprintf(stderr, "retrograd train: %s\n", err.msg);
         return 2;
