@@ -49,9 +49,9 @@
 // Mixed-precision rows (issue 25: products in BF16 on the CPU's matrix unit, training.compute_dtype;
 // CPU only, when FILTER names "mixed", e.g. "1b-shape mixed" or "1b-shape mixed q4_k_m lora r16
 // @bf16 c256"): "SHAPE-shape mixed FILE METHOD @COMPUTE cCTX". LoRA r16 (seven projections) on the
-// BF16, Q4_K_M and F32 files of the 1b shape (and the tiny one, a smoke run) at context 256 and
-// 1024, each with compute_dtype bf16 and f32; full fine-tuning of the smollm2 shape (and tiny) in
-// BF16 and F32, each @bf16 and @f32. A row @bf16 where rg_gemm_tiles_path() is NONE prints
+// BF16, Q4_K_M and F32 files of the 1b shape at context 256 and 1024, each with compute_dtype bf16
+// and f32; full fine-tuning of the smollm2 shape at 256 from BF16 and F32, each @bf16 and @f32;
+// the tiny shape's c256 rows of both as a smoke run. A row @bf16 where rg_gemm_tiles_path() is NONE prints
 // "needs a matrix unit" and why, and is no failure. Every row's MFU is printed twice: against the
 // FP32 FMA peak and against the tile peak measured at the start of the same run (a
 // register-resident TDPBF16PS loop on the row's threads, bench_tile_peak.h; "-" without AMX).
