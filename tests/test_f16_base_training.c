@@ -15,8 +15,8 @@
 // its twin with F32 products. The test sets RG_TILES_EMULATE=1 unless the environment says
 // otherwise, so the column runs on every machine: on AMX (or AVX512_BF16) hardware on the
 // hardware, elsewhere on the emulated tiles (the AMX kernel's bits, slow: a loss gap after
-// HOST_STEPS steps there, and only for qwen2's fixtures in the run without a CUDA device: a step
-// takes seconds). RG_TILES_EMULATE=0 on a CPU without a
+// HOST_STEPS steps there, AdamW only for the hybrids, and only in the run without a CUDA
+// device). RG_TILES_EMULATE=0 on a CPU without a
 // matrix unit leaves the column out with the reason. It is held to the CUDA column's bounds
 // below (the seed has no such column; its CUDA column is the one whose forward also rounds
 // the activations), its gradient gap to BF16's unit whatever the storage (check_column says
@@ -145,13 +145,12 @@ static void run_arch(const char *arch, int host_opt) {
     const char *cuda = prec_cuda_name(why, sizeof why);
     if (tiles == RG_TILES_NONE) {
         printf("    CPU-tiles column skipped: %s\n", rg_gemm_tiles_missing());
-    } else if (tiles == RG_TILES_EMULATED && (arch || cuda)) {
-        // The emulated tiles run a step of this model in about 8 s: the seed's fixtures (qwen2) alone,
-        // and once per test run (scripts/test.sh runs this binary without a device and again on the
-        // host execution of the CUDA code, whose column that second run is for).
-        printf("    CPU-tiles column skipped here: on the emulated tiles it runs for the qwen2 fixtures without a CUDA "
-               "device (%s); on AMX or AVX512_BF16 hardware it runs everywhere\n",
-               arch ? "this is a hybrid's table" : "a CUDA device is in use");
+    } else if (tiles == RG_TILES_EMULATED && cuda) {
+        // The emulated tiles are slow: the column runs once per test run (scripts/test.sh runs this
+        // binary without a device and again on the host execution of the CUDA code, whose column
+        // that second run is for).
+        printf("    CPU-tiles column skipped here: on the emulated tiles it runs in the run without a CUDA device; on "
+               "AMX or AVX512_BF16 hardware it runs everywhere\n");
     } else {
         tiles_col = n_cols++;
         if (tiles == RG_TILES_EMULATED) {  // the reference's speed: a short run, as the host execution's
