@@ -18,6 +18,18 @@
 //   4096 x 4096 x 256  dW of a 4096-wide layer (7B class)
 // A is stored [K][M] (the activations, contiguous along M) and B [K][N], as
 // OUT_PROD reads them for dW. Each shape is timed as best of 7.
+//
+// The tile peak (issue 25), measured in the same run: a register-resident TDPBF16PS loop on 1
+// thread and on all cores (bench_tile_peak.h), where AMX is usable; elsewhere a line "tile peak:
+// needs AMX (why)". Then the BF16 products at Llama-3.2-1B's training shapes (n_embd 2048, n_ff
+// 8192, 8 kv heads of 64, T = 256 tokens): each product through rg_gemm_run as MUL_MAT (a
+// weight W [K, N] of rows along K times activations [K, T]: C [T, N]) and OUT_PROD (dW [K, N] =
+// X [K, T] . dY [N, T]^T) run it, three ways: F32 weights (RG_SGEMM_AUTO, today's F32 file), BF16
+// weights widened exactly (RG_SGEMM_AUTO, today's BF16 file) and BF16 weights on the matrix unit
+// (RG_SGEMM_BF16: training.compute_dtype=bf16), GFLOP/s as fractions of the FMA peak and of the
+// tile peak. Where rg_gemm_tiles_path() is NONE the BF16 rows say "needs a matrix unit" and why;
+// under RG_TILES_EMULATE=1 only one small shape runs once, labelled "emulated, not a
+// matrix-unit result".
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,9 +37,11 @@
 
 #include "base/cpu.h"
 #include "base/rng.h"
+#include "bench_tile_peak.h"
 #include "bench_util.h"
 #include "cpu/cpu_ops.h"
 #include "cpu/gemm.h"
+#include "cpu/gemm_tiles.h"
 #include "cpu/mul_mat_rows.h"
 #include "tensor/quant/quant.h"
 
@@ -182,6 +196,136 @@ static void *make_weights(uint32_t type, int64_t K, int64_t M) {
     return w;
 }
 
+// ---------------------------------------------------------------------------
+// BF16 products at the 1B training shapes (rg_gemm_run, as ops_matmul.c runs them)
+
+typedef struct bf16_job {
+    rg_threadpool *pool;
+    rg_sgemm_impl impl;
+    rg_gemm_batch bt;
+    rg_gemm_problem prob;
+    void *work;
+    size_t work_size;
+} bf16_job;
+
+static void bf16_get(const void *ctx, int64_t p, rg_gemm_problem *prob) {
+    (void)p;
+    *prob = ((const bf16_job *)ctx)->prob;
+}
+
+static void run_bf16_job(void *p) {
+    bf16_job *j = p;
+    rg_error err;
+    if (rg_gemm_run(j->pool, j->impl, &j->bt, j->work, j->work_size, &err) != RG_OK) {
+        fprintf(stderr, "bench_gemm: %s (%s)\n", err.msg, rg_sgemm_impl_name(j->impl));
+        exit(1);
+    }
+}
+
+// GFLOP/s of C [T, N] = A [T, K] . B [K, N] through rg_gemm_run(impl). mul_mat: B is the weight,
+// rows of K along k (MUL_MAT's); else B [K, N] has rows along N (OUT_PROD's dY for dW: K = T).
+// The weight is stored in w_type (F32 or BF16), made from the same normal draws.
+static double time_bf16_product(rg_threadpool *pool, rg_sgemm_impl impl, uint32_t w_type, int64_t M, int64_t N,
+                                int64_t K, bool mul_mat, int trials) {
+    float *a = malloc(sizeof(float) * (size_t)(M * K)), *c = malloc(sizeof(float) * (size_t)(M * N));
+    const size_t b_row = mul_mat ? rg_type_row_size(w_type, K) : rg_type_row_size(w_type, N);
+    const int64_t b_rows = mul_mat ? N : K;
+    char *b = malloc(b_row * (size_t)b_rows);
+    float *src = malloc(sizeof(float) * (size_t)(mul_mat ? K : N));
+    if (!a || !b || !c || !src) {
+        fprintf(stderr, "bench_gemm: out of memory for %lldx%lldx%lld\n", (long long)M, (long long)N, (long long)K);
+        exit(1);
+    }
+    for (int64_t i = 0; i < M * K; i++) a[i] = rg_rng_normal(5, 0, (uint64_t)i);
+    for (int64_t r = 0; r < b_rows; r++) {
+        const int64_t len = mul_mat ? K : N;
+        for (int64_t k = 0; k < len; k++) src[k] = 0.05f * rg_rng_normal(6, (uint64_t)r, (uint64_t)k);
+        rg_quant_get(w_type)->quantize(src, b + (size_t)r * b_row, len, NULL);
+    }
+    bf16_job j;
+    memset(&j, 0, sizeof j);
+    j.pool = pool, j.impl = impl;
+    j.prob.a = a, j.prob.a_rs = K, j.prob.a_cs = 1;  // A [T][K]: the activations, contiguous along K
+    j.prob.b.type = w_type, j.prob.b.data = b, j.prob.b.row_stride = b_row, j.prob.b.rows_along_k = mul_mat;
+    if (w_type == RG_TYPE_F32) {  // strided floats: B(k, j)
+        j.prob.b.rs = mul_mat ? 1 : N, j.prob.b.cs = mul_mat ? K : 1;
+    }
+    j.prob.c = c, j.prob.ldc = N;
+    j.bt = (rg_gemm_batch){M, N, K, w_type, mul_mat, false, 1, bf16_get, &j};
+    j.work_size = rg_gemm_work_size(impl, &j.bt, rg_threadpool_size(pool));
+    j.work = aligned_alloc(64, (j.work_size + 64) / 64 * 64);
+    const double flop = 2.0 * (double)M * (double)N * (double)K;
+    const double s = bench_best(run_bf16_job, &j, 1, trials);
+    free(j.work), free(a), free(b), free(c), free(src);
+    return flop / s * 1e-9;
+}
+
+static void bf16_cell(char *out, size_t cap, double g, double fma_peak, double tile_peak) {
+    if (tile_peak > 0)
+        snprintf(out, cap, "%8.1f (%3.0f%% | %3.0f%%)", g, 100 * g / fma_peak, 100 * g / tile_peak);
+    else
+        snprintf(out, cap, "%8.1f (%3.0f%% |   -)", g, 100 * g / fma_peak);
+}
+
+// The 1B training shapes' table on each pool; tile_peak[p]: the measured peak of pool p (0: none).
+static void bf16_rows(rg_threadpool **pools, int n_pools, double peak1, const double *tile_peak, bool quick) {
+    static const struct {
+        int64_t M, N, K;
+        bool mul_mat;
+        const char *what;
+    } shapes[] = {
+        {256, 8192, 2048, true, "ffn_up/gate fwd"},   // W [2048 -> 8192] . X [2048, 256]
+        {256, 2048, 8192, true, "ffn_down fwd, dX up"},
+        {256, 2048, 2048, true, "attn_q/out fwd"},
+        {256, 512, 2048, true, "attn_k/v fwd"},
+        {2048, 8192, 256, false, "dW ffn_up (full)"},  // X [2048, T] . dY [8192, T]^T: K = tokens
+    };
+    const rg_tile_path path = rg_gemm_tiles_path();
+    printf("\nLlama-3.2-1B training products, T = 256 tokens, C [T or K, N] through rg_gemm_run: GFLOP/s (%% of the FMA "
+           "peak | %% of the tile peak of the threads used)\n");
+    if (path == RG_TILES_NONE)
+        printf("BF16 rows (RG_SGEMM_BF16): needs a matrix unit: %s\n", rg_gemm_tiles_missing());
+    else
+        printf("BF16 rows (RG_SGEMM_BF16) on the %s path%s\n", rg_tile_path_name(path),
+               path == RG_TILES_EMULATED ? ": emulated, not a matrix-unit result (RG_TILES_EMULATE=1; one small shape, "
+                                           "one run, on 1 thread)"
+                                         : "");
+    printf("%-20s %-20s %7s %24s %24s %24s\n", "M x N x K", "1B role", "threads", "f32 weights (auto)",
+           "bf16 weights (auto)", "bf16 on the tiles");
+    if (path == RG_TILES_EMULATED) {  // the emulation is for correctness: one small product, no ratios
+        const int64_t M = 32, N = 512, K = 2048;
+        double g = time_bf16_product(NULL, RG_SGEMM_BF16, RG_TYPE_BF16, M, N, K, true, 1);
+        char shape[40];
+        snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)M, (long long)N, (long long)K);
+        printf("%-20s %-20s %7d %24s %24s %10.2f GFLOP/s emulated, not a matrix-unit result\n", shape, "attn_k/v fwd", 1,
+               "-", "-", g);
+        return;
+    }
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        for (int p = 0; p < n_pools; p++) {
+            const int nth = rg_threadpool_size(pools[p]);
+            const double fma = peak1 * nth;
+            // OUT_PROD's B is dY (F32 activations): no weight type, so no "bf16 weights" cell; on the
+            // tiles it is rounded to BF16 as the activations are.
+            const uint32_t w16 = shapes[s].mul_mat ? RG_TYPE_BF16 : RG_TYPE_F32;
+            char shape[40], c32[48], c16[48] = "-", ct[48] = "needs a matrix unit";
+            snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)shapes[s].M, (long long)shapes[s].N,
+                     (long long)shapes[s].K);
+            bf16_cell(c32, sizeof c32, time_bf16_product(pools[p], RG_SGEMM_AUTO, RG_TYPE_F32, shapes[s].M, shapes[s].N,
+                                                         shapes[s].K, shapes[s].mul_mat, 5), fma, tile_peak[p]);
+            if (shapes[s].mul_mat)
+                bf16_cell(c16, sizeof c16, time_bf16_product(pools[p], RG_SGEMM_AUTO, RG_TYPE_BF16, shapes[s].M,
+                                                             shapes[s].N, shapes[s].K, true, 5), fma, tile_peak[p]);
+            if (path != RG_TILES_NONE)
+                bf16_cell(ct, sizeof ct, time_bf16_product(pools[p], RG_SGEMM_BF16, w16, shapes[s].M,
+                                                           shapes[s].N, shapes[s].K, shapes[s].mul_mat, 5),
+                          fma, tile_peak[p]);
+            printf("%-20s %-20s %7d %24s %24s %24s\n", shape, shapes[s].what, nth, c32, c16, ct);
+        }
+        if (quick) break;
+    }
+}
+
 int main(int argc, char **argv) {
     bool quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     int cores = rg_cpu_count();
@@ -204,7 +348,7 @@ int main(int argc, char **argv) {
         fclose(la);
         load[strcspn(load, "\n")] = 0;
     }
-    printf("load average at start: %s\n\n", load);
+    printf("load average at start: %s\n", load);
 
     rg_threadpool *pools[2] = {NULL, NULL};
     rg_error err;
@@ -213,6 +357,21 @@ int main(int argc, char **argv) {
         return 1;
     }
     int n_pools = cores > 1 ? 2 : 1;
+
+    // The tile peak, on 1 thread and on all cores (0: not measurable here; why says so).
+    double tile_peak[2] = {0, 0};
+    char why[256] = "";
+    for (int p = 0; p < n_pools; p++) tile_peak[p] = bench_tile_peak_gflops(pools[p], why, sizeof why);
+    if (tile_peak[0] > 0) {
+        printf("tile peak: TDPBF16PS register-resident loop %.1f GFLOP/s on 1 thread (%.1fx the core's FMA peak)", tile_peak[0],
+               tile_peak[0] / peak1);
+        if (n_pools > 1) printf(", %.1f on %d threads", tile_peak[1], rg_threadpool_size(pools[1]));
+        printf("\n");
+    } else {
+        printf("tile peak: %s\n", why);
+    }
+    printf("BF16 product path: %s (rg_gemm_tiles_path%s%s)\n\n", rg_tile_path_name(rg_gemm_tiles_path()),
+           rg_gemm_tiles_path() == RG_TILES_NONE ? ": " : "", rg_gemm_tiles_missing());
 
     static const struct {
         int64_t M, N, K;
@@ -299,6 +458,7 @@ int main(int argc, char **argv) {
         if (quick) break;
     }
     free(x), free(y);
+    bf16_rows(pools, n_pools, peak1, tile_peak, quick);
     rg_threadpool_free(pools[1]);
     return 0;
 }

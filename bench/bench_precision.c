@@ -1,4 +1,4 @@
-// bench_precision.c - the seed's precision tables, our CPU column and our CUDA column side by
+// bench_precision.c - the seed's precision tables, our CPU, CPU-tiles and CUDA columns side by
 // side with the seed's (shared/spec/training.md §4; the seed's figure for the same column in
 // brackets: it gives CPU and CUDA columns in place, a CUDA column alone for master weights).
 //
@@ -8,6 +8,13 @@
 //   RG_BENCH_HOST_STEPS=4  the loss gap's steps of the CUDA column on the host execution of the CUDA
 //                          code (RETRO_CUDA_HOST=1, labelled cuda-host: a step there is about a second, so
 //                          it shows the column runs; its figures are not a GPU's)
+//   RG_BENCH_TILE_STEPS=4  the loss gap's steps of the CPU-tiles column on the emulated tiles
+//                          (RG_TILES_EMULATE=1 on a CPU without AMX or AVX512_BF16: slow)
+//
+// The CPU-tiles column (issue 25): the half runs with training.compute_dtype=bf16 (products on the
+// CPU's matrix unit, both operands rounded to BF16), each against its twin with F32 products; the
+// seed's CUDA figures beside it (the seed has no such column; its CUDA forward also rounds the
+// activations). Where rg_gemm_tiles_path() is NONE the column is left out with the reason.
 //
 // The half fixture (tiny qwen2, matrices in F16 or BF16) trains against its F32
 // twin (the same values stored as F32) on the same batches (rows of 64 tokens
@@ -32,6 +39,7 @@
 #include <string.h>
 
 #include "bench_util.h"
+#include "cpu/gemm_tiles.h"
 #include "precision_runs.h"
 
 int main(int argc, char **argv) {
@@ -42,19 +50,31 @@ int main(int argc, char **argv) {
     if (argc > 2) pc.lr_adamw = atof(argv[2]);
     if (argc > 3) pc.lr_sgd = atof(argv[3]);
     const char *env_dev = getenv("RG_BENCH_DEVICE"), *env_host = getenv("RG_BENCH_HOST_STEPS");
-    prec_column cols[2] = {
+    const char *env_tile = getenv("RG_BENCH_TILE_STEPS");
+    prec_column cols[3] = {
         {.name = "CPU", .device = RG_DEVICE_CPU, .seed_col = SEED_CPU, .steps = steps, .n_opt = 2},
+        {.name = "CPU-tiles", .device = RG_DEVICE_CPU, .seed_col = SEED_CUDA, .steps = steps, .n_opt = 2,
+         .compute_dtype = RG_COMPUTE_BF16},
         {.name = "CUDA", .device = RG_DEVICE_CUDA, .seed_col = SEED_CUDA, .steps = steps, .n_opt = 2}};
     int n_cols = 1;
+    const rg_tile_path tiles = rg_gemm_tiles_path();
+    if (tiles != RG_TILES_NONE) {
+        if (tiles == RG_TILES_EMULATED) {
+            const int64_t ts = env_tile && atoll(env_tile) > 0 ? atoll(env_tile) : 4;
+            cols[1].steps = ts < steps ? ts : steps;
+        }
+        n_cols = 2;
+    }
     char why[256] = "";
     const char *cuda = env_dev && !strcmp(env_dev, "cpu") ? NULL : prec_cuda_name(why, sizeof why);
     if (cuda) {
-        n_cols = 2;
-        cols[1].name = cuda;
+        cols[n_cols] = cols[2];
+        cols[n_cols].name = cuda;
         if (!strcmp(cuda, "cuda-host")) {
             const int64_t hs = env_host && atoll(env_host) > 0 ? atoll(env_host) : 4;
-            cols[1].steps = hs < steps ? hs : steps;
+            cols[n_cols].steps = hs < steps ? hs : steps;
         }
+        n_cols++;
     } else if (env_dev && !strcmp(env_dev, "cuda")) {
         printf("bench_precision: RG_BENCH_DEVICE=cuda but there is no CUDA device: %s\n", why);
         return 1;
@@ -67,11 +87,17 @@ int main(int argc, char **argv) {
     batches b = {0};
     if (prec_setup(NULL, dir, steps, paths, made, &b)) return 1;
     printf("bench_precision: tiny qwen2 (F16 / BF16 matrices) against its F32 twin, %lld rows of %d tokens; columns: CPU "
-           "(%lld steps)", (long long)b.n, CTX, (long long)steps);
-    if (n_cols == 2 && !strcmp(cols[1].name, "cuda-host"))
+           "(%lld steps, compute_dtype f32)", (long long)b.n, CTX, (long long)steps);
+    if (tiles == RG_TILES_NONE)
+        printf("; no CPU-tiles column: %s", rg_gemm_tiles_missing());
+    else
+        printf(", CPU-tiles (compute_dtype bf16 on the %s path, %lld steps%s)", rg_tile_path_name(tiles),
+               (long long)cols[1].steps, tiles == RG_TILES_EMULATED ? "; emulated: the same bits as AMX, slow" : "");
+    const prec_column *dev = cuda ? &cols[n_cols - 1] : NULL;
+    if (dev && !strcmp(dev->name, "cuda-host"))
         printf(", cuda-host (host execution of the CUDA code, not a GPU; %lld steps: its figures are not a GPU's)",
-               (long long)cols[1].steps);
-    else if (n_cols == 2) printf(", CUDA (the device, %lld steps)", (long long)cols[1].steps);
+               (long long)dev->steps);
+    else if (dev) printf(", CUDA (the device, %lld steps)", (long long)dev->steps);
     else printf("; no CUDA column: %s", why[0] ? why : "RG_BENCH_DEVICE=cpu");
     printf("\nAdamW lr %g, SGD lr %g, constant, no clipping; after each figure the seed's for the same column in brackets "
            "([-]: the seed gives none: it measured master weights on CUDA only)\n\n", pc.lr_adamw, pc.lr_sgd);
@@ -90,9 +116,10 @@ int main(int argc, char **argv) {
         }
     // The recompute rows on each column but the host execution's (minutes there).
     for (int k = 0; k < n_cols; k++) {
-        if (!strcmp(cols[k].name, "cuda-host")) continue;
+        if (!strcmp(cols[k].name, "cuda-host") || cols[k].compute_dtype == RG_COMPUTE_BF16) continue;
         prec_cfg base = pc;
         base.device = cols[k].device;
+        base.compute_dtype = cols[k].device == RG_DEVICE_CPU ? RG_COMPUTE_F32 : RG_COMPUTE_AUTO;
         printf("%s: activation recompute, layer inputs stored in F16 / BF16, against keeping every activation (F32 twin):\n",
                cols[k].name);
         printf("  %-58s %-22s %-22s\n", "", "F16", "BF16");
@@ -102,8 +129,8 @@ int main(int argc, char **argv) {
             runner h, f;
             prec_cfg ck = base;
             ck.ckpt_type = types[t];
-            if (runner_make(&h, &ck, paths[0][1], RG_OPTIM_ADAMW, false, steps) ||
-                runner_make(&f, &base, paths[0][1], RG_OPTIM_ADAMW, false, steps))
+            if (runner_make(&h, &ck, paths[0][1], RG_OPTIM_ADAMW, false, steps, false) ||
+                runner_make(&f, &base, paths[0][1], RG_OPTIM_ADAMW, false, steps, true))
                 return 1;
             for (int64_t i = 0; i < 10; i++) {
                 step(&h, &b, i, false);

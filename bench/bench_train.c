@@ -46,6 +46,19 @@
 // made on first use into RG_BENCH_SHAPES=DIR as SHAPE-TYPE.gguf and kept there (reused by later
 // runs), or into the bench's temporary folder and removed after their rows.
 //
+// Mixed-precision rows (issue 25: products in BF16 on the CPU's matrix unit, training.compute_dtype;
+// CPU only, when FILTER names "mixed", e.g. "1b-shape mixed" or "1b-shape mixed q4_k_m lora r16
+// @bf16 c256"): "SHAPE-shape mixed FILE METHOD @COMPUTE cCTX". LoRA r16 (seven projections) on the
+// BF16, Q4_K_M and F32 files of the 1b shape at context 256 and 1024, each with compute_dtype bf16
+// and f32; full fine-tuning of the smollm2 shape at 256 from BF16 and F32, each @bf16 and @f32;
+// the tiny shape's c256 rows of both as a smoke run. A row @bf16 where rg_gemm_tiles_path() is NONE prints
+// "needs a matrix unit" and why, and is no failure. Every row's MFU is printed twice: against the
+// FP32 FMA peak and against the tile peak measured at the start of the same run (a
+// register-resident TDPBF16PS loop on the row's threads, bench_tile_peak.h; "-" without AMX).
+// Under RG_TILES_EMULATE=1 the @bf16 rows run on the emulated tiles: labelled "emulated, not a
+// matrix-unit result" (the tiny shape's rows only show that they run).
+//   RG_BENCH_TRAIN_COMPUTE=auto   the one-file mode's training.compute_dtype (auto, f32, bf16)
+//
 // Rows: the tiny qwen2 fixture (F32 full), and SmolLM2-135M at context 256:
 // F32, F16 and BF16 full fine-tuning (converted from the Q4_1 file with our
 // quantizer, so the values are the same model's) and LoRA (rank 16, all seven
@@ -70,8 +83,10 @@
 #include <unistd.h>
 
 #include "base/threadpool.h"
+#include "cpu/gemm_tiles.h"
 #include "cuda/cuda.h"
 #include "bench_gpu_peak.h"
+#include "bench_tile_peak.h"
 #include "bench_util.h"
 #include "graph/backend.h"
 #include "graph/ops.h"
@@ -90,6 +105,7 @@ typedef struct bench_row {
     uint32_t ckpt;           // training.checkpoint_dtype (0: f32)
     rg_fused_ce fused;       // training.fused_ce (0: auto, which keeps the logits when they fit)
     int64_t ctx;             // tokens per sequence (0: RG_BENCH_TRAIN_CTX's, default 256)
+    int compute;             // training.compute_dtype (enum rg_compute_dtype; 0: auto)
 } bench_row;
 
 static double model_flops(const rg_train_state *s, int64_t T) {
@@ -114,6 +130,11 @@ static rg_device bench_device = RG_DEVICE_CPU;  // RG_BENCH_DEVICE
 static bool device_is_host;    // the device is the host execution of the CUDA code, not a GPU
 static bool print_steps;       // a line with every timed step's seconds (the one-file mode)
 static double peak_nominal_gflops;  // on a device: the card's nominal dense BF16 peak, when the MFU is against a measured one
+static double tile_peak_gflops;     // on the CPU: the TDPBF16PS peak of the threads used, measured at the start (0: none)
+
+static const char *compute_name(int compute) {
+    return compute == RG_COMPUTE_BF16 ? "bf16" : compute == RG_COMPUTE_F32 ? "f32" : "auto";
+}
 
 // One sequence's tokens (random ids; labels the next id).
 typedef struct row_input {
@@ -307,6 +328,11 @@ static void print_device_memory(const rg_train_memory *mem, const rg_model *m, i
 
 static int run_row(const bench_row *row, int steps, double peak_gflops, int threads) {
     if (row_filter && !strstr(row->name, row_filter)) return 0;
+    const rg_tile_path tiles = rg_gemm_tiles_path();
+    if (row->compute == RG_COMPUTE_BF16 && bench_device == RG_DEVICE_CPU && tiles == RG_TILES_NONE) {
+        printf("%-26s  needs a matrix unit (training.compute_dtype=bf16): %s\n", row->name, rg_gemm_tiles_missing());
+        return print_steps ? 3 : 0;  // the one-file mode: no step line, a status the compare scripts read
+    }
     rg_error err = {0};
     rg_model *m = NULL;
     if (rg_model_load(&m, row->path, &err)) {
@@ -319,6 +345,7 @@ static int run_row(const bench_row *row, int steps, double peak_gflops, int thre
     c.recompute = row->recompute;
     c.checkpoint_dtype = row->ckpt;
     c.fused_ce = row->fused;
+    c.compute_dtype = row->compute;
     const int64_t want = row->ctx > 0 && !row_ctx_given ? row->ctx : row_ctx;
     c.ctx = m->hp.n_ctx_train < want ? m->hp.n_ctx_train : want;
     c.eval_split = 0;
@@ -366,6 +393,17 @@ static int run_row(const bench_row *row, int steps, double peak_gflops, int thre
                "resident sum %7.1f MiB (%.2fx)",
                row->name, tps, (double)(rows * T) / best, flops / mean * 1e-9, 100.0 * flops / mean * 1e-9 / peak_gflops,
                (double)mem.activations / 1048576.0, peak, need + rss0, peak / (need + rss0));
+        if (bench_device == RG_DEVICE_CPU) {
+            if (tile_peak_gflops > 0)
+                printf("  MFU of the tile peak %5.1f%%", 100.0 * flops / mean * 1e-9 / tile_peak_gflops);
+            else
+                printf("  MFU of the tile peak -");
+            if (row->compute != RG_COMPUTE_AUTO) printf("  compute_dtype %s", compute_name(row->compute));
+            if (row->compute == RG_COMPUTE_BF16 && tiles == RG_TILES_EMULATED)
+                printf(" (emulated, not a matrix-unit result)");
+            else if (row->compute == RG_COMPUTE_AUTO && tiles == RG_TILES_EMULATED)
+                printf("  (RG_TILES_EMULATE=1: auto picks the emulated tiles for BF16 weights: not a matrix-unit result)");
+        }
         if (row->ctx > 0 || row_ctx_given) printf("  context %lld", (long long)T);
         if (bench_device != RG_DEVICE_CPU && peak_nominal_gflops > 0)
             printf("  MFU %.1f%% of the nominal %.0f TFLOP/s", 100.0 * flops / mean * 1e-9 / peak_nominal_gflops,
@@ -404,16 +442,50 @@ static const struct shape_variant {
     const char *quant;        // retrograd quantize's target name (NULL: make-tiny's file as it is)
     rg_train_method method;
     rg_fused_ce fused;
-} shape_variants[] = {{"f32 full", RG_TYPE_F32, NULL, RG_TRAIN_FULL, RG_FUSED_CE_AUTO},
-                      {"bf16 lora r16", RG_TYPE_BF16, NULL, RG_TRAIN_LORA, RG_FUSED_CE_AUTO},
-                      {"bf16 full", RG_TYPE_BF16, NULL, RG_TRAIN_FULL, RG_FUSED_CE_AUTO},
-                      {"f16 full", RG_TYPE_F16, NULL, RG_TRAIN_FULL, RG_FUSED_CE_AUTO},
-                      {"q4_k_m lora r16", RG_TYPE_BF16, "Q4_K_M", RG_TRAIN_LORA, RG_FUSED_CE_AUTO},
-                      {"q4_k_m lora fused-ce", RG_TYPE_BF16, "Q4_K_M", RG_TRAIN_LORA, RG_FUSED_CE_ON},
-                      {"q4_k_m lora unfused-ce", RG_TYPE_BF16, "Q4_K_M", RG_TRAIN_LORA, RG_FUSED_CE_OFF}};
+    int compute;              // training.compute_dtype; set only in the mixed-precision rows (CPU only)
+    int64_t ctx;              // the mixed rows' context (0: the shape's)
+    const char *shapes;       // the shapes it runs at, space-separated (NULL: every shape)
+} shape_variants[] = {
+    {"f32 full", RG_TYPE_F32, NULL, RG_TRAIN_FULL, RG_FUSED_CE_AUTO, 0, 0, NULL},
+    {"bf16 lora r16", RG_TYPE_BF16, NULL, RG_TRAIN_LORA, RG_FUSED_CE_AUTO, 0, 0, NULL},
+    {"bf16 full", RG_TYPE_BF16, NULL, RG_TRAIN_FULL, RG_FUSED_CE_AUTO, 0, 0, NULL},
+    {"f16 full", RG_TYPE_F16, NULL, RG_TRAIN_FULL, RG_FUSED_CE_AUTO, 0, 0, NULL},
+    {"q4_k_m lora r16", RG_TYPE_BF16, "Q4_K_M", RG_TRAIN_LORA, RG_FUSED_CE_AUTO, 0, 0, NULL},
+    {"q4_k_m lora fused-ce", RG_TYPE_BF16, "Q4_K_M", RG_TRAIN_LORA, RG_FUSED_CE_ON, 0, 0, NULL},
+    {"q4_k_m lora unfused-ce", RG_TYPE_BF16, "Q4_K_M", RG_TRAIN_LORA, RG_FUSED_CE_OFF, 0, 0, NULL},
+    // issue 25's mixed-precision rows: products in BF16 on the matrix unit (@bf16) against F32 (@f32)
+#define MIXED_LORA_CTX(file, type, quant, ctx, shapes)                                                              \
+    {"mixed " file " lora r16 @bf16 c" #ctx, type, quant, RG_TRAIN_LORA, RG_FUSED_CE_AUTO, RG_COMPUTE_BF16, ctx, shapes}, \
+    {"mixed " file " lora r16 @f32 c" #ctx, type, quant, RG_TRAIN_LORA, RG_FUSED_CE_AUTO, RG_COMPUTE_F32, ctx, shapes}
+// (the tiny shape's context is 256: its rows are a smoke run)
+#define MIXED_LORA(file, type, quant) MIXED_LORA_CTX(file, type, quant, 256, "tiny 1b"), MIXED_LORA_CTX(file, type, quant, 1024, "1b")
+    MIXED_LORA("bf16", RG_TYPE_BF16, NULL),
+    MIXED_LORA("q4_k_m", RG_TYPE_BF16, "Q4_K_M"),
+    MIXED_LORA("f32", RG_TYPE_F32, NULL),
+#undef MIXED_LORA
+#undef MIXED_LORA_CTX
+    {"mixed bf16 full @bf16 c256", RG_TYPE_BF16, NULL, RG_TRAIN_FULL, RG_FUSED_CE_AUTO, RG_COMPUTE_BF16, 256, "tiny smollm2"},
+    {"mixed bf16 full @f32 c256", RG_TYPE_BF16, NULL, RG_TRAIN_FULL, RG_FUSED_CE_AUTO, RG_COMPUTE_F32, 256, "tiny smollm2"},
+    {"mixed f32 full @bf16 c256", RG_TYPE_F32, NULL, RG_TRAIN_FULL, RG_FUSED_CE_AUTO, RG_COMPUTE_BF16, 256, "tiny smollm2"},
+    {"mixed f32 full @f32 c256", RG_TYPE_F32, NULL, RG_TRAIN_FULL, RG_FUSED_CE_AUTO, RG_COMPUTE_F32, 256, "tiny smollm2"},
+};
 
-// Whether FILTER selects a variant's row (the quantized ones only when it names them).
-static bool variant_selected(const struct shape_variant *va, const char *name) {
+// Whether a space-separated list holds the word.
+static bool list_has(const char *list, const char *word) {
+    const size_t n = strlen(word);
+    for (const char *p = list; (p = strstr(p, word)) != NULL; p += n)
+        if ((p == list || p[-1] == ' ') && (p[n] == 0 || p[n] == ' ')) return true;
+    return false;
+}
+
+// Whether FILTER selects a variant's row at a shape: the quantized ones only when it names
+// q4_k_m, the mixed-precision ones only on the CPU and when it names "mixed".
+static bool variant_selected(const struct shape_variant *va, const char *shape, const char *name) {
+    if (va->shapes && !list_has(va->shapes, shape)) return false;
+    if (va->compute) {
+        if (bench_device != RG_DEVICE_CPU || !(row_filter && strstr(row_filter, "mixed"))) return false;
+        return strstr(name, row_filter) != NULL;
+    }
     if (va->quant && !(row_filter && strstr(row_filter, "q4_k_m"))) return false;
     return !row_filter || strstr(name, row_filter);
 }
@@ -463,7 +535,7 @@ static bool shape_selected(const struct shape_size *sz) {
     char name[64];
     for (size_t v = 0; v < sizeof shape_variants / sizeof shape_variants[0]; v++) {
         shape_row_name(sz, &shape_variants[v], name, sizeof name);
-        if (variant_selected(&shape_variants[v], name)) return true;
+        if (variant_selected(&shape_variants[v], sz->shape, name)) return true;
     }
     return false;
 }
@@ -475,7 +547,7 @@ static int run_shape(const struct shape_size *sz, const char *dir, bool own_dir,
     for (size_t v = 0; v < sizeof shape_variants / sizeof shape_variants[0]; v++) {
         const struct shape_variant *va = &shape_variants[v];
         shape_row_name(sz, va, name, sizeof name);
-        if (!variant_selected(va, name)) continue;
+        if (!variant_selected(va, sz->shape, name)) continue;
         if (!variant_file(sz->shape, va, dir, path, sizeof path)) {
             rc = 1;
             continue;
@@ -487,9 +559,9 @@ static int run_shape(const struct shape_size *sz, const char *dir, bool own_dir,
             unlink(src);
         }
         snprintf(made, sizeof made, "%s", path);
-        const int64_t ctx = device_is_host ? 32 : sz->ctx;
+        const int64_t ctx = device_is_host ? 32 : va->ctx > 0 ? va->ctx : sz->ctx;
         rc |= run_row(&(bench_row){.name = name, .path = path, .method = va->method, .rows = 1, .fused = va->fused,
-                                   .ctx = ctx},
+                                   .ctx = ctx, .compute = va->compute},
                       device_is_host ? 1 : steps, peak, threads);
     }
     if (own_dir && made[0]) unlink(made);
@@ -575,6 +647,25 @@ int main(int argc, char **argv) {
     } else {
         printf("bench_train: %d threads, clock %.0f MHz measured, FMA peak %.1f GFLOP/s; context %lld (tiny: its own), batch "
                "1, AdamW; %d timed steps after one warm-up\n", threads, mhz, peak, (long long)row_ctx, steps);
+        // The tile peak on the rows' threads, measured now (the second MFU of every row).
+        rg_threadpool *tp = NULL;
+        rg_error perr = {0};
+        char why[256] = "";
+        if (threads > 1 && rg_threadpool_create(&tp, threads, &perr)) {
+            printf("bench_train: %s\n", perr.msg);
+            return 1;
+        }
+        tile_peak_gflops = bench_tile_peak_gflops(tp, why, sizeof why);
+        rg_threadpool_free(tp);
+        const rg_tile_path tiles = rg_gemm_tiles_path();
+        if (tile_peak_gflops > 0)
+            printf("tile peak: TDPBF16PS register-resident loop %.1f GFLOP/s on %d threads (%.1fx the FMA peak), measured "
+                   "now: each row's second MFU\n", tile_peak_gflops, threads, tile_peak_gflops / peak);
+        else
+            printf("tile peak: %s: each row's second MFU is -\n", why);
+        printf("BF16 products (training.compute_dtype=bf16): %s%s%s\n", rg_tile_path_name(tiles),
+               tiles == RG_TILES_NONE ? ": " : "", tiles == RG_TILES_NONE ? rg_gemm_tiles_missing()
+               : tiles == RG_TILES_EMULATED ? " (RG_TILES_EMULATE=1: emulated, not a matrix-unit result)" : "");
     }
     const char *one = getenv("RG_BENCH_TRAIN_MODEL");
     if (one && *one) {
@@ -584,9 +675,20 @@ int main(int argc, char **argv) {
             printf("RG_BENCH_TRAIN_METHOD '%s' is not full or lora\n", method);
             return 2;
         }
+        const char *cd = getenv("RG_BENCH_TRAIN_COMPUTE");
+        int compute = RG_COMPUTE_AUTO;
+        if (cd && *cd) {
+            if (!strcmp(cd, "bf16")) compute = RG_COMPUTE_BF16;
+            else if (!strcmp(cd, "f32")) compute = RG_COMPUTE_F32;
+            else if (strcmp(cd, "auto")) {
+                printf("RG_BENCH_TRAIN_COMPUTE '%s' is not auto, f32 or bf16\n", cd);
+                return 2;
+            }
+        }
         print_steps = true;
         return run_row(&(bench_row){.name = lora ? "file lora r16" : "file full", .path = one,
-                                    .method = lora ? RG_TRAIN_LORA : RG_TRAIN_FULL, .rows = 1}, steps, peak, threads);
+                                    .method = lora ? RG_TRAIN_LORA : RG_TRAIN_FULL, .rows = 1, .compute = compute},
+                       steps, peak, threads);
     }
     printf("(each row is a separate process state; peak RSS is the process's high-water mark so far, so later rows "
            "include earlier peaks)\n");

@@ -1,8 +1,15 @@
 // precision_runs.h - the seed's precision tables (shared/spec/training.md section 4) as
 // functions: bench_precision prints them for 2000 steps, test_f16_base_training checks them
-// over a short run with a CPU and a CUDA column. A half fixture (tiny qwen2, matrices in F16
+// over a short run with a CPU, a CPU-tiles and a CUDA column. A half fixture (tiny qwen2, matrices in F16
 // or BF16) trains beside its F32 twin (the same values stored as F32) on the same rows, with
 // the same schedule and seed. Each function here is static: one copy per program.
+//
+// The columns: CPU (training.compute_dtype=f32: the half weights widened exactly, the seed's CPU
+// column), CPU-tiles (issue 25: the half run with compute_dtype=bf16, its products on the CPU's
+// matrix unit with both operands rounded to BF16, AMX, AVX512_BF16 or the emulated tiles under
+// RG_TILES_EMULATE=1; its twin with f32 products: the reference), and CUDA (the device's default
+// path, RETRO_CUDA_HALF_GEMM=tensor). The seed has no CPU-tiles column: it is held to the seed's
+// CUDA column, the one whose forward also rounds the activations.
 #ifndef RG_BENCH_PRECISION_RUNS_H
 #define RG_BENCH_PRECISION_RUNS_H
 
@@ -29,6 +36,7 @@ typedef struct prec_cfg {
     rg_device device;
     double lr_adamw, lr_sgd;
     uint32_t ckpt_type;
+    int compute_dtype;  // training.compute_dtype of the half run (enum rg_compute_dtype); its twin: f32 when this is bf16
 } prec_cfg;
 
 typedef struct seed_cells {
@@ -74,7 +82,9 @@ typedef struct runner {
     rg_device device;
 } runner;
 
-static int runner_make(runner *r, const prec_cfg *pc, const char *path, int optimizer, bool master, int64_t steps) {
+// twin: the F32 reference of the pair, whose products are F32 when the half run's are BF16.
+static int runner_make(runner *r, const prec_cfg *pc, const char *path, int optimizer, bool master, int64_t steps,
+                       bool twin) {
     rg_error err = {0};
     memset(r, 0, sizeof *r);
     if (rg_model_load(&r->model, path, &err)) {
@@ -92,6 +102,7 @@ static int runner_make(runner *r, const prec_cfg *pc, const char *path, int opti
     c.eval_split = 0;
     c.master_weights = master;
     c.checkpoint_dtype = pc->ckpt_type;
+    c.compute_dtype = twin && pc->compute_dtype == RG_COMPUTE_BF16 ? RG_COMPUTE_F32 : pc->compute_dtype;
     c.steps = steps;
     c.seed = 7;
     c.threads = 1;  // a tiny model: one thread is fastest, and immune to a busy machine
@@ -275,7 +286,8 @@ static int prec_measure(const prec_cfg *pc, char paths[2][256], int opt, bool ma
                         const batches *b, prec_cell *out) {
     runner h, f;
     rg_error err = {0};
-    if (runner_make(&h, pc, paths[0], opt, master, steps) || runner_make(&f, pc, paths[1], opt, false, steps)) return 1;
+    if (runner_make(&h, pc, paths[0], opt, master, steps, false) || runner_make(&f, pc, paths[1], opt, false, steps, true))
+        return 1;
     // section 4.1 and 4.2 on batch 0 from the identical initial weights
     step(&h, b, 0, false);
     step(&f, b, 0, false);
@@ -291,7 +303,8 @@ static int prec_measure(const prec_cfg *pc, char paths[2][256], int opt, bool ma
     runner_free(&h);
     runner_free(&f);
     // section 4.3: two free runs over the same batches
-    if (runner_make(&h, pc, paths[0], opt, master, steps) || runner_make(&f, pc, paths[1], opt, false, steps)) return 1;
+    if (runner_make(&h, pc, paths[0], opt, master, steps, false) || runner_make(&f, pc, paths[1], opt, false, steps, true))
+        return 1;
     double lh = 0, lf = 0, sh = 0, sf = 0;
     const int64_t tail = steps < 100 ? steps / 4 + 1 : 100;
     for (int64_t k = 0; k < steps; k++) {
@@ -309,8 +322,9 @@ static int prec_measure(const prec_cfg *pc, char paths[2][256], int opt, bool ma
 
 // One column of the tables: where its runs trained and what they measured.
 typedef struct prec_column {
-    const char *name;         // "CPU", "CUDA" (a GPU), "cuda-host" (the host execution of the CUDA code)
+    const char *name;         // "CPU", "CPU-tiles", "CUDA" (a GPU), "cuda-host" (the host execution of the CUDA code)
     rg_device device;
+    int compute_dtype;        // the half runs' training.compute_dtype (0: f32 on the CPU, auto on a device)
     int seed_col;             // the seed's column printed beside it: SEED_CPU or SEED_CUDA
     int64_t steps;            // of the loss gap's runs
     int n_opt;                // optimizers measured: AdamW, then SGD
@@ -334,6 +348,8 @@ static const char *prec_cuda_name(char *why, size_t cap) {
 static int prec_run_column(prec_column *col, const prec_cfg *base, char paths[2][2][256], const batches *b) {
     prec_cfg pc = *base;
     pc.device = col->device;
+    pc.compute_dtype = col->compute_dtype ? col->compute_dtype
+                       : col->device == RG_DEVICE_CPU ? RG_COMPUTE_F32 : RG_COMPUTE_AUTO;
     for (int t = 0; t < 2; t++)
         for (int opt = 0; opt < col->n_opt; opt++)
             for (int mode = 0; mode < 2; mode++)

