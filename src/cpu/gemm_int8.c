@@ -35,15 +35,15 @@ static size_t carve_cols(rg_q8_cols *c, char *buf, int64_t K, int64_t N) {
     return q + 5 * a;
 }
 
+int32_t rg_int8_code_offset(uint32_t type) {
+    return type == RG_TYPE_Q4_0 ? 8 : type == RG_TYPE_Q5_0 ? 16 : type == RG_TYPE_Q8_0 ? 128 : type == RG_TYPE_Q6_K ? 32 : 0;
+}
+
 // One panel's arrays, carved from buf (NULL: only the size).
 static size_t carve_panel(rg_int8_panel *p, uint32_t type, char *buf, int64_t K) {
     const int64_t n_sub = K / QK;
     const size_t codes = align64((size_t)n_sub * BLOCK8), sc = align64((size_t)n_sub * PANEL * sizeof(float));
-    const int32_t offset = type == RG_TYPE_Q4_0 ? 8
-                           : type == RG_TYPE_Q5_0 ? 16
-                           : type == RG_TYPE_Q8_0 ? 128
-                           : type == RG_TYPE_Q6_K ? 32
-                                                  : 0;
+    const int32_t offset = rg_int8_code_offset(type);
     if (buf)
         *p = (rg_int8_panel){type, n_sub, offset, (uint8_t *)buf, (float *)(buf + codes), (float *)(buf + codes + sc),
                              (int32_t *)(buf + codes + 2 * sc)};

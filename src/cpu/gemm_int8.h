@@ -49,6 +49,10 @@ typedef struct rg_q8_cols {
 } rg_q8_cols;
 
 // One panel of 16 weight rows, repacked (rows past M are zeros with scales 0).
+// What a type's unsigned weight codes are above its values' codes (the panels' offset): Q4_0 8,
+// Q5_0 16, Q8_0 128, Q6_K 32, Q4_K 0 (its minimum is applied instead).
+int32_t rg_int8_code_offset(uint32_t type);
+
 typedef struct rg_int8_panel {
     uint32_t type;   // RG_TYPE_Q4_0, Q5_0, Q8_0, Q4_K or Q6_K
     int64_t n_sub;   // sub-blocks of 32 per row (K / 32)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/cpu.h"
+#include "cpu/gemm_int8.h"
 #include "tensor/half.h"
 #include "tensor/quant/quant.h"
 #include "tensor/quant/quant_legacy_k.h"
@@ -49,11 +50,7 @@ static size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 static size_t carve_panel(rg_int8t_panel *p, uint32_t type, char *buf, int64_t K) {
     const int64_t n_sub = K / QK;
     const size_t codes = align64((size_t)n_sub * SUB), sc = align64((size_t)n_sub * ROWS * sizeof(float));
-    const int32_t offset = type == RG_TYPE_Q4_0 ? 8
-                           : type == RG_TYPE_Q5_0 ? 16
-                           : type == RG_TYPE_Q8_0 ? 128
-                           : type == RG_TYPE_Q6_K ? 32
-                                                  : 0;
+    const int32_t offset = rg_int8_code_offset(type);
     if (buf)
         *p = (rg_int8t_panel){type, n_sub, offset, (uint8_t *)buf, (float *)(buf + codes), (float *)(buf + codes + sc),
                               (int32_t *)(buf + codes + 2 * sc)};
