@@ -106,9 +106,6 @@ static int runner_make(runner *r, const prec_cfg *pc, const char *path, int opti
     c.steps = steps;
     c.seed = 7;
     c.threads = 1;  // a tiny model: one thread is fastest, and immune to a busy machine
-    // The CPU column is the exact widening (on a CPU with a matrix unit auto would multiply a BF16 model in BF16);
-    // a device keeps its own products (training.compute_dtype=auto).
-    c.compute_dtype = pc->device == RG_DEVICE_CPU ? RG_COMPUTE_F32 : RG_COMPUTE_AUTO;
     r->device = pc->device;
     rg_train_spec sp;
     if (rg_train_config_validate(&c, &sp, &err) || rg_train_state_create_on(&r->s, r->model, &sp, steps, pc->device, &err)) {

@@ -268,23 +268,27 @@ def check_torch_tool(tmp, build):
 
     r = run_torch()
     check("torch comparison runs", r.returncode == 0, r.stderr[-600:])
-    rows = re.findall(r"^\s+(\d)\s+(.+?)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", r.stdout, re.M)
+    # a row: round, method, PyTorch's way, its tok/s, ours (file @compute_dtype), ours' tok/s, ratio
+    rows = re.findall(r"^\s+(\d)\s+(full|lora)\s+(\S+)\s+([\d.]+)\s+(\S+) @(\S+)\s+([\d.]+)\s+([\d.]+)$", r.stdout, re.M)
     # ours: 256 / 1.28 = 200 (full), 256 / 0.64 = 400 (LoRA, F32), 200 (LoRA on the "q4" file: twice the time)
-    want = {"full f32": (100.0, 200.0), "lora f32": (200.0, 400.0), "lora tiny-q4.gguf": (200.0, 200.0)}
+    want = {("full", "f32", "tiny.gguf"): (100.0, 200.0), ("lora", "f32", "tiny.gguf"): (200.0, 400.0),
+            ("lora", "f32", "tiny-q4.gguf"): (200.0, 200.0)}
     got = {}
-    for _, label, t, o, ratio in rows:
-        got.setdefault(label, []).append((float(t), float(o), float(ratio)))
+    for _, method, way, t, ours, compute, o, ratio in rows:
+        got.setdefault((method, way, ours), []).append((float(t), float(o), float(ratio), compute))
     ok = set(got) == set(want) and all(len(v) == 2 for v in got.values())
     for label, v in got.items():
-        for t, o, ratio in v:
-            ok = ok and label in want and (t, o) == want[label] and abs(ratio - o / t) < 0.006
+        for t, o, ratio, compute in v:
+            ok = ok and label in want and (t, o) == want[label] and abs(ratio - o / t) < 0.006 and compute == "auto"
     check("torch: rows pair the worker's median with ours (full, LoRA F32, LoRA on --lora-file)", ok, r.stdout)
     check("torch: the medians are printed with the torch version",
-          "ours / PyTorch 9.9-fake" in r.stdout and re.search(r"^\s+lora tiny-q4.gguf\s+1.00 \(worst 1.00\)$", r.stdout, re.M)
-          is not None and re.search(r"^\s+full f32\s+2.00 \(worst 2.00\)$", r.stdout, re.M) is not None, r.stdout)
+          "ours / PyTorch 9.9-fake" in r.stdout
+          and re.search(r"^\s+lora\s+torch f32\s+ours tiny-q4.gguf @auto\s+1.00 \(worst 1.00\)$", r.stdout, re.M) is not None
+          and re.search(r"^\s+full\s+torch f32\s+ours tiny.gguf @auto\s+2.00 \(worst 2.00\)$", r.stdout, re.M) is not None,
+          r.stdout)
     r = run_torch(fail="lora")
     check("torch: a failing worker is an error with its message",
-          r.returncode != 0 and "the PyTorch run (lora) failed" in r.stderr and "out of memory" in r.stderr, r.stderr[-400:])
+          r.returncode != 0 and "the PyTorch run (lora, f32) failed" in r.stderr and "out of memory" in r.stderr, r.stderr[-400:])
 
 
 def main():
