@@ -124,7 +124,7 @@ static double time_mul_mat(rg_threadpool *pool, uint32_t type, const void *w, in
     yn.t = tensor2(RG_TYPE_F32, M, N, y);
     yn.op = RG_OP_MUL_MAT, yn.src[0] = &wn, yn.src[1] = &xn;
     size_t ws = cpu_mul_mat_work(&yn, rg_threadpool_size(pool));
-    mm_job j = {&yn, {pool, aligned_alloc(64, (ws + 64) / 64 * 64), ws, false, NULL, NULL, false}};
+    mm_job j = {&yn, {pool, aligned_alloc(64, (ws + 64) / 64 * 64), ws, false, NULL, NULL, false, NULL}};
     double flop = 2.0 * (double)M * (double)N * (double)K;
     int reps = (int)(3e8 / flop) + 1;
     double s = bench_best(run_mul_mat, &j, reps, 5);

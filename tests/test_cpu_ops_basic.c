@@ -116,7 +116,7 @@ static void fill_random(rg_node *n, uint64_t seed, float scale, float shift) {
 // result stays in n.
 static int run2(kernel_fn k, rg_node *n, const char *what) {
     size_t bytes = rg_tensor_span(&n->t);
-    rg_exec_ctx c1 = {pool1, NULL, 0, false, NULL, NULL, false}, c3 = {pool3, NULL, 0, false, NULL, NULL, false};
+    rg_exec_ctx c1 = {pool1, NULL, 0, false, NULL, NULL, false, NULL}, c3 = {pool3, NULL, 0, false, NULL, NULL, false, NULL};
     rg_error err = {0};
     memset(n->t.data, 0xA5, bytes);
     rg_status st = k(&c1, n, &err);
@@ -235,7 +235,7 @@ static void test_binary_inplace(void) {
             rg_node *inp = op_node(ops[o].op, RG_TYPE_F32, ne, a, unary ? NULL : b);
             ref->fp[0] = inp->fp[0] = 0.75f;
             rg_error err = {0};
-            rg_exec_ctx c3 = {pool3, NULL, 0, false, NULL, NULL, false};
+            rg_exec_ctx c3 = {pool3, NULL, 0, false, NULL, NULL, false, NULL};
             RG_CHECK(ops[o].k(&c3, ref, &err) == RG_OK, "%s", err.msg);
             inp->t.data = a->t.data;  // in place
             RG_CHECK(ops[o].k(&c3, inp, &err) == RG_OK, "%s", err.msg);
@@ -512,7 +512,7 @@ static void test_cont(void) {
         // Blocks that are not packed cannot be copied: an error, not a crash.
         v->t.nb[0] = 2 * v->t.nb[0];
         rg_error err = {0};
-        rg_exec_ctx c = {pool3, NULL, 0, false, NULL, NULL, false};
+        rg_exec_ctx c = {pool3, NULL, 0, false, NULL, NULL, false, NULL};
         RG_CHECK(cpu_cont(&c, n, &err) == RG_ERR_UNSUPPORTED, "cont of unpacked q8_0 blocks must fail");
     }
 }
@@ -630,7 +630,7 @@ static void test_view_back(void) {
         // A window that leaves the base is refused.
         n->ip[4] = off + (int64_t)nb1 * 150;
         rg_error err = {0};
-        rg_exec_ctx c = {pool3, NULL, 0, false, NULL, NULL, false};
+        rg_exec_ctx c = {pool3, NULL, 0, false, NULL, NULL, false, NULL};
         RG_CHECK(cpu_view_back(&c, n, &err) == RG_ERR_ARG, "view_back: window outside the base must fail");
     }
 }
@@ -709,7 +709,7 @@ static void test_get_rows_out_of_range(void) {
         rg_node *g = op_node(RG_OP_GET_ROWS, RG_TYPE_F32, one, a, ids);
         snprintf(g->t.name, sizeof g->t.name, "tok_embd_lookup");
         rg_error err = {0};
-        rg_exec_ctx ctx = {pool3, NULL, 0, false, NULL, NULL, false};
+        rg_exec_ctx ctx = {pool3, NULL, 0, false, NULL, NULL, false, NULL};
         char want[128];
         snprintf(want, sizeof want, "id %d at position 3", bad_ids[c]);
         RG_CHECK(cpu_get_rows(&ctx, g, &err) == RG_ERR_ARG, "get_rows must refuse id %d", bad_ids[c]);

@@ -93,7 +93,7 @@ static rg_status run_k(kernel_fn k, rg_node *n, rg_error *err) {
     void *out = n->t.data;
     void *alt = malloc(bytes + 4);
     memcpy(alt, out, bytes);  // untouched padding equal in both
-    rg_exec_ctx c1 = {pool1, NULL, 0, false, NULL, NULL, false}, c3 = {pool3, NULL, 0, false, NULL, NULL, false};
+    rg_exec_ctx c1 = {pool1, NULL, 0, false, NULL, NULL, false, NULL}, c3 = {pool3, NULL, 0, false, NULL, NULL, false, NULL};
     rg_status s1 = k(&c1, n, err);
     n->t.data = alt;
     rg_error e3 = {0};
@@ -117,7 +117,7 @@ static void check_inplace(kernel_fn k, rg_node *n) {
     memcpy(buf, sdata, bytes);
     s->t.data = buf;
     n->t.data = buf;
-    rg_exec_ctx c3 = {pool3, NULL, 0, false, NULL, NULL, false};
+    rg_exec_ctx c3 = {pool3, NULL, 0, false, NULL, NULL, false, NULL};
     rg_error err = {0};
     RG_CHECK(k(&c3, n, &err) == RG_OK, "in-place: %s", err.msg);
     RG_CHECK(memcmp(buf, odata, bytes) == 0, "'%s': in-place result differs from out-of-place", n->t.name);
@@ -236,7 +236,7 @@ static void test_rms_norm_forward(void) {
     // nb[0] != 4 is refused.
     x.t.nb[0] = 8;
     y.src[0] = &x;
-    rg_exec_ctx c0 = {NULL, NULL, 0, false, NULL, NULL, false};
+    rg_exec_ctx c0 = {NULL, NULL, 0, false, NULL, NULL, false, NULL};
     RG_CHECK(cpu_rms_norm(&c0, &y, &err) != RG_OK && strstr(err.msg, "stride"), "strided elements: %s", err.msg);
     x.t.nb[0] = 4;
     x.t.type = RG_TYPE_I32;
@@ -401,7 +401,7 @@ static void test_rope_errors(void) {
     y.op = RG_OP_ROPE;
     y.src[0] = &x, y.src[1] = &pos;
     y.fp[0] = 10000.0f, y.fp[1] = 1.0f;
-    rg_exec_ctx c = {NULL, NULL, 0, false, NULL, NULL, false};
+    rg_exec_ctx c = {NULL, NULL, 0, false, NULL, NULL, false, NULL};
     rg_error err = {0};
     y.ip[0] = 7;
     RG_CHECK(cpu_rope(&c, &y, &err) == RG_ERR_ARG && strstr(err.msg, "n_rot = 7"), "odd n_rot: %s", err.msg);
@@ -563,7 +563,7 @@ static void test_soft_max_errors(void) {
     y.op = RG_OP_SOFT_MAX;
     y.src[0] = &a, y.src[1] = &mask;
     y.fp[0] = 1.0f;
-    rg_exec_ctx c = {NULL, NULL, 0, false, NULL, NULL, false};
+    rg_exec_ctx c = {NULL, NULL, 0, false, NULL, NULL, false, NULL};
     rg_error err = {0};
     RG_CHECK(cpu_soft_max(&c, &y, &err) == RG_ERR_ARG && strstr(err.msg, "mask [5, 3]"), "%s", err.msg);
     y.src[1] = NULL;
@@ -785,7 +785,7 @@ static rg_status adamw_step(rg_threadpool *p, float *th, float *g, float *m, flo
     o.op = RG_OP_ADAMW;
     for (int i = 0; i < 4; i++) o.src[i] = &nd[i];
     memcpy(o.fp, fp, sizeof o.fp);
-    rg_exec_ctx c = {p, NULL, 0, false, NULL, NULL, false};
+    rg_exec_ctx c = {p, NULL, 0, false, NULL, NULL, false, NULL};
     return cpu_adamw(&c, &o, err);
 }
 
@@ -912,7 +912,7 @@ static void test_adamw_vs_torch(void) {
         snprintf(o.t.name, sizeof o.t.name, "w_adamw");
         for (int i = 0; i < 4; i++) o.src[i] = &nd[i];
         memcpy(o.fp, fp, sizeof fp);
-        rg_exec_ctx cx = {NULL, NULL, 0, false, NULL, NULL, false};
+        rg_exec_ctx cx = {NULL, NULL, 0, false, NULL, NULL, false, NULL};
         rg_error err = {0};
         nd[3].t.ne[0] = 3;
         RG_CHECK(cpu_adamw(&cx, &o, &err) == RG_ERR_ARG && strstr(err.msg, "v [3]"), "%s", err.msg);
@@ -938,7 +938,7 @@ static rg_status sgd_step(rg_threadpool *p, float *th, float *g, int64_t n, floa
     o.op = RG_OP_SGD;
     o.src[0] = &nd[0], o.src[1] = &nd[1];
     o.fp[0] = lr, o.fp[1] = wd, o.fp[2] = clip;
-    rg_exec_ctx c = {p, NULL, 0, false, NULL, NULL, false};
+    rg_exec_ctx c = {p, NULL, 0, false, NULL, NULL, false, NULL};
     return cpu_sgd(&c, &o, err);
 }
 

@@ -235,7 +235,7 @@ static rg_tensor tensor2(uint32_t type, int64_t ne0, int64_t ne1, void *data) {
 
 static bool run_mul_mat(rg_node *y, rg_threadpool *pool, bool int8) {
     size_t ws = cpu_mul_mat_work(y, rg_threadpool_size(pool));
-    rg_exec_ctx ctx = {pool, ws ? exact_alloc(ws) : NULL, ws, int8, NULL, NULL, false};
+    rg_exec_ctx ctx = {pool, ws ? exact_alloc(ws) : NULL, ws, int8, NULL, NULL, false, NULL};
     rg_error err = {0};
     rg_status st = cpu_mul_mat(&ctx, y, &err);
     RG_CHECK(st == RG_OK, "%s", err.msg);

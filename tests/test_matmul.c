@@ -363,7 +363,7 @@ static void make_weights(uint32_t type, int64_t n_per_row, int64_t n_rows, uint6
 static rg_status run_node(rg_node *n, rg_threadpool *pool, bool out_prod, rg_error *err) {
     int nth = rg_threadpool_size(pool);
     size_t ws = out_prod ? cpu_out_prod_work(n, nth) : cpu_mul_mat_work(n, nth);
-    rg_exec_ctx ctx = {pool, ws ? aligned_alloc(64, (ws + 63) / 64 * 64) : NULL, ws, false, NULL, NULL, false};
+    rg_exec_ctx ctx = {pool, ws ? aligned_alloc(64, (ws + 63) / 64 * 64) : NULL, ws, false, NULL, NULL, false, NULL};
     rg_status st = out_prod ? cpu_out_prod(&ctx, n, err) : cpu_mul_mat(&ctx, n, err);
     free(ctx.scratch);
     return st;
@@ -560,7 +560,7 @@ static void test_bad_inputs_are_refused(void) {
     wn.t = tensor(RG_TYPE_F32, 4, 2, 1, 1, buf);
     xn.t = tensor(RG_TYPE_F32, 4, 9, 1, 1, buf);
     y.t = tensor(RG_TYPE_F32, 2, 9, 1, 1, buf + 40);
-    rg_exec_ctx ctx = {NULL, buf, 4, false, NULL, NULL, false};
+    rg_exec_ctx ctx = {NULL, buf, 4, false, NULL, NULL, false, NULL};
     RG_CHECK(cpu_mul_mat(&ctx, &y, &err) == RG_ERR_ARG && strstr(err.msg, "work buffer"), "%s", err.msg);
 }
 

@@ -10,7 +10,9 @@
 //     CUDA tensor path is held to (test_train_device); also with the fused cross-entropy (LINEAR_CE);
 //   - f32 gives the bits of a run without the key (auto resolving to f32) for the F32 model and
 //     the Q4_K base;
-//   - bf16's losses, norms and weights are the same bits on 1 and 2 threads.
+//   - bf16's losses, norms and weights are the same bits on 1 and 2 threads;
+//   - the Q4_K base's frozen weights held as BF16 tiles (cpu/tiles_cache.h) give the bits of the run
+//     without them, whole or over a cap, each packed once and read by every later step.
 // RG_TEST_QUICK (the sanitizer runs): 2 training steps instead of 4.
 // main sets RG_TILES_EMULATE=1 before anything asks for the path, so a CPU without AMX or
 // AVX512_BF16 runs the emulated tiles (the AMX order; slow); a CPU with one runs its own path,
@@ -23,6 +25,7 @@
 
 #include "cpu/gemm.h"
 #include "cpu/gemm_tiles.h"
+#include "cpu/tiles_cache.h"
 #include "graph/ops.h"
 #include "model/model.h"
 #include "model/tiny.h"
@@ -355,6 +358,62 @@ static void threads_same_bits(model_kind k) {
 static void test_threads_bf16_model(void) { threads_same_bits(M_BF16); }
 static void test_threads_q4k_base(void) { threads_same_bits(M_Q4K); }
 
+// ----------------------------------------------------------- tiles cache ---
+
+// The Q4_K base's frozen weights held as packed BF16 tiles (cpu/tiles_cache.h) against the same run
+// with the cache off (RG_TILES_CACHE_MB=0), and with a cap that holds only some of them: the same
+// losses, norms and LoRA weights to the bit; every entry packed once, read by every later step's
+// products; over the cap, products pack their own and nothing held exceeds it.
+static void tiles_cache_same_bits(bool fused) {
+    rg_model *m = tiny(M_Q4K);
+    if (!m) return;
+    const int steps = 3;
+    rg_train_config c = config(M_Q4K, RG_COMPUTE_BF16, 2);
+    if (fused) c.fused_ce = RG_FUSED_CE_ON;
+    const char *caps[3] = {"0", NULL, "0.25"};  // off, the default, 0.25 MiB
+    rg_train_state *s[3] = {NULL, NULL, NULL};
+    double loss[3][3], norm[3][3];
+    bool ok = true;
+    for (int v = 0; v < 3 && ok; v++) {
+        if (caps[v]) setenv("RG_TILES_CACHE_MB", caps[v], 1);
+        else unsetenv("RG_TILES_CACHE_MB");
+        s[v] = state(m, &c);
+        ok = s[v] && run_steps(s[v], steps, loss[v], norm[v]);
+    }
+    unsetenv("RG_TILES_CACHE_MB");
+    if (ok) {
+        const rg_tiles_cache_stats full = rg_tiles_cache_get_stats(s[1]->tiles), part = rg_tiles_cache_get_stats(s[2]->tiles);
+        const rg_train_memory mem = rg_train_state_memory(s[1]);
+        printf("    q4_K LoRA%s: off: no cache; default: %lld entries, %.3f MiB held of %.3f wanted, %lld packs, %lld hits; "
+               "0.25 MiB: %lld entries (%.3f MiB), %lld hits, %lld refused\n",
+               fused ? " fused CE" : "", (long long)full.entries, full.bytes / 1048576.0, mem.tiles_wanted / 1048576.0,
+               (long long)full.packs, (long long)full.hits, (long long)part.entries, part.bytes / 1048576.0,
+               (long long)part.hits, (long long)part.refused);
+        RG_CHECK(s[0]->tiles == NULL, "RG_TILES_CACHE_MB=0 made a cache");
+        RG_CHECK(s[1]->tiles && full.packs > 0 && full.entries == full.packs && full.refused == 0,
+                 "default cap: %lld packs, %lld entries, %lld refused", (long long)full.packs, (long long)full.entries,
+                 (long long)full.refused);
+        RG_CHECK(full.bytes == mem.tiles_wanted,  // (the fixture's head chunks are whole tiles: no padding apart)
+                 "held %zu bytes but the plan wanted %zu", full.bytes, mem.tiles_wanted);
+        RG_CHECK(full.hits >= full.packs * (steps - 1), "%lld hits for %lld entries over %d steps", (long long)full.hits,
+                 (long long)full.packs, steps);
+        RG_CHECK(s[2]->tiles && part.bytes <= part.cap && part.cap == (size_t)(0.25 * 1048576) && part.refused > 0 &&
+                     part.entries > 0,
+                 "0.25 MiB cap: %zu held of %zu, %lld entries, %lld refused", part.bytes, part.cap,
+                 (long long)part.entries, (long long)part.refused);
+        for (int v = 1; v < 3; v++)
+            RG_CHECK(!memcmp(loss[0], loss[v], sizeof loss[0]) && !memcmp(norm[0], norm[v], sizeof norm[0]) &&
+                         same_weights(s[0], s[v]),
+                     "cap %s: not the bits of the run without the cache (loss %.9g vs %.9g)", caps[v] ? caps[v] : "default",
+                     loss[v][steps - 1], loss[0][steps - 1]);
+    }
+    for (int v = 0; v < 3; v++) rg_train_state_free(s[v]);
+    done_model(m);
+}
+
+static void test_tiles_cache_q4k_base(void) { tiles_cache_same_bits(false); }
+static void test_tiles_cache_q4k_base_fused_ce(void) { tiles_cache_same_bits(true); }
+
 static const rg_test_case cases[] = {
     RG_TEST(test_auto_by_weights),
     RG_TEST(test_nodes_bf16_model),
@@ -368,6 +427,8 @@ static const rg_test_case cases[] = {
     RG_TEST(test_f32_same_bits_q4k_base),
     RG_TEST(test_threads_bf16_model),
     RG_TEST(test_threads_q4k_base),
+    RG_TEST(test_tiles_cache_q4k_base),
+    RG_TEST(test_tiles_cache_q4k_base_fused_ce),
     {0},
 };
 

@@ -79,6 +79,12 @@ void rg_optim_store(uint32_t type, void *w, int64_t i0, const float *theta, int6
 double rg_sumsq_f64(const float *x, int64_t n);
 // ops_matmul.c: MUL_MAT and OUT_PROD for every weight type (gemm.c underneath)
 rg_status cpu_mul_mat(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
+// A training product whose B is `weight`'s bytes (MUL_MAT's weight, OUT_PROD's a, a LINEAR_CE head):
+// rg_gemm_run on the F32 SGEMM, or on RG_SGEMM_BF16 with ctx->bf16_products, through the exec's
+// tiles cache (cpu/tiles_cache.h) when the weight is frozen. The same bits either way.
+struct rg_gemm_batch;
+rg_status cpu_run_products(rg_exec_ctx *ctx, const rg_node *weight, const struct rg_gemm_batch *bt, void *work,
+                           size_t work_size, rg_error *err);
 size_t cpu_mul_mat_work(const rg_node *n, int n_threads);
 // n MUL_MAT nodes in a row that read the same src[1] and not each other: one
 // parallel section when they all take the dot products (generation), else

@@ -368,7 +368,7 @@ rg_status cpu_linear_ce(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     if (!ctx->scratch || ctx->scratch_size < L.total)
         return rg_fail(err, RG_ERR_ARG, "%s '%s': scratch of %zu bytes is below the %zu needed", op, n->t.name,
                        ctx->scratch_size, L.total);
-    const rg_sgemm_impl impl = ctx->bf16_products ? RG_SGEMM_BF16 : RG_SGEMM_AUTO;
+    const rg_node *wn = n->src[0];  // the head: its products through cpu_run_products (a frozen head's tiles kept)
     lce_ctx c = {.w = w, .h = h, .z = L.z, .chunk = chunk};
     lce_rows r = {.z = L.z, .T = T, .chunk = chunk, .labels = labels->data, .ignore = ignore, .m = L.m, .zt = L.zt,
                   .s = L.s};
@@ -376,7 +376,7 @@ rg_status cpu_linear_ce(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
         const int64_t nv = V - v0 < chunk ? V - v0 : chunk;
         c.v0 = v0;
         rg_gemm_batch b = lce_batch(LCE_LOGITS, w, d, T, nv, false, &c);
-        if ((st = rg_gemm_run(ctx->pool, impl, &b, L.work, L.work_size, err))) return gemm_failed(err, st, op, n);
+        if ((st = cpu_run_products(ctx, wn, &b, L.work, L.work_size, err))) return gemm_failed(err, st, op, n);
         r.v0 = v0, r.nv = nv, r.first = v0 == 0;
         run_rows(ctx->pool, chunk_lse_rows, &r, T * nv * 4);
     }
@@ -431,7 +431,8 @@ rg_status cpu_linear_ce_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     if (!ctx->scratch || ctx->scratch_size < L.total)
         return rg_fail(err, RG_ERR_ARG, "%s '%s': scratch of %zu bytes is below the %zu needed", op, n->t.name,
                        ctx->scratch_size, L.total);
-    const rg_sgemm_impl impl = ctx->bf16_products ? RG_SGEMM_BF16 : RG_SGEMM_AUTO;
+    const rg_sgemm_impl impl = ctx->bf16_products ? RG_SGEMM_BF16 : RG_SGEMM_AUTO;  // dW's product (B: h)
+    const rg_node *wn = fwd->src[0];
     lce_ctx c = {.w = w, .h = h, .z = L.z, .chunk = chunk, .dh = dh, .dw = dw};
     lce_rows r = {.z = L.z, .T = T, .chunk = chunk, .labels = lab, .ignore = ignore,
                   .lse = (const float *)fwd->t.data + 1, .dy = dy, .coef0 = coef0};
@@ -439,11 +440,11 @@ rg_status cpu_linear_ce_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
         const int64_t nv = V - v0 < chunk ? V - v0 : chunk;
         c.v0 = v0;
         rg_gemm_batch b = lce_batch(LCE_LOGITS, w, d, T, nv, false, &c);
-        if ((st = rg_gemm_run(ctx->pool, impl, &b, L.work, L.work_size, err))) return gemm_failed(err, st, op, n);
+        if ((st = cpu_run_products(ctx, wn, &b, L.work, L.work_size, err))) return gemm_failed(err, st, op, n);
         r.v0 = v0, r.nv = nv;
         run_rows(ctx->pool, chunk_grad_rows, &r, T * nv * 4);
         b = lce_batch(LCE_DH, w, d, T, nv, v0 > 0, &c);
-        if ((st = rg_gemm_run(ctx->pool, impl, &b, L.work, L.work_size, err))) return gemm_failed(err, st, op, n);
+        if ((st = cpu_run_products(ctx, wn, &b, L.work, L.work_size, err))) return gemm_failed(err, st, op, n);
         if (!with_dw) continue;
         b = lce_batch(LCE_DW, w, d, T, nv, false, &c);
         if ((st = rg_gemm_run(ctx->pool, impl, &b, L.work, L.work_size, err))) return gemm_failed(err, st, op, n);

@@ -25,7 +25,9 @@
 // MUL_MAT (whatever N: no dot products, no integer GEMM) and OUT_PROD runs the same batch through
 // rg_gemm_run(RG_SGEMM_BF16): both operands rounded to BF16, F32 sums on the matrix unit
 // (gemm_tiles.h). The scratch asked for covers that path wherever it exists, so a plan does not
-// depend on the flag.
+// depend on the flag. A frozen weight's B (a LoRA base; a session's BF16 weights in prompts) is
+// read from the exec's tiles cache when it has one (tiles_cache.h): packed once for the run, not
+// per product, with the same bits.
 //
 // OUT_PROD (a [M, K, b2, b3] any type, b [N, K, c2, c3] f32, often a transposed
 // view) -> [M, N, c2, c3]: out[i, j] = sum_k a[i, k] * b[j, k], broadcasting as
@@ -48,6 +50,7 @@
 #include "cpu/gemm_int8.h"
 #include "cpu/gemm_int8_tiles.h"
 #include "cpu/gemm_tiles.h"
+#include "cpu/tiles_cache.h"
 #include "tensor/quant/quant.h"
 
 // The column count from which MUL_MAT runs the SGEMM instead of dot products:
@@ -81,6 +84,13 @@ static int pool_threads(const rg_exec_ctx *ctx) { return rg_threadpool_size(ctx-
 
 // The implementation of a training product: the F32 SGEMM, or BF16 on the matrix unit.
 static rg_sgemm_impl product_impl(const rg_exec_ctx *ctx) { return ctx->bf16_products ? RG_SGEMM_BF16 : RG_SGEMM_AUTO; }
+
+rg_status cpu_run_products(rg_exec_ctx *ctx, const rg_node *weight, const rg_gemm_batch *bt, void *work,
+                           size_t work_size, rg_error *err) {
+    if (ctx->bf16_products && ctx->tiles_cache && rg_node_frozen(weight))
+        return rg_tiles_cache_run(ctx->tiles_cache, ctx->pool, bt, work, work_size, err);
+    return rg_gemm_run(ctx->pool, product_impl(ctx), bt, work, work_size, err);
+}
 
 // The scratch of a batch: the F32 SGEMM's, or the BF16 path's where this CPU has one (the larger).
 static size_t product_work(const rg_gemm_batch *bt, int n_threads) {
@@ -465,7 +475,10 @@ rg_status cpu_mul_mat(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
             return RG_OK;
         }
         if (fits && pp == MM_PROMPT_BF16_TILES) {
-            st = rg_gemm_tiles_run(ctx->pool, rg_gemm_tiles_path(), &pbt, ctx->scratch, ctx->scratch_size, err);
+            // a session's weights held as packed tiles when it keeps a cache (the same bits)
+            st = ctx->tiles_cache && rg_node_frozen(n->src[0])
+                     ? rg_tiles_cache_run(ctx->tiles_cache, ctx->pool, &pbt, ctx->scratch, ctx->scratch_size, err)
+                     : rg_gemm_tiles_run(ctx->pool, rg_gemm_tiles_path(), &pbt, ctx->scratch, ctx->scratch_size, err);
             return st == RG_OK ? RG_OK : prefix_error(err, st, rg_op_name(RG_OP_MUL_MAT), n);
         }
         if (fits && pp == MM_PROMPT_BF16_AVX512) {
@@ -478,7 +491,7 @@ rg_status cpu_mul_mat(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
         return rg_fail(err, RG_ERR_UNSUPPORTED, "mul_mat %s: an f32 stride is not a whole number of floats",
                        node_name(n));
     rg_gemm_batch bt = mul_mat_batch(&c);
-    st = rg_gemm_run(ctx->pool, product_impl(ctx), &bt, ctx->scratch, ctx->scratch_size, err);
+    st = cpu_run_products(ctx, n->src[0], &bt, ctx->scratch, ctx->scratch_size, err);
     return st == RG_OK ? RG_OK : prefix_error(err, st, rg_op_name(RG_OP_MUL_MAT), n);
 }
 
@@ -602,6 +615,6 @@ rg_status cpu_out_prod(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
         return rg_fail(err, RG_ERR_UNSUPPORTED, "out_prod %s: an f32 stride is not a whole number of floats",
                        node_name(n));
     rg_gemm_batch bt = out_prod_batch(&c);
-    st = rg_gemm_run(ctx->pool, product_impl(ctx), &bt, ctx->scratch, ctx->scratch_size, err);
+    st = cpu_run_products(ctx, n->src[0], &bt, ctx->scratch, ctx->scratch_size, err);  // B: a (dX = out_prod(W, dY^T))
     return st == RG_OK ? RG_OK : prefix_error(err, st, rg_op_name(RG_OP_OUT_PROD), n);
 }

@@ -66,6 +66,11 @@ void rg_node_bind(rg_node *n, void *data) {
     else n->flags &= ~RG_NODE_EXTERNAL;
 }
 
+bool rg_node_frozen(const rg_node *n) {
+    const rg_node *o = n && n->view_of ? n->view_of : n;
+    return o && o->op == RG_OP_NONE && (o->flags & RG_NODE_FROZEN) && !(o->flags & RG_NODE_PARAM) && o->t.data;
+}
+
 void rg_node_set_name(rg_node *n, const char *fmt, ...) {
     if (!n) return;
     va_list ap;

@@ -35,6 +35,7 @@ rg_status rg_exec_create(rg_exec **out, rg_graph *g, const rg_exec_opts *opts, r
     ex->prof = opts->profile;
     ex->int8_activations = opts->int8_activations;
     ex->bf16_products = opts->bf16_products;
+    ex->tiles_cache = opts->tiles_cache;
     rg_status st = rg_graph_error(g, err);
     if (!st && opts->pool) ex->pool = opts->pool;
     else if (!st) {
@@ -153,7 +154,8 @@ rg_status rg_exec_run(rg_exec *ex, int from, int to, rg_error *err) {
     if (to < 0 || to > g->n_nodes) to = g->n_nodes;
     if (from < 0) from = 0;
     rg_exec_ctx ctx = {.pool = ex->pool, .scratch = ex->scratch, .scratch_size = ex->plan.scratch_bytes,
-                       .int8_activations = ex->int8_activations, .bf16_products = ex->bf16_products};
+                       .int8_activations = ex->int8_activations, .bf16_products = ex->bf16_products,
+                       .tiles_cache = ex->tiles_cache};
     const double t_run = ex->prof ? rg_ex_now_s() : 0;
     ex->loss_node = NULL;  // a run may change any loss
     if (ex->dev) {  // the node parameters, then a captured graph when one serves, else the inputs

@@ -71,6 +71,10 @@ typedef struct rg_exec_opts {
     // F32 SGEMM; the caller checked rg_gemm_tiles_path() != RG_TILES_NONE. The plan does not depend on it (the
     // kernels' scratch covers both). Device cells ignore it.
     bool bf16_products;
+    // With bf16_products, or a prompt's BF16 tiles (int8_activations): the packed BF16 tiles of frozen
+    // weights (cpu/tiles_cache.h), kept by the caller across execs and steps (a trainer's LoRA base, a
+    // session's BF16 weights); NULL: every product packs its weight. Not owned; it must outlive the exec.
+    struct rg_tiles_cache *tiles_cache;
     // A backend to run on instead of `device` (a session's or a trainer's, kept across
     // execs; tests stand one in for a device; not owned).
     struct rg_backend *backend;

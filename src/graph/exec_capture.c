@@ -105,7 +105,8 @@ rg_status rg_ex_run_graphed(rg_exec *ex, int from, int to, bool *done, rg_error 
     if (!gs->graph && sig == gs->last_sig) {  // the second run with these parameters: capture it
         if ((st = d->vt->sync(d, err)) || (st = d->vt->graph_begin(d, err))) return st;
         rg_exec_ctx ctx = {.pool = ex->pool, .scratch = ex->scratch, .scratch_size = ex->plan.scratch_bytes,
-                           .int8_activations = ex->int8_activations, .bf16_products = ex->bf16_products};
+                           .int8_activations = ex->int8_activations, .bf16_products = ex->bf16_products,
+                       .tiles_cache = ex->tiles_cache};
         for (int i = from; i < to && !st; i++) {
             rg_node *n = ex->g->nodes[i];
             if (n->op == RG_OP_NONE || rg_op_defs[n->op].is_view) continue;

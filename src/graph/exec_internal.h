@@ -56,6 +56,7 @@ struct rg_exec {
     bool own_mem;  // buffer and scratch are this exec's (not an rg_exec_mem's)
     bool int8_activations;
     bool bf16_products;
+    struct rg_tiles_cache *tiles_cache;  // rg_exec_opts.tiles_cache (not owned)
     rg_exec_profile *prof;
 };
 

@@ -83,7 +83,8 @@ static const float *host_values(rg_exec *ex, const rg_node *n, float **tmp) {
 void rg_ex_first_non_finite(rg_exec *ex, int upto, char *buf, size_t cap) {
     rg_graph *g = ex->g;
     rg_exec_ctx ctx = {.pool = ex->pool, .scratch = ex->scratch, .scratch_size = ex->plan.scratch_bytes,
-                       .int8_activations = ex->int8_activations, .bf16_products = ex->bf16_products};
+                       .int8_activations = ex->int8_activations, .bf16_products = ex->bf16_products,
+                       .tiles_cache = ex->tiles_cache};
     rg_error ignored;
     ex->copy_cursor = 0;
     for (int i = 0; i <= upto; i++) {

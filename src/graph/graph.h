@@ -127,6 +127,10 @@ enum {
     RG_NODE_GRAD = 1u << 4,    // a gradient of a parameter (an output of the backward)
     RG_NODE_NEEDS_GRAD = 1u << 5,  // set during construction: depends on a parameter
     RG_NODE_EXTERNAL = 1u << 6,    // a leaf whose bytes the caller owns (given at creation or by rg_node_bind)
+    // A leaf of a model's weights that nothing trains (rg_model_leaf): its host bytes do not change
+    // while the graph and anything made for it live, so the CPU may keep derived copies of them
+    // (cpu/tiles_cache.h's packed BF16 tiles). Never set with RG_NODE_PARAM (rg_node_frozen checks).
+    RG_NODE_FROZEN = 1u << 7,
 };
 
 typedef struct rg_node {
@@ -166,6 +170,8 @@ rg_status rg_graph_error(const rg_graph *g, rg_error *err);
 rg_node *rg_leaf(rg_graph *g, const char *name, uint32_t type, int n_dims, const int64_t *ne, void *data);
 rg_node *rg_param(rg_graph *g, const char *name, uint32_t type, int n_dims, const int64_t *ne, void *data);
 void rg_node_bind(rg_node *n, void *data);
+// Whether n's bytes (its own, or a view's owner's) are a frozen weight's (RG_NODE_FROZEN, not a parameter).
+bool rg_node_frozen(const rg_node *n);
 void rg_node_set_name(rg_node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 // Constructors (see the op enum for shapes).

@@ -20,6 +20,7 @@ typedef struct rg_exec_ctx {
     // memory, current for this run; NULL otherwise.
     const struct rg_node_params *params;
     bool bf16_products;  // rg_exec_opts.bf16_products (training.compute_dtype=bf16): products on RG_SGEMM_BF16
+    struct rg_tiles_cache *tiles_cache;  // rg_exec_opts.tiles_cache: frozen weights' packed BF16 tiles, or NULL
 } rg_exec_ctx;
 
 // A node's parameters as one block (the layout of rg_node's ip and fp).

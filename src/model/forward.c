@@ -13,7 +13,9 @@
 
 rg_node *rg_model_leaf(rg_graph *g, const rg_gguf_tensor *t) {
     if (!t) return NULL;
-    return rg_leaf(g, t->name, t->type, (int)(t->n_dims ? t->n_dims : 1), t->ne, (void *)t->data);
+    rg_node *n = rg_leaf(g, t->name, t->type, (int)(t->n_dims ? t->n_dims : 1), t->ne, (void *)t->data);
+    if (n) n->flags |= RG_NODE_FROZEN;  // a model's weight, not trained here (trainers make parameters apart)
+    return n;
 }
 
 rg_status rg_model_leaf_nodes(rg_graph *g, const rg_model *m, rg_model_nodes *w, rg_error *err) {

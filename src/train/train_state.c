@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "cpu/tiles_cache.h"
 #include "graph/plan.h"
 #include "tensor/half.h"
 #include "train/train_step.h"
@@ -154,6 +155,11 @@ static rg_status create(rg_train_state **out, const rg_model *m, const rg_train_
     rg_plan plan;
     size_t need = 0, limit = 0;
     if (!st) st = rg_train_step_choose(s, device, memory_limit, &plan, &need, &limit, err);
+    // The frozen weights' BF16 tiles, held when memory allows (a LoRA base packed once for the whole run).
+    if (!st && s->products.bf16_cpu && device == RG_DEVICE_CPU) {
+        const size_t wanted = rg_tiles_cache_wanted(s->g), cap = rg_tiles_cache_default_cap(need, limit);
+        s->tiles_cap = cap < wanted ? cap : wanted;
+    }
     if (!st && planned) {
         *planned = memory_of(s, &plan);
         rg_train_state_free(s);
@@ -162,7 +168,8 @@ static rg_status create(rg_train_state **out, const rg_model *m, const rg_train_
     if (!st && limit && need > limit) st = refuse_over_limit(s, &plan, need, limit, device, err);
     if (!st) st = alloc_state(s, err);
     if (!st) rg_train_step_bind_accumulators(s);
-    rg_exec_opts eo = {.pool = s->pool, .bf16_products = s->products.bf16_cpu};
+    if (!st && s->tiles_cap) st = rg_tiles_cache_create(&s->tiles, s->tiles_cap, err);
+    rg_exec_opts eo = {.pool = s->pool, .bf16_products = s->products.bf16_cpu, .tiles_cache = s->tiles};
     if (!st && device != RG_DEVICE_CPU) st = rg_train_device_create(s, device, &eo, err);
     // The chosen step is planned once: on the CPU the exec takes the choice's plan (a device
     // schedules the graph and plans its own buffer).
@@ -215,7 +222,13 @@ rg_status rg_train_state_create_eval(rg_train_state **out, const rg_model *m, co
     if (!st) st = rg_train_products_resolve(cfg->compute_dtype, rg_train_product_weight_type(m), RG_DEVICE_CPU, &s->products, err);
     if (!st) st = rg_threadpool_create(&s->pool, cfg->threads > 0 ? (int)cfg->threads : 0, err);
     if (!st) st = rg_train_step_build(s, cfg->fused_ce == RG_FUSED_CE_ON, false, err);
-    rg_exec_opts eo = {.pool = s->pool, .bf16_products = s->products.bf16_cpu};
+    // The frozen weights' BF16 tiles for the whole evaluation (the plan's limit: the machine's memory).
+    if (!st && s->products.bf16_cpu) {
+        const size_t wanted = rg_tiles_cache_wanted(s->g), cap = rg_tiles_cache_default_cap(0, 0);
+        s->tiles_cap = cap < wanted ? cap : wanted;
+        if (s->tiles_cap) st = rg_tiles_cache_create(&s->tiles, s->tiles_cap, err);
+    }
+    rg_exec_opts eo = {.pool = s->pool, .bf16_products = s->products.bf16_cpu, .tiles_cache = s->tiles};
     if (!st) st = rg_exec_create(&s->ex, s->g, &eo, err);  // the one plan of the eval graph
     if (st) {
         rg_train_state_free(s);
@@ -229,6 +242,7 @@ void rg_train_state_free(rg_train_state *s) {
     if (!s) return;
     rg_exec_free(s->ex);  // the execs before the resident copies they use
     rg_exec_free(s->oex);
+    rg_tiles_cache_free(s->tiles);  // after the execs that read it
     rg_optim_graph_free(&s->og);
     rg_train_device_free(s);
     rg_graph_free(s->g);
@@ -264,6 +278,7 @@ static rg_train_memory memory_of(const rg_train_state *s, const rg_plan *p) {
     r.flash_attn = s->flash_attn;
     r.checkpoint_type = s->cfg.checkpoint_dtype;
     r.total = r.weights + r.gradients + r.optimizer + r.activations + r.scratch;
+    if (s->products.bf16_cpu && !s->dev_run) r.tiles_wanted = rg_tiles_cache_wanted(s->g), r.tiles_cap = s->tiles_cap;
     if (!s->dev_run) return r;
     size_t acc = 0, opt = 0, resident = 0;
     for (int k = 0; k < s->n_tensors; k++) {

@@ -62,6 +62,8 @@ typedef struct rg_train_state {
     bool fused_ce;               // the loss is LINEAR_CE on the final hidden states: no [n_vocab, ctx] logits
     bool flash_attn;             // attention layers on FLASH_ATTN_EXT/BACK (training.flash_attn)
     rg_train_products products;  // training.compute_dtype resolved (train/compute.h): the execs' bf16_products
+    struct rg_tiles_cache *tiles;  // with BF16 products on the CPU: the frozen weights' packed tiles (owned), or NULL
+    size_t tiles_cap;            // the bytes it may hold (rg_tiles_cache_default_cap of the plan; 0: none)
     bool softcap_noted;          // the one line saying a capped head (gemma2) cannot take the fused loss was written
     rg_node **bounds;            // [n_layer + 1] the layer boundaries of the forward (for recompute)
     rg_node **grads;             // [n_tensors] the graph's gradient nodes (NULL: no path from the loss)
@@ -123,6 +125,9 @@ typedef struct rg_train_memory {
     bool fused_ce;           // the cross-entropy never holds the logits (training.fused_ce)
     bool flash_attn;         // attention never holds its [ctx, ctx] scores (training.flash_attn)
     uint32_t checkpoint_type;  // the type those inputs are kept in
+    // With BF16 products on the CPU: the frozen weights held as packed BF16 tiles (cpu/tiles_cache.h), not in
+    // total: wanted (all of them, each orientation once) and the cap they are held within (what memory allows).
+    size_t tiles_wanted, tiles_cap;
 } rg_train_memory;
 rg_train_memory rg_train_state_memory(const rg_train_state *s);
 // The memory report of the step rg_train_state_create would make (CPU), from its plan alone: the same

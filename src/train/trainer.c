@@ -13,6 +13,7 @@
 
 #include "base/error.h"
 #include "base/file.h"
+#include "cpu/tiles_cache.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "train/checkpoint.h"
@@ -173,6 +174,13 @@ static rg_status write_report(run *r, const rg_train_summary *sum, const rg_trai
             (long long)ds.n_target_tokens);
     fprintf(f, "  \"compute_dtype\": \"%s\",\n  \"products\": \"%s\",\n",  // where: plain words, no quotes
             r->s->products.dtype == RG_COMPUTE_BF16 ? "bf16" : "f32", r->s->products.where);
+    if (r->s->tiles) {  // the frozen weights' BF16 tiles (cpu/tiles_cache.h)
+        const rg_tiles_cache_stats ts = rg_tiles_cache_get_stats(r->s->tiles);
+        fprintf(f, "  \"bf16_tiles\": {\"wanted_mib\": %.1f, \"cap_mib\": %.1f, \"held_mib\": %.1f, \"entries\": %lld, "
+                   "\"packs\": %lld, \"hits\": %lld, \"refused\": %lld},\n",
+                mib(mem->tiles_wanted), mib(ts.cap), mib(ts.bytes), (long long)ts.entries, (long long)ts.packs,
+                (long long)ts.hits, (long long)ts.refused);
+    }
     fprintf(f, "  \"threads\": %d\n}\n", rg_threadpool_size(r->s->pool));
     fclose(f);
     rg_status st = rg_atomic_write_file(path, buf, len, err);
@@ -217,6 +225,9 @@ static void print_start(run *r, const rg_train_memory *mem) {
             mib(mem->scratch), mib(mem->total));
     // Which products run where (training.compute_dtype, train/compute.h).
     fprintf(r->log, "products: %s (%s)\n", r->s->products.where, r->s->products.why);
+    if (mem->tiles_wanted)  // cpu/tiles_cache.h: a frozen base packed once for the run, when memory allows
+        fprintf(r->log, "frozen weights as bf16 tiles: %.1f MiB wanted, held within %.1f MiB%s\n", mib(mem->tiles_wanted),
+                mib(mem->tiles_cap), mem->tiles_cap < mem->tiles_wanted ? " (the rest packed per product; RG_TILES_CACHE_MB)" : "");
     if (mem->on_device)
         fprintf(r->log, "device memory (this run): weights %.1f MiB, gradients %.1f MiB, optimizer state %.1f MiB, "
                         "activations %.1f MiB, scratch %.1f MiB; total %.1f MiB; the device: %.1f MiB used, %.1f MiB free\n",
@@ -492,6 +503,12 @@ static rg_status finish(run *r, rg_error *err) {
             (long long)sum->steps, (long long)sum->skipped, sum->first_loss, sum->last_loss, sum->tokens_per_s, result,
             r->plot_path, r->o->out_dir);
     if (isfinite(sum->eval_loss)) fprintf(r->log, "eval loss: %.4f\n", sum->eval_loss);
+    if (r->s->tiles) {
+        const rg_tiles_cache_stats ts = rg_tiles_cache_get_stats(r->s->tiles);
+        fprintf(r->log, "bf16 tiles: %lld frozen weights held (%.1f MiB), each packed once; %lld products read them, "
+                        "%lld packed their own (over the cap)\n",
+                (long long)ts.entries, mib(ts.bytes), (long long)ts.hits, (long long)ts.refused);
+    }
     return RG_OK;
 }
 

@@ -78,6 +78,11 @@ falls "$tmp/lora/train.jsonl"; check "lora: the loss falls by 30%" $? "$(first_l
 expect "lora on q4_k_m, fused cross-entropy" 0 "activations .* MiB \(fused cross-entropy\)" -- "$bin" train -m "$tmp/q4.gguf" -d "$tmp/chat.jsonl" -o "$tmp/lorafce" "${lora[@]}" --set training.steps=30 --set training.fused_ce=on
 falls "$tmp/lorafce/train.jsonl"; check "lora, fused cross-entropy: the loss falls by 30%" $? "$(first_loss "$tmp/lorafce/train.jsonl") -> $(last_loss "$tmp/lorafce/train.jsonl")"
 expect "full f32, layer recompute + fused cross-entropy" 0 "inputs kept in f32; fused cross-entropy" -- "$bin" train -m "$tmp/f32.gguf" -d "$tmp/chat.jsonl" -o "$tmp/f32fce" "${full[@]}" --set training.steps=10 --set training.recompute=layer --set training.fused_ce=on
+# BF16 products (training.compute_dtype=bf16; on the emulated tiles where the CPU has no BF16 path): the frozen
+# Q4_K base is packed into BF16 tiles once and held (cpu/tiles_cache.h), said by the plan and the report.
+expect "lora on q4_k_m, bf16 products: the plan holds the base as bf16 tiles" 0 "frozen weights as bf16 tiles: [0-9.]+ MiB wanted, held within [0-9.]+ MiB" -- env RG_TILES_EMULATE=1 "$bin" train -m "$tmp/q4.gguf" -d "$tmp/chat.jsonl" -o "$tmp/lorabf" "${lora[@]}" --set training.steps=3 --set training.compute_dtype=bf16
+grep -Eq '"bf16_tiles": \{"wanted_mib": [0-9.]+, "cap_mib": [0-9.]+, "held_mib": [0-9.]+, "entries": [1-9][0-9]*, "packs": [1-9][0-9]*, "hits": [1-9][0-9]*, "refused": 0\}' "$tmp/lorabf/report.json"
+check "lora, bf16 products: result.json counts the held tiles, each packed once, read by later steps" $?
 expect "lora: adapter.gguf is an adapter" 0 "adapter.type.*lora" -- "$bin" info "$tmp/lora/adapter.gguf"
 expect "lora: generate --lora" 0 "generation: [1-4] tokens" -- "$bin" generate -m "$tmp/q4.gguf" --lora "$tmp/lora/adapter.gguf" -p "What is 1 plus 2?" -n 4
 expect "lora: merge" 0 "" -- "$bin" merge -m "$tmp/q4.gguf" --lora "$tmp/lora/adapter.gguf" -o "$tmp/merged.gguf"
