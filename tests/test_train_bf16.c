@@ -2,6 +2,8 @@
 // BF16 path of cpu/gemm_tiles.h, on tiny llama models in BF16 and F32 and a Q4_K base with LoRA.
 //
 //   - auto resolves by the weights: bf16 for the BF16 model, f32 for the F32 model and the Q4_K base;
+//   - only a weight's products round: the attention's MUL_MAT and OUT_PROD of two activations keep the
+//     F32 kernel's bits under bf16;
 //   - one MUL_MAT and one OUT_PROD of the step graph (a BF16 weight, a Q4_K weight decoded to BF16,
 //     an F32 operand) give exactly rg_gemm_tiles_ref's bits with bf16, and exactly the F32 SGEMM's
 //     with f32 (and the two differ: the check can fail);
@@ -26,6 +28,7 @@
 #include "cpu/gemm.h"
 #include "cpu/gemm_tiles.h"
 #include "cpu/tiles_cache.h"
+#include "cpu/cpu_ops.h"
 #include "graph/ops.h"
 #include "model/model.h"
 #include "model/tiny.h"
@@ -270,6 +273,48 @@ static void node_products(model_kind k, uint32_t wtype) {
     done_model(m);
 }
 
+// Under bf16 only a weight's products round (ops_matmul.c's node_bf16): the first MUL_MAT and OUT_PROD
+// of two activations (the materialized attention's) give exactly the F32 kernel's bits on the same
+// inputs, and the first weight's MUL_MAT does not (so the check can fail).
+static void test_activation_products_keep_f32(void) {
+    rg_model *m = tiny(M_BF16);
+    if (!m) return;
+    rg_train_config c = config(M_BF16, RG_COMPUTE_BF16, 2);
+    rg_train_state *s = state(m, &c);
+    int pick[3] = {-1, -1, -1};  // attention MUL_MAT, attention OUT_PROD, weight MUL_MAT
+    for (int i = 0; s && i < s->g->n_nodes; i++) {
+        const rg_node *n = s->g->nodes[i];
+        const rg_node *a = n->src[0] && n->src[0]->view_of ? n->src[0]->view_of : n->src[0];
+        if (n->op != RG_OP_MUL_MAT && n->op != RG_OP_OUT_PROD) continue;
+        const bool leaf = a->op == RG_OP_NONE, marked = n->op == RG_OP_OUT_PROD && n->ip[1] == RG_OUT_PROD_WEIGHT_GRAD;
+        const int k = n->op == RG_OP_MUL_MAT ? (leaf ? 2 : 0) : (!leaf && !marked ? 1 : -1);
+        if (k >= 0 && pick[k] < 0) pick[k] = i;
+    }
+    for (int k = 0; s && k < 3; k++) {
+        static const char *const what[3] = {"attention MUL_MAT", "attention OUT_PROD", "weight MUL_MAT"};
+        RG_CHECK(pick[k] >= 0, "no %s in the step graph", what[k]);
+        if (pick[k] < 0) continue;
+        rg_error err = {0};
+        bind_row0(s);
+        RG_CHECK(rg_exec_run(s->ex, 0, pick[k] + 1, &err) == RG_OK, "%s: run: %s", what[k], err.msg);
+        rg_node *n = s->g->nodes[pick[k]];
+        const size_t bytes = rg_tensor_span(&n->t);
+        void *got = malloc(bytes);
+        const bool mm = n->op == RG_OP_MUL_MAT;
+        const size_t ws = mm ? cpu_mul_mat_work(n, rg_threadpool_size(s->pool)) : cpu_out_prod_work(n, rg_threadpool_size(s->pool));
+        void *work = aligned_alloc(64, (ws + 64) / 64 * 64);
+        memcpy(got, n->t.data, bytes);
+        rg_exec_ctx f32 = {s->pool, work, ws, false, NULL, NULL, false, NULL};
+        RG_CHECK((mm ? cpu_mul_mat(&f32, n, &err) : cpu_out_prod(&f32, n, &err)) == RG_OK, "%s: f32 kernel: %s", what[k], err.msg);
+        const bool same = !memcmp(got, n->t.data, bytes);
+        printf("    %s '%s' under bf16: %s the F32 kernel's bits\n", what[k], n->t.name, same ? "exactly" : "not");
+        RG_CHECK(same == (k < 2), "%s under bf16: %s the F32 kernel's bits", what[k], same ? "unexpectedly" : "not");
+        free(got), free(work);
+    }
+    rg_train_state_free(s);
+    done_model(m);
+}
+
 static void test_nodes_bf16_model(void) { node_products(M_BF16, RG_TYPE_BF16); }
 static void test_nodes_q4k_base(void) { node_products(M_Q4K, RG_TYPE_Q4_K); }
 static void test_nodes_f32_model(void) { node_products(M_F32, RG_TYPE_F32); }
@@ -417,6 +462,7 @@ static void test_tiles_cache_q4k_base_fused_ce(void) { tiles_cache_same_bits(tru
 static const rg_test_case cases[] = {
     RG_TEST(test_auto_by_weights),
     RG_TEST(test_nodes_bf16_model),
+    RG_TEST(test_activation_products_keep_f32),
     RG_TEST(test_nodes_q4k_base),
     RG_TEST(test_nodes_f32_model),
     RG_TEST(test_trains_bf16_model),

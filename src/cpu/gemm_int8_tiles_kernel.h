@@ -105,11 +105,6 @@ void INT8T_MUL(const rg_int8t_panel *p, const rg_int8t_cols *c, int rows, int co
     for (int t = 4; t < 6; t++) rg_tile_config_set(&cfg, t, 16, q6 ? 16 : 32); // A: 16 rows of K bytes
     for (int t = 6; t < 8; t++) rg_tile_config_set(&cfg, t, q6 ? 4 : 8, 64);   // B: K / 4 rows of 16 dwords
     int8t_sums sums[2];
-#if defined(RG_TILES_HW)
-    // GCC's _tile_loadconfig declares only the first 8 bytes of the configuration as read: an empty
-    // asm that reads all 64 keeps the compiler from dropping the stores to the rest as dead.
-    __asm__ volatile("" : : "m"(cfg));
-#endif
     RG_TILE_LOADCONFIG(&cfg);
     RG_TILE_BOUNDS(p->codes, p->n_sub * RG_INT8T_SUB);  // the emulation's windows: what the tiles may touch
     RG_TILE_BOUNDS(c->codes, c->n_sub * RG_INT8T_SUB);

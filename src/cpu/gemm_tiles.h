@@ -1,6 +1,7 @@
 // gemm_tiles.h - the products of an rg_gemm_batch (gemm.h) in BF16, on the CPU's matrix unit:
-// what training.compute_dtype=bf16 runs (every MUL_MAT, OUT_PROD and LINEAR_CE product of the
-// forward and the backward), as the CUDA tensor path runs RETRO_CUDA_HALF_GEMM=tensor.
+// what training.compute_dtype=bf16 runs (every product of a weight in the forward and the
+// backward: MUL_MAT, OUT_PROD's dX and dW, LINEAR_CE's head; ops_matmul.c's node_bf16), as the
+// CUDA tensor path runs RETRO_CUDA_HALF_GEMM=tensor.
 //
 // Arithmetic, whatever the path: A and B are rounded to BF16 to nearest even (B exactly when it
 // is a BF16 weight; quantized and F16 rows are decoded to F32 first), every product is exact in

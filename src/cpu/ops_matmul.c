@@ -22,8 +22,8 @@
 //     AVX512_BF16 (gemm_bf16.h). As llama.cpp does.
 //
 // Training's products in BF16 (rg_exec_ctx.bf16_products, training.compute_dtype=bf16): every
-// MUL_MAT (whatever N: no dot products, no integer GEMM) and OUT_PROD runs the same batch through
-// rg_gemm_run(RG_SGEMM_BF16): both operands rounded to BF16, F32 sums on the matrix unit
+// product of a weight (node_bf16: MUL_MAT whatever N, no dot products, no integer GEMM; OUT_PROD's
+// dX and dW) runs the same batch through rg_gemm_run(RG_SGEMM_BF16): both operands rounded to BF16, F32 sums on the matrix unit
 // (gemm_tiles.h). The scratch asked for covers that path wherever it exists, so a plan does not
 // depend on the flag. A frozen weight's B (a LoRA base; a session's BF16 weights in prompts) is
 // read from the exec's tiles cache when it has one (tiles_cache.h): packed once for the run, not
@@ -83,13 +83,32 @@ static int64_t vec_max_n(uint32_t type) {
 static int pool_threads(const rg_exec_ctx *ctx) { return rg_threadpool_size(ctx->pool); }
 
 // The implementation of a training product: the F32 SGEMM, or BF16 on the matrix unit.
-static rg_sgemm_impl product_impl(const rg_exec_ctx *ctx) { return ctx->bf16_products ? RG_SGEMM_BF16 : RG_SGEMM_AUTO; }
+static bool weight_leaf(const rg_node *n) {
+    const rg_node *o = n->view_of ? n->view_of : n;
+    return o->op == RG_OP_NONE && (o->flags & (RG_NODE_PARAM | RG_NODE_FROZEN));
+}
+// Whether node n's product takes BF16 under ctx->bf16_products: the products of a weight (a leaf
+// parameter or frozen weight, LoRA's A and B included): MUL_MAT's x W, OUT_PROD's dX = dY W (a is
+// the weight) and its dW (marked by MUL_MAT's backward, graph.h). Products of two activations (the
+// materialized attention's QK^T and PV and their gradients) keep F32, as on CUDA's tensor path:
+// a few percent of a step's work, and on the precision tables' fixtures their rounding was the
+// difference between the tiles' BF16 gradient gap of 7.4e-3 and 5.5e-3 (docs/BENCHMARKS.md).
+static bool node_bf16(const rg_exec_ctx *ctx, const rg_node *n) {
+    if (!ctx->bf16_products) return false;
+    if (n->op == RG_OP_MUL_MAT) return weight_leaf(n->src[0]);
+    if (n->op == RG_OP_OUT_PROD) return weight_leaf(n->src[0]) || n->ip[1] == RG_OUT_PROD_WEIGHT_GRAD;
+    return true;
+}
 
 rg_status cpu_run_products(rg_exec_ctx *ctx, const rg_node *weight, const rg_gemm_batch *bt, void *work,
                            size_t work_size, rg_error *err) {
     if (ctx->bf16_products && ctx->tiles_cache && rg_node_frozen(weight))
         return rg_tiles_cache_run(ctx->tiles_cache, ctx->pool, bt, work, work_size, err);
-    return rg_gemm_run(ctx->pool, product_impl(ctx), bt, work, work_size, err);
+    return rg_gemm_run(ctx->pool, ctx->bf16_products ? RG_SGEMM_BF16 : RG_SGEMM_AUTO, bt, work, work_size, err);
+}
+static rg_status run_node_products(rg_exec_ctx *ctx, const rg_node *n, const rg_gemm_batch *bt, rg_error *err) {
+    if (!node_bf16(ctx, n)) return rg_gemm_run(ctx->pool, RG_SGEMM_AUTO, bt, ctx->scratch, ctx->scratch_size, err);
+    return cpu_run_products(ctx, n->src[0], bt, ctx->scratch, ctx->scratch_size, err);
 }
 
 // The scratch of a batch: the F32 SGEMM's, or the BF16 path's where this CPU has one (the larger).
@@ -449,7 +468,7 @@ rg_status cpu_mul_mat(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     if (st != RG_OK) return st;
     int64_t K = s.K, M = s.M, N = s.N;
     if (M == 0 || N == 0 || s.c2 == 0 || s.c3 == 0) return RG_OK;
-    if (!ctx->bf16_products && mul_mat_uses_vec(w, K, N)) {
+    if (!node_bf16(ctx, n) && mul_mat_uses_vec(w, K, N)) {
         mm_vec_job j;
         if ((st = vec_job_of(ctx, n, &s, &j, err))) return st;
         vec_convert_all(ctx, &j);
@@ -491,7 +510,7 @@ rg_status cpu_mul_mat(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
         return rg_fail(err, RG_ERR_UNSUPPORTED, "mul_mat %s: an f32 stride is not a whole number of floats",
                        node_name(n));
     rg_gemm_batch bt = mul_mat_batch(&c);
-    st = cpu_run_products(ctx, n->src[0], &bt, ctx->scratch, ctx->scratch_size, err);
+    st = run_node_products(ctx, n, &bt, err);
     return st == RG_OK ? RG_OK : prefix_error(err, st, rg_op_name(RG_OP_MUL_MAT), n);
 }
 
@@ -615,6 +634,6 @@ rg_status cpu_out_prod(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
         return rg_fail(err, RG_ERR_UNSUPPORTED, "out_prod %s: an f32 stride is not a whole number of floats",
                        node_name(n));
     rg_gemm_batch bt = out_prod_batch(&c);
-    st = cpu_run_products(ctx, n->src[0], &bt, ctx->scratch, ctx->scratch_size, err);  // B: a (dX = out_prod(W, dY^T))
+    st = run_node_products(ctx, n, &bt, err);  // B: a (dX = out_prod(W, dY^T))
     return st == RG_OK ? RG_OK : prefix_error(err, st, rg_op_name(RG_OP_OUT_PROD), n);
 }

@@ -100,9 +100,12 @@ int rg_tile_emu_configured(void);
 #include <immintrin.h>
 // GCC's intrinsics tell the compiler less than the instructions do: _tile_loadconfig declares 8 of
 // the 64 bytes it reads, _tile_loadd no memory at all. A compiler barrier before each keeps every
-// store to the configuration and to the packed tiles (and the staged C) ahead of the instruction.
+// store to the packed tiles (and the staged C) ahead of the instruction; the configuration, a
+// local whose address need not escape, is named as read whole (all 64 bytes) by an empty asm, so
+// no store to it is dropped as dead.
 #define RG_TILE_BARRIER() __asm__ volatile("" ::: "memory")
-#define RG_TILE_LOADCONFIG(cfg) do { RG_TILE_BARRIER(); _tile_loadconfig(cfg); } while (0)
+#define RG_TILE_LOADCONFIG(cfg) \
+    do { __asm__ volatile("" : : "m"(*(const rg_tile_config *)(cfg)) : "memory"); _tile_loadconfig(cfg); } while (0)
 #define RG_TILE_RELEASE() _tile_release()
 #define RG_TILE_ZERO(t) _tile_zero(t)
 #define RG_TILE_LOADD(t, base, stride) do { RG_TILE_BARRIER(); _tile_loadd(t, base, stride); } while (0)

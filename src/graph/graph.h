@@ -31,7 +31,10 @@ typedef enum rg_op {
     RG_OP_GET_ROWS_BACK,     // (dy [n, k], ids I32 [k]) -> [n, ip[0] = rows] f32, scatter-add in increasing k
     RG_OP_MUL_MAT,           // (w [K, M, b2, b3] any type, x [K, N, c2, c3] f32) -> [M, N, c2, c3] f32
     RG_OP_OUT_PROD,          // (a [M, K, b2, b3] any type, b [N, K, c2, c3] f32) -> [M, N, c2, c3]: out[i,j] = sum_k a[i,k] b[j,k];
-                             // ip[0] F16/BF16: the operands' type on a device's tensor path (cuda.h)
+                             // ip[0] F16/BF16: the operands' type on a device's tensor path (cuda.h);
+                             // ip[1] RG_OUT_PROD_WEIGHT_GRAD: a leaf weight's dW (MUL_MAT's backward), whose
+                             // operands the CPU's BF16 products round (rg_exec_opts.bf16_products) as they do
+                             // the weight's other products; two activations' products keep F32 there
     RG_OP_ADD,               // (a, b broadcast into a) -> like a, f32
     RG_OP_SUB,
     RG_OP_MUL,
@@ -118,6 +121,8 @@ typedef enum rg_op {
                              // max_norm's double bits (a float would round the configured value). No gradient
     RG_OP_COUNT,
 } rg_op;
+
+enum { RG_OUT_PROD_WEIGHT_GRAD = 1 };  // OUT_PROD's ip[1]: the product is a leaf weight's gradient
 
 enum {
     RG_NODE_PARAM = 1u << 0,   // trainable: backward makes a gradient for it

@@ -48,12 +48,14 @@ static rg_status bw_mul_mat(rg_graph *g, rg_node *n, rg_error *err) {
     rg_node *dy = n->grad;
     // dW = x dy^T. For a half weight, ip[0] tells a device with a tensor path (CUDA's
     // RETRO_CUDA_HALF_GEMM=tensor) to round both operands to the weight's type, as its
-    // forward does; the CPU ignores the mark (it rounds every product to BF16 when the exec asks,
-    // rg_exec_opts.bf16_products, and computes in F32 otherwise).
+    // forward does; the CPU reads ip[1] instead (a weight's products round to BF16 when the exec
+    // asks, rg_exec_opts.bf16_products, and compute in F32 otherwise).
     if (NEEDS(0)) {
         rg_node *dw = rg_out_prod(g, SRC(1), dy);
         const uint32_t wt = SRC(0)->t.type;
         if (dw && (wt == RG_TYPE_F16 || wt == RG_TYPE_BF16)) dw->ip[0] = wt;
+        // a weight's gradient: the CPU's BF16 products (bf16_products) round it as the weight's other products
+        if (dw && (SRC(0)->view_of ? SRC(0)->view_of : SRC(0))->op == RG_OP_NONE) dw->ip[1] = RG_OUT_PROD_WEIGHT_GRAD;
         ADD_GRAD(0, sum_groups(g, dw, SRC(0)));
     }
     ADD_GRAD(1, rg_out_prod(g, SRC(0), rg_transpose(g, dy)));
