@@ -63,6 +63,7 @@ if build_or_fail release build -DRG_WERROR=ON; then
   run_suite "cli" bash tests/cli/test_cli.sh build
   run_suite "cli help" bash tests/cli/test_cli_help.sh build
   run_suite "cli generate" bash tests/cli/test_cli_generate.sh build
+  run_suite "cli state" bash tests/cli/test_cli_state.sh build
   run_suite "cli train" bash tests/cli/test_cli_train.sh build
   run_suite "cli lora" bash tests/cli/test_cli_lora.sh build
   run_suite "cli shapes" bash tests/cli/test_cli_shapes.sh build
@@ -168,6 +169,7 @@ if build_or_fail sanitize build-asan -DCMAKE_BUILD_TYPE=Debug -DRG_SANITIZE=ON -
   RETRO_CUDA_HOST=1 ASAN_OPTIONS=detect_leaks=1 run_suite "asan test_ops cuda_parity (RETRO_CUDA_HOST=1)" build-asan/test_ops cuda_parity
   run_suite "asan cli" bash tests/cli/test_cli.sh build-asan
   run_suite "asan cli generate" bash tests/cli/test_cli_generate.sh build-asan
+  run_suite "asan cli state" bash tests/cli/test_cli_state.sh build-asan
   run_suite "asan cli train" bash tests/cli/test_cli_train.sh build-asan
   run_suite "asan cli lora" bash tests/cli/test_cli_lora.sh build-asan
 fi
