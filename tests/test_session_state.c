@@ -10,11 +10,14 @@
 //   - bad input, each refused with an error naming what is wrong, the session left as it was (its continuation
 //     gives the same bits as without the attempt): a file from another model (another architecture, other
 //     weights), truncated, a wrong magic, format or layout version, trailing bytes, a corrupt byte, a missing
-//     file; a save to a directory that does not exist names the path; a session whose recurrent state is lost
-//     is not saved.
+//     file; a save to a directory that does not exist names the path, one onto a full disk (a file size limit)
+//     the path and the bytes, leaving the file there as it was; a session whose recurrent state is lost is not
+//     saved.
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "cuda/cuda.h"
@@ -265,6 +268,23 @@ static void check_bad_inputs(const char *arch, const char *other_arch, rg_device
     rg_status st = rg_session_state_save(s, "/nonexistent-rg-dir/state.bin", &err);
     printf("    a save into a missing directory: %s\n", st ? err.msg : "accepted");
     RG_CHECK(st == RG_ERR_IO && strstr(err.msg, "/nonexistent-rg-dir/state.bin"), "%s", st ? err.msg : "accepted");
+    // A full disk, as a file size limit (RLIMIT_FSIZE: writes past 4 KiB fail with EFBIG, SIGXFSZ ignored): the
+    // error names the path and the bytes, and the file already there keeps its bytes.
+    struct rlimit old_limit;
+    RG_REQUIRE(getrlimit(RLIMIT_FSIZE, &old_limit) == 0, "getrlimit");
+    void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
+    struct rlimit small = {4096, old_limit.rlim_max};
+    RG_REQUIRE(setrlimit(RLIMIT_FSIZE, &small) == 0, "setrlimit");
+    st = rg_session_state_save(s, good, &err);
+    setrlimit(RLIMIT_FSIZE, &old_limit);
+    signal(SIGXFSZ, old_handler);
+    printf("    a save onto a full disk: %s\n", st ? err.msg : "accepted");
+    size_t n_after = 0;
+    unsigned char *after = read_all(good, &n_after);
+    RG_CHECK(st == RG_ERR_IO && strstr(err.msg, good) && strstr(err.msg, "failed after") && strstr(err.msg, "bytes"),
+             "%s", st ? err.msg : "accepted");
+    RG_CHECK(after && n_after == n && !memcmp(after, bytes, n), "the full disk changed %s", good);
+    free(after);
     // After every refusal: the bits of the session that never saw them.
     RG_REQUIRE(eval_cont(s, got), "%s", arch);
     RG_CHECK(!memcmp(got, ref, cont_bytes), "%s: after the refused loads the continuation's logits differ", arch);

@@ -13,12 +13,15 @@
 #include "infer/session.h"
 #include "model/state.h"
 
+// The weights copied into huge pages (session.c: RETRO_WEIGHTS_HUGEPAGES=1).
 typedef struct weight_copy {
     const uint8_t *src;  // the model's tensor data: [src, src + size)
     uint8_t *dst;        // its copy, or NULL (none)
     size_t size, mapped; // bytes of data; bytes mapped for the copy
 } weight_copy;
 
+// The single-token graph planned once for every position (session.c's header), and its nodes that move with the
+// position.
 typedef struct var_node {
     int idx;                          // node index
     int64_t dne[RG_MAX_DIMS];         // change of ne per position
