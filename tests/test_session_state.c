@@ -12,7 +12,7 @@
 //     weights), truncated, a wrong magic, format or layout version, trailing bytes, a corrupt byte, a missing
 //     file; a save to a directory that does not exist names the path, one onto a full disk (a file size limit)
 //     the path and the bytes, leaving the file there as it was; a session whose recurrent state is lost is not
-//     saved.
+//     saved; an empty session's state loaded into a used one starts it over.
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -299,6 +299,13 @@ static void check_bad_inputs(const char *arch, const char *other_arch, rg_device
         RG_CHECK(load(s, good) && rg_session_n_past(s) == N_PROMPT + N_SINGLE && eval_cont(s, got) &&
                      !memcmp(got, ref, cont_bytes), "%s: a load after the state was lost", arch);
     }
+    // An empty session's state (n_past 0) loaded into a used one starts it over: the prefix and the continuation
+    // give the bits of a session that never saw anything else.
+    rg_session *fresh = new_session(m, N_CTX, device);
+    RG_CHECK(fresh && save(fresh, bad) && load(s, bad) && rg_session_n_past(s) == 0 && eval_prefix(s, true) &&
+                 eval_cont(s, got) && !memcmp(got, ref, cont_bytes),
+             "%s: an empty state loaded into a used session", arch);
+    rg_session_free(fresh);
     free(bytes), free(edit), free(ref), free(got);
     rg_session_free(a), rg_session_free(s), rg_session_free(o), rg_session_free(w);
     rg_model_free(m), rg_model_free(om), rg_model_free(wm);
