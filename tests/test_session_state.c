@@ -12,7 +12,8 @@
 //     weights), truncated, a wrong magic, format or layout version, trailing bytes, a corrupt byte, a missing
 //     file; a save to a directory that does not exist names the path, one onto a full disk (a file size limit)
 //     the path and the bytes, leaving the file there as it was; a session whose recurrent state is lost is not
-//     saved; an empty session's state loaded into a used one starts it over.
+//     saved; an empty session's state loaded into a used one starts it over
+//   - a LoRA adapter: the same adapter at the same scale loads, another scale, none, or a base model's file not.
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@
 #include "cuda/cuda.h"
 #include "infer/session.h"
 #include "infer/session_state.h"
+#include "model/lora.h"
 #include "model/quantize.h"
 #include "model/tiny.h"
 #include "rg_test.h"
@@ -313,6 +315,62 @@ static void check_bad_inputs(const char *arch, const char *other_arch, rg_device
 }
 
 // Whether there is a CUDA device (a GPU, or the host execution); why not into why[256].
+// A session applying a LoRA adapter (B made non-zero so it changes the state) saves and loads into one applying
+// the same adapter with the continuation's bits; one without it, one at another scale, and a base model's file
+// in the adapted session are refused by name.
+static void test_lora(void) {
+    char mpath[64], f_lora[64], f_base[64];
+    rg_model *m = tiny_model("qwen2", RG_TYPE_F32, 5, mpath);
+    RG_REQUIRE(m, "model");
+    const int64_t V = m->hp.n_vocab;
+    make_ids(V);
+    rg_lora *l = NULL;
+    rg_error err = {0};
+    RG_REQUIRE(rg_lora_init(&l, m, 4, 8.0f, RG_LORA_TARGETS_ALL, 1, &err) == RG_OK, "%s", err.msg);
+    int adapted = 0;
+    for (int64_t i = 0; i < l->n_layer * RG_LORA_N_TARGETS; i++) {
+        rg_lora_pair *p = &l->pairs[i];
+        if (!p->a) continue;
+        adapted++;
+        for (int64_t k = 0; k < l->rank * p->n_out; k++) p->b[k] = 0.01f * (float)(k % 7 - 3);
+    }
+    RG_REQUIRE(adapted > 0, "the adapter adapts nothing");
+    const size_t cont_bytes = sizeof(float) * (size_t)(V * N_CONT);
+    float *ref = malloc(cont_bytes), *got = malloc(cont_bytes), *base = malloc(cont_bytes);
+    tmp_path(f_lora, "lora"), tmp_path(f_base, "base");
+    rg_session_opts so = {.n_ctx = N_CTX, .n_threads = 2, .n_batch = 4, .lora = l, .lora_scale = 1.0f};
+    rg_session *a = NULL, *b = NULL, *half = NULL, *plain = new_session(m, N_CTX, RG_DEVICE_CPU);
+    RG_REQUIRE(rg_session_create(&a, m, &so, &err) == RG_OK && rg_session_create(&b, m, &so, &err) == RG_OK, "%s",
+               err.msg);
+    so.lora_scale = 0.5f;
+    RG_REQUIRE(rg_session_create(&half, m, &so, &err) == RG_OK && plain, "%s", err.msg);
+    RG_REQUIRE(eval_prefix(a, true) && save(a, f_lora) && eval_cont(a, ref), "adapted");
+    RG_REQUIRE(eval_prefix(plain, true) && save(plain, f_base) && eval_cont(plain, base), "base");
+    RG_CHECK(memcmp(ref, base, cont_bytes), "the adapter changes nothing");
+    RG_CHECK(load(b, f_lora) && eval_cont(b, got) && !memcmp(got, ref, cont_bytes),
+             "with the same adapter the continuation's logits differ");
+    struct {
+        rg_session *s;
+        const char *file, *needle;
+    } refused[] = {
+        {plain, f_lora, "saved with a LoRA adapter, this session applies none"},
+        {half, f_lora, "saved with another LoRA adapter or scale than this session applies"},
+        {half, f_base, "saved without a LoRA adapter, this session applies one"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        const int64_t n_past = rg_session_n_past(refused[i].s);
+        rg_status st = rg_session_state_load(refused[i].s, refused[i].file, &err);
+        printf("    %s\n", st ? err.msg : "accepted");
+        RG_CHECK(st == RG_ERR_ARG && strstr(err.msg, refused[i].needle) && rg_session_n_past(refused[i].s) == n_past,
+                 "%s", st ? err.msg : "accepted");
+    }
+    rg_session_free(a), rg_session_free(b), rg_session_free(half), rg_session_free(plain);
+    rg_lora_free(l);
+    rg_model_free(m);
+    unlink(mpath), unlink(f_lora), unlink(f_base);
+    free(ref), free(got), free(base);
+}
+
 static bool have_cuda(char *why) { return rg_cuda_device_count(why, 256) > 0; }
 
 #define ROUND_TRIP(name, arch, type)                                                                   \
@@ -344,7 +402,7 @@ static const rg_test_case cases[] = {
     RG_TEST(test_llama_f32),       RG_TEST(test_llama_q8_0),       RG_TEST(test_qwen2_f32),
     RG_TEST(test_qwen2_q8_0),      RG_TEST(test_lfm2_f32),         RG_TEST(test_lfm2_q8_0),
     RG_TEST(test_mamba2_f32),      RG_TEST(test_mamba2_q8_0),      RG_TEST(test_bad_inputs_qwen2),
-    RG_TEST(test_bad_inputs_lfm2), RG_TEST(test_bad_inputs_mamba2),
+    RG_TEST(test_bad_inputs_lfm2), RG_TEST(test_bad_inputs_mamba2), RG_TEST(test_lora),
     RG_TEST(test_cuda_llama_f32),  RG_TEST(test_cuda_llama_q8_0),  RG_TEST(test_cuda_qwen2_f32),
     RG_TEST(test_cuda_qwen2_q8_0), RG_TEST(test_cuda_lfm2_f32),    RG_TEST(test_cuda_lfm2_q8_0),
     RG_TEST(test_cuda_mamba2_f32), RG_TEST(test_cuda_mamba2_q8_0), RG_TEST(test_cuda_bad_inputs_lfm2),

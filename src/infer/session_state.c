@@ -14,7 +14,8 @@
 //      120            8  i64 n_past
 //      128            4  u32 sequences in the file (1)
 //      132            4  u32 reserved, 0
-//      136  24 x n_layer  per layer: u32 mixer kind, u32 ffn kind (rg_layer_kind), i64 n_head, i64 n_head_kv
+//      136            8  u64 the LoRA adapter's hash (adapter_hash; 0: none)
+//      144  24 x n_layer  per layer: u32 mixer kind, u32 ffn kind (rg_layer_kind), i64 n_head, i64 n_head_kv
 //   then for every layer, every buffer of the layer in model/state.h's order, a record:
 //                    32  u32 layer, u32 buffer, u32 per_token, u32 type, u64 run_bytes, u64 data bytes
 //                     n  the data. Per-token: for each of the buffer's runs (bytes / (run_bytes * n_ctx): a key
@@ -35,6 +36,7 @@
 #include "base/file.h"
 #include "infer/session_internal.h"
 #include "model/layer.h"
+#include "model/lora.h"
 
 #define STATE_MAGIC "RGSTATE"   // 8 bytes with its NUL
 #define STATE_FORMAT_VERSION 1u
@@ -42,7 +44,7 @@
 #define FNV_OFFSET 0xcbf29ce484222325ull
 #define FNV_PRIME 0x100000001b3ull
 
-enum { HEADER_BYTES = 136, LAYER_BYTES = 24, RECORD_BYTES = 32, TRAILER_BYTES = 8, ARCH_BYTES = 32, WEIGHT_SAMPLE = 64 };
+enum { HEADER_BYTES = 144, LAYER_BYTES = 24, RECORD_BYTES = 32, TRAILER_BYTES = 8, ARCH_BYTES = 32, WEIGHT_SAMPLE = 64 };
 
 static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
     const uint8_t *b = p;
@@ -73,6 +75,35 @@ static uint64_t weights_hash(const rg_model *m) {
     return h;
 }
 
+// The LoRA adapter the session applies, the same way: FNV-1a over its rank, alpha, targets and the session's
+// scale, then per adapted tensor its name, sizes and the first and last WEIGHT_SAMPLE bytes of A and B. 0 without
+// one (or with a scale of 0: off); a hash of 0 otherwise is taken as 1.
+static uint64_t adapter_hash(const rg_session *s) {
+    const rg_lora *l = s->opts.lora;
+    if (!l || s->opts.lora_scale == 0.0f) return 0;
+    uint64_t h = FNV_OFFSET;
+    h = fnv1a(h, &l->rank, sizeof l->rank);
+    h = fnv1a(h, &l->alpha, sizeof l->alpha);
+    h = fnv1a(h, &l->targets, sizeof l->targets);
+    h = fnv1a(h, &s->opts.lora_scale, sizeof s->opts.lora_scale);
+    for (int64_t i = 0; i < l->n_layer * RG_LORA_N_TARGETS; i++) {
+        const rg_lora_pair *p = &l->pairs[i];
+        if (!p->a) continue;
+        h = fnv1a(h, p->name, strnlen(p->name, sizeof p->name));
+        h = fnv1a(h, &p->n_in, sizeof p->n_in);
+        h = fnv1a(h, &p->n_out, sizeof p->n_out);
+        const float *m[2] = {p->a, p->b};
+        const size_t bytes[2] = {(size_t)(p->n_in * l->rank) * sizeof(float), (size_t)(l->rank * p->n_out) * sizeof(float)};
+        for (int k = 0; k < 2; k++) {
+            const size_t head = bytes[k] < WEIGHT_SAMPLE ? bytes[k] : WEIGHT_SAMPLE;
+            const size_t tail = bytes[k] - head < WEIGHT_SAMPLE ? bytes[k] - head : WEIGHT_SAMPLE;
+            h = fnv1a(h, m[k], head);
+            h = fnv1a(h, (const uint8_t *)m[k] + bytes[k] - tail, tail);
+        }
+    }
+    return h ? h : 1;
+}
+
 static uint8_t *put_u32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); return p + 4; }
 static uint8_t *put_i64(uint8_t *p, int64_t v) { memcpy(p, &v, 8); return p + 8; }
 static uint8_t *put_u64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); return p + 8; }
@@ -100,6 +131,7 @@ static void put_prefix(const rg_session *s, int64_t n_past, uint8_t *p) {
     p = put_i64(p, n_past);
     p = put_u32(p, 1);
     p = put_u32(p, 0);
+    p = put_u64(p, adapter_hash(s));
     for (int64_t il = 0; il < hp->n_layer; il++) {
         const rg_layer *L = &s->m->layers[il];
         p = put_u32(p, (uint32_t)L->mixer);
@@ -257,6 +289,13 @@ static rg_status check_prefix(const rg_session *s, const char *path, const uint8
         return rg_fail(err, RG_ERR_ARG, "%s: saved from another model: its weights hash (offset 104: every tensor's "
                        "name, type, shape and first and last %d bytes) is %016llx, this session's model's is %016llx",
                        path, WEIGHT_SAMPLE, (unsigned long long)get_u64(d + 104), (unsigned long long)wh);
+    const uint64_t ah = adapter_hash(s), file_ah = get_u64(d + 136);
+    if (file_ah != ah)
+        return rg_fail(err, RG_ERR_ARG, "%s: %s (the adapter hash at offset 136 is %016llx, the session's %016llx)",
+                       path, !ah ? "saved with a LoRA adapter, this session applies none"
+                             : !file_ah ? "saved without a LoRA adapter, this session applies one"
+                                        : "saved with another LoRA adapter or scale than this session applies",
+                       (unsigned long long)file_ah, (unsigned long long)ah);
     const uint32_t flags = get_u32(d + 16);
     if (flags & STATE_FLAG_LOST)
         return rg_fail(err, RG_ERR_FORMAT, "%s: its recurrent state is marked lost (flags at offset 16)", path);
