@@ -63,6 +63,7 @@ if build_or_fail release build -DRG_WERROR=ON; then
   run_suite "cli" bash tests/cli/test_cli.sh build
   run_suite "cli help" bash tests/cli/test_cli_help.sh build
   run_suite "cli generate" bash tests/cli/test_cli_generate.sh build
+  run_suite "cli state" bash tests/cli/test_cli_state.sh build
   run_suite "cli train" bash tests/cli/test_cli_train.sh build
   run_suite "cli lora" bash tests/cli/test_cli_lora.sh build
   run_suite "cli shapes" bash tests/cli/test_cli_shapes.sh build
@@ -74,7 +75,7 @@ if build_or_fail release build -DRG_WERROR=ON; then
   # (test_cuda_host*, the runtime's own tests, ran above.) The kernel suites run twice: each
   # block's threads in order, then in reverse order (a missing barrier shows in one or the other).
   for t in build/test_cuda build/test_cuda_elementwise build/test_cuda_norm build/test_cuda_train build/test_cuda_dequant \
-           build/test_cuda_quant_mm build/test_cuda_loss_quant build/test_session build/test_train_device \
+           build/test_cuda_quant_mm build/test_cuda_loss_quant build/test_session build/test_session_state build/test_train_device \
            build/test_device_memory build/test_cuda_train_quant build/test_f16_base_training \
            build/test_sampler; do
     [ -x "$t" ] && run_suite "$(basename "$t") on the host execution of the CUDA code" env RETRO_CUDA_HOST=1 "$t"
@@ -136,7 +137,7 @@ fi
 # the runtime's own hooks, no libtsan): misaligned vector accesses and shared memory out of bounds are
 # kernel errors, and RETRO_CUDA_HOST_RACECHECK=1 checks shared memory between barriers and device memory
 # between the blocks of a launch. Only the suites it serves are built.
-race_targets="test_cuda_host test_cuda_host_race test_cuda_host_capture test_cuda test_cuda_elementwise test_cuda_norm test_cuda_train test_cuda_dequant test_cuda_quant_mm test_cuda_loss_quant test_session test_device_memory test_ops test_sampler"
+race_targets="test_cuda_host test_cuda_host_race test_cuda_host_capture test_cuda test_cuda_elementwise test_cuda_norm test_cuda_train test_cuda_dequant test_cuda_quant_mm test_cuda_loss_quant test_session test_session_state test_device_memory test_ops test_sampler"
 export RG_BUILD_TARGETS="$race_targets"
 build_or_fail racecheck build-racecheck -DRG_CUDA=OFF -DRG_CUDA_HOST_RACECHECK=ON -DRG_WERROR=ON; race_built=$?
 unset RG_BUILD_TARGETS
@@ -145,7 +146,7 @@ if [ "$race_built" = 0 ]; then
     run_suite "racecheck build: $t" build-racecheck/$t
   done
   for t in test_cuda test_cuda_elementwise test_cuda_norm test_cuda_train test_cuda_dequant test_cuda_quant_mm \
-           test_cuda_loss_quant test_session test_device_memory; do
+           test_cuda_loss_quant test_session test_session_state test_device_memory; do
     run_suite "$t under the race check (host execution)" env RETRO_CUDA_HOST=1 RETRO_CUDA_HOST_RACECHECK=1 build-racecheck/$t
   done
   run_suite "test_ops cuda_parity under the race check (host execution)" \
@@ -168,6 +169,7 @@ if build_or_fail sanitize build-asan -DCMAKE_BUILD_TYPE=Debug -DRG_SANITIZE=ON -
   RETRO_CUDA_HOST=1 ASAN_OPTIONS=detect_leaks=1 run_suite "asan test_ops cuda_parity (RETRO_CUDA_HOST=1)" build-asan/test_ops cuda_parity
   run_suite "asan cli" bash tests/cli/test_cli.sh build-asan
   run_suite "asan cli generate" bash tests/cli/test_cli_generate.sh build-asan
+  run_suite "asan cli state" bash tests/cli/test_cli_state.sh build-asan
   run_suite "asan cli train" bash tests/cli/test_cli_train.sh build-asan
   run_suite "asan cli lora" bash tests/cli/test_cli_lora.sh build-asan
 fi

@@ -19,6 +19,7 @@
 // fresh buffer came back every 32 tokens (~1 ms each time on SmolLM2), and a
 // truncated session (a new prompt) rebuilt at its first generated token.
 #include "infer/session.h"
+#include "infer/session_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,54 +50,6 @@
 // not yet in the page cache gets them without a copy; this copy is for one
 // already cached in 4 KiB pages.
 #define HUGE_PAGE ((size_t)2 << 20)
-
-typedef struct weight_copy {
-    const uint8_t *src;  // the model's tensor data: [src, src + size)
-    uint8_t *dst;        // its copy, or NULL (none)
-    size_t size, mapped; // bytes of data; bytes mapped for the copy
-} weight_copy;
-
-typedef struct var_node {
-    int idx;                          // node index
-    int64_t dne[RG_MAX_DIMS];         // change of ne per position
-    int64_t dnb[RG_MAX_DIMS];         // change of nb per position (bytes)
-    int64_t doffs;                    // change of view_offs per position
-} var_node;
-
-typedef struct decode_graph {
-    rg_graph *g;
-    rg_exec *ex;
-    rg_node *ids, *pos, *out;
-    int64_t lo, hi;     // positions (n_past) served; planned for hi
-    int64_t cur;        // the position the variable nodes are patched to now
-    var_node *var;
-    int n_var;
-    bool failed;        // the graph could not be made (not linear): tokens build their own
-} decode_graph;
-
-struct rg_session {
-    const rg_model *m;
-    rg_session_opts opts;
-    rg_model_state state;   // what each layer keeps: the KV cache of attention layers, recurrent state
-    rg_threadpool *pool;
-    int64_t n_past;
-    bool state_lost;        // the recurrent state no longer matches n_past (see rg_session_eval)
-    decode_graph dec;   // g == NULL: none
-    weight_copy wc;
-    rg_exec_mem mem;    // the batch graphs' buffer and scratch, kept between evaluations
-    // On a device: the backend and the device copies of the weights and the KV cache,
-    // shared by every batch's exec (uploaded once; the cache stays on the device).
-    rg_backend *dev;
-    rg_resident *resident;
-    // rg_session_eval_sample: on a device the draw runs there (device_sampling), with the sampler's
-    // scratch made at the first draw; the penalty window's distinct ids staged in pen; on the
-    // CPU the last logits land in logits.
-    bool device_sampling;
-    rg_cuda_sampler *dsamp;
-    int32_t *pen;
-    int64_t pen_cap;
-    float *logits;  // [n_vocab]
-};
 
 // A draw requested with an evaluation: from the last token's logits, into *out.
 typedef struct sample_req {

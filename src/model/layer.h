@@ -28,11 +28,15 @@ typedef struct rg_layer_ctx {
 } rg_layer_ctx;
 
 // One buffer of a kind's state: elements per cached token (the KV cache, in the state's token type) or per
-// sequence (recurrent state, F32), as a function of the hyperparameters and the layer.
+// sequence (recurrent state, F32), as a function of the hyperparameters and the layer. A per-token buffer is laid
+// out [run, n_ctx, elements / run]: run elements of one token lie together, then the next token's (run: the
+// keys' head_dim; 1 for the transposed values), so a token's rows can be found without knowing the kind
+// (infer/session_state.c writes rows 0..n_past of each). run is NULL for per-sequence buffers.
 typedef struct rg_state_buf {
     const char *name;
     bool per_token;
     int64_t (*elements)(const rg_hparams *hp, const rg_layer *L);
+    int64_t (*run)(const rg_hparams *hp, const rg_layer *L);
 } rg_state_buf;
 
 typedef struct rg_layer_kind_desc {

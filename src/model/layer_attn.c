@@ -15,9 +15,12 @@
 
 static int64_t kv_elements(const rg_hparams *hp, const rg_layer *L) { return hp->head_dim * L->n_head_kv; }
 
+static int64_t k_run(const rg_hparams *hp, const rg_layer *L) { (void)L; return hp->head_dim; }
+static int64_t v_run(const rg_hparams *hp, const rg_layer *L) { (void)hp, (void)L; return 1; }
+
 static const rg_state_buf attn_state[] = {
-    {"k", true, kv_elements},   // [Dh, n_ctx, Hkv]
-    {"v", true, kv_elements},   // [n_ctx, Dh, Hkv]
+    {"k", true, kv_elements, k_run},   // [Dh, n_ctx, Hkv]
+    {"v", true, kv_elements, v_run},   // [n_ctx, Dh, Hkv]
 };
 
 static rg_node *build(const rg_layer_ctx *c, rg_node *x) {

@@ -14,7 +14,7 @@ static int64_t conv_elements(const rg_hparams *hp, const rg_layer *L) {
 }
 
 static const rg_state_buf conv_state[] = {
-    {"conv", false, conv_elements},
+    {"conv", false, conv_elements, NULL},
 };
 
 static rg_node *build(const rg_layer_ctx *c, rg_node *x) {

@@ -25,8 +25,8 @@ static int64_t ssm_elements(const rg_hparams *hp, const rg_layer *L) {
 }
 
 static const rg_state_buf ssm_state[] = {
-    {"conv", false, conv_elements},
-    {"ssm", false, ssm_elements},
+    {"conv", false, conv_elements, NULL},
+    {"ssm", false, ssm_elements, NULL},
 };
 
 static rg_node *build(const rg_layer_ctx *c, rg_node *x) {

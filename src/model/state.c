@@ -21,6 +21,13 @@ static rg_status describe(rg_layer_state *ls, const rg_layer_kind_desc *k, const
         ls->per_token[j] = b->per_token;
         ls->type[j] = b->per_token ? token_type : RG_TYPE_F32;
         ls->bytes[j] = (size_t)n * rg_type_get(ls->type[j])->type_size;
+        if (b->per_token) {
+            const int64_t run = b->run ? b->run(hp, L) : 0;
+            if (run <= 0 || (n / n_ctx) % run)
+                return rg_fail(err, RG_ERR_ARG, "state: layer %lld's %s %s buffer: %lld elements per token are not "
+                               "runs of %lld", (long long)il, k->name, b->name, (long long)(n / n_ctx), (long long)run);
+            ls->run_bytes[j] = (size_t)run * rg_type_get(ls->type[j])->type_size;
+        }
     }
     return RG_OK;
 }

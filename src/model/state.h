@@ -14,6 +14,10 @@
 
 enum { RG_STATE_MAX_BUFS = 4 };
 
+// The version of the buffers' layout: which buffers each kind keeps, in which order, shaped how. A state file
+// (infer/session_state.h) records it and is refused by a build with another: bump it when a kind's buffers change.
+#define RG_STATE_LAYOUT_VERSION 1u
+
 // One layer's buffers: its mixer's, then its FFN's, in the order of their kinds' descriptions.
 typedef struct rg_layer_state {
     int n_bufs;
@@ -21,6 +25,8 @@ typedef struct rg_layer_state {
     size_t bytes[RG_STATE_MAX_BUFS];
     uint32_t type[RG_STATE_MAX_BUFS];
     bool per_token[RG_STATE_MAX_BUFS];   // false: per sequence (recurrent), reset at a sequence's start
+    size_t run_bytes[RG_STATE_MAX_BUFS]; // per-token: bytes of one token's run, the buffer being
+                                         // [run, n_ctx, bytes / (run_bytes * n_ctx)] (model/layer.h); 0 per sequence
 } rg_layer_state;
 
 typedef struct rg_model_state {

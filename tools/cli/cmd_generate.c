@@ -23,6 +23,12 @@
 // CPU's sampler for the same logits); only each token's id comes back. RETRO_DEVICE_SAMPLING=0
 // draws on the CPU from logits read back instead, for comparison.
 //
+// --state-load FILE puts a saved session state (infer/session_state.h) in the cache before the prompt, whose
+// tokens are then appended after the loaded ones (no BOS: the sequence goes on; --raw continues text as it is);
+// --state-save FILE saves the session after generating: the prompt and every generated token but the last one
+// drawn (drawn, printed, never evaluated). Only the cache is in the file: the sampler starts afresh (its penalty
+// window sees this run's tokens only). One-shot prompts only, not --chat.
+//
 // --chat reads user lines from stdin ("> " on stderr), answers each, and keeps the
 // conversation in the KV cache: each turn evaluates only the text the template adds after
 // the previous answer. /exit or end of input stops it (generate_chat.c).
@@ -37,11 +43,12 @@
 
 #include "cli.h"
 #include "generate.h"
+#include "infer/session_state.h"
 #include "model/lora.h"
 
 // What the command line asks for.
 typedef struct gen_args {
-    const char *model_path, *prompt, *file, *tmpl_name;
+    const char *model_path, *prompt, *file, *tmpl_name, *state_load, *state_save;
     cli_loras loras;
     bool chat, raw, no_bos, truncate, verbose, profile;
     int64_t n_predict, n_ctx, n_threads, repeat_last_n, top_k;
@@ -93,6 +100,10 @@ static int parse_args(gen_args *a, int argc, char **argv) {
                  cli_opt_flash_attn, &a->flash),
         CLI_CALL(0, "--lora", "A.gguf[:SCALE]", "apply a LoRA adapter (llama.cpp's format) with SCALE x alpha/rank "
                  "(default 1); repeat it to apply several (their terms are summed)", cli_opt_lora, &a->loras),
+        CLI_STR(0, "--state-load", "FILE", "before the prompt, load a session state saved by --state-save (the same "
+                "model): the prompt's tokens follow the loaded ones, without a BOS", &a->state_load),
+        CLI_STR(0, "--state-save", "FILE", "after generating, save the session's state (the prompt and the tokens "
+                "generated, but the last) to FILE", &a->state_save),
         CLI_FLAG(0, "--no-bos", "never put a BOS token first", &a->no_bos),
         CLI_FLAG(0, "--raw", "use the text as is, without the chat template", &a->raw),
         CLI_STR(0, "--chat-template", "NAME", "render with a built-in layout instead of the model's template (or for a "
@@ -109,6 +120,10 @@ static int parse_args(gen_args *a, int argc, char **argv) {
         fprintf(stderr, "retrograd %s: %s\n", C,
                 !a->model_path ? "-m MODEL.gguf is required" : "give exactly one of -p TEXT, -f FILE or --chat");
         cli_args_help(&c, stderr);
+        return 2;
+    }
+    if (a->chat && (a->state_load || a->state_save)) {
+        fprintf(stderr, "retrograd %s: --state-load and --state-save work with -p or -f, not --chat\n", C);
         return 2;
     }
     a->sp.top_k = (int32_t)a->top_k;
@@ -187,6 +202,10 @@ static int open_session(gen *g, const gen_args *a, gen_owned *own) {
         fprintf(stderr, "retrograd %s: %s\n", g->cmd, err.msg);
         return 1;
     }
+    if (a->state_load && rg_session_state_load(g->sess, a->state_load, &err)) {
+        fprintf(stderr, "retrograd %s: --state-load: %s\n", g->cmd, err.msg);
+        return 1;
+    }
     g->piece_cap = rg_detok_stream_max_out(g->tok);
     g->piece = malloc(g->piece_cap);
     if (!g->piece) {
@@ -221,6 +240,11 @@ int cmd_generate(int argc, char **argv) {
     if (!rc) rc = open_session(&g, &a, &own);
     if (!rc) {
         rc = a.chat ? gen_chat(&g, &own.tmpl) : gen_one_shot(&g, input, len, own.have_tmpl ? &own.tmpl : NULL);
+        rg_error err = {0};
+        if (!rc && a.state_save && rg_session_state_save(g.sess, a.state_save, &err)) {
+            fprintf(stderr, "retrograd %s: --state-save: %s\n", g.cmd, err.msg);
+            rc = 1;
+        }
         if (a.profile) {
             fprintf(stderr, "retrograd %s: ", g.cmd);
             rg_exec_profile_print(&own.prof, stderr);

@@ -145,19 +145,23 @@ void gen_print_stats(gen *g, const turn_stats *ts) {
     g->last_newline = true;
 }
 
-// Fits a prompt of n tokens into the context: an error, or with --truncate its last part.
+// Fits a prompt of n tokens into the context after the n_past cached (loaded) ones: an error, or with --truncate
+// its last part.
 static rg_status fit_prompt(gen *g, int32_t *ids, size_t *n, rg_error *err) {
-    if ((int64_t)*n < g->n_ctx) return RG_OK;
-    if (g->n_ctx < 2) return rg_fail(err, RG_ERR_ARG, "-c %" PRId64 " leaves no room to generate", g->n_ctx);
+    const int64_t n_past = rg_session_n_past(g->sess), ctx = g->n_ctx - n_past;  // the room left
+    if ((int64_t)*n < ctx) return RG_OK;
+    if (ctx < 2)
+        return rg_fail(err, RG_ERR_ARG, "-c %" PRId64 " leaves no room to generate%s", g->n_ctx,
+                       n_past ? " after the loaded state's tokens" : "");
     if (!g->truncate)
         return rg_fail(err, RG_ERR_ARG,
-                       "the prompt is %zu tokens but the context (-c) holds %" PRId64 " and at least one more is "
+                       "the prompt is %zu tokens but the context (-c) holds %" PRId64 "%s and at least one more is "
                        "needed to generate: use a larger -c, a shorter prompt, or --truncate to keep its end",
-                       *n, g->n_ctx);
+                       *n, ctx, n_past ? " after the loaded state's tokens" : "");
     // keep room for -n tokens, but for no more than half the context
-    int64_t room = g->n_predict >= 0 && g->n_predict < g->n_ctx / 2 ? g->n_predict : g->n_ctx / 2;
+    int64_t room = g->n_predict >= 0 && g->n_predict < ctx / 2 ? g->n_predict : ctx / 2;
     if (room < 1) room = 1;
-    size_t keep = (size_t)(g->n_ctx - room);
+    size_t keep = (size_t)(ctx - room);
     size_t head = g->add_bos && *n > 0 && ids[0] == g->info->bos ? 1 : 0;  // a BOS stays first
     memmove(ids + head, ids + (*n - (keep - head)), (keep - head) * sizeof *ids);
     fprintf(stderr, "retrograd %s: note: the prompt of %zu tokens was cut to its last %zu to fit -c %" PRId64 "\n",
@@ -183,7 +187,8 @@ int gen_one_shot(gen *g, const char *text, size_t len, const rg_chat_template *t
     }
     int32_t *ids = NULL;
     size_t n = 0;
-    rg_status st = gen_tokenize(g, in, in_len, g->add_bos, &ids, &n, &err);
+    // After a loaded state the prompt continues its sequence: no BOS.
+    rg_status st = gen_tokenize(g, in, in_len, g->add_bos && rg_session_n_past(g->sess) == 0, &ids, &n, &err);
     rg_chat_rendered_free(&r);
     if (!st && n == 0) st = rg_fail(&err, RG_ERR_ARG, "the prompt is empty (no tokens)");
     if (!st) st = fit_prompt(g, ids, &n, &err);

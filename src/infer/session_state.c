@@ -1,0 +1,395 @@
+// session_state.c - see session_state.h. The file, every integer little-endian (the byte order of the machines
+// we build for, x86-64 and AArch64, so values are copied as they lie in memory), no padding:
+//
+//   offset        bytes  field
+//        0            8  magic "RGSTATE\0"
+//        8            4  u32 format version (STATE_FORMAT_VERSION): this layout of the file
+//       12            4  u32 state layout version (RG_STATE_LAYOUT_VERSION, model/state.h): the buffers' layout
+//       16            4  u32 flags: bit 0, the recurrent state was lost (never written so by this build; refused)
+//       20            4  u32 the per-token buffers' type (rg_type: F16 or F32)
+//       24           32  the architecture's name, NUL-padded
+//       56           48  i64 n_layer, n_embd, n_vocab, n_head, n_head_kv, head_dim (the largest layer's heads)
+//      104            8  u64 the weights' hash (weights_hash)
+//      112            8  i64 the saving session's n_ctx
+//      120            8  i64 n_past
+//      128            4  u32 sequences in the file (1)
+//      132            4  u32 reserved, 0
+//      136            8  u64 the LoRA adapter's hash (adapter_hash; 0: none)
+//      144  24 x n_layer  per layer: u32 mixer kind, u32 ffn kind (rg_layer_kind), i64 n_head, i64 n_head_kv
+//   then for every layer, every buffer of the layer in model/state.h's order, a record:
+//                    32  u32 layer, u32 buffer, u32 per_token, u32 type, u64 run_bytes, u64 data bytes
+//                     n  the data. Per-token: for each of the buffer's runs (bytes / (run_bytes * n_ctx): a key
+//                        head, a value column), its rows 0..n_past (n_past * run_bytes bytes), so the file does
+//                        not depend on n_ctx. Per-sequence: the whole buffer.
+//   end - 8           8  u64 FNV-1a of every byte before it
+//
+// Everything that says what the state is comes before its bytes, so a reader checks a file against a session
+// before copying any. A later design (snapshots for rewinds, several sequences) adds its records after these with
+// a new format version; n_seq and the flags leave it room.
+#include "infer/session_state.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/file.h"
+#include "infer/session_internal.h"
+#include "model/layer.h"
+#include "model/lora.h"
+
+#define STATE_MAGIC "RGSTATE"   // 8 bytes with its NUL
+#define STATE_FORMAT_VERSION 1u
+#define STATE_FLAG_LOST 1u
+#define FNV_OFFSET 0xcbf29ce484222325ull
+#define FNV_PRIME 0x100000001b3ull
+
+enum { HEADER_BYTES = 144, LAYER_BYTES = 24, RECORD_BYTES = 32, TRAILER_BYTES = 8, ARCH_BYTES = 32, WEIGHT_SAMPLE = 64 };
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * FNV_PRIME;
+    return h;
+}
+
+// The model's weights, cheaply and deterministically: FNV-1a over every tensor of its GGUF file in the file's
+// order: the tensor's name, type, four dimensions and byte count, and its data's first and last WEIGHT_SAMPLE
+// bytes (all of it when shorter). Another model, another quantization of this one, or a fine-tune that moved a
+// tensor's first or last elements hashes differently; a change only inside every tensor's middle does not. Reads
+// 128 bytes per tensor (a page or two), not the weights, and nothing of the GGUF metadata (the tokenizer's keys
+// do not change the state).
+static uint64_t weights_hash(const rg_model *m) {
+    uint64_t h = FNV_OFFSET;
+    for (uint64_t i = 0; m->file && i < m->file->n_tensors; i++) {
+        const rg_gguf_tensor *t = &m->file->tensors[i];
+        h = fnv1a(h, t->name, strlen(t->name));
+        h = fnv1a(h, &t->type, sizeof t->type);
+        h = fnv1a(h, t->ne, sizeof t->ne);
+        h = fnv1a(h, &t->nbytes, sizeof t->nbytes);
+        if (!t->data) continue;
+        const size_t n = (size_t)t->nbytes, head = n < WEIGHT_SAMPLE ? n : WEIGHT_SAMPLE;
+        const size_t tail = n - head < WEIGHT_SAMPLE ? n - head : WEIGHT_SAMPLE;  // not overlapping the head
+        h = fnv1a(h, t->data, head);
+        h = fnv1a(h, (const uint8_t *)t->data + n - tail, tail);
+    }
+    return h;
+}
+
+// The LoRA adapter the session applies, the same way: FNV-1a over its rank, alpha, targets and the session's
+// scale, then per adapted tensor its name, sizes and the first and last WEIGHT_SAMPLE bytes of A and B. 0 without
+// one (or with a scale of 0: off); a hash of 0 otherwise is taken as 1.
+static uint64_t adapter_hash(const rg_session *s) {
+    const rg_lora *l = s->opts.lora;
+    if (!l || s->opts.lora_scale == 0.0f) return 0;
+    uint64_t h = FNV_OFFSET;
+    h = fnv1a(h, &l->rank, sizeof l->rank);
+    h = fnv1a(h, &l->alpha, sizeof l->alpha);
+    h = fnv1a(h, &l->targets, sizeof l->targets);
+    h = fnv1a(h, &s->opts.lora_scale, sizeof s->opts.lora_scale);
+    for (int64_t i = 0; i < l->n_layer * RG_LORA_N_TARGETS; i++) {
+        const rg_lora_pair *p = &l->pairs[i];
+        if (!p->a) continue;
+        h = fnv1a(h, p->name, strnlen(p->name, sizeof p->name));
+        h = fnv1a(h, &p->n_in, sizeof p->n_in);
+        h = fnv1a(h, &p->n_out, sizeof p->n_out);
+        const float *m[2] = {p->a, p->b};
+        const size_t bytes[2] = {(size_t)(p->n_in * l->rank) * sizeof(float), (size_t)(l->rank * p->n_out) * sizeof(float)};
+        for (int k = 0; k < 2; k++) {
+            const size_t head = bytes[k] < WEIGHT_SAMPLE ? bytes[k] : WEIGHT_SAMPLE;
+            const size_t tail = bytes[k] - head < WEIGHT_SAMPLE ? bytes[k] - head : WEIGHT_SAMPLE;
+            h = fnv1a(h, m[k], head);
+            h = fnv1a(h, (const uint8_t *)m[k] + bytes[k] - tail, tail);
+        }
+    }
+    return h ? h : 1;
+}
+
+static uint8_t *put_u32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); return p + 4; }
+static uint8_t *put_i64(uint8_t *p, int64_t v) { memcpy(p, &v, 8); return p + 8; }
+static uint8_t *put_u64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); return p + 8; }
+static uint32_t get_u32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static int64_t get_i64(const uint8_t *p) { int64_t v; memcpy(&v, p, 8); return v; }
+static uint64_t get_u64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+
+static size_t prefix_bytes(const rg_session *s) { return HEADER_BYTES + LAYER_BYTES * (size_t)s->state.n_layer; }
+
+// The header and the layer table of s's state at position n_past, into p[prefix_bytes(s)].
+static void put_prefix(const rg_session *s, int64_t n_past, uint8_t *p) {
+    const rg_hparams *hp = &s->m->hp;
+    memset(p, 0, prefix_bytes(s));
+    memcpy(p, STATE_MAGIC, 8);
+    p = put_u32(p + 8, STATE_FORMAT_VERSION);
+    p = put_u32(p, RG_STATE_LAYOUT_VERSION);
+    p = put_u32(p, s->state_lost ? STATE_FLAG_LOST : 0);
+    p = put_u32(p, s->state.token_type);
+    memcpy(p, hp->arch_name, strnlen(hp->arch_name, ARCH_BYTES - 1));
+    p += ARCH_BYTES;
+    const int64_t dims[] = {hp->n_layer, hp->n_embd, hp->n_vocab, hp->n_head, hp->n_head_kv, hp->head_dim};
+    for (size_t i = 0; i < sizeof dims / sizeof *dims; i++) p = put_i64(p, dims[i]);
+    p = put_u64(p, weights_hash(s->m));
+    p = put_i64(p, s->opts.n_ctx);
+    p = put_i64(p, n_past);
+    p = put_u32(p, 1);
+    p = put_u32(p, 0);
+    p = put_u64(p, adapter_hash(s));
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        const rg_layer *L = &s->m->layers[il];
+        p = put_u32(p, (uint32_t)L->mixer);
+        p = put_u32(p, (uint32_t)L->ffn);
+        p = put_i64(p, L->n_head);
+        p = put_i64(p, L->n_head_kv);
+    }
+}
+
+// Runs of a per-token buffer (see the layout above); 1 for a per-sequence one.
+static size_t buf_runs(const rg_model_state *st, const rg_layer_state *ls, int j) {
+    return ls->per_token[j] ? ls->bytes[j] / (ls->run_bytes[j] * (size_t)st->n_ctx) : 1;
+}
+
+// Bytes of buffer j's data in a file at position n_past.
+static size_t record_data_bytes(const rg_model_state *st, const rg_layer_state *ls, int j, int64_t n_past) {
+    return ls->per_token[j] ? buf_runs(st, ls, j) * (size_t)n_past * ls->run_bytes[j] : ls->bytes[j];
+}
+
+static void put_record(const rg_model_state *st, int64_t il, int j, int64_t n_past, uint8_t *p) {
+    const rg_layer_state *ls = &st->layers[il];
+    p = put_u32(p, (uint32_t)il);
+    p = put_u32(p, (uint32_t)j);
+    p = put_u32(p, ls->per_token[j]);
+    p = put_u32(p, ls->type[j]);
+    p = put_u64(p, ls->run_bytes[j]);
+    put_u64(p, record_data_bytes(st, ls, j, n_past));
+}
+
+// The whole file's size for s's state at position n_past.
+static size_t file_bytes(const rg_session *s, int64_t n_past) {
+    size_t n = prefix_bytes(s) + TRAILER_BYTES;
+    for (int64_t il = 0; il < s->state.n_layer; il++)
+        for (int j = 0; j < s->state.layers[il].n_bufs; j++)
+            n += RECORD_BYTES + record_data_bytes(&s->state, &s->state.layers[il], j, n_past);
+    return n;
+}
+
+// Writes through the atomic file, hashing what it writes (the trailer's checksum).
+typedef struct hashed_writer {
+    rg_atomic_file af;
+    uint64_t hash;
+} hashed_writer;
+
+static rg_status put(hashed_writer *w, const void *p, size_t n, rg_error *err) {
+    w->hash = fnv1a(w->hash, p, n);
+    return rg_atomic_write(&w->af, p, n, err);
+}
+
+rg_status rg_session_state_save(const rg_session *s, const char *path, rg_error *err) {
+    if (s->state_lost)
+        return rg_fail(err, RG_ERR_ARG, "%s: not saved: the recurrent state of this %s session matches no position "
+                       "(a truncation or a failed evaluation lost it); truncate to 0 and evaluate the sequence again",
+                       path, s->m->hp.arch_name);
+    // On a device the cache and the recurrent state live in the resident copies: the host's bytes first.
+    rg_status st = s->resident ? rg_resident_sync_host(s->resident, err) : RG_OK;
+    if (st) return st;
+    const int64_t n_past = s->n_past;
+    uint8_t *prefix = malloc(prefix_bytes(s));
+    if (!prefix) return rg_fail(err, RG_ERR_NOMEM, "%s: out of memory", path);
+    put_prefix(s, n_past, prefix);
+    hashed_writer w = {.hash = FNV_OFFSET};
+    st = rg_atomic_open(&w.af, path, err);
+    if (!st) st = put(&w, prefix, prefix_bytes(s), err);
+    free(prefix);
+    for (int64_t il = 0; !st && il < s->state.n_layer; il++) {
+        const rg_layer_state *ls = &s->state.layers[il];
+        for (int j = 0; !st && j < ls->n_bufs; j++) {
+            uint8_t rec[RECORD_BYTES];
+            put_record(&s->state, il, j, n_past, rec);
+            st = put(&w, rec, sizeof rec, err);
+            if (!ls->per_token[j]) {
+                if (!st) st = put(&w, ls->buf[j], ls->bytes[j], err);
+                continue;
+            }
+            const size_t run = ls->run_bytes[j], stride = run * (size_t)s->state.n_ctx;
+            for (size_t r = 0; !st && r < buf_runs(&s->state, ls, j); r++)
+                st = put(&w, (const uint8_t *)ls->buf[j] + r * stride, (size_t)n_past * run, err);
+        }
+    }
+    uint8_t trailer[TRAILER_BYTES];
+    put_u64(trailer, w.hash);
+    if (!st) st = rg_atomic_write(&w.af, trailer, sizeof trailer, err);
+    if (!st) return rg_atomic_commit(&w.af, err);
+    rg_atomic_abort(&w.af);
+    return st;
+}
+
+// "another model" errors: field names what differs, with the file's and the session's values.
+static rg_status differs_i64(const char *path, const char *field, int64_t file, int64_t sess, rg_error *err) {
+    return rg_fail(err, RG_ERR_ARG, "%s: saved from another model: its %s is %lld, this session's model's is %lld",
+                   path, field, (long long)file, (long long)sess);
+}
+
+static const char *type_name(uint32_t type) {
+    const char *name = rg_type_get(type)->name;
+    return name ? name : "unknown";
+}
+
+static const char *kind_name(uint32_t k) {
+    const rg_layer_kind_desc *d = k <= RG_KIND_FFN ? rg_layer_kind_get((rg_layer_kind)k) : NULL;
+    return k == RG_KIND_NONE ? "none" : d ? d->name : "unknown";
+}
+
+// The header and the layer table of the file d[size] against s (the fingerprint, the versions, the position);
+// *n_past: the file's.
+static rg_status check_prefix(const rg_session *s, const char *path, const uint8_t *d, size_t size, int64_t *n_past,
+                              rg_error *err) {
+    if (size < 16 || memcmp(d, STATE_MAGIC, 8))
+        return rg_fail(err, RG_ERR_FORMAT, "%s: not a retrograd state file (%s)", path,
+                       size < 8 ? "shorter than the 8 bytes of the magic" : size < 16 ? "truncated after the magic"
+                                                                          : "the magic at offset 0 is not \"RGSTATE\"");
+    if (get_u32(d + 8) != STATE_FORMAT_VERSION)
+        return rg_fail(err, RG_ERR_FORMAT, "%s: format version %u (offset 8); this build reads version %u", path,
+                       get_u32(d + 8), STATE_FORMAT_VERSION);
+    if (get_u32(d + 12) != RG_STATE_LAYOUT_VERSION)
+        return rg_fail(err, RG_ERR_FORMAT, "%s: saved by a build with state layout version %u (offset 12); this "
+                       "build's is %u: the buffers are laid out differently", path, get_u32(d + 12),
+                       RG_STATE_LAYOUT_VERSION);
+    if (size < HEADER_BYTES)
+        return rg_fail(err, RG_ERR_FORMAT, "%s: truncated: %zu bytes, shorter than the %d of the header", path, size,
+                       HEADER_BYTES);
+    const rg_hparams *hp = &s->m->hp;
+    char arch[ARCH_BYTES + 1] = {0};
+    memcpy(arch, d + 24, ARCH_BYTES);
+    if (strcmp(arch, hp->arch_name))
+        return rg_fail(err, RG_ERR_ARG, "%s: saved from another model: its architecture is '%s', this session's "
+                       "model's is '%s'", path, arch, hp->arch_name);
+    static const char *const dim_names[] = {"n_layer", "n_embd", "n_vocab", "n_head", "n_head_kv", "head_dim"};
+    const int64_t dims[] = {hp->n_layer, hp->n_embd, hp->n_vocab, hp->n_head, hp->n_head_kv, hp->head_dim};
+    for (int i = 0; i < 6; i++)
+        if (get_i64(d + 56 + 8 * i) != dims[i]) return differs_i64(path, dim_names[i], get_i64(d + 56 + 8 * i), dims[i], err);
+    if (get_u32(d + 20) != s->state.token_type)
+        return rg_fail(err, RG_ERR_ARG, "%s: its KV cache holds %s tokens, this session's holds %s", path,
+                       type_name(get_u32(d + 20)),
+                       rg_type_get(s->state.token_type)->name);
+    if (size < prefix_bytes(s))
+        return rg_fail(err, RG_ERR_FORMAT, "%s: truncated: %zu bytes, shorter than the %zu of the header and the layer "
+                       "table", path, size, prefix_bytes(s));
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        const uint8_t *p = d + HEADER_BYTES + LAYER_BYTES * (size_t)il;
+        const rg_layer *L = &s->m->layers[il];
+        char field[64];
+        if (get_u32(p) != (uint32_t)L->mixer || get_u32(p + 4) != (uint32_t)L->ffn)
+            return rg_fail(err, RG_ERR_ARG, "%s: saved from another model: its layer %lld is %s + %s, this session's "
+                           "model's is %s + %s", path, (long long)il, kind_name(get_u32(p)), kind_name(get_u32(p + 4)),
+                           kind_name((uint32_t)L->mixer), kind_name((uint32_t)L->ffn));
+        snprintf(field, sizeof field, "layer %lld's n_head", (long long)il);
+        if (get_i64(p + 8) != L->n_head) return differs_i64(path, field, get_i64(p + 8), L->n_head, err);
+        snprintf(field, sizeof field, "layer %lld's n_head_kv", (long long)il);
+        if (get_i64(p + 16) != L->n_head_kv) return differs_i64(path, field, get_i64(p + 16), L->n_head_kv, err);
+    }
+    const uint64_t wh = weights_hash(s->m);
+    if (get_u64(d + 104) != wh)
+        return rg_fail(err, RG_ERR_ARG, "%s: saved from another model: its weights hash (offset 104: every tensor's "
+                       "name, type, shape and first and last %d bytes) is %016llx, this session's model's is %016llx",
+                       path, WEIGHT_SAMPLE, (unsigned long long)get_u64(d + 104), (unsigned long long)wh);
+    const uint64_t ah = adapter_hash(s), file_ah = get_u64(d + 136);
+    if (file_ah != ah)
+        return rg_fail(err, RG_ERR_ARG, "%s: %s (the adapter hash at offset 136 is %016llx, the session's %016llx)",
+                       path, !ah ? "saved with a LoRA adapter, this session applies none"
+                             : !file_ah ? "saved without a LoRA adapter, this session applies one"
+                                        : "saved with another LoRA adapter or scale than this session applies",
+                       (unsigned long long)file_ah, (unsigned long long)ah);
+    const uint32_t flags = get_u32(d + 16);
+    if (flags & STATE_FLAG_LOST)
+        return rg_fail(err, RG_ERR_FORMAT, "%s: its recurrent state is marked lost (flags at offset 16)", path);
+    if (flags || get_u32(d + 128) != 1 || get_u32(d + 132))
+        return rg_fail(err, RG_ERR_FORMAT, "%s: flags 0x%x (offset 16), %u sequences (offset 128), reserved %u "
+                       "(offset 132): this build writes 0, 1, 0", path, flags, get_u32(d + 128), get_u32(d + 132));
+    const int64_t file_ctx = get_i64(d + 112);
+    *n_past = get_i64(d + 120);
+    if (file_ctx <= 0 || *n_past < 0 || *n_past > file_ctx)
+        return rg_fail(err, RG_ERR_FORMAT, "%s: n_past %lld (offset 120) does not fit its context of %lld (offset 112)",
+                       path, (long long)*n_past, (long long)file_ctx);
+    if (*n_past > s->opts.n_ctx)
+        return rg_fail(err, RG_ERR_ARG, "%s: holds %lld tokens, more than this session's context of %lld", path,
+                       (long long)*n_past, (long long)s->opts.n_ctx);
+    return RG_OK;
+}
+
+// The whole file d[size] against s: the prefix, its size, every record's header, the checksum.
+static rg_status check_file(const rg_session *s, const char *path, const uint8_t *d, size_t size, int64_t *n_past,
+                            rg_error *err) {
+    rg_status st = check_prefix(s, path, d, size, n_past, err);
+    if (st) return st;
+    const size_t want = file_bytes(s, *n_past);
+    if (size < want)
+        return rg_fail(err, RG_ERR_FORMAT, "%s: truncated: %zu bytes, the state of %lld tokens of this model takes %zu",
+                       path, size, (long long)*n_past, want);
+    if (size > want)
+        return rg_fail(err, RG_ERR_FORMAT, "%s: %zu trailing bytes after the state's end at offset %zu", path,
+                       size - want, want);
+    size_t off = prefix_bytes(s);
+    for (int64_t il = 0; il < s->state.n_layer; il++) {
+        const rg_layer_state *ls = &s->state.layers[il];
+        for (int j = 0; j < ls->n_bufs; j++) {
+            uint8_t rec[RECORD_BYTES];
+            put_record(&s->state, il, j, *n_past, rec);
+            if (memcmp(d + off, rec, sizeof rec))
+                return rg_fail(err, RG_ERR_FORMAT, "%s: the record at offset %zu is not layer %lld's buffer %d (%s, %s, "
+                               "%zu bytes per token run, %zu bytes)", path, off, (long long)il, j,
+                               ls->per_token[j] ? "per token" : "per sequence", rg_type_get(ls->type[j])->name,
+                               ls->run_bytes[j], record_data_bytes(&s->state, ls, j, *n_past));
+            off += RECORD_BYTES + record_data_bytes(&s->state, ls, j, *n_past);
+        }
+    }
+    const uint64_t sum = fnv1a(FNV_OFFSET, d, want - TRAILER_BYTES);
+    if (get_u64(d + want - TRAILER_BYTES) != sum)
+        return rg_fail(err, RG_ERR_FORMAT, "%s: corrupt: the checksum at offset %zu is %016llx, the bytes before it "
+                       "hash to %016llx", path, want - TRAILER_BYTES,
+                       (unsigned long long)get_u64(d + want - TRAILER_BYTES), (unsigned long long)sum);
+    return RG_OK;
+}
+
+// Copies the checked file's buffers into s's state (rows 0..n_past of the per-token ones) and moves s to n_past.
+static void apply(rg_session *s, const uint8_t *d, int64_t n_past) {
+    const uint8_t *p = d + prefix_bytes(s);
+    for (int64_t il = 0; il < s->state.n_layer; il++) {
+        rg_layer_state *ls = &s->state.layers[il];
+        for (int j = 0; j < ls->n_bufs; j++) {
+            p += RECORD_BYTES;
+            if (!ls->per_token[j]) {
+                memcpy(ls->buf[j], p, ls->bytes[j]);
+                p += ls->bytes[j];
+                continue;
+            }
+            const size_t run = ls->run_bytes[j], stride = run * (size_t)s->state.n_ctx, rows = (size_t)n_past * run;
+            for (size_t r = 0; r < buf_runs(&s->state, ls, j); r++, p += rows)
+                if (rows) memcpy((uint8_t *)ls->buf[j] + r * stride, p, rows);
+        }
+    }
+    s->n_past = n_past;
+    s->state_lost = false;
+}
+
+rg_status rg_session_state_load(rg_session *s, const char *path, rg_error *err) {
+    rg_file_map map;
+    rg_status st = rg_file_map_open(&map, path, err);
+    if (st) return st;
+    int64_t n_past = 0;
+    st = check_file(s, path, map.data, map.size, &n_past, err);
+    if (!st) apply(s, map.data, n_past);
+    rg_file_map_close(&map);
+    // On a device the graphs read the resident copies: upload every buffer that has one (one without a copy is
+    // uploaded from the host bytes when a graph first reads it).
+    for (int64_t il = 0; !st && s->resident && il < s->state.n_layer; il++) {
+        const rg_layer_state *ls = &s->state.layers[il];
+        for (int j = 0; !st && j < ls->n_bufs; j++) {
+            rg_error e = {0};
+            st = rg_resident_refresh(s->resident, ls->buf[j], ls->bytes[j], &e);
+            if (st) {
+                s->n_past = 0;
+                s->state_lost = rg_model_state_recurrent(&s->state);
+                rg_fail(err, st, "%s: loaded, but the upload to the device failed (%s): the session starts over at "
+                        "position 0%s", path, e.msg, s->state_lost ? " with its recurrent state lost" : "");
+            }
+        }
+    }
+    return st;
+}
