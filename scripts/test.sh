@@ -60,6 +60,9 @@ if build_or_fail release build -DRG_WERROR=ON; then
   # A quantized prompt on the emulated int8 tiles: its logits must equal the token-by-token ones as VNNI's do.
   run_suite "test_session q4_0 prompt on the emulated int8 tiles (RG_TILES_EMULATE=1)" env RG_TILES_EMULATE=1 \
     build/test_session q4_0_prompt
+  # BF16 prompts on the emulated BF16 tiles: the session's tiles cache gives the bits of a session without it.
+  run_suite "test_session bf16 prompts' tiles cache on the emulated tiles (RG_TILES_EMULATE=1)" env RG_TILES_EMULATE=1 \
+    build/test_session bf16_prompt_tiles_cache
   run_suite "cli" bash tests/cli/test_cli.sh build
   run_suite "cli help" bash tests/cli/test_cli_help.sh build
   run_suite "cli generate" bash tests/cli/test_cli_generate.sh build

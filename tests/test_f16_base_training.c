@@ -113,15 +113,21 @@ static void check_cuda_tensor_path(const prec_column *gpu) {
              gpu->name, gpu->cell[1][0][0].grad, gpu->cell[0][0][0].grad);
 }
 
-// The CPU-tiles column rounds both operands of every product to BF16, so its gradient gap is of
-// the order of BF16's u whatever the storage: at least u/64 of the storage type shows the column
-// ran the BF16 products (the CPU column's gap is exactly 0).
-static void check_tiles_path(const prec_column *tiles) {
+// The CPU-tiles column rounds both operands of a weight's products to BF16, so its gradient gap is
+// of the order of BF16's u whatever the storage: at least u/64 of the storage type shows the column
+// ran the BF16 products (the CPU column's gap is exactly 0). On make-tiny's qwen2 fixtures (own_qwen2)
+// its BF16 gap is also held to our CUDA column's on the same files through the host execution,
+// 5.8e-3 (the seed's design; docs/BENCHMARKS.md): the tiles' bits are the same on every machine, and
+// rounding the attention's products of two activations too would give 7.4e-3.
+static void check_tiles_path(const prec_column *tiles, bool own_qwen2) {
     for (int t = 0; t < 2; t++) {
         const double u = t ? 0x1p-8 : 0x1p-11, g = tiles->cell[t][0][0].grad;
         RG_CHECK(g >= u / 64, "%s %s: gradient gap %.2e below u/64 = %.1e: did the column run the BF16 products?",
                  tiles->name, t ? "bf16" : "f16", g, u / 64);
     }
+    if (own_qwen2)
+        RG_CHECK(tiles->cell[1][0][0].grad <= 5.8e-3, "%s bf16: gradient gap %.2e above the CUDA column's 5.8e-3",
+                 tiles->name, tiles->cell[1][0][0].grad);
 }
 
 // The table for one architecture's tiny fixtures (arch NULL: qwen2, the seed's, with the
@@ -181,7 +187,7 @@ static void run_arch(const char *arch, int host_opt) {
         for (int mode = 0; mode < 2; mode++) prec_print_table(cols, n_cols, opt, mode, !arch, false, "    ");
     for (int k = 0; k < n_cols; k++) check_column(&cols[k]);
     check_cpu_exact(&cols[0]);
-    if (tiles_col >= 0) check_tiles_path(&cols[tiles_col]);
+    if (tiles_col >= 0) check_tiles_path(&cols[tiles_col], arch == NULL && !getenv("RETRO_TINY_BF16_FIXTURE"));
     if (cuda_col >= 0) check_cuda_tensor_path(&cols[cuda_col]);
     prec_cleanup(dir, paths, made, &b);
 }

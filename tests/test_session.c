@@ -16,6 +16,7 @@
 #include "model/forward.h"
 #include "model/tiny.h"
 #include "cpu/gemm_int8.h"
+#include "cpu/cpu_ops.h"
 #include "cpu/gemm_int8_tiles.h"
 #include "model/quantize.h"
 #include "full_pass.h"
@@ -184,6 +185,49 @@ static void test_q4_0_prompt_matches_decode(void) {
     rg_model_free(m);
     unlink(path);
     free(batch), free(step);
+}
+
+// BF16 weights in prompts on the BF16 tiles (AMX, or emulated under RG_TILES_EMULATE=1; else a skip):
+// the session's tiles cache packs each weight once and later batches read it, with the bits of a
+// session without it (RG_TILES_CACHE_MB=0): a prompt of T, then one of 9 after it, all logits.
+static void test_bf16_prompt_tiles_cache(void) {
+    if (!cpu_prompt_bf16_tiles(RG_TYPE_BF16)) {
+        RG_SKIP("prompts take no BF16 tiles here (no AMX; RG_TILES_EMULATE=1 runs the emulated tiles)");
+        return;
+    }
+    char path[64];
+    rg_model *m = tiny(RG_TYPE_BF16, false, path);
+    RG_REQUIRE(m, "model");
+    const int64_t V = m->hp.n_vocab, N2 = 9;
+    int32_t ids[T + 9];
+    for (int i = 0; i < T + N2; i++) ids[i] = (i * 41 + 3) % (int32_t)V;
+    float *lg[2];
+    rg_tiles_cache_stats tc[2];
+    rg_error err = {0};
+    for (int v = 0; v < 2; v++) {
+        if (v == 0) setenv("RG_TILES_CACHE_MB", "0", 1);
+        else unsetenv("RG_TILES_CACHE_MB");
+        lg[v] = malloc(sizeof(float) * V * (T + N2));
+        rg_session *s;
+        rg_session_opts so = {.n_ctx = 64, .n_threads = 2, .n_batch = T};
+        RG_REQUIRE(rg_session_create(&s, m, &so, &err) == RG_OK, "%s", err.msg);
+        RG_REQUIRE(rg_session_eval(s, ids, T, lg[v], 1, &err) == RG_OK, "%s", err.msg);
+        RG_REQUIRE(rg_session_eval(s, ids + T, N2, lg[v] + (size_t)T * V, 1, &err) == RG_OK, "%s", err.msg);
+        tc[v] = rg_session_tiles_stats(s);
+        rg_session_free(s);
+    }
+    unsetenv("RG_TILES_CACHE_MB");
+    printf("    bf16 prompts on the tiles: without the cache %lld entries; with it %lld weights held (%.2f MiB), "
+           "%lld packs, %lld hits\n", (long long)tc[0].entries, (long long)tc[1].entries, tc[1].bytes / 1048576.0,
+           (long long)tc[1].packs, (long long)tc[1].hits);
+    RG_CHECK(tc[0].entries == 0 && tc[0].cap == 0, "RG_TILES_CACHE_MB=0 kept a cache");
+    RG_CHECK(tc[1].entries > 0 && tc[1].packs == tc[1].entries && tc[1].hits >= tc[1].entries && tc[1].refused == 0,
+             "the cache: %lld entries, %lld packs, %lld hits, %lld refused", (long long)tc[1].entries,
+             (long long)tc[1].packs, (long long)tc[1].hits, (long long)tc[1].refused);
+    RG_CHECK(!memcmp(lg[0], lg[1], sizeof(float) * V * (T + N2)), "the logits with the cache differ from those without");
+    free(lg[0]), free(lg[1]);
+    rg_model_free(m);
+    unlink(path);
 }
 
 // The recurrent architectures (F32 weights): a prompt in one batch against the same tokens one at a time (the
@@ -489,6 +533,7 @@ static const rg_test_case cases[] = {
     RG_TEST(test_cuda_device_sampling),
     RG_TEST(test_f16_tied),
     RG_TEST(test_bf16),
+    RG_TEST(test_bf16_prompt_tiles_cache),
     RG_TEST(test_q4_0_prompt_matches_decode),
     RG_TEST(test_lfm2),
     RG_TEST(test_mamba2),

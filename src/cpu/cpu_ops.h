@@ -82,6 +82,9 @@ rg_status cpu_mul_mat(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 // A training product whose B is `weight`'s bytes (MUL_MAT's weight, OUT_PROD's a, a LINEAR_CE head):
 // rg_gemm_run on the F32 SGEMM, or on RG_SGEMM_BF16 with ctx->bf16_products, through the exec's
 // tiles cache (cpu/tiles_cache.h) when the weight is frozen. The same bits either way.
+// Whether prompts (rg_exec_ctx.int8_activations) multiply weights of this type on the BF16 tiles
+// here (BF16 and F16 on AMX or the emulated tiles): what a session's tiles cache would serve.
+bool cpu_prompt_bf16_tiles(uint32_t weight_type);
 struct rg_gemm_batch;
 rg_status cpu_run_products(rg_exec_ctx *ctx, const rg_node *weight, const struct rg_gemm_batch *bt, void *work,
                            size_t work_size, rg_error *err);

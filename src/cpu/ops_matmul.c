@@ -369,6 +369,10 @@ static bool prompt_bf16_tiles(void) {
     return (p == RG_TILES_AMX && rg_gemm_tiles_amx_built) || p == RG_TILES_EMULATED;
 }
 
+bool cpu_prompt_bf16_tiles(uint32_t weight_type) {
+    return (weight_type == RG_TYPE_BF16 || weight_type == RG_TYPE_F16) && prompt_bf16_tiles();
+}
+
 // The prompt path MUL_MAT may take: a weight type one has, one slice, F32 activations with
 // contiguous columns, and not the dot-product path.
 static mm_prompt_path mul_mat_prompt_path(const rg_tensor *w, const rg_tensor *x, int64_t K, int64_t N) {

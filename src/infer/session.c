@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "cpu/cpu_ops.h"
 #include "cuda/cuda.h"
 #include "graph/backend.h"
 #include "graph/ops.h"
@@ -136,6 +137,16 @@ static void decode_graph_free(decode_graph *d) {
     memset(d, 0, sizeof *d);
 }
 
+// Whether any layer weight takes the BF16 tiles in prompts here (a session's tiles cache serves them).
+static bool prompt_tiles_weights(const rg_model *m) {
+    for (int64_t il = 0; il < m->hp.n_layer; il++)
+        for (int r = 0; r < RG_N_ROLES; r++)
+            if (m->layers[il].t[r] && cpu_prompt_bf16_tiles(m->layers[il].t[r]->type)) return true;
+    return false;
+}
+
+rg_tiles_cache_stats rg_session_tiles_stats(const rg_session *s) { return rg_tiles_cache_get_stats(s->tiles); }
+
 rg_status rg_session_create(rg_session **out, const rg_model *m, const rg_session_opts *opts, rg_error *err) {
     *out = NULL;
     rg_session *s = calloc(1, sizeof *s);
@@ -155,6 +166,10 @@ rg_status rg_session_create(rg_session **out, const rg_model *m, const rg_sessio
     if (!st && s->opts.device == RG_DEVICE_CPU && hp_env && !strcmp(hp_env, "1")) weight_copy_make(&s->wc, m);
     if (!st && s->opts.device == RG_DEVICE_CUDA) st = rg_backend_cuda_create(&s->dev, 0, err);
     if (!st && s->dev) st = rg_resident_create(&s->resident, s->dev, err);
+    if (!st && s->opts.device == RG_DEVICE_CPU && !s->opts.exact_activations && prompt_tiles_weights(m)) {
+        const size_t cap = rg_tiles_cache_default_cap(0, 0);
+        if (cap) st = rg_tiles_cache_create(&s->tiles, cap, err);
+    }
     const char *ds = getenv("RETRO_DEVICE_SAMPLING");
     if (!st && ds && *ds && strcmp(ds, "0") && strcmp(ds, "1"))
         st = rg_fail(err, RG_ERR_ARG, "RETRO_DEVICE_SAMPLING=%.64s: expected 0 (draw on the CPU) or 1 (the default: "
@@ -178,6 +193,7 @@ void rg_session_free(rg_session *s) {
     rg_backend_free(s->dev);
     weight_copy_free(&s->wc);
     rg_exec_mem_free(&s->mem);
+    rg_tiles_cache_free(s->tiles);  // after every exec that read it (the decode graph's, above)
     rg_model_state_free(&s->state);
     rg_threadpool_free(s->pool);
     free(s);
@@ -401,7 +417,7 @@ static rg_status eval_batch(rg_session *s, const int32_t *ids, int64_t n, float 
     if (!st) {
         rg_exec_opts eo = {.pool = s->pool, .device = s->opts.device, .profile = s->opts.profile, .mem = &s->mem,
                            .int8_activations = !s->opts.exact_activations, .backend = s->dev,
-                           .resident = s->resident};
+                           .resident = s->resident, .tiles_cache = s->tiles};
         st = rg_exec_create(&ex, g, &eo, err);
     }
     if (!st) {

@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "cpu/tiles_cache.h"
 #include "graph/exec.h"
 #include "infer/sampler.h"
 #include "model/model.h"
@@ -66,6 +67,10 @@ int64_t rg_session_n_ctx(const rg_session *s);
 // saying so, until a truncation to 0.
 void rg_session_truncate(rg_session *s, int64_t n_past);
 const rg_model *rg_session_model(const rg_session *s);
+// The session's BF16 tiles cache (prompts with BF16/F16 weights on AMX or the emulated tiles: each
+// weight packed once and held, within half of MemAvailable or RG_TILES_CACHE_MB; cpu/tiles_cache.h):
+// what it holds and how often prompts read it. Zeros when it keeps none.
+rg_tiles_cache_stats rg_session_tiles_stats(const rg_session *s);
 // What the single-token graph's executor has done so far (graph/exec.h's counters: its CUDA
 // graph captures and replays under RETRO_CUDA_GRAPHS=1, its copies); zeros before the first
 // single-token step.

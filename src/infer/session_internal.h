@@ -50,6 +50,9 @@ struct rg_session {
     decode_graph dec;   // g == NULL: none
     weight_copy wc;
     rg_exec_mem mem;    // the batch graphs' buffer and scratch, kept between evaluations
+    // Prompts whose BF16/F16 weights take the BF16 tiles (AMX, or emulated): the weights packed once
+    // and held (cpu/tiles_cache.h, within half of MemAvailable or RG_TILES_CACHE_MB), or NULL.
+    struct rg_tiles_cache *tiles;
     // On a device: the backend and the device copies of the weights and the KV cache,
     // shared by every batch's exec (uploaded once; the cache stays on the device).
     rg_backend *dev;

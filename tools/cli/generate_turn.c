@@ -141,6 +141,11 @@ void gen_print_stats(gen *g, const turn_stats *ts) {
     double gr = ts->t_gen > 0 ? (double)ts->n_gen / ts->t_gen : 0;
     fprintf(stderr, "prompt: %" PRId64 " tokens in %.2f s (%.1f tok/s) | generation: %" PRId64 " tokens in %.2f s (%.1f tok/s)\n",
             ts->n_prompt, ts->t_prompt, pr, ts->n_gen, ts->t_gen, gr);
+    const rg_tiles_cache_stats tc = rg_session_tiles_stats(g->sess);
+    if (tc.entries)  // prompts' BF16/F16 weights on the BF16 tiles, packed once (cpu/tiles_cache.h)
+        fprintf(stderr, "bf16 tiles: %" PRId64 " weights held (%.1f MiB), packed once; %" PRId64 " products read them, %" PRId64
+                        " packed their own (over the cap)\n",
+                tc.entries, (double)tc.bytes / 1048576.0, tc.hits, tc.refused);
     fflush(stderr);
     g->last_newline = true;
 }
