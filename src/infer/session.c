@@ -234,6 +234,22 @@ void rg_session_truncate(rg_session *s, int64_t n_past) {
     if (n_past >= 0 && n_past < s->n_past) s->n_past = n_past;
 }
 
+rg_status rg_session_rewind(rg_session *s, int64_t pos, rg_error *err) {
+    if (pos < 0 || pos > s->n_past)
+        return rg_fail(err, RG_ERR_ARG, "session: rewind to position %lld: the sequence holds %lld tokens (0..%lld)",
+                       (long long)pos, (long long)s->n_past, (long long)s->n_past);
+    if (pos == s->n_past) return RG_OK;
+    if (pos > 0 && rg_model_state_recurrent(&s->state))
+        return rg_fail(err, RG_ERR_UNSUPPORTED,
+                       "session: rewind to position %lld of %lld: this model's short-conv/SSM state holds every token and "
+                       "no snapshot of it after token %lld is kept (rewinding a recurrent model to 0 starts over)",
+                       (long long)pos, (long long)s->n_past, (long long)pos);
+    rg_session_truncate(s, pos);
+    if (s->state_lost)  // pos 0 of a recurrent model on a device whose reset did not reach it
+        return rg_fail(err, RG_ERR_IO, "session: rewind to 0: the recurrent state on the device could not be reset");
+    return RG_OK;
+}
+
 // The graph of n tokens at positions n_past.. (logits of the last or all), not planned.
 static rg_status build_graph(rg_session *s, int64_t n, int64_t n_past, bool all, rg_graph **gp, rg_node **ids_n,
                              rg_node **pos_n, rg_node **out, rg_error *err) {

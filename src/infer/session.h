@@ -66,6 +66,14 @@ int64_t rg_session_n_ctx(const rg_session *s);
 // zeroed). Recurrent state cannot be rewound: truncating it to 0 < n_past makes the next evaluation fail,
 // saying so, until a truncation to 0.
 void rg_session_truncate(rg_session *s, int64_t n_past);
+// Rewinds the sequence to its first pos tokens (0 <= pos <= n_past) and drops the rest, as if the
+// evaluations had stopped at pos: the KV cache is cut (its rows from pos on are overwritten by the next
+// evaluation before anything reads them), so continuing gives exactly the bits of a session that made
+// the same evaluations cut at pos. A model with recurrent state (short-conv, SSM layers) rewinds to 0
+// (a fresh sequence) or to n_past (nothing to do); to any other position it is refused, RG_ERR_UNSUPPORTED,
+// until the session keeps state snapshots (issue 26). Refused (RG_ERR_ARG) past the end or below 0,
+// naming both numbers. A refusal changes nothing.
+rg_status rg_session_rewind(rg_session *s, int64_t pos, rg_error *err);
 const rg_model *rg_session_model(const rg_session *s);
 // The session's BF16 tiles cache (prompts with BF16/F16 weights on AMX or the emulated tiles: each
 // weight packed once and held, within half of MemAvailable or RG_TILES_CACHE_MB; cpu/tiles_cache.h):
