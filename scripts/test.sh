@@ -78,7 +78,7 @@ if build_or_fail release build -DRG_WERROR=ON; then
   # (test_cuda_host*, the runtime's own tests, ran above.) The kernel suites run twice: each
   # block's threads in order, then in reverse order (a missing barrier shows in one or the other).
   for t in build/test_cuda build/test_cuda_elementwise build/test_cuda_norm build/test_cuda_train build/test_cuda_dequant \
-           build/test_cuda_quant_mm build/test_cuda_loss_quant build/test_session build/test_session_state build/test_train_device \
+           build/test_cuda_quant_mm build/test_cuda_loss_quant build/test_session build/test_session_state build/test_session_rewind build/test_train_device \
            build/test_device_memory build/test_cuda_train_quant build/test_f16_base_training \
            build/test_sampler; do
     [ -x "$t" ] && run_suite "$(basename "$t") on the host execution of the CUDA code" env RETRO_CUDA_HOST=1 "$t"

@@ -21,25 +21,12 @@
 #include "model/quantize.h"
 #include "full_pass.h"
 #include "rg_test.h"
+#include "session_fixture.h"
 
 enum { T = 24 };
 
 static rg_model *tiny_arch(const char *arch, uint32_t type, bool tied, char *path) {
-    strcpy(path, "/tmp/rg_test_sessionXXXXXX");
-    close(mkstemp(path));
-    const bool quantized = rg_type_get(type)->quantized;  // written in F32, then quantized
-    rg_tiny_config cfg = {.arch = arch, .type = quantized ? RG_TYPE_F32 : type, .seed = 5, .tied = tied};
-    rg_error err = {0};
-    rg_model *m = NULL;
-    rg_quantize_opts qo = {.n_threads = 1, .pure = true};  // every matrix in the type (no Q6_K head)
-    rg_quantize_summary qs;
-    if (rg_tiny_write(&cfg, path, &err) ||
-        (quantized && rg_quantize_file(path, path, rg_type_get(type)->name, &qo, &qs, &err)) ||
-        rg_model_load(&m, path, &err)) {
-        printf("    %s\n", err.msg);
-        return NULL;
-    }
-    return m;
+    return sf_tiny_model(arch, type, 5, tied, path, "session");
 }
 
 static rg_model *tiny(uint32_t type, bool tied, char *path) { return tiny_arch("qwen2", type, tied, path); }

@@ -28,6 +28,7 @@
 #include "model/quantize.h"
 #include "model/tiny.h"
 #include "rg_test.h"
+#include "session_fixture.h"
 
 enum { N_PROMPT = 9, N_SINGLE = 3, N_CONT = 5, N_CTX = 64 };
 
@@ -41,21 +42,7 @@ static void make_ids(int64_t V) {
 }
 
 static rg_model *tiny_model(const char *arch, uint32_t type, uint64_t seed, char *path) {
-    strcpy(path, "/tmp/rg_test_stateXXXXXX");
-    close(mkstemp(path));
-    const bool quantized = rg_type_get(type)->quantized;  // written in F32, then quantized
-    rg_tiny_config cfg = {.arch = arch, .type = quantized ? RG_TYPE_F32 : type, .seed = seed, .tied = true};
-    rg_error err = {0};
-    rg_model *m = NULL;
-    rg_quantize_opts qo = {.n_threads = 1, .pure = true};
-    rg_quantize_summary qs;
-    if (rg_tiny_write(&cfg, path, &err) ||
-        (quantized && rg_quantize_file(path, path, rg_type_get(type)->name, &qo, &qs, &err)) ||
-        rg_model_load(&m, path, &err)) {
-        printf("    %s %s: %s\n", arch, rg_type_get(type)->name, err.msg);
-        return NULL;
-    }
-    return m;
+    return sf_tiny_model(arch, type, seed, true, path, "state");
 }
 
 static rg_session *new_session(const rg_model *m, int64_t n_ctx, rg_device device) {
@@ -76,14 +63,7 @@ static bool eval_prefix(rg_session *s, bool singles) {
 }
 
 // The continuation: 2 tokens in one batch (both logits), then one at a time; every logit into out[V * N_CONT].
-static bool eval_cont(rg_session *s, float *out) {
-    const int64_t V = rg_session_model(s)->hp.n_vocab;
-    rg_error err = {0};
-    rg_status st = rg_session_eval(s, cont_ids, 2, out, 1, &err);
-    for (int i = 2; !st && i < N_CONT; i++) st = rg_session_eval(s, &cont_ids[i], 1, out + (size_t)i * V, 0, &err);
-    if (st) printf("    continuation: %s\n", err.msg);
-    return !st;
-}
+static bool eval_cont(rg_session *s, float *out) { return sf_eval_cont(s, cont_ids, N_CONT, 2, out); }
 
 static bool save(const rg_session *s, const char *path) {
     rg_error err = {0};
@@ -99,18 +79,6 @@ static bool load(rg_session *s, const char *path) {
     return !st;
 }
 
-static unsigned char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)size + 1);
-    *n = b ? fread(b, 1, (size_t)size, f) : 0;
-    fclose(f);
-    return b;
-}
-
 static void write_all(const char *path, const void *b, size_t n) {
     FILE *f = fopen(path, "wb");
     if (!f) return;
@@ -120,7 +88,7 @@ static void write_all(const char *path, const void *b, size_t n) {
 
 static bool same_file(const char *a, const char *b) {
     size_t na = 0, nb = 0;
-    unsigned char *x = read_all(a, &na), *y = read_all(b, &nb);
+    unsigned char *x = sf_read_all(a, &na), *y = sf_read_all(b, &nb);
     bool same = x && y && na == nb && !memcmp(x, y, na);
     free(x), free(y);
     return same;
@@ -232,7 +200,7 @@ static void check_bad_inputs(const char *arch, const char *other_arch, rg_device
     RG_REQUIRE(eval_prefix(s, true), "%s", arch);
 
     size_t n = 0;
-    unsigned char *bytes = read_all(good, &n), *edit = malloc(n + 8);
+    unsigned char *bytes = sf_read_all(good, &n), *edit = malloc(n + 8);
     RG_REQUIRE(bytes && edit && n > 200, "read %s", good);
     const bad_case other_model = {"a file from another architecture", RG_ERR_ARG, "architecture is"};
     expect_refused(s, other, &other_model);
@@ -282,7 +250,7 @@ static void check_bad_inputs(const char *arch, const char *other_arch, rg_device
     signal(SIGXFSZ, old_handler);
     printf("    a save onto a full disk: %s\n", st ? err.msg : "accepted");
     size_t n_after = 0;
-    unsigned char *after = read_all(good, &n_after);
+    unsigned char *after = sf_read_all(good, &n_after);
     RG_CHECK(st == RG_ERR_IO && strstr(err.msg, good) && strstr(err.msg, "failed after") && strstr(err.msg, "bytes"),
              "%s", st ? err.msg : "accepted");
     RG_CHECK(after && n_after == n && !memcmp(after, bytes, n), "the full disk changed %s", good);

@@ -1,0 +1,61 @@
+// session_fixture.h - what the session tests share: a tiny fixture written (F32, F16 or BF16, or
+// written in F32 and quantized, every matrix in the type) and loaded, and a file read whole.
+#ifndef RG_TESTS_SESSION_FIXTURE_H
+#define RG_TESTS_SESSION_FIXTURE_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "infer/session.h"
+#include "model/model.h"
+#include "model/quantize.h"
+#include "model/tiny.h"
+
+// The tiny `arch` model in `type` (seed, tied head), its file at path (a 64-byte buffer, made here);
+// NULL with the reason printed.
+static inline rg_model *sf_tiny_model(const char *arch, uint32_t type, uint64_t seed, bool tied, char *path,
+                                      const char *tag) {
+    snprintf(path, 64, "/tmp/rg_test_%s_XXXXXX", tag);
+    close(mkstemp(path));
+    const bool quantized = rg_type_get(type)->quantized;  // written in F32, then quantized
+    rg_tiny_config cfg = {.arch = arch, .type = quantized ? RG_TYPE_F32 : type, .seed = seed, .tied = tied};
+    rg_error err = {0};
+    rg_model *m = NULL;
+    rg_quantize_opts qo = {.n_threads = 1, .pure = true};  // every matrix in the type (no Q6_K head)
+    rg_quantize_summary qs;
+    if (rg_tiny_write(&cfg, path, &err) ||
+        (quantized && rg_quantize_file(path, path, rg_type_get(type)->name, &qo, &qs, &err)) ||
+        rg_model_load(&m, path, &err)) {
+        printf("    %s %s: %s\n", arch, rg_type_get(type)->name, err.msg);
+        return NULL;
+    }
+    return m;
+}
+
+// A continuation: ids[0..first) in one batch with every logit, then the rest one at a time; every
+// logit into out[n_vocab * n].
+static inline bool sf_eval_cont(rg_session *s, const int32_t *ids, int n, int first, float *out) {
+    const int64_t V = rg_session_model(s)->hp.n_vocab;
+    rg_error err = {0};
+    rg_status st = rg_session_eval(s, ids, first, out, 1, &err);
+    for (int i = first; !st && i < n; i++) st = rg_session_eval(s, &ids[i], 1, out + (size_t)i * V, 0, &err);
+    if (st) printf("    continuation: %s\n", err.msg);
+    return !st;
+}
+
+// The whole file (malloc'd, *n bytes), or NULL.
+static inline unsigned char *sf_read_all(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = size >= 0 ? malloc((size_t)size + 1) : NULL;
+    *n = b ? fread(b, 1, (size_t)size, f) : 0;
+    fclose(f);
+    return b;
+}
+
+#endif
