@@ -84,6 +84,7 @@
 
 #include "base/threadpool.h"
 #include "cpu/gemm_tiles.h"
+#include "cpu/tiles_cache.h"
 #include "cuda/cuda.h"
 #include "bench_gpu_peak.h"
 #include "bench_tile_peak.h"
@@ -403,6 +404,11 @@ static int run_row(const bench_row *row, int steps, double peak_gflops, int thre
                 printf(" (emulated, not a matrix-unit result)");
             else if (row->compute == RG_COMPUTE_AUTO && tiles == RG_TILES_EMULATED)
                 printf("  (RG_TILES_EMULATE=1: auto picks the emulated tiles for BF16 weights: not a matrix-unit result)");
+            if (s->tiles) {  // the frozen base as BF16 tiles (cpu/tiles_cache.h): held once, not counted in the resident sum
+                const rg_tiles_cache_stats tc = rg_tiles_cache_get_stats(s->tiles);
+                printf("  bf16 tiles held %.1f of %.1f MiB wanted (%lld refused)", (double)tc.bytes / 1048576.0,
+                       (double)mem.tiles_wanted / 1048576.0, (long long)tc.refused);
+            }
         }
         if (row->ctx > 0 || row_ctx_given) printf("  context %lld", (long long)T);
         if (bench_device != RG_DEVICE_CPU && peak_nominal_gflops > 0)
