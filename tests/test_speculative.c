@@ -381,12 +381,13 @@ static void test_sampling(void) {
 
 // Which verification batches give the bits of single-token steps, per weight type and batch size (2..9): a
 // product of a batch of N columns runs the single-token dot products on Q8_0 activations while N < 8 for Q4_0
-// (and Q4_1), N < 4 for Q8_0 (cpu/ops_matmul.c's vec_max_n), and the attention over the cache gives the
+// (and Q4_1 on Q8_1 ones), N < 4 for Q8_0 (cpu/ops_matmul.c's vec_max_n), and the attention over the cache gives the
 // decode's bits: those must be bit-identical (memcmp). Past that the SGEMM on F32 activations differs (~1e-2 of
 // the largest logit); F32, F16, BF16 and Q4_K weights differ by a rounding (~1e-7) at every size: printed.
 static void test_batch_bits(void) {
     const struct { uint32_t type; int n_same; } rows[] = {
-        {RG_TYPE_F32, 0}, {RG_TYPE_F16, 0}, {RG_TYPE_BF16, 0}, {RG_TYPE_Q8_0, 3}, {RG_TYPE_Q4_0, 7}, {RG_TYPE_Q4_K, 0},
+        {RG_TYPE_F32, 0}, {RG_TYPE_F16, 0}, {RG_TYPE_BF16, 0}, {RG_TYPE_Q8_0, 3}, {RG_TYPE_Q4_0, 7}, {RG_TYPE_Q4_1, 7},
+        {RG_TYPE_Q4_K, 0},
     };
     for (size_t t = 0; t < sizeof rows / sizeof rows[0]; t++) {
         char path[64];
