@@ -37,6 +37,21 @@ b=$("${g[@]}" -p "$text" --raw -n 32 --seed 5 --draft ngram 2>/dev/null)
 "${g[@]}" -p "$text" --raw -n 12 --temp 0 --draft ngram --state-save "$tmp/spec.state" >/dev/null 2>&1
 cmp -s "$tmp/plain.state" "$tmp/spec.state"; check "--state-save after --draft ngram saves the state of a run without it" $?
 
+# after --state-load the drafts see this run's tokens only; the text is still the text without them
+a=$("${g[@]}" -p " the quick" --raw -n 24 --temp 0 --state-load "$tmp/plain.state" 2>/dev/null)
+b=$("${g[@]}" -p " the quick" --raw -n 24 --temp 0 --state-load "$tmp/plain.state" --draft ngram 2>/dev/null)
+[ -n "$a" ] && [ "$a" = "$b" ]; check "--draft ngram after --state-load gives the text without it" $?
+# on the CUDA device (the host execution of the CUDA code unless RETRO_CUDA_HOST=0 names a GPU): the verification
+# batch's logits come back, the draws on the CPU
+cuda=(env RETRO_CUDA_HOST="${RETRO_CUDA_HOST:-1}" "${g[@]}" --device cuda)
+if "${cuda[@]}" -p "Hi" -n 1 >/dev/null 2>&1; then
+  a=$("${cuda[@]}" -p "$text" --raw -n 24 --temp 0 2>/dev/null)
+  b=$("${cuda[@]}" -p "$text" --raw -n 24 --temp 0 --draft ngram 2>/dev/null)
+  [ -n "$a" ] && [ "$a" = "$b" ]; check "greedy --draft ngram on the CUDA device gives the text without it" $?
+else
+  echo "SKIP greedy --draft ngram on the CUDA device: this build has no CUDA device (not counted)"
+fi
+
 # refusals
 expect "--draft with an unknown drafter"         2 "--draft takes ngram or model" -- "${g[@]}" -p "Hi" --draft tree
 expect "--draft model without a model"           2 "--draft model needs --draft-model" -- "${g[@]}" -p "Hi" --draft model
