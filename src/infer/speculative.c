@@ -151,11 +151,11 @@ static rg_status prefixed(rg_error *err, rg_status st, const char *prefix) {
 }
 static rg_status draft_failed(rg_error *err, rg_status st) { return prefixed(err, st, "the draft model: "); }
 
-// The largest logit's id, ties to the lower id (NaN never wins).
+// The largest logit's id, ties to the lower id (a NaN is passed over: it never stays the best).
 static int32_t argmax(const float *row, int64_t n) {
     int32_t best = 0;
     for (int64_t i = 1; i < n; i++)
-        if (row[i] > row[best]) best = (int32_t)i;
+        if (row[i] > row[best] || row[best] != row[best]) best = (int32_t)i;
     return best;
 }
 
