@@ -67,6 +67,7 @@ if build_or_fail release build -DRG_WERROR=ON; then
   run_suite "cli help" bash tests/cli/test_cli_help.sh build
   run_suite "cli generate" bash tests/cli/test_cli_generate.sh build
   run_suite "cli state" bash tests/cli/test_cli_state.sh build
+  run_suite "cli speculative" bash tests/cli/test_cli_speculative.sh build
   run_suite "cli train" bash tests/cli/test_cli_train.sh build
   run_suite "cli lora" bash tests/cli/test_cli_lora.sh build
   run_suite "cli shapes" bash tests/cli/test_cli_shapes.sh build
@@ -173,6 +174,7 @@ if build_or_fail sanitize build-asan -DCMAKE_BUILD_TYPE=Debug -DRG_SANITIZE=ON -
   run_suite "asan cli" bash tests/cli/test_cli.sh build-asan
   run_suite "asan cli generate" bash tests/cli/test_cli_generate.sh build-asan
   run_suite "asan cli state" bash tests/cli/test_cli_state.sh build-asan
+  run_suite "asan cli speculative" bash tests/cli/test_cli_speculative.sh build-asan
   run_suite "asan cli train" bash tests/cli/test_cli_train.sh build-asan
   run_suite "asan cli lora" bash tests/cli/test_cli_lora.sh build-asan
 fi

@@ -29,6 +29,14 @@
 // drawn (drawn, printed, never evaluated). Only the cache is in the file: the sampler starts afresh (its penalty
 // window sees this run's tokens only). One-shot prompts only, not --chat.
 //
+// --draft ngram|model speculates (infer/speculative.h): a drafter proposes up to --draft-max tokens (default 8),
+// the model verifies them with the last drawn token in one batch and rewinds past the first one it would not
+// have drawn. ngram: prompt lookup (drafts copied from where the context's last tokens occurred before);
+// --draft-model SMALL.gguf (implies model): a small model with the same vocabulary drafts greedily in its own
+// session. Greedy output is the tokens of generation without it wherever the model's logits for a token do not
+// depend on whether it came in a batch (README); with sampling the draws keep the sampler's distribution
+// (speculative sampling) and a seed gives the same text, other text than without --draft. Not with --chat.
+//
 // --chat reads user lines from stdin ("> " on stderr), answers each, and keeps the
 // conversation in the KV cache: each turn evaluates only the text the template adds after
 // the previous answer. /exit or end of input stops it (generate_chat.c).
@@ -44,14 +52,15 @@
 #include "cli.h"
 #include "generate.h"
 #include "infer/session_state.h"
+#include "infer/speculative.h"
 #include "model/lora.h"
 
 // What the command line asks for.
 typedef struct gen_args {
-    const char *model_path, *prompt, *file, *tmpl_name, *state_load, *state_save;
+    const char *model_path, *prompt, *file, *tmpl_name, *state_load, *state_save, *draft, *draft_model;
     cli_loras loras;
     bool chat, raw, no_bos, truncate, verbose, profile;
-    int64_t n_predict, n_ctx, n_threads, repeat_last_n, top_k;
+    int64_t n_predict, n_ctx, n_threads, repeat_last_n, top_k, draft_max;
     rg_device device;
     rg_flash_attn_mode flash;
     rg_sampler_params sp;
@@ -65,13 +74,16 @@ typedef struct gen_owned {
     rg_lora *lora;
     float lora_scale;
     rg_exec_profile prof;
+    rg_model *draft_model;  // --draft-model's, with its tokenizer and session
+    rg_tokenizer *draft_tok;
+    rg_session *draft_sess;
 } gen_owned;
 
 // -1 when a holds a valid command line; otherwise the exit code (0 after --help).
 static int parse_args(gen_args *a, int argc, char **argv) {
     const char *C = "generate";
     *a = (gen_args){.n_predict = 128, .repeat_last_n = 64, .device = RG_DEVICE_CPU, .flash = RG_FLASH_ATTN_AUTO,
-                    .sp = rg_sampler_defaults()};
+                    .sp = rg_sampler_defaults(), .draft_max = 8};
     a->top_k = a->sp.top_k;
     const cli_opt opts[] = {
         CLI_STR('m', "--model", "MODEL.gguf", "the model", &a->model_path),
@@ -104,6 +116,10 @@ static int parse_args(gen_args *a, int argc, char **argv) {
                 "model): the prompt's tokens follow the loaded ones, without a BOS", &a->state_load),
         CLI_STR(0, "--state-save", "FILE", "after generating, save the session's state (the prompt and the tokens "
                 "generated, but the last) to FILE", &a->state_save),
+        CLI_STR(0, "--draft", "ngram|model", "speculative decoding: drafts by prompt lookup (ngram) or by --draft-model, "
+                "verified in one batch (not with --chat)", &a->draft),
+        CLI_STR(0, "--draft-model", "SMALL.gguf", "the draft model (same vocabulary; implies --draft model)", &a->draft_model),
+        CLI_I64(0, "--draft-max", "N", "tokens drafted per verification (default 8)", 1, 256, &a->draft_max),
         CLI_FLAG(0, "--no-bos", "never put a BOS token first", &a->no_bos),
         CLI_FLAG(0, "--raw", "use the text as is, without the chat template", &a->raw),
         CLI_STR(0, "--chat-template", "NAME", "render with a built-in layout instead of the model's template (or for a "
@@ -124,6 +140,23 @@ static int parse_args(gen_args *a, int argc, char **argv) {
     }
     if (a->chat && (a->state_load || a->state_save)) {
         fprintf(stderr, "retrograd %s: --state-load and --state-save work with -p or -f, not --chat\n", C);
+        return 2;
+    }
+    if (a->draft_model && !a->draft) a->draft = "model";
+    const char *bad = NULL;
+    if (a->draft && strcmp(a->draft, "ngram") != 0 && strcmp(a->draft, "model") != 0)
+        bad = "--draft takes ngram or model";
+    else if (a->draft && !strcmp(a->draft, "model") && !a->draft_model)
+        bad = "--draft model needs --draft-model SMALL.gguf";
+    else if (a->draft_model && strcmp(a->draft, "model") != 0)
+        bad = "--draft-model drafts with a model: not with --draft ngram";
+    else if (a->draft && a->chat)
+        bad = "--draft works with -p or -f, not --chat";
+    else if (a->draft_model && a->state_load)
+        bad = "--draft-model cannot follow --state-load (the draft model would not have seen the loaded tokens); "
+              "--draft ngram can";
+    if (bad) {
+        fprintf(stderr, "retrograd %s: %s\n", C, bad);
         return 2;
     }
     a->sp.top_k = (int32_t)a->top_k;
@@ -189,6 +222,32 @@ static int open_model(gen *g, gen_args *a, gen_owned *own) {
     return load_template(g, a, own) ? 0 : 1;
 }
 
+// --draft: the draft model (its vocabulary checked against the model's) and its session, and the speculative
+// decoder; the exit code (0: ready).
+static int open_draft(gen *g, const gen_args *a, gen_owned *own) {
+    rg_error err = {0};
+    rg_spec_opts o = {.kind = RG_DRAFT_NGRAM, .draft_max = a->draft_max};
+    if (a->draft_model) {
+        rg_session_opts so = {.n_ctx = g->n_ctx, .n_threads = (int)a->n_threads, .device = a->device,
+                              .flash_attn = a->flash};
+        if (rg_model_load(&own->draft_model, a->draft_model, &err) ||
+            rg_tokenizer_load(&own->draft_tok, own->draft_model->file, &err) ||
+            rg_spec_vocab_check(g->tok, g->n_vocab, own->draft_tok, own->draft_model->hp.n_vocab, &err) ||
+            rg_session_create(&own->draft_sess, own->draft_model, &so, &err)) {
+            fprintf(stderr, "retrograd %s: --draft-model %s: %s\n", g->cmd, a->draft_model, err.msg);
+            return 1;
+        }
+        o.kind = RG_DRAFT_MODEL;
+        o.draft = own->draft_sess;
+    }
+    g->spec_out = malloc((size_t)(a->draft_max + 1) * sizeof *g->spec_out);
+    if (!g->spec_out || rg_spec_create(&g->spec, g->sess, &o, &err)) {
+        fprintf(stderr, "retrograd %s: --draft: %s\n", g->cmd, g->spec_out ? err.msg : "out of memory");
+        return 1;
+    }
+    return 0;
+}
+
 // The adapters, the session, the sampler and the buffers; the exit code (0: ready).
 static int open_session(gen *g, const gen_args *a, gen_owned *own) {
     int rc = cli_loras_load(g->cmd, &a->loras, g->model, &own->lora, &own->lora_scale);
@@ -206,6 +265,7 @@ static int open_session(gen *g, const gen_args *a, gen_owned *own) {
         fprintf(stderr, "retrograd %s: --state-load: %s\n", g->cmd, err.msg);
         return 1;
     }
+    if (a->draft && open_draft(g, a, own)) return 1;
     g->piece_cap = rg_detok_stream_max_out(g->tok);
     g->piece = malloc(g->piece_cap);
     if (!g->piece) {
@@ -218,6 +278,11 @@ static int open_session(gen *g, const gen_args *a, gen_owned *own) {
 static void close_all(gen *g, gen_owned *own) {
     if (own->have_tmpl) rg_chat_template_free(&own->tmpl);
     free(g->piece);
+    rg_spec_free(g->spec);
+    free(g->spec_out);
+    rg_session_free(own->draft_sess);
+    rg_tokenizer_free(own->draft_tok);
+    rg_model_free(own->draft_model);
     rg_sampler_free(g->smp);
     rg_session_free(g->sess);
     rg_lora_free(own->lora);

@@ -29,6 +29,8 @@ typedef struct gen {
     size_t piece_cap;
     bool last_newline;  // the last byte written to stdout was '\n' (or nothing was written)
     bool verbose_prompt;
+    struct rg_spec *spec;  // --draft: the speculative decoder (infer/speculative.h), or NULL
+    int32_t *spec_out;     // [draft_max + 1]: the tokens of its last verification
 } gen;
 
 typedef struct turn_stats {

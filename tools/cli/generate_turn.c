@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "generate.h"
+#include "infer/speculative.h"
 
 void gen_emit(gen *g, const char *p, int64_t n) {
     if (n <= 0) return;
@@ -111,6 +112,46 @@ static rg_status draw_tokens(gen *g, int32_t id, turn_stats *ts, id_list *reply,
     return RG_OK;
 }
 
+// draw_tokens with --draft: each verification (rg_spec_step) evaluates the last drawn token and the drafts in
+// one batch and gives the tokens that follow it, the kept drafts (already in the sampler's history) and the
+// target's own token; they are streamed one by one under the same stops. A stop inside a verified run leaves
+// the session past the last drawn token: it is rewound there, as draw_tokens leaves it.
+static rg_status draw_tokens_spec(gen *g, int32_t id, turn_stats *ts, id_list *reply, rg_error *err) {
+    rg_detok_stream_init(&g->stream, g->tok, false);
+    g->stream.strip_space = false;
+    int64_t pos = rg_session_n_past(g->sess);  // id's position: it is drawn, not evaluated
+    int64_t n_q = 0, i_q = 0;                  // g->spec_out[i_q..n_q): verified tokens still to stream
+    bool in_history = false;                   // id is already in the sampler's history (a kept draft)
+    rg_status st = RG_OK;
+    for (int64_t i = 0; g->n_predict < 0 || i < g->n_predict; i++) {
+        if (!in_history) rg_sampler_accept(g->smp, id);
+        ts->last = id;
+        if (rg_token_is_eog(g->tok, id)) {
+            ts->eog = true;
+            break;
+        }
+        ts->n_gen++;
+        gen_emit(g, g->piece, rg_detok_stream_push(&g->stream, id, g->piece, g->piece_cap));
+        if (reply && !ids_push(reply, id)) return rg_fail(err, RG_ERR_NOMEM, "out of memory");
+        if (g->n_predict >= 0 && i + 1 >= g->n_predict) break;
+        if (pos >= g->n_ctx) {
+            ts->ctx_full = true;
+            break;
+        }
+        if (i_q == n_q) {  // verify the next drafts; no more than the tokens still wanted
+            int64_t left = g->n_predict < 0 ? INT64_MAX : g->n_predict - (i + 1);
+            if ((st = rg_spec_step(g->spec, id, g->smp, left - 1, g->spec_out, &n_q, err))) return st;
+            i_q = 0;
+        }
+        id = g->spec_out[i_q++];
+        in_history = i_q < n_q;
+        pos++;
+    }
+    gen_emit(g, g->piece, rg_detok_stream_flush(&g->stream, g->piece, g->piece_cap));
+    if (rg_session_n_past(g->sess) > pos) st = rg_session_rewind(g->sess, pos, err);
+    return st;
+}
+
 rg_status gen_run_turn(gen *g, const int32_t *ids, int64_t n, int64_t skip, bool keep_reply, turn_stats *ts,
                        rg_error *err) {
     memset(ts, 0, sizeof *ts);
@@ -125,7 +166,8 @@ rg_status gen_run_turn(gen *g, const int32_t *ids, int64_t n, int64_t skip, bool
     ts->n_prompt = n;
     ts->t_prompt = t1 - t0;
     id_list reply = {NULL, 0, 0};
-    st = draw_tokens(g, first, ts, keep_reply ? &reply : NULL, err);
+    if (g->spec && (st = rg_spec_push(g->spec, ids, n, err))) return st;
+    st = (g->spec ? draw_tokens_spec : draw_tokens)(g, first, ts, keep_reply ? &reply : NULL, err);
     ts->t_gen = cli_now() - t1;
     if (!st && keep_reply) st = decode_reply(g, &reply, ts, err);
     free(reply.ids);
@@ -141,6 +183,13 @@ void gen_print_stats(gen *g, const turn_stats *ts) {
     double gr = ts->t_gen > 0 ? (double)ts->n_gen / ts->t_gen : 0;
     fprintf(stderr, "prompt: %" PRId64 " tokens in %.2f s (%.1f tok/s) | generation: %" PRId64 " tokens in %.2f s (%.1f tok/s)\n",
             ts->n_prompt, ts->t_prompt, pr, ts->n_gen, ts->t_gen, gr);
+    if (g->spec) {
+        const rg_spec_stats ss = rg_spec_get_stats(g->spec);
+        fprintf(stderr, "speculative: %" PRId64 " drafted, %" PRId64 " accepted (%.1f%%) in %" PRId64
+                        " verification batches (%.2f tokens each); generation %.1f tok/s\n",
+                ss.n_drafted, ss.n_accepted, ss.n_drafted ? 100.0 * (double)ss.n_accepted / (double)ss.n_drafted : 0.0,
+                ss.n_steps, ss.n_steps ? (double)(ss.n_accepted + ss.n_steps) / (double)ss.n_steps : 0.0, gr);
+    }
     const rg_tiles_cache_stats tc = rg_session_tiles_stats(g->sess);
     if (tc.entries)  // prompts' BF16/F16 weights on the BF16 tiles, packed once (cpu/tiles_cache.h)
         fprintf(stderr, "bf16 tiles: %" PRId64 " weights held (%.1f MiB), packed once; %" PRId64 " products read them, %" PRId64
