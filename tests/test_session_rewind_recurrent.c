@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cuda/cuda.h"
 #include "infer/session.h"
 #include "infer/session_state.h"
 #include "model/arch.h"
@@ -26,6 +27,7 @@
 enum { N_IDS = 40, N_CTX = 64, N_BATCH = 8, N_CONT = 5, MAX_CALLS = 12, RING = 16 };
 
 static int32_t ids[N_IDS], cont_ids[N_CONT];
+static rg_device device = RG_DEVICE_CPU;  // the sessions' (each test sets it)
 
 static void make_ids(int64_t V) {
     for (int i = 0; i < N_IDS; i++) ids[i] = (int32_t)((i * 37 + 11) % V);
@@ -55,7 +57,7 @@ static rg_session *new_session(const rg_model *m, const char *mode, rg_error *er
     if (mode) setenv("RETRO_RECURRENT_ROLLBACK", mode, 1);
     else unsetenv("RETRO_RECURRENT_ROLLBACK");
     rg_session *s = NULL;
-    rg_session_opts so = {.n_ctx = N_CTX, .n_threads = 2, .n_batch = N_BATCH, .device = RG_DEVICE_CPU};
+    rg_session_opts so = {.n_ctx = N_CTX, .n_threads = 2, .n_batch = N_BATCH, .device = device};
     if (rg_session_create(&s, m, &so, err)) s = NULL;
     unsetenv("RETRO_RECURRENT_ROLLBACK");
     return s;
@@ -286,6 +288,20 @@ static void test_lfm2_q8_0(void) { check_fixture("lfm2", RG_TYPE_Q8_0); }
 static void test_mamba2_f32(void) { check_fixture("mamba2", RG_TYPE_F32); }
 static void test_mamba2_q8_0(void) { check_fixture("mamba2", RG_TYPE_Q8_0); }
 
+// The same on the CUDA device (a GPU, or the host execution of the CUDA code with RETRO_CUDA_HOST=1).
+#define CUDA_CASE(name, arch, type)                                          \
+    static void test_cuda_##name(void) {                                     \
+        char why[256];                                                       \
+        if (rg_cuda_device_count(why, sizeof why) <= 0) RG_SKIP("no CUDA device: %s", why); \
+        device = RG_DEVICE_CUDA;                                             \
+        check_fixture(arch, type);                                           \
+        device = RG_DEVICE_CPU;                                              \
+    }
+CUDA_CASE(lfm2_f32, "lfm2", RG_TYPE_F32)
+CUDA_CASE(lfm2_q8_0, "lfm2", RG_TYPE_Q8_0)
+CUDA_CASE(mamba2_f32, "mamba2", RG_TYPE_F32)
+CUDA_CASE(mamba2_q8_0, "mamba2", RG_TYPE_Q8_0)
+
 // The snapshot memory of n_batch tokens and the ring for convs of C channels and window K-1 (n_conv of them) and
 // SSM layers of NPH floats (n_ssm of them): session_snap.c's plan.
 static int64_t plan_bytes(int64_t n_batch, int64_t n_conv, int64_t C, int64_t K1, int64_t n_ssm, int64_t C_ssm,
@@ -334,7 +350,10 @@ static void test_snapshot_memory(void) {
     unlink(mpath);
 }
 
-static const rg_test_case cases[] = {RG_TEST(test_lfm2_f32),   RG_TEST(test_lfm2_q8_0), RG_TEST(test_mamba2_f32),
-                                     RG_TEST(test_mamba2_q8_0), RG_TEST(test_snapshot_memory), {0}};
+static const rg_test_case cases[] = {
+    RG_TEST(test_lfm2_f32),        RG_TEST(test_lfm2_q8_0),      RG_TEST(test_mamba2_f32),
+    RG_TEST(test_mamba2_q8_0),     RG_TEST(test_snapshot_memory), RG_TEST(test_cuda_lfm2_f32),
+    RG_TEST(test_cuda_lfm2_q8_0),  RG_TEST(test_cuda_mamba2_f32), RG_TEST(test_cuda_mamba2_q8_0),
+    {0}};
 
 int main(int argc, char **argv) { return rg_test_run(argc, argv, cases); }

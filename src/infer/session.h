@@ -71,14 +71,15 @@ void rg_session_truncate(rg_session *s, int64_t n_past);
 // evaluation before anything reads them), so continuing gives exactly the bits of a session that made
 // the same evaluations cut at pos. A model with recurrent state (short-conv, SSM layers) rewinds to 0
 // (a fresh sequence), to n_past (nothing to do), and, when the session was made with
-// RETRO_RECURRENT_ROLLBACK=auto in the environment (CPU sessions), to any position whose state a snapshot
+// RETRO_RECURRENT_ROLLBACK=auto in the environment (CPU and device sessions), to any position whose state a snapshot
 // still holds: inside the last evaluated batch of several tokens, or one of the last 16 single-token steps
 // (infer/session_snap.c); other positions are refused, RG_ERR_UNSUPPORTED, naming the oldest kept one (off,
 // the default, keeps none). Refused (RG_ERR_ARG) past the end or below 0, naming both numbers. A refusal
 // changes nothing. Snapshots after pos are forgotten; a loaded state file forgets them all.
 rg_status rg_session_rewind(rg_session *s, int64_t pos, rg_error *err);
 // Bytes the session holds for recurrent-state snapshots (RETRO_RECURRENT_ROLLBACK=auto), planned at creation
-// from n_batch and the ring of 16 single-token steps; 0 with off, on a device or for a model without recurrent state.
+// from n_batch and the ring of 16 single-token steps (host bytes; on a device the batch's snapshots have device copies
+// too); 0 with off or for a model without recurrent state.
 int64_t rg_session_snapshot_bytes(const rg_session *s);
 const rg_model *rg_session_model(const rg_session *s);
 // The session's BF16 tiles cache (prompts with BF16/F16 weights on AMX or the emulated tiles: each

@@ -44,8 +44,7 @@ typedef struct decode_graph {
 #define SNAP_RING 16  // single-token steps whose state before the step is kept
 typedef struct snap_store {
     bool requested;         // RETRO_RECURRENT_ROLLBACK=auto when the session was made
-    bool on;                // requested, the model has recurrent state and the session runs on the CPU (else
-                            // nothing below is allocated)
+    bool on;                // requested and the model has recurrent state (else nothing below is allocated)
     int64_t cap;            // tokens of a batch kept (n_batch)
     uint8_t *mem;           // one allocation: prev, the ring, then each layer's snap_conv_x and snap_ssm
     size_t bytes;           // of mem

@@ -29,8 +29,10 @@
 // N*P*H per SSM layer. For LFM2 (convs only) and a verification batch of 16 tokens: 16 x C per conv layer
 // against 16 x (K-1) x C for 16 windows.
 //
-// Not built yet: devices (the ring copies host bytes; a device session with auto keeps nothing and its rewinds
-// are refused, naming this), several sequences per session.
+// On a device the batch's snapshots are written and read by graphs there (resident copies of the snapshot
+// buffers; prev is copied on the host after the state is brought back and refreshed there); the ring copies
+// host bytes, so each single-token step first downloads the state (rg_resident_sync_host) and a ring restore
+// uploads it again. Not built yet: several sequences per session.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +53,24 @@ static void copy_seq(rg_session *s, uint8_t *dst, bool save) {
             dst += ls->bytes[j];
         }
     }
+}
+
+// On a device the state lives in the resident copies: brings them to the host bytes (before a copy), or sends the
+// host bytes of every per-sequence buffer there (after one is put back), as session.c's seq_state_upload.
+static rg_status seq_sync_host(rg_session *s, rg_error *err) {
+    return s->resident ? rg_resident_sync_host(s->resident, err) : RG_OK;
+}
+
+static rg_status seq_upload(rg_session *s, rg_error *err) {
+    for (int64_t il = 0; s->resident && il < s->state.n_layer; il++) {
+        const rg_layer_state *ls = &s->state.layers[il];
+        for (int j = 0; j < ls->n_bufs; j++) {
+            if (ls->per_token[j]) continue;
+            rg_status st = rg_resident_refresh(s->resident, ls->buf[j], ls->bytes[j], err);
+            if (st) return st;
+        }
+    }
+    return RG_OK;
 }
 
 // The offset of per-sequence buffer j of layer il in a copy_seq copy.
@@ -87,7 +107,7 @@ rg_status snap_init(rg_session *s, rg_error *err) {
         return rg_fail(err, RG_ERR_ARG, "RETRO_RECURRENT_ROLLBACK=%.64s: expected off (the default: no snapshots) or "
                        "auto (keep snapshots of the recurrent state for exact rewinds)", env);
     sn->requested = env && !strcmp(env, "auto");
-    if (!sn->requested || !rg_model_state_recurrent(&s->state) || s->opts.device != RG_DEVICE_CPU) return RG_OK;
+    if (!sn->requested || !rg_model_state_recurrent(&s->state)) return RG_OK;
     const int64_t L = s->state.n_layer, cap = s->opts.n_batch;
     size_t bytes = (1 + SNAP_RING) * s->state.seq_bytes;
     for (int64_t il = 0; il < L; il++)
@@ -133,8 +153,16 @@ void snap_batch_begin(rg_session *s, int64_t n) {
     snap_store *sn = &s->snap;
     if (!sn->on) return;
     sn->batch_n = -1;  // prev and the buffers are about to be overwritten
-    if (n > sn->cap) return;
+    rg_error ignored;
+    if (n > sn->cap || seq_sync_host(s, &ignored)) return;  // nothing kept for this batch
     copy_seq(s, sn->prev, true);
+    // A device copy of prev's buffers (made by an earlier rewind's graph) is stale now.
+    for (int64_t il = 0; s->resident && il < s->state.n_layer; il++) {
+        const rg_layer_state *ls = &s->state.layers[il];
+        for (int j = 0; j < ls->n_bufs; j++)
+            if (!ls->per_token[j] && rg_resident_refresh(s->resident, sn->prev + seq_offset(s, il, j), ls->bytes[j], &ignored))
+                return;
+    }
     for (int64_t il = 0; il < s->state.n_layer; il++) {
         rg_layer_state *ls = &s->state.layers[il];
         ls->snap_conv_x = sn->conv_x[il], ls->snap_ssm = sn->ssm[il], ls->snap_cap = sn->cap;
@@ -155,7 +183,13 @@ void snap_batch_end(rg_session *s, int64_t n, bool ok) {
 
 void snap_token(rg_session *s) {
     snap_store *sn = &s->snap;
+    rg_error ignored;
     if (!sn->on) return;
+    // On a device: the state brought back first (a download per token: the ring's cost there).
+    if (seq_sync_host(s, &ignored)) {
+        snap_forget_after(sn, s->n_past - 1);  // no entry for this position
+        return;
+    }
     int slot = sn->ring_next;
     for (int i = 0; i < SNAP_RING; i++)
         if (sn->ring_pos[i] == s->n_past) slot = i;  // the same position again (after a rewind): the same state
@@ -211,14 +245,13 @@ rg_status snap_restore(rg_session *s, int64_t pos, rg_error *err) {
                        "session: rewind to position %lld of %lld: this %s model's short-conv/SSM state holds every token "
                        "and no snapshot of it is kept (%s; rewinding to 0 starts over)", (long long)pos,
                        (long long)s->n_past, s->m->hp.arch_name,
-                       !sn->requested ? "RETRO_RECURRENT_ROLLBACK is off: set it to auto before the session is made"
-                                      : "RETRO_RECURRENT_ROLLBACK=auto keeps snapshots on the CPU only, not yet on a device");
+                       "RETRO_RECURRENT_ROLLBACK is off: set it to auto before the session is made");
     if (sn->batch_n >= 0 && pos >= sn->batch_start && pos <= sn->batch_start + sn->batch_n)
         return restore_batch(s, pos - sn->batch_start, err);
     for (int i = 0; i < SNAP_RING; i++)
         if (sn->ring_pos[i] == pos) {
             copy_seq(s, sn->ring + (size_t)i * s->state.seq_bytes, false);
-            return RG_OK;
+            return seq_upload(s, err);
         }
     int64_t oldest = sn->batch_n >= 0 ? sn->batch_start : -1;
     for (int i = 0; i < SNAP_RING; i++)
