@@ -5,6 +5,7 @@
 //     with the same tokens (a batch of 3 with every logit, then single tokens); a fresh session that made the
 //     same calls cut at that position and the same continuation gives the same logits (memcmp), and the two
 //     sessions' state files (rg_session_state_save) after it are byte for byte the same
+//   - rewinds in a row, a rewind into a batch evaluated after a rewind, rg_session_truncate
 //   - refusals, each leaving the session as it was (its continuation gives the bits of a session that never
 //     tried): a position no snapshot holds (names the oldest kept), the default off, a state file loaded (its
 //     snapshots forgotten; a batch evaluated after the load is kept again), and RETRO_RECURRENT_ROLLBACK=yes
@@ -137,7 +138,9 @@ static bool same_continuation(rg_session *a, rg_session *b, const char *what) {
 // only its last batch is kept. f32_only: the fresh session's call cut at pos is a batch of 2 or 3 tokens, whose
 // products of quantized weights take the dot products on Q8_0 activations (ops_matmul.c: N < 4), where the rewound
 // session's batch took the GEMM: without AVX-512 VNNI or AMX those are other bits, the kernels' and not the
-// rewind's (F32 weights give the same bits on either path).
+// rewind's. Likewise F32 weights take the dot products below N = 8 and the SGEMM from 8, whose bits differ: no
+// case here rewinds a batch of 8 or more to fewer than 8 of its tokens (n_batch is 8: a split call's first batch
+// is never the kept one).
 typedef struct rewind_case {
     const char *name;
     int calls[MAX_CALLS];
@@ -177,6 +180,41 @@ static void check_rewinds(const rg_model *m, const char *tag, bool quantized) {
         rg_session_free(a);
         rg_session_free(b);
     }
+}
+
+// Rewinds in a row, and rg_session_truncate (which restores from the snapshots as a rewind does):
+//   - calls {7, 1, 1}, rewind to 8 (the ring), then to 4 (the batch, still kept): a fresh {4}
+//   - calls {7}, rewind to 4, a batch of 7 other tokens, rewind to 9 (into that batch): a fresh {4} then those 5
+// (the batches' sizes stay on one side of the products' kernel choice, N < 8 for F32 and N >= 4 for Q8_0 weights:
+// see rewind_case's f32_only)
+//   - calls {6, 1, 1, 1}, rg_session_truncate to 4: a fresh {4}
+static void check_sequences(const rg_model *m, const char *tag) {
+    static const int c711[MAX_CALLS] = {7, 1, 1}, c7[MAX_CALLS] = {7}, c6111[MAX_CALLS] = {6, 1, 1, 1};
+    char what[160];
+    rg_error err = {0};
+    rg_session *a = new_session(m, "auto", &err), *b = new_session(m, "auto", &err);
+    snprintf(what, sizeof what, "%s two rewinds in a row (9 -> 8 -> 4)", tag);
+    bool ok = a && b && eval_calls(a, c711, N_IDS) && !rg_session_rewind(a, 8, &err) && !rg_session_rewind(a, 4, &err) &&
+              eval_calls(b, c711, 4);
+    RG_CHECK(ok, "%s: %s", what, err.msg);
+    if (ok && same_continuation(a, b, what)) printf("    %-60s logits and state file equal\n", what);
+    rg_session_free(a), rg_session_free(b);
+    a = new_session(m, "auto", &err), b = new_session(m, "auto", &err);
+    snprintf(what, sizeof what, "%s rewind, a new batch, rewind into it (7 -> 4 -> 11 -> 9)", tag);
+    ok = a && b && eval_calls(a, c7, N_IDS) && !rg_session_rewind(a, 4, &err) &&
+         !rg_session_eval(a, ids + 20, 7, NULL, 0, &err) && !rg_session_rewind(a, 9, &err) && eval_calls(b, c7, 4) &&
+         !rg_session_eval(b, ids + 20, 5, NULL, 0, &err);
+    RG_CHECK(ok, "%s: %s", what, err.msg);
+    if (ok && same_continuation(a, b, what)) printf("    %-60s logits and state file equal\n", what);
+    rg_session_free(a), rg_session_free(b);
+    a = new_session(m, "auto", &err), b = new_session(m, "auto", &err);
+    snprintf(what, sizeof what, "%s rg_session_truncate (9 -> 4)", tag);
+    ok = a && b && eval_calls(a, c6111, N_IDS) && eval_calls(b, c6111, 4);
+    if (ok) rg_session_truncate(a, 4);
+    ok = ok && rg_session_n_past(a) == 4;
+    RG_CHECK(ok, "%s: %s", what, err.msg);
+    if (ok && same_continuation(a, b, what)) printf("    %-60s logits and state file equal\n", what);
+    rg_session_free(a), rg_session_free(b);
 }
 
 // A refused rewind leaves the session as it was: its continuation gives the bits of a fresh session that made the
@@ -277,6 +315,7 @@ static void check_fixture(const char *arch, uint32_t type) {
     make_ids(m->hp.n_vocab);
     snprintf(tag, sizeof tag, "%s %s:", arch, rg_type_get(type)->name);
     check_rewinds(m, tag, rg_type_get(type)->quantized);
+    check_sequences(m, tag);
     check_refusals(m, tag);
     check_save_load(m, tag);
     rg_model_free(m);
