@@ -385,6 +385,27 @@ static void test_snapshot_memory(void) {
                  (double)total / (double)state16);
     }
     rg_session_free(s);
+    // rg_session_opts.snapshot_tokens = 3: planned for 3 tokens a batch; a batch of 7 keeps nothing (refused, naming
+    // what is kept), one of 3 is kept.
+    setenv("RETRO_RECURRENT_ROLLBACK", "auto", 1);
+    rg_session_opts so = {.n_ctx = N_CTX, .n_threads = 2, .n_batch = N_BATCH, .snapshot_tokens = 3};
+    s = NULL;
+    rg_status st = rg_session_create(&s, m, &so, &err);
+    unsetenv("RETRO_RECURRENT_ROLLBACK");
+    RG_CHECK(!st, "session: %s", err.msg);
+    make_ids(m->hp.n_vocab);
+    const int64_t want3 = plan_bytes(3, n_conv, m->hp.n_embd, m->hp.n_conv - 1, 0, 0, 0);
+    RG_CHECK(!st && rg_session_snapshot_bytes(s) == want3, "snapshot_tokens 3: %lld bytes, the plan %lld",
+             s ? (long long)rg_session_snapshot_bytes(s) : -1LL, (long long)want3);
+    st = st ? st : rg_session_eval(s, ids, 7, NULL, 0, &err);
+    rg_status r = st ? st : rg_session_rewind(s, 4, &err);
+    RG_CHECK(r == RG_ERR_UNSUPPORTED && strstr(err.msg, "no snapshot"), "a batch of 7 over snapshot_tokens 3: %s",
+             r ? err.msg : "rewound");
+    st = st ? st : rg_session_eval(s, ids + 7, 3, NULL, 0, &err);
+    r = st ? st : rg_session_rewind(s, 8, &err);
+    RG_CHECK(r == RG_OK, "a batch of 3 within snapshot_tokens 3: %s", err.msg);
+    printf("    snapshot_tokens 3: %lld bytes; a batch of 7 keeps none (refused), one of 3 is kept\n", (long long)want3);
+    rg_session_free(s);
     rg_model_free(m);
     unlink(mpath);
 }

@@ -34,6 +34,11 @@ typedef struct rg_session_opts {
     // perplexity --flash-attn). A single token keeps its ATTN_DECODE (or the materialized path of a capped or
     // sliding layer) either way. On a CUDA device auto is off and on is refused: FLASH_ATTN_EXT has no CUDA kernel.
     rg_flash_attn_mode flash_attn;
+    // With RETRO_RECURRENT_ROLLBACK=auto (infer/session_snap.c): the most tokens of a batch whose recurrent-state
+    // snapshots are kept (<= 0: n_batch). A longer batch keeps none (a rewind into it is refused). A speculative
+    // decoder's verification batch (the draft and one token) is what needs them; a mamba2 layer keeps its whole
+    // SSM state per token, so this bounds the memory.
+    int64_t snapshot_tokens;
 } rg_session_opts;
 
 rg_status rg_session_create(rg_session **out, const rg_model *m, const rg_session_opts *opts, rg_error *err);

@@ -2,7 +2,8 @@
 // RETRO_RECURRENT_ROLLBACK=auto (read once at rg_session_create; off, the default, keeps none), and the
 // restore rg_session_rewind runs from them.
 //
-// What is kept (all planned at rg_session_create from n_batch and SNAP_RING, one allocation,
+// What is kept (all planned at rg_session_create from n_batch, or rg_session_opts.snapshot_tokens when smaller, and
+// SNAP_RING, one allocation,
 // rg_session_snapshot_bytes reports it):
 //   - For the last evaluated batch of several tokens (at positions batch_start .. batch_start + n - 1):
 //     prev, a copy of every per-sequence buffer before the batch; per short-conv or SSM layer the batch's conv
@@ -108,7 +109,9 @@ rg_status snap_init(rg_session *s, rg_error *err) {
                        "auto (keep snapshots of the recurrent state for exact rewinds)", env);
     sn->requested = env && !strcmp(env, "auto");
     if (!sn->requested || !rg_model_state_recurrent(&s->state)) return RG_OK;
-    const int64_t L = s->state.n_layer, cap = s->opts.n_batch;
+    const int64_t L = s->state.n_layer;
+    const int64_t cap = s->opts.snapshot_tokens > 0 && s->opts.snapshot_tokens < s->opts.n_batch ? s->opts.snapshot_tokens
+                                                                                                 : s->opts.n_batch;
     size_t bytes = (1 + SNAP_RING) * s->state.seq_bytes;
     for (int64_t il = 0; il < L; il++)
         bytes += (size_t)(conv_channels(s, il) + ssm_floats(s, il)) * (size_t)cap * sizeof(float);
@@ -118,7 +121,7 @@ rg_status snap_init(rg_session *s, rg_error *err) {
     if (!sn->conv_x || !sn->ssm || !sn->mem) {
         snap_free(sn);
         return rg_fail(err, RG_ERR_NOMEM, "session: out of memory for %.1f MiB of recurrent-state snapshots "
-                       "(RETRO_RECURRENT_ROLLBACK=auto, n_batch %lld)", (double)bytes / 1048576.0, (long long)cap);
+                       "(RETRO_RECURRENT_ROLLBACK=auto, %lld tokens a batch)", (double)bytes / 1048576.0, (long long)cap);
     }
     sn->on = true, sn->cap = cap, sn->bytes = bytes;
     sn->prev = sn->mem;
