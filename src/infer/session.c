@@ -478,8 +478,8 @@ static rg_status eval_common(rg_session *s, const int32_t *ids, int64_t n, float
         if (ids[i] < 0 || ids[i] >= V)
             return rg_fail(err, RG_ERR_ARG, "session: token id %d at position %lld is outside the vocabulary of %lld",
                            ids[i], (long long)i, (long long)V);
-    // Recurrent state (short conv, SSM) holds every token seen and cannot be rewound. A call of several tokens
-    // saves it and puts it back when it fails; a single token (generation, where the copy would cost as much as
+    // Recurrent state (short conv, SSM) holds every token seen: it is rewound only from snapshots (session_snap.c,
+    // RETRO_RECURRENT_ROLLBACK=auto). A call of several tokens saves it and puts it back when it fails; a single token (generation, where the copy would cost as much as
     // the step) that fails once its graph ran leaves it lost. Attention layers have nothing to save: rows past
     // n_past are ignored.
     const bool recurrent = rg_model_state_recurrent(&s->state);
