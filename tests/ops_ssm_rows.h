@@ -621,3 +621,166 @@ static void test_ssm_errors(void) {
         rg_graph_free(g);
     }
 }
+
+// ---------------------------------------------------------------------------
+// CONV_RS_GATHER (graph.h): the conv window after the first pos tokens of x. ip: C, n, S, K-1, pos, x's channel
+// offset in a wider leaf (0: x is the leaf, as conv_x reads it).
+
+typedef struct gather_spec {
+    const char *name;
+    int64_t C, n, S, K1, pos, off;
+} gather_spec;
+
+static const gather_spec gather_specs[] = {
+    {"pos 0", 5, 4, 1, 3, 0, 0},           {"pos 2 < K-1", 5, 4, 1, 3, 2, 0}, {"pos n S=2", 6, 7, 2, 2, 7, 0},
+    {"pos 5 strided x", 4, 9, 2, 3, 5, 3}, {"K-1 = 1 pos 1", 3, 1, 1, 1, 1, 0},
+};
+
+static int gen_conv_rs_gather(tcase *c, uint32_t type, int v) {
+    if (v >= (int)(sizeof gather_specs / sizeof *gather_specs)) return 0;
+    const gather_spec *sp = &gather_specs[v];
+    label(c, type, sp->name);
+    c->ip[0] = sp->C, c->ip[1] = sp->n, c->ip[2] = sp->S, c->ip[3] = sp->K1, c->ip[4] = sp->pos, c->ip[6] = sp->off;
+    const int64_t W = sp->off ? sp->off + sp->C + 2 : sp->C;
+    in_rand(c, "x", RG_TYPE_F32, W, sp->n, sp->S, 1, 1.0, false);
+    in_rand(c, "prev", RG_TYPE_F32, sp->C, sp->K1, sp->S, 1, 1.0, false);
+    set_ne(c->out_ne, sp->C, sp->K1, sp->S, 1);
+    return 1;
+}
+
+static int build_conv_rs_gather(rg_graph *g, rg_node *const *in, const tcase *c, rg_node **out) {
+    const conv_dims d = {.C = c->ip[0], .T = c->ip[1], .S = c->ip[2], .off = c->ip[6],
+                         .W = c->ip[6] ? c->ip[6] + c->ip[0] + 2 : c->ip[0]};
+    out[0] = rg_conv_rs_gather(g, conv_x(g, in[0], &d), in[1], c->ip[4]);
+    return 1;
+}
+
+static void ref_conv_rs_gather(const tcase *c, double *const *x, double *y) {
+    const int64_t C = c->ip[0], n = c->ip[1], S = c->ip[2], K1 = c->ip[3], pos = c->ip[4], off = c->ip[6];
+    const int64_t W = off ? off + C + 2 : C;
+    for (int64_t s = 0; s < S; s++)
+        for (int64_t j = 0; j < K1; j++)
+            for (int64_t ch = 0; ch < C; ch++) {
+                const int64_t tau = pos - K1 + j;
+                y[ch + C * (j + K1 * s)] = tau >= 0 ? x[0][off + ch + W * (tau + n * s)] : x[1][ch + C * (K1 + tau + K1 * s)];
+            }
+}
+
+// The snapshots of exact rewind (infer/session_snap.c), bit for bit on the CPU: SSM_SCAN's part 2 (the state
+// after every token, ip[3] = 1) against the final state of the same scan cut after each token, with its parts 0
+// and 1 equal to the plain scan's; CONV_RS_GATHER at every position against SSM_CONV's part 1 of the chunk cut
+// there. P = 24 runs the AVX-512 build's 16 lanes then 8 (AVX2); 2 sequences, a non-zero state, no documents
+// (a session's batches have none).
+static void test_ssm_snapshots(void) {
+    const int64_t P = 24, H = 4, N = 9, G = 2, T = 11, S = 2, D = P * H + 2 * G * N, NPH = N * P * H, K = 4;
+    tcase c;
+    memset(&c, 0, sizeof c);
+    c.seed = 0x5a95;
+    in_rand(&c, "xBC", RG_TYPE_F32, D, T, S, 1, 0.7, false);
+    gen_dt_a(&c, H, T, S, false, false, false);
+    in_rand(&c, "state", RG_TYPE_F32, N, P, H, S, 0.5, false);
+    in_rand(&c, "conv1d", RG_TYPE_F32, K, D, 1, 1, 0.5, false);
+    in_rand(&c, "conv_state", RG_TYPE_F32, D, K - 1, S, 1, 0.5, false);
+    for (int i = 0; i < c.n_in; i++) memcpy(c.in[i].work, c.in[i].bytes, c.in[i].nbytes);
+    const int64_t win = D * (K - 1) * S;  // one conv window of every sequence
+    float *states = malloc(sizeof(float) * (size_t)(NPH * T * S));
+    float *full = malloc(sizeof(float) * (size_t)(P * H * T * S + NPH * S));
+    float *gathers = malloc(sizeof(float) * (size_t)(win * (T + 1)));  // [win, T + 1]: after q tokens
+    int bad = 0;
+    // cut = 0: the whole chunk with snapshots; cut = 1..T: the first cut tokens, plain.
+    for (int64_t cut = 0; cut <= T; cut++) {
+        const int64_t Tc = cut ? cut : T;
+        rg_graph *g = rg_graph_new();
+        rg_node *in[7];
+        for (int i = 0; i < c.n_in; i++) in[i] = rg_leaf(g, c.in[i].name, c.in[i].type, 4, c.in[i].ne, c.in[i].work);
+        // The first Tc tokens of every sequence: views of xBC [D, T, S] and dt [H, T, S].
+        rg_node *xbc = rg_cont(g, rg_view(g, in[0], 3, (int64_t[]){D, Tc, S}, (size_t[]){4, 4 * D, 4 * D * T}, 0));
+        rg_node *dt = rg_cont(g, rg_view(g, in[1], 3, (int64_t[]){H, Tc, S}, (size_t[]){4, 4 * H, 4 * H * T}, 0));
+        rg_node *scan = (cut ? rg_ssm_scan : rg_ssm_scan_snap)(g, xbc, dt, in[2], in[3], NULL, P, N, G);
+        rg_node *conv = rg_ssm_conv(g, xbc, in[4], in[5], NULL);
+        rg_node *gat[12] = {0};
+        for (int64_t q = 0; !cut && q <= T; q++) {
+            gat[q] = rg_conv_rs_gather(g, xbc, in[5], q);
+            if (gat[q]) gat[q]->flags |= RG_NODE_OUTPUT;
+        }
+        rg_error err = {0};
+        rg_exec *ex = NULL;
+        rg_status st = rg_graph_error(g, &err);
+        if (!st) scan->flags |= RG_NODE_OUTPUT, conv->flags |= RG_NODE_OUTPUT;
+        if (!st) st = rg_exec_create(&ex, g, &(rg_exec_opts){.n_threads = 2}, &err);
+        if (!st) st = rg_exec_run(ex, 0, -1, &err);
+        RG_CHECK(st == RG_OK, "cut %lld: %s", (long long)cut, err.msg);
+        if (!st && !cut) {
+            rg_pack p;
+            rg_pack_of(scan, &p);
+            RG_CHECK(p.n_parts == 3 && p.ne[2][0] == NPH && p.ne[2][1] == T, "the snapshot scan has %d parts", p.n_parts);
+            memcpy(states, (float *)scan->t.data + p.off[RG_SSM_SCAN_STATES], sizeof(float) * (size_t)(NPH * T * S));
+            memcpy(full, scan->t.data, sizeof(float) * (size_t)(P * H * T * S + NPH * S));
+            for (int64_t q = 0; q <= T; q++) memcpy(gathers + win * q, gat[q]->t.data, sizeof(float) * (size_t)win);
+            RG_CHECK(!memcmp(gathers, c.in[5].work, sizeof(float) * (size_t)win), "the window after 0 tokens is not prev");
+        }
+        if (!st && cut) {
+            rg_pack p;
+            rg_pack_of(scan, &p);
+            const float *fin = (const float *)scan->t.data + p.off[RG_SSM_SCAN_STATE];
+            for (int64_t s = 0; s < S; s++)
+                if (memcmp(fin + NPH * s, states + NPH * (cut - 1 + T * s), sizeof(float) * (size_t)NPH)) {
+                    bad++;
+                    RG_CHECK(false, "sequence %lld: the state after token %lld differs from the scan cut there",
+                             (long long)s, (long long)(cut - 1));
+                }
+            rg_pack pc;
+            rg_pack_of(conv, &pc);
+            if (memcmp((const float *)conv->t.data + pc.off[RG_SSM_CONV_STATE], gathers + win * cut,
+                       sizeof(float) * (size_t)win)) {
+                bad++;
+                RG_CHECK(false, "conv_rs_gather at %lld differs from the conv's window of the chunk cut there",
+                         (long long)cut);
+            }
+            if (cut == T)
+                RG_CHECK(!memcmp(scan->t.data, full, sizeof(float) * (size_t)(P * H * T * S + NPH * S)),
+                         "the snapshot scan's y and final state differ from the plain scan's");
+        }
+        rg_exec_free(ex);
+        rg_graph_free(g);
+    }
+    RG_CHECK(!memcmp(c.in[5].work, c.in[5].bytes, c.in[5].nbytes), "conv_rs_gather wrote its prev");
+    // The CUDA kernels (a GPU, or the host execution of the CUDA code): the snapshot scan's whole packed output and
+    // the gathers, the CPU's bits.
+    char why[256];
+    if (rg_cuda_device_count(why, sizeof why) > 0) {
+        rg_graph *g = rg_graph_new();
+        rg_node *in[7];
+        for (int i = 0; i < c.n_in; i++) in[i] = rg_leaf(g, c.in[i].name, c.in[i].type, 4, c.in[i].ne, c.in[i].work);
+        rg_node *out[13];
+        out[0] = rg_ssm_scan_snap(g, in[0], in[1], in[2], in[3], NULL, P, N, G);
+        for (int64_t q = 0; q <= T; q++) out[1 + q] = rg_conv_rs_gather(g, in[0], in[5], q);
+        rg_error err = {0};
+        rg_status st = rg_graph_error(g, &err);
+        for (int k = 0; !st && k < 2 + T; k++) out[k]->flags |= RG_NODE_OUTPUT;
+        rg_exec *ex = NULL;
+        if (!st) st = rg_exec_create(&ex, g, &(rg_exec_opts){.n_threads = 1, .device = RG_DEVICE_CUDA}, &err);
+        if (!st) st = rg_exec_run(ex, 0, -1, &err);
+        const int64_t total = P * H * T * S + NPH * S + NPH * T * S;
+        float *got = malloc(sizeof(float) * (size_t)(total + win * (T + 1)));
+        if (!st) st = rg_exec_read(ex, out[0], got, sizeof(float) * (size_t)total, &err);
+        for (int64_t q = 0; !st && q <= T; q++)
+            st = rg_exec_read(ex, out[1 + q], got + total + win * q, sizeof(float) * (size_t)win, &err);
+        RG_CHECK(st == RG_OK, "cuda: %s", err.msg);
+        const bool same = !st && !memcmp(got, full, sizeof(float) * (size_t)(P * H * T * S + NPH * S)) &&
+                          !memcmp(got + P * H * T * S + NPH * S, states, sizeof(float) * (size_t)(NPH * T * S)) &&
+                          !memcmp(got + total, gathers, sizeof(float) * (size_t)(win * (T + 1)));
+        RG_CHECK(st || same, "cuda: the snapshot scan or the gathers differ from the CPU's bits");
+        printf("    cuda: the snapshot scan (y, final state, states) and the gathers %s the CPU's\n",
+               same ? "equal, bit for bit," : "DIFFER from");
+        free(got);
+        rg_exec_free(ex);
+        rg_graph_free(g);
+    } else {
+        printf("    cuda: not run (%s)\n", why);
+    }
+    printf("    the state after each of %lld tokens of 2 sequences and conv_rs_gather at 0..%lld: %s the final states "
+           "of the scan and the conv cut there\n", (long long)T, (long long)T, bad ? "DIFFER from" : "equal, bit for bit,");
+    free(states), free(full), free(gathers);
+    free_case(&c);
+}

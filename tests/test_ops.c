@@ -53,6 +53,7 @@
 #include "graph/backend.h"
 #include "graph/exec.h"
 #include "graph/ops.h"
+#include "graph/pack.h"
 #include "rg_test.h"
 #include "tensor/quant/quant.h"
 
@@ -1728,6 +1729,8 @@ static const op_entry entries[RG_OP_COUNT] = {
     [RG_OP_SSM_DT] = {T_F32, gen_ssm_dt, build_ssm_dt, ref_ssm_dt, NULL, M_ELEM, 2.4e-7, false},
     [RG_OP_SSM_SCAN] = {T_F32, gen_ssm_scan, build_ssm_scan, ref_ssm_scan, NULL, M_NORM, 2e-6, true},
     [RG_OP_SSM_SCAN_BACK] = {T_F32, gen_ssm_scan_back, build_ssm_scan_back, ref_ssm_scan_back, NULL, M_NORM, 2e-6, true},
+    // a copy: exact, and the CUDA kernel's bits are the CPU's
+    [RG_OP_CONV_RS_GATHER] = {T_F32, gen_conv_rs_gather, build_conv_rs_gather, ref_conv_rs_gather, NULL, M_ELEM, 0, true},
     // flash attention (ops_flash_rows.h): f32 dot products of Dh <= 512 terms in 8 lanes, the 2-ulp exp, sums of
     // Tk <= 200 weighted values (the weights sum to 1): o and lse 1e-6 (seen: 1.7e-7); the backward's sums of as
     // many products over the query rows and GQA heads: 2e-6 (seen: 5.2e-7). The CUDA kernels (ops_flash.cu) sum in
@@ -2297,7 +2300,7 @@ static void test_cuda_parity(void) {
     X(cross_entropy_loss, CROSS_ENTROPY_LOSS) X(cross_entropy_loss_back, CROSS_ENTROPY_LOSS_BACK)                  \
     X(adamw, ADAMW) X(sgd, SGD) X(cpy_into, CPY_INTO) X(linear_ce, LINEAR_CE) X(linear_ce_back, LINEAR_CE_BACK) \
     X(attn_decode, ATTN_DECODE) X(ssm_conv, SSM_CONV) X(ssm_conv_back, SSM_CONV_BACK) X(ssm_dt, SSM_DT)             \
-    X(ssm_scan, SSM_SCAN) X(ssm_scan_back, SSM_SCAN_BACK) X(flash_attn_ext, FLASH_ATTN_EXT)                       \
+    X(ssm_scan, SSM_SCAN) X(ssm_scan_back, SSM_SCAN_BACK) X(conv_rs_gather, CONV_RS_GATHER) X(flash_attn_ext, FLASH_ATTN_EXT)                       \
     X(flash_attn_back, FLASH_ATTN_BACK) X(sumsq, SUMSQ) X(clip_coef, CLIP_COEF)
 
 #define X_FN(lc, UC) \
@@ -2423,7 +2426,7 @@ static void test_linear_ce_unfused(void) {
 
 #define X_CASE(lc, UC) {#lc, test_##lc},
 static const rg_test_case cases[] = {RG_TEST(test_table),          OP_LIST(X_CASE) RG_TEST(test_linear_ce_unfused),
-                                     RG_TEST(test_ssm_scan_sequential), RG_TEST(test_ssm_errors),
+                                     RG_TEST(test_ssm_scan_sequential), RG_TEST(test_ssm_snapshots), RG_TEST(test_ssm_errors),
                                      RG_TEST(test_flash_attn_bits),      RG_TEST(test_flash_attn_materialized),
                                      RG_TEST(test_flash_attn_errors),    RG_TEST(test_perf_costs),
                                      RG_TEST(test_cuda_parity),          {0}};

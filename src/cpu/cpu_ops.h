@@ -118,6 +118,8 @@ rg_status cpu_ssm_scan(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 size_t cpu_ssm_scan_work(const rg_node *n, int n_threads);
 rg_status cpu_ssm_scan_back(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 size_t cpu_ssm_scan_back_work(const rg_node *n, int n_threads);
+// ops_ssm.c: CONV_RS_GATHER (the conv window after a chunk's first pos tokens, graph.h)
+rg_status cpu_conv_rs_gather(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 // ops_flash.c: FLASH_ATTN_EXT and FLASH_ATTN_BACK (graph.h, flash attention; training.md §6)
 rg_status cpu_flash_attn_ext(rg_exec_ctx *ctx, rg_node *n, rg_error *err);
 size_t cpu_flash_attn_ext_work(const rg_node *n, int n_threads);

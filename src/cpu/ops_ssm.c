@@ -110,6 +110,26 @@ rg_status cpu_ssm_conv(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     return RG_OK;
 }
 
+// CONV_RS_GATHER: column j of sequence s is u(pos-(K-1)+j), from x's column or prev's (a copy).
+rg_status cpu_conv_rs_gather(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
+    (void)ctx;
+    rg_status st;
+    const rg_tensor *x = &n->src[0]->t, *prev = &n->src[1]->t;
+    const int64_t C = x->ne[0], T = x->ne[1], S = x->ne[2], K1 = prev->ne[1], pos = n->ip[0];
+    if ((st = cpu_ssm_check(rg_op_name(RG_OP_CONV_RS_GATHER), n, 1, C * K1 * S, err))) return st;
+    if (pos < 0 || pos > T || (x->nb[0] != sizeof(float) && C > 1))
+        return rg_fail(err, RG_ERR_ARG, "conv_rs_gather '%s': position %lld outside 0..%lld, or x without packed rows",
+                       n->t.name, (long long)pos, (long long)T);
+    for (int64_t s = 0; s < S; s++)
+        for (int64_t j = 0; j < K1; j++) {
+            const int64_t tau = pos - K1 + j;  // u(tau): x's column tau, or prev's column K-1+tau
+            const float *col = tau >= 0 ? (const float *)((const char *)x->data + tau * x->nb[1] + s * x->nb[2])
+                                        : (const float *)prev->data + C * ((K1 + tau) + K1 * s);
+            memcpy((float *)n->t.data + C * (j + K1 * s), col, sizeof(float) * (size_t)C);
+        }
+    return RG_OK;
+}
+
 // dx and dstate: units s * (T + K-1) + (tau + K-1), one position tau of sequence s each.
 static void conv_back_rows(void *arg, int ith, int nth) {
     const conv_job *j = arg;

@@ -59,6 +59,7 @@ rg_status cpu_ssm_scan(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
                   .work = ctx->scratch, .work_floats = scan_work_floats(n->ip[1], n->ip[0])};
     j.y = (float *)n->t.data + p.off[RG_SSM_SCAN_Y];
     j.fin = (float *)n->t.data + p.off[RG_SSM_SCAN_STATE];
+    j.states = p.n_parts > RG_SSM_SCAN_STATES ? (float *)n->t.data + p.off[RG_SSM_SCAN_STATES] : NULL;
     const scan_dims *d = &j.d;
     run_rows(ctx->pool, scan_avx512() ? rg_ssm_scan_items_avx512 : scan_avx2() ? rg_ssm_scan_items_avx2 : rg_ssm_scan_items, &j, 4 * d->N * d->P * d->T * d->H * d->S);
     return RG_OK;

@@ -108,6 +108,8 @@ void SCAN_FN(rg_ssm_scan_items)(void *arg, int ith, int nth) {
             float step, decay, slope;
             rg_ssm_dt_values(j->dt[h + d->H * (t + d->T * s)], j->A[h], rg_ssm_starts_doc(seg, t), &step, &decay, &slope);
             scan_step(d, &k, step, decay, S_np, S_np, xs, j->y + d->P * (h + d->H * (t + d->T * s)));
+            // The snapshot of S_t, stored as the final state is (state [N, P, H] of the token's column t + T s).
+            if (j->states) state_store(d, S_np, 1.0f, 0, h, j->states + d->N * d->P * d->H * (t + d->T * s));
         }
         state_store(d, S_np, 1.0f, s, h, j->fin);
     }

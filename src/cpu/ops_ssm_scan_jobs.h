@@ -26,6 +26,7 @@ typedef struct scan_job {
     const float *xbc, *dt, *A, *state;  // [D, T, S], [H, T, S], [H], [N, P, H, S] or NULL
     const rg_node *seg;
     float *y, *fin;                     // parts: [P, H, T, S], [N, P, H, S]
+    float *states;                      // part 2 (ip[3] = 1): [N, P, H, T, S], the state after every token; or NULL
     float *work;                        // per part: S [N][P], xs [P]
     size_t work_floats;
 } scan_job;

@@ -29,7 +29,7 @@
     X(ADAMW, adamw) X(SGD, sgd) X(SUMSQ, sumsq) X(CLIP_COEF, clip_coef)                                     \
     /* ops_ssm.cu */                                                                                        \
     X(SSM_CONV, ssm_conv) X(SSM_CONV_BACK, ssm_conv_back) X(SSM_DT, ssm_dt) X(SSM_SCAN, ssm_scan)           \
-    X(SSM_SCAN_BACK, ssm_scan_back)                                                                         \
+    X(SSM_SCAN_BACK, ssm_scan_back) X(CONV_RS_GATHER, conv_rs_gather)                                       \
     /* ops_flash.cu */                                                                                      \
     X(FLASH_ATTN_EXT, flash_attn_ext) X(FLASH_ATTN_BACK, flash_attn_back)                                   \
     /* ops_gelu_softcap.cu */                                                                               \

@@ -20,10 +20,12 @@
 //                  the position in k order, then the final state's d), and one per (k,
 //                  channel) of dc: the sum over sequences then tokens in double.
 //   SSM_DT         a thread per (head, token).
+//   CONV_RS_GATHER a thread per (channel, column, sequence) of the window: a copy of x's or prev's float.
 //   SSM_SCAN       a block per (sequence, head), a thread per lane p < P holding its
 //                  column S[:, p] in shared memory ([N][P], N*P*4 bytes; above 48 KiB the
 //                  kernel asks for more, up to SSM_MAX_SHARED), the tokens in order, the
-//                  n sums in order: the CPU's loop with p across threads.
+//                  n sums in order: the CPU's loop with p across threads. With snapshots
+//                  (ip[3]) each thread also stores its column after every token (part 2).
 //   SSM_SCAN_BACK  a block per (sequence, head) item, at most SCAN_BACK_BLOCKS blocks
 //                  looping over the items; the CPU's chunks: checkpoints every
 //                  RG_SSM_SCAN_CHUNK tokens and the chunk's states again, in the block's
@@ -106,6 +108,15 @@ __global__ void ssm_conv_kernel(conv_geom g, const float *x, const float *c, con
             if (ok) acc = __fadd_rn(acc, __fmul_rn(w[k], v));
         }
         y[ch + g.C * (t + g.T * s)] = acc;
+    }
+}
+
+// CONV_RS_GATHER: units (ch, j, s) of the window after the first pos tokens; g.K - 1 columns, x's strides.
+__global__ void conv_rs_gather_kernel(conv_geom g, int64_t pos, const float *x, const float *prev, float *out) {
+    const int64_t K1 = g.K - 1, count = g.C * K1 * g.S;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < count; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t ch = e % g.C, j = e / g.C % K1, s = e / g.C / K1, tau = pos - K1 + j;
+        out[e] = tau >= 0 ? x[ch + tau * g.xs1 + s * g.xs2] : prev[ch + g.C * ((K1 + tau) + K1 * s)];
     }
 }
 
@@ -195,7 +206,7 @@ __device__ inline const float *token_row(const scan_geom &g, const float *xbc, i
 
 // SSM_SCAN: a block per item (s, h), thread p < P owning S[:, p] in shared memory [N][P].
 __global__ void ssm_scan_kernel(scan_geom g, const float *xbc, const float *dt, const float *A, const float *state,
-                                const int32_t *seg, float *y, float *fin) {
+                                const int32_t *seg, float *y, float *fin, float *states) {
     RG_SHARED_DYN(float, S_np);  // [N][P]
     const int64_t p = threadIdx.x, N = g.N, P = g.P;
     for (int64_t item = blockIdx.x; item < g.S * g.H; item += gridDim.x) {
@@ -216,6 +227,10 @@ __global__ void ssm_scan_kernel(scan_geom g, const float *xbc, const float *dt, 
                     acc = __fadd_rn(acc, __fmul_rn(v, C[n]));
                 }
                 y[p + P * (h + g.H * (t + g.T * s))] = acc;
+                if (states) {  // part 2 (ip[3] = 1): S_t [N, P, H] of column t + T s, as the final state is stored
+                    float *st_t = states + N * P * (h + g.H * (t + g.T * s));
+                    for (int64_t n = 0; n < N; n++) st_t[n + N * p] = S_np[n * P + p];
+                }
             }
             float *f = fin + N * P * (h + g.H * s);
             for (int64_t n = 0; n < N; n++) f[n + N * p] = S_np[n * P + p];
@@ -396,6 +411,19 @@ rg_status run_ssm_conv(rg_cuda_ctx *ctx, const rg_exec_ctx *c, const rg_node *n,
     return RG_OK;
 }
 
+rg_status run_conv_rs_gather(rg_cuda_ctx *ctx, const rg_exec_ctx *c, const rg_node *n, rg_error *err) {
+    (void)c;
+    (void)err;
+    const rg_tensor *x = &n->src[0]->t;
+    // conv_geom's K is the window's K-1 plus one (the taps of the conv that made it).
+    const conv_geom g = conv_geom{x->ne[0], x->ne[1], x->ne[2], n->src[1]->t.ne[1] + 1, (int64_t)(x->nb[1] / 4),
+                                  (int64_t)(x->nb[2] / 4), 0};
+    RG_LAUNCH(conv_rs_gather_kernel, blocks_for(g.C * (g.K - 1) * g.S), SSM_THREADS, 0, ctx->stream, g, n->ip[0],
+              f32_of(n->src[0]), f32_of(n->src[1]), (float *)n->t.data);
+    CU_LAUNCHED();
+    return RG_OK;
+}
+
 rg_status run_ssm_conv_back(rg_cuda_ctx *ctx, const rg_exec_ctx *c, const rg_node *n, rg_error *err) {
     (void)c;
     rg_pack p, pf;
@@ -445,7 +473,8 @@ rg_status run_ssm_scan(rg_cuda_ctx *ctx, const rg_exec_ctx *c, const rg_node *n,
     const int64_t items = g.S * g.H;
     RG_LAUNCH(ssm_scan_kernel, (unsigned)(items < SSM_MAX_BLOCKS ? items : SSM_MAX_BLOCKS), threads_for(g.P), shared,
               ctx->stream, g, f32_of(n->src[0]), f32_of(n->src[1]), f32_of(n->src[2]), f32_of(n->src[3]),
-              i32_of(n->src[4]), out + p.off[RG_SSM_SCAN_Y], out + p.off[RG_SSM_SCAN_STATE]);
+              i32_of(n->src[4]), out + p.off[RG_SSM_SCAN_Y], out + p.off[RG_SSM_SCAN_STATE],
+              p.n_parts > RG_SSM_SCAN_STATES ? out + p.off[RG_SSM_SCAN_STATES] : (float *)NULL);
     CU_LAUNCHED();
     return RG_OK;
 }
@@ -548,6 +577,10 @@ bool sup_ssm_scan(const rg_node *n) {
            packed_src(n->src[3], RG_TYPE_F32, true) && packed_src(n->src[4], RG_TYPE_I32, true);
 }
 
+bool sup_conv_rs_gather(const rg_node *n) {
+    return out_ok(n) && conv_x_ok(n->src[0]) && packed_src(n->src[1], RG_TYPE_F32, false);
+}
+
 bool sup_ssm_scan_back(const rg_node *n) {
     return out_ok(n) && n->ip[0] <= 1024 && n->ip[1] <= 1024 && scan_back_shared(n) <= SSM_MAX_SHARED &&
            packed_src(n->src[0], RG_TYPE_F32, false) && packed_src(n->src[1], RG_TYPE_F32, false) &&
@@ -558,7 +591,8 @@ bool sup_ssm_scan_back(const rg_node *n) {
 // The cells (RG_CU_CELL, cuda_common.cuh): op, run_/sup_ name, work size.
 #define SSM_CELLS(X)                                                                            \
     X(SSM_CONV, ssm_conv, NULL) X(SSM_CONV_BACK, ssm_conv_back, NULL) X(SSM_DT, ssm_dt, NULL) \
-    X(SSM_SCAN, ssm_scan, NULL) X(SSM_SCAN_BACK, ssm_scan_back, scan_back_work)
+    X(SSM_SCAN, ssm_scan, NULL) X(SSM_SCAN_BACK, ssm_scan_back, scan_back_work)                   \
+    X(CONV_RS_GATHER, conv_rs_gather, NULL)
 #define SSM_CELL_DEFINE(op_, fn_, work_) RG_CU_CELL(fn_)
 SSM_CELLS(SSM_CELL_DEFINE)
 

@@ -135,8 +135,8 @@ static bool ssm_scan_sources(rg_graph *g, const char *op, const rg_node *xbc, co
     return !state || ssm_shape(g, op, state, "state", (const int64_t[4]){N, P, H, S}, "[d_state, head_dim, n_head, n_seqs]");
 }
 
-rg_node *rg_ssm_scan(rg_graph *g, rg_node *xbc, rg_node *dt, rg_node *A, rg_node *state, rg_node *seg,
-                     int64_t head_dim, int64_t d_state, int64_t n_group) {
+static rg_node *ssm_scan(rg_graph *g, rg_node *xbc, rg_node *dt, rg_node *A, rg_node *state, rg_node *seg,
+                         int64_t head_dim, int64_t d_state, int64_t n_group, bool snap) {
     REQUIRE(xbc, dt, A);
     char s[160];
     const char *op = rg_op_name(RG_OP_SSM_SCAN);
@@ -147,7 +147,44 @@ rg_node *rg_ssm_scan(rg_graph *g, rg_node *xbc, rg_node *dt, rg_node *A, rg_node
         return NULL;
     rg_node *src[RG_MAX_SRC] = {contiguous(g, xbc), contiguous(g, dt), contiguous(g, A),
                                 state ? contiguous(g, state) : NULL, seg ? contiguous(g, seg) : NULL};
-    return rg_graph_packed_node(g, RG_OP_SSM_SCAN, src, (const int64_t[8]){head_dim, d_state, n_group});
+    for (int i = 0; snap && i < RG_MAX_SRC; i++)
+        if (src[i] && (src[i]->flags & RG_NODE_NEEDS_GRAD))
+            return fail(g, RG_ERR_UNSUPPORTED, "%s with snapshots: source %d needs a gradient; the states after every "
+                        "token are for inference (exact rewind) and have no backward", op, i);
+    return rg_graph_packed_node(g, RG_OP_SSM_SCAN, src, (const int64_t[8]){head_dim, d_state, n_group, snap ? 1 : 0});
+}
+
+rg_node *rg_ssm_scan(rg_graph *g, rg_node *xbc, rg_node *dt, rg_node *A, rg_node *state, rg_node *seg,
+                     int64_t head_dim, int64_t d_state, int64_t n_group) {
+    return ssm_scan(g, xbc, dt, A, state, seg, head_dim, d_state, n_group, false);
+}
+
+rg_node *rg_ssm_scan_snap(rg_graph *g, rg_node *xbc, rg_node *dt, rg_node *A, rg_node *state, rg_node *seg,
+                          int64_t head_dim, int64_t d_state, int64_t n_group) {
+    return ssm_scan(g, xbc, dt, A, state, seg, head_dim, d_state, n_group, true);
+}
+
+rg_node *rg_conv_rs_gather(rg_graph *g, rg_node *x, rg_node *prev, int64_t pos) {
+    REQUIRE(x, prev);
+    char s1[160], s2[160];
+    const char *op = rg_op_name(RG_OP_CONV_RS_GATHER);
+    if (!need_f32(g, op, prev, "prev") || !need_f32(g, op, x, "x")) return NULL;
+    const int64_t C = x->t.ne[0], n = x->t.ne[1], S = x->t.ne[2], K1 = prev->t.ne[1];
+    if (x->t.ne[3] != 1 || (C > 1 && x->t.nb[0] != sizeof(float)))
+        return fail(g, RG_ERR_ARG, "%s: x %s must be [C, n, n_seqs] with packed rows", op, shape(x, s1));
+    if (K1 < 1 || !ssm_shape(g, op, prev, "prev", (const int64_t[4]){C, K1, S, 1}, "[C, K-1, n_seqs]")) {
+        if (K1 < 1) return fail(g, RG_ERR_ARG, "%s: prev %s holds no column (K-1 >= 1)", op, shape(prev, s1));
+        return NULL;
+    }
+    if (pos < 0 || pos > n)
+        return fail(g, RG_ERR_ARG, "%s: position %lld is outside x %s's 0..%lld tokens", op, (long long)pos,
+                    shape(x, s2), (long long)n);
+    rg_node *out = node_new(g, RG_OP_CONV_RS_GATHER, RG_TYPE_F32, (const int64_t[4]){C, K1, S, 1},
+                            x, contiguous(g, prev), NULL, NULL);
+    if (!out) return NULL;
+    out->ip[0] = pos;
+    out->flags &= ~RG_NODE_NEEDS_GRAD;
+    return out;
 }
 
 rg_node *rg_ssm_scan_back(rg_graph *g, rg_node *d, rg_node *xbc, rg_node *dta, rg_node *A, rg_node *state,

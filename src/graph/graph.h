@@ -101,6 +101,9 @@ typedef enum rg_op {
                              // ip: head_dim P, d_state N, n_group G -> packed [y [P, H, T, S], final state [N, P, H, S]]
     RG_OP_SSM_SCAN_BACK,     // (d like SSM_SCAN's output, xBC, SSM_DT's output, A, state or NULL) ip as SSM_SCAN
                              // -> packed [dxBC, ddt [H, T, S], dA (A's shape), dstate [N, P, H, S]]
+    RG_OP_CONV_RS_GATHER,    // (x [C, n, S] f32 packed rows, prev [C, K-1, S] f32 contiguous) ip[0] pos (0..n)
+                             // -> [C, K-1, S]: the conv window after the first pos tokens of x (rg_conv_rs_gather).
+                             // Inference only (no backward): exact rewind of a conv state (infer/session_snap.c)
     // Flash attention (training.md §6): softmax(softcap(scale q.k) + mask) v without the
     // [Tk, T] scores, one packed output (graph/pack.h); rg_flash_* below has the rules.
     // CPU kernels in cpu/ops_flash.c, CUDA ones in cuda/ops_flash.cu (head_dim <= 512).
@@ -304,6 +307,12 @@ rg_node *rg_ssm_dt(rg_graph *g, rg_node *dt, rg_node *A, rg_node *seg);
 // Mamba-1's per-element A [N, H] is refused.
 rg_node *rg_ssm_scan(rg_graph *g, rg_node *xbc, rg_node *dt, rg_node *A, rg_node *state, rg_node *seg,
                      int64_t head_dim, int64_t d_state, int64_t n_group);
+// The scan with snapshots (ip[3] = 1): also part 2, states [N*P*H, T, S], the state S_t after every token t
+// ([N, P, H] each), written inside the scan's loop as it goes (no second pass; the same values as the final state
+// of a scan of the chunk cut after t: the recurrence runs in t order per head). Inference only: refused when a
+// source needs a gradient. Exact rewind of a recurrent model keeps these (infer/session_snap.c).
+rg_node *rg_ssm_scan_snap(rg_graph *g, rg_node *xbc, rg_node *dt, rg_node *A, rg_node *state, rg_node *seg,
+                          int64_t head_dim, int64_t d_state, int64_t n_group);
 // SSM_SCAN_BACK (training.md §8.2, §8.4): d is the gradient of the whole SSM_SCAN output (y's
 // and the final state's), dta = rg_ssm_dt(dt, A, seg) of the forward's dt, A and seg. Packed:
 // part 0 dxBC (dx, then dB and dC summed over each group's heads), part 1 ddt [H, T, S],
@@ -314,13 +323,23 @@ rg_node *rg_ssm_scan_back(rg_graph *g, rg_node *d, rg_node *xbc, rg_node *dta, r
 rg_node *rg_ssm_part(rg_graph *g, rg_node *packed, int part);
 enum { RG_SSM_CONV_Y = 0, RG_SSM_CONV_STATE = 1 };
 enum { RG_SSM_CONV_BACK_DX = 0, RG_SSM_CONV_BACK_DSTATE = 1, RG_SSM_CONV_BACK_DC = 2 };
-enum { RG_SSM_SCAN_Y = 0, RG_SSM_SCAN_STATE = 1 };
+enum { RG_SSM_SCAN_Y = 0, RG_SSM_SCAN_STATE = 1, RG_SSM_SCAN_STATES = 2 };
 enum { RG_SSM_SCAN_BACK_DXBC = 0, RG_SSM_SCAN_BACK_DDT = 1, RG_SSM_SCAN_BACK_DA = 2, RG_SSM_SCAN_BACK_DSTATE = 3 };
 // How the layers use them (model/layer_conv.c, model/layer_ssm.c): LFM2's short conv (architectures.md §2.5) is
 // Z = C ⊙ part 0 of ssm_conv(B ⊙ X, conv.weight, state, seg); Mamba-2 (§3.3) is xBC' =
 // silu(part 0 of ssm_conv(xBC, conv1d.weight, state, seg) + conv1d.bias), then
 // y = part 0 of ssm_scan(xBC', dt_raw + dt_bias, ssm_a, state, seg) + x ⊙ ssm_d, then the
 // gate and the grouped norm. Part 1 of either op is the next chunk's state.
+//
+// CONV_RS_GATHER: the conv window of SSM_CONV after the first pos tokens of a chunk, from the window before the
+// chunk and the chunk's conv inputs (so a session keeps those instead of a window per token):
+//   x     [C, n, S]    the chunk's conv inputs (SSM_CONV's x), packed rows, any row strides
+//   prev  [C, K-1, S]  the state before the chunk (SSM_CONV's state source as it was), contiguous
+//   pos   ip[0], 0 <= pos <= n
+// -> [C, K-1, S], column j = u(pos-(K-1)+j) with u(tau) = x[:, tau] for tau >= 0, prev[:, K-1+tau] for tau < 0:
+// the last K-1 columns of concat(prev, x[:, 0..pos)), bit-for-bit what SSM_CONV's part 1 gives for a chunk of the
+// first pos tokens without document ids (pos = n: its part 1 for the whole chunk). A copy: no arithmetic.
+rg_node *rg_conv_rs_gather(rg_graph *g, rg_node *x, rg_node *prev, int64_t pos);
 
 // ---------------------------------------------------------------------------
 // Flash attention (training.md §6; the FlashAttention-2 algorithm, on the CPU and CUDA). Names: Dh

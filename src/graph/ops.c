@@ -411,6 +411,7 @@ const rg_op_def rg_op_defs[RG_OP_COUNT] = {
     [RG_OP_SSM_SCAN] = {OP("ssm_scan", cpu_ssm_scan, cpu_ssm_scan_work, plain_f32, F32, bw_ssm_scan, false)},
     [RG_OP_SSM_SCAN_BACK] = {OP("ssm_scan_back", cpu_ssm_scan_back, cpu_ssm_scan_back_work, plain_f32, F32, NULL,
                                 false)},
+    [RG_OP_CONV_RS_GATHER] = {OP("conv_rs_gather", cpu_conv_rs_gather, NULL, plain_f32, F32, NULL, false)},
     // Flash attention (training.md §6). Shape: graph/build_flash.c. CPU: cpu/ops_flash.c. CUDA: cuda/ops_flash.cu
     // (head_dim <= 512; wider nodes run on the CPU). Tests: test_ops.c's rows (tests/ops_flash_rows.h),
     // test_train_flash.c.

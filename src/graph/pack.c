@@ -37,6 +37,9 @@ bool rg_pack_layout(rg_op op, rg_node *const src[RG_MAX_SRC], const int64_t ip[8
         const int64_t P = ip[0], N = ip[1], H = dt->t.ne[0], T = dt->t.ne[1], S = dt->t.ne[2];
         if (op == RG_OP_SSM_SCAN) {
             add_part(p, P, H, T, S);  // y
+            add_part(p, N, P, H, S);  // final state
+            if (ip[3]) add_part(p, N * P * H, T, S, 1);  // the state after every token: [N, P, H] each
+            return true;
         } else {
             add_part(p, xbc->t.ne[0], T, S, 1);  // dxBC
             add_part(p, H, T, S, 1);             // ddt

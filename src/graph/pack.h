@@ -11,6 +11,7 @@
 //   SSM_CONV        0 y [C, T, S]           1 final state [C, K-1, S]
 //   SSM_CONV_BACK   0 dx [C, T, S]          1 dstate [C, K-1, S]    2 dc [K, C]
 //   SSM_SCAN        0 y [P, H, T, S]        1 final state [N, P, H, S]
+//                   (ip[3] = 1: 2 states [N*P*H, T, S], the state after every token)
 //   SSM_SCAN_BACK   0 dxBC [P*H + 2*G*N, T, S]   1 ddt [H, T, S]    2 dA (A's shape)   3 dstate [N, P, H, S]
 //   FLASH_ATTN_EXT  0 o [Dh, H, T, S]       1 lse [T, H, S]
 //   FLASH_ATTN_BACK 0 dq [Dh, T, H, S]      1 dk [Dh, Tk, Hkv, S]   2 dv [Dh, Tk, Hkv, S]

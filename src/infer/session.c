@@ -161,6 +161,8 @@ rg_status rg_session_create(rg_session **out, const rg_model *m, const rg_sessio
                        "yet: use --flash-attn off or auto (the materialized attention) on the device");
     }
     rg_status st = rg_model_state_init(&s->state, m, s->opts.n_ctx, RG_TYPE_F16, err);
+    s->snap.batch_n = -1;
+    if (!st) st = snap_init(s, err);  // after the state (sized from it) and n_batch
     if (!st) st = rg_threadpool_create(&s->pool, opts->n_threads, err);
     const char *hp_env = getenv("RETRO_WEIGHTS_HUGEPAGES");
     if (!st && s->opts.device == RG_DEVICE_CPU && hp_env && !strcmp(hp_env, "1")) weight_copy_make(&s->wc, m);
@@ -194,6 +196,7 @@ void rg_session_free(rg_session *s) {
     weight_copy_free(&s->wc);
     rg_exec_mem_free(&s->mem);
     rg_tiles_cache_free(s->tiles);  // after every exec that read it (the decode graph's, above)
+    snap_free(&s->snap);
     rg_model_state_free(&s->state);
     rg_threadpool_free(s->pool);
     free(s);
@@ -224,14 +227,18 @@ static rg_status seq_state_upload(rg_session *s, rg_error *err) {
 }
 
 void rg_session_truncate(rg_session *s, int64_t n_past) {
+    rg_error ignored;
     if (n_past == 0) {
         rg_model_state_reset(&s->state);  // a fresh sequence
-        rg_error ignored;
         s->state_lost = seq_state_upload(s, &ignored) != RG_OK;  // the next call says the state is lost
     } else if (n_past > 0 && n_past < s->n_past && rg_model_state_recurrent(&s->state)) {
-        s->state_lost = true;  // the recurrent state holds every token: it cannot be rewound
+        // The recurrent state holds every token: back to n_past only from a snapshot (session_snap.c), else lost.
+        if (snap_restore(s, n_past, &ignored)) s->state_lost = true;
     }
-    if (n_past >= 0 && n_past < s->n_past) s->n_past = n_past;
+    if (n_past >= 0 && n_past < s->n_past) {
+        s->n_past = n_past;
+        snap_forget_after(&s->snap, n_past);
+    }
 }
 
 rg_status rg_session_rewind(rg_session *s, int64_t pos, rg_error *err) {
@@ -239,11 +246,17 @@ rg_status rg_session_rewind(rg_session *s, int64_t pos, rg_error *err) {
         return rg_fail(err, RG_ERR_ARG, "session: rewind to position %lld: the sequence holds %lld tokens (0..%lld)",
                        (long long)pos, (long long)s->n_past, (long long)s->n_past);
     if (pos == s->n_past) return RG_OK;
-    if (pos > 0 && rg_model_state_recurrent(&s->state))
-        return rg_fail(err, RG_ERR_UNSUPPORTED,
-                       "session: rewind to position %lld of %lld: this model's short-conv/SSM state holds every token and "
-                       "no snapshot of it after token %lld is kept (rewinding a recurrent model to 0 starts over)",
-                       (long long)pos, (long long)s->n_past, (long long)pos);
+    if (pos > 0 && rg_model_state_recurrent(&s->state)) {
+        if (s->state_lost)
+            return rg_fail(err, RG_ERR_ARG, "session: rewind to position %lld: the recurrent state no longer matches "
+                           "position %lld (a failed evaluation); truncate to 0", (long long)pos, (long long)s->n_past);
+        rg_status st = snap_restore(s, pos, err);  // the state after pos tokens, or refused (nothing changed)
+        if (st && st != RG_ERR_UNSUPPORTED) s->state_lost = true;  // a restore that failed while it ran
+        if (st) return st;
+        s->n_past = pos;
+        snap_forget_after(&s->snap, pos);
+        return RG_OK;
+    }
     rg_session_truncate(s, pos);
     if (s->state_lost)  // pos 0 of a recurrent model on a device whose reset did not reach it
         return rg_fail(err, RG_ERR_IO, "session: rewind to 0: the recurrent state on the device could not be reset");
@@ -421,6 +434,7 @@ static rg_status eval_token(rg_session *s, const int32_t *id, float *logits, con
 static rg_status eval_batch(rg_session *s, const int32_t *ids, int64_t n, float *logits, bool all,
                             const sample_req *req, bool *ran, rg_error *err) {
     *ran = false;
+    if (n == 1) snap_token(s);  // the state after n_past tokens into the ring (RETRO_RECURRENT_ROLLBACK=auto)
     if (n == 1) {
         bool used;
         rg_status st = eval_token(s, ids, logits, req, &used, ran, err);
@@ -429,6 +443,7 @@ static rg_status eval_batch(rg_session *s, const int32_t *ids, int64_t n, float 
     rg_graph *g;
     rg_exec *ex = NULL;
     rg_node *ids_n, *pos_n, *out;
+    if (n > 1) snap_batch_begin(s, n);  // the graph also writes the batch's snapshots (session_snap.c)
     rg_status st = build_graph(s, n, s->n_past, all, &g, &ids_n, &pos_n, &out, err);
     if (!st) {
         rg_exec_opts eo = {.pool = s->pool, .device = s->opts.device, .profile = s->opts.profile, .mem = &s->mem,
@@ -445,6 +460,7 @@ static rg_status eval_batch(rg_session *s, const int32_t *ids, int64_t n, float 
     }
     if (!st && logits) st = rg_exec_read(ex, out, logits, (size_t)rg_tensor_nelements(&out->t) * sizeof(float), err);
     if (!st && req) st = sample_out(s, ex, out, req, err);  // all is false with a request: out is the last token's
+    if (n > 1) snap_batch_end(s, n, !st);
     if (!st) s->n_past += n;
     rg_exec_free(ex);
     rg_graph_free(g);
@@ -462,8 +478,8 @@ static rg_status eval_common(rg_session *s, const int32_t *ids, int64_t n, float
         if (ids[i] < 0 || ids[i] >= V)
             return rg_fail(err, RG_ERR_ARG, "session: token id %d at position %lld is outside the vocabulary of %lld",
                            ids[i], (long long)i, (long long)V);
-    // Recurrent state (short conv, SSM) holds every token seen and cannot be rewound. A call of several tokens
-    // saves it and puts it back when it fails; a single token (generation, where the copy would cost as much as
+    // Recurrent state (short conv, SSM) holds every token seen: it is rewound only from snapshots (session_snap.c,
+    // RETRO_RECURRENT_ROLLBACK=auto). A call of several tokens saves it and puts it back when it fails; a single token (generation, where the copy would cost as much as
     // the step) that fails once its graph ran leaves it lost. Attention layers have nothing to save: rows past
     // n_past are ignored.
     const bool recurrent = rg_model_state_recurrent(&s->state);
@@ -485,6 +501,7 @@ static rg_status eval_common(rg_session *s, const int32_t *ids, int64_t n, float
         rg_status st = eval_batch(s, ids + off, b, dst, all_logits != 0, last_batch ? req : NULL, &ran, err);
         if (st) {
             s->n_past = start_past;  // a failed call changes nothing
+            snap_forget_after(&s->snap, start_past);
             rg_error ignored;
             if (recurrent && n > 1) {
                 rg_model_state_restore(&s->state);

@@ -34,6 +34,11 @@ typedef struct rg_session_opts {
     // perplexity --flash-attn). A single token keeps its ATTN_DECODE (or the materialized path of a capped or
     // sliding layer) either way. On a CUDA device auto is off and on is refused: FLASH_ATTN_EXT has no CUDA kernel.
     rg_flash_attn_mode flash_attn;
+    // With RETRO_RECURRENT_ROLLBACK=auto (infer/session_snap.c): the most tokens of a batch whose recurrent-state
+    // snapshots are kept (<= 0: n_batch). A longer batch keeps none (a rewind into it is refused). A speculative
+    // decoder's verification batch (the draft and one token) is what needs them; a mamba2 layer keeps its whole
+    // SSM state per token, so this bounds the memory.
+    int64_t snapshot_tokens;
 } rg_session_opts;
 
 rg_status rg_session_create(rg_session **out, const rg_model *m, const rg_session_opts *opts, rg_error *err);
@@ -63,17 +68,24 @@ bool rg_session_device_sampling(const rg_session *s);
 int64_t rg_session_n_past(const rg_session *s);
 int64_t rg_session_n_ctx(const rg_session *s);
 // Forgets the cache from position n_past on (0: start over, the recurrent state of short-conv and SSM layers
-// zeroed). Recurrent state cannot be rewound: truncating it to 0 < n_past makes the next evaluation fail,
-// saying so, until a truncation to 0.
+// zeroed). Recurrent state is put back from a snapshot when one holds n_past (as rg_session_rewind does);
+// otherwise truncating it to 0 < n_past makes the next evaluation fail, saying so, until a truncation to 0.
 void rg_session_truncate(rg_session *s, int64_t n_past);
 // Rewinds the sequence to its first pos tokens (0 <= pos <= n_past) and drops the rest, as if the
 // evaluations had stopped at pos: the KV cache is cut (its rows from pos on are overwritten by the next
 // evaluation before anything reads them), so continuing gives exactly the bits of a session that made
 // the same evaluations cut at pos. A model with recurrent state (short-conv, SSM layers) rewinds to 0
-// (a fresh sequence) or to n_past (nothing to do); to any other position it is refused, RG_ERR_UNSUPPORTED,
-// until the session keeps state snapshots (issue 26). Refused (RG_ERR_ARG) past the end or below 0,
-// naming both numbers. A refusal changes nothing.
+// (a fresh sequence), to n_past (nothing to do), and, when the session was made with
+// RETRO_RECURRENT_ROLLBACK=auto in the environment (CPU and device sessions), to any position whose state a snapshot
+// still holds: inside the last evaluated batch of several tokens, or one of the last 16 single-token steps
+// (infer/session_snap.c); other positions are refused, RG_ERR_UNSUPPORTED, naming the oldest kept one (off,
+// the default, keeps none). Refused (RG_ERR_ARG) past the end or below 0, naming both numbers. A refusal
+// changes nothing. Snapshots after pos are forgotten; a loaded state file forgets them all.
 rg_status rg_session_rewind(rg_session *s, int64_t pos, rg_error *err);
+// Bytes the session holds for recurrent-state snapshots (RETRO_RECURRENT_ROLLBACK=auto), planned at creation
+// from n_batch and the ring of 16 single-token steps (host bytes; on a device the batch's snapshots have device copies
+// too); 0 with off or for a model without recurrent state.
+int64_t rg_session_snapshot_bytes(const rg_session *s);
 const rg_model *rg_session_model(const rg_session *s);
 // The session's BF16 tiles cache (prompts with BF16/F16 weights on AMX or the emulated tiles: each
 // weight packed once and held, within half of MemAvailable or RG_TILES_CACHE_MB; cpu/tiles_cache.h):

@@ -40,6 +40,41 @@ typedef struct decode_graph {
     bool failed;        // the graph could not be made (not linear): tokens build their own
 } decode_graph;
 
+// Exact rewind of recurrent state (session_snap.c has the design): what RETRO_RECURRENT_ROLLBACK=auto keeps.
+#define SNAP_RING 16  // single-token steps whose state before the step is kept
+typedef struct snap_store {
+    bool requested;         // RETRO_RECURRENT_ROLLBACK=auto when the session was made
+    bool on;                // requested and the model has recurrent state (else nothing below is allocated)
+    int64_t cap;            // tokens of a batch kept (n_batch)
+    uint8_t *mem;           // one allocation: prev, the ring, then each layer's snap_conv_x and snap_ssm
+    size_t bytes;           // of mem
+    // The last batch of several tokens: positions batch_start .. batch_start + batch_n (batch_n < 0: none kept).
+    int64_t batch_start, batch_n;
+    uint8_t *prev;          // the per-sequence buffers before that batch (model/state.c's copy_seq order), seq_bytes
+    // The ring: entry i holds the per-sequence buffers after ring_pos[i] tokens (-1: empty), copied before the
+    // single-token step at that position.
+    uint8_t *ring;          // [SNAP_RING][seq_bytes]
+    int64_t ring_pos[SNAP_RING];
+    int ring_next;
+    float **conv_x, **ssm;  // [n_layer]: each recurrent layer's conv inputs [C, cap] and SSM states [N*P*H, cap]
+                            // (NULL where the layer has none)
+} snap_store;
+
+// session_snap.c, called by session.c (and session_state.c's load, which forgets every snapshot).
+rg_status snap_init(rg_session *s, rg_error *err);
+void snap_free(snap_store *sn);
+// Before the graph of a batch of n > 1 tokens at n_past is built: the state copied to prev, the layers' snapshot
+// pointers set (model/state.h); snap_batch_end clears them and keeps the batch when it ran (ok).
+void snap_batch_begin(rg_session *s, int64_t n);
+void snap_batch_end(rg_session *s, int64_t n, bool ok);
+// Before a single-token step at n_past: the state copied into the ring.
+void snap_token(rg_session *s);
+// Forgets every snapshot of a position after pos (-1: all).
+void snap_forget_after(snap_store *sn, int64_t pos);
+// Puts back the recurrent state after pos tokens (0 < pos < n_past) when a snapshot holds it; RG_ERR_UNSUPPORTED
+// naming what is kept otherwise (nothing changed). Does not move n_past.
+rg_status snap_restore(rg_session *s, int64_t pos, rg_error *err);
+
 struct rg_session {
     const rg_model *m;
     rg_session_opts opts;
@@ -65,6 +100,7 @@ struct rg_session {
     int32_t *pen;
     int64_t pen_cap;
     float *logits;  // [n_vocab]
+    snap_store snap;  // exact rewind of recurrent state (session_snap.c)
 };
 
 #endif

@@ -366,6 +366,7 @@ static void apply(rg_session *s, const uint8_t *d, int64_t n_past) {
     }
     s->n_past = n_past;
     s->state_lost = false;
+    snap_forget_after(&s->snap, -1);  // the snapshots were of the sequence replaced (session_snap.c)
 }
 
 rg_status rg_session_state_load(rg_session *s, const char *path, rg_error *err) {

@@ -33,6 +33,8 @@ static rg_node *build(const rg_layer_ctx *c, rg_node *x) {
     rg_node *conv = rg_ssm_conv(g, bx, rg_layer_f32(g, L->w[RG_ROLE_CONV_KERNEL]), state, c->seg);
     rg_node *y = rg_reshape(g, rg_ssm_part(g, conv, RG_SSM_CONV_Y), 2, (int64_t[]){d, T});          // [d, T]
     if (state) rg_cpy_into(g, rg_ssm_part(g, conv, RG_SSM_CONV_STATE), state);                      // the next chunk's window
+    if (state && c->state->snap_conv_x && T <= c->state->snap_cap)                                   // the batch's conv inputs
+        rg_cpy_into(g, bx, rg_leaf(g, "snap_conv_x", RG_TYPE_F32, 3, (int64_t[]){d, T, 1}, c->state->snap_conv_x));
     rg_node *z = rg_mul(g, cg, y);                                                                  // [d, T]
     return rg_add(g, x, rg_layer_linear(c, RG_ROLE_CONV_OUT, RG_N_ROLES, z));                       // [d, T]
 }

@@ -46,13 +46,20 @@ static rg_node *build(const rg_layer_ctx *c, rg_node *x) {
     rg_node *conv_st = rg_layer_state_leaf(c, 0, "conv_state", 3, (int64_t[]){Cc, hp->n_conv - 1, 1});  // [Cc, K-1, 1]
     rg_node *conv = rg_ssm_conv(g, xbc, rg_layer_f32(g, L->w[RG_ROLE_SSM_CONV]), conv_st, c->seg);
     if (conv_st) rg_cpy_into(g, rg_ssm_part(g, conv, RG_SSM_CONV_STATE), conv_st);
+    const bool snap = conv_st && c->state->snap_conv_x && c->state->snap_ssm && T <= c->state->snap_cap;
+    if (snap)  // the batch's conv inputs, for exact rewind (infer/session_snap.c)
+        rg_cpy_into(g, xbc, rg_leaf(g, "snap_conv_x", RG_TYPE_F32, 3, (int64_t[]){Cc, T, 1}, c->state->snap_conv_x));
     rg_node *conv_b = rg_layer_f32(g, L->w[RG_ROLE_SSM_CONV_B]);
     xbc = rg_silu(g, rg_add(g, rg_ssm_part(g, conv, RG_SSM_CONV_Y), conv_b));                       // [Cc, T, 1]
 
     dt = rg_reshape(g, rg_add(g, dt, rg_layer_f32(g, L->w[RG_ROLE_SSM_DT_B])), 3, (int64_t[]){nh, T, 1});  // [nh, T, 1]
     rg_node *ssm_st = rg_layer_state_leaf(c, 1, "ssm_state", 4, (int64_t[]){N, P, nh, 1});          // [N, P, nh, 1]
-    rg_node *scan = rg_ssm_scan(g, xbc, dt, rg_layer_f32(g, L->w[RG_ROLE_SSM_A]), ssm_st, c->seg, P, N, G);
+    rg_node *scan = (snap ? rg_ssm_scan_snap : rg_ssm_scan)(g, xbc, dt, rg_layer_f32(g, L->w[RG_ROLE_SSM_A]), ssm_st,
+                                                            c->seg, P, N, G);
     if (ssm_st) rg_cpy_into(g, rg_ssm_part(g, scan, RG_SSM_SCAN_STATE), ssm_st);
+    if (snap)  // the state after every token of the batch
+        rg_cpy_into(g, rg_ssm_part(g, scan, RG_SSM_SCAN_STATES),
+                    rg_leaf(g, "snap_ssm", RG_TYPE_F32, 4, (int64_t[]){N * P * nh, T, 1, 1}, c->state->snap_ssm));
     rg_node *y = rg_reshape(g, rg_ssm_part(g, scan, RG_SSM_SCAN_Y), 3, (int64_t[]){P, nh, T});      // [P, nh, T]
 
     // The D skip: y += x * D per head, x the conv output's first D_in lanes.

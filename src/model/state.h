@@ -27,6 +27,11 @@ typedef struct rg_layer_state {
     bool per_token[RG_STATE_MAX_BUFS];   // false: per sequence (recurrent), reset at a sequence's start
     size_t run_bytes[RG_STATE_MAX_BUFS]; // per-token: bytes of one token's run, the buffer being
                                          // [run, n_ctx, bytes / (run_bytes * n_ctx)] (model/layer.h); 0 per sequence
+    // Exact rewind (infer/session_snap.c): set by the session while it builds a batch's graph, NULL otherwise.
+    // A short-conv or SSM layer then also writes its conv inputs [C, T] into snap_conv_x and, an SSM layer, the state
+    // after every token [N, P, H, T] (SSM_SCAN's part 2) into snap_ssm; each has room for snap_cap tokens.
+    float *snap_conv_x, *snap_ssm;
+    int64_t snap_cap;
 } rg_layer_state;
 
 typedef struct rg_model_state {
