@@ -24,6 +24,7 @@
 #include "model/quantize.h"
 #include "model/tiny.h"
 #include "rg_test.h"
+#include "session_fixture.h"
 
 enum { N_IDS = 40, N_CTX = 64, N_BATCH = 8, N_CONT = 5, MAX_CALLS = 12, RING = 16 };
 
@@ -36,21 +37,7 @@ static void make_ids(int64_t V) {
 }
 
 static rg_model *tiny_model(const char *arch, uint32_t type, char *path) {
-    strcpy(path, "/tmp/rg_test_rewindXXXXXX");
-    close(mkstemp(path));
-    const bool quantized = rg_type_get(type)->quantized;  // written in F32, then quantized
-    rg_tiny_config cfg = {.arch = arch, .type = quantized ? RG_TYPE_F32 : type, .seed = 7, .tied = true};
-    rg_error err = {0};
-    rg_model *m = NULL;
-    rg_quantize_opts qo = {.n_threads = 1, .pure = true};
-    rg_quantize_summary qs;
-    if (rg_tiny_write(&cfg, path, &err) ||
-        (quantized && rg_quantize_file(path, path, rg_type_get(type)->name, &qo, &qs, &err)) ||
-        rg_model_load(&m, path, &err)) {
-        printf("    %s %s: %s\n", arch, rg_type_get(type)->name, err.msg);
-        return NULL;
-    }
-    return m;
+    return sf_tiny_model(arch, type, 7, true, path, "rewind_rec");
 }
 
 // A session made with RETRO_RECURRENT_ROLLBACK=mode (NULL: unset).

@@ -214,7 +214,7 @@ const rg_model *rg_session_model(const rg_session *s) { return s->m; }
 
 // On a device the recurrent state lives in the resident copies, which the graphs read and write: after the host
 // bytes change (a reset, a restore) they are uploaded again.
-static rg_status seq_state_upload(rg_session *s, rg_error *err) {
+rg_status rg_session_seq_state_upload(rg_session *s, rg_error *err) {
     for (int64_t il = 0; s->resident && il < s->state.n_layer; il++) {
         const rg_layer_state *ls = &s->state.layers[il];
         for (int j = 0; j < ls->n_bufs; j++) {
@@ -230,7 +230,7 @@ void rg_session_truncate(rg_session *s, int64_t n_past) {
     rg_error ignored;
     if (n_past == 0) {
         rg_model_state_reset(&s->state);  // a fresh sequence
-        s->state_lost = seq_state_upload(s, &ignored) != RG_OK;  // the next call says the state is lost
+        s->state_lost = rg_session_seq_state_upload(s, &ignored) != RG_OK;  // the next call says the state is lost
     } else if (n_past > 0 && n_past < s->n_past && rg_model_state_recurrent(&s->state)) {
         // The recurrent state holds every token: back to n_past only from a snapshot (session_snap.c), else lost.
         if (snap_restore(s, n_past, &ignored)) s->state_lost = true;
@@ -505,7 +505,7 @@ static rg_status eval_common(rg_session *s, const int32_t *ids, int64_t n, float
             rg_error ignored;
             if (recurrent && n > 1) {
                 rg_model_state_restore(&s->state);
-                if (seq_state_upload(s, &ignored)) s->state_lost = true;
+                if (rg_session_seq_state_upload(s, &ignored)) s->state_lost = true;
             } else if (recurrent && ran) s->state_lost = true;
             return st;
         }

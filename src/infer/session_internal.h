@@ -103,4 +103,8 @@ struct rg_session {
     snap_store snap;  // exact rewind of recurrent state (session_snap.c)
 };
 
+// On a device: the per-sequence (recurrent) buffers' host bytes uploaded to their resident copies again,
+// after the host bytes changed (a reset, a restore). Nothing on the CPU.
+rg_status rg_session_seq_state_upload(rg_session *s, rg_error *err);
+
 #endif

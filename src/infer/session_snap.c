@@ -57,22 +57,11 @@ static void copy_seq(rg_session *s, uint8_t *dst, bool save) {
 }
 
 // On a device the state lives in the resident copies: brings them to the host bytes (before a copy), or sends the
-// host bytes of every per-sequence buffer there (after one is put back), as session.c's seq_state_upload.
+// host bytes of every per-sequence buffer there (after one is put back): rg_session_seq_state_upload.
 static rg_status seq_sync_host(rg_session *s, rg_error *err) {
     return s->resident ? rg_resident_sync_host(s->resident, err) : RG_OK;
 }
 
-static rg_status seq_upload(rg_session *s, rg_error *err) {
-    for (int64_t il = 0; s->resident && il < s->state.n_layer; il++) {
-        const rg_layer_state *ls = &s->state.layers[il];
-        for (int j = 0; j < ls->n_bufs; j++) {
-            if (ls->per_token[j]) continue;
-            rg_status st = rg_resident_refresh(s->resident, ls->buf[j], ls->bytes[j], err);
-            if (st) return st;
-        }
-    }
-    return RG_OK;
-}
 
 // The offset of per-sequence buffer j of layer il in a copy_seq copy.
 static size_t seq_offset(const rg_session *s, int64_t il, int j) {
@@ -254,7 +243,7 @@ rg_status snap_restore(rg_session *s, int64_t pos, rg_error *err) {
     for (int i = 0; i < SNAP_RING; i++)
         if (sn->ring_pos[i] == pos) {
             copy_seq(s, sn->ring + (size_t)i * s->state.seq_bytes, false);
-            return seq_upload(s, err);
+            return rg_session_seq_state_upload(s, err);
         }
     int64_t oldest = sn->batch_n >= 0 ? sn->batch_start : -1;
     for (int i = 0; i < SNAP_RING; i++)
