@@ -1,5 +1,6 @@
 // session_fixture.h - what the session tests share: a tiny fixture written (F32, F16 or BF16, or
-// written in F32 and quantized, every matrix in the type) and loaded, and a file read whole.
+// written in F32 and quantized, every matrix in the type) and loaded, a file read whole, and two
+// sessions' state files compared.
 #ifndef RG_TESTS_SESSION_FIXTURE_H
 #define RG_TESTS_SESSION_FIXTURE_H
 
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "infer/session.h"
+#include "infer/session_state.h"
 #include "model/model.h"
 #include "model/quantize.h"
 #include "model/tiny.h"
@@ -56,6 +58,24 @@ static inline unsigned char *sf_read_all(const char *path, size_t *n) {
     *n = b ? fread(b, 1, (size_t)size, f) : 0;
     fclose(f);
     return b;
+}
+
+// Whether the two sessions' state files (infer/session_state.h) are the same bytes.
+static inline bool sf_same_state(const rg_session *a, const rg_session *b) {
+    char pa[64] = "/tmp/rg_test_state_aXXXXXX", pb[64] = "/tmp/rg_test_state_bXXXXXX";
+    close(mkstemp(pa)), close(mkstemp(pb));
+    rg_error err = {0};
+    bool same = false;
+    if (rg_session_state_save(a, pa, &err) || rg_session_state_save(b, pb, &err)) {
+        printf("    save: %s\n", err.msg);
+    } else {
+        size_t na = 0, nb = 0;
+        unsigned char *x = sf_read_all(pa, &na), *y = sf_read_all(pb, &nb);
+        same = x && y && na == nb && !memcmp(x, y, na);
+        free(x), free(y);
+    }
+    unlink(pa), unlink(pb);
+    return same;
 }
 
 #endif

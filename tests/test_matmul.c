@@ -437,6 +437,68 @@ static void test_mul_mat_every_type(void) {
     rg_threadpool_free(pool3);
 }
 
+// RG_MUL_MAT_COLUMNS (graph.h): a marked MUL_MAT of N columns gives each column the bits of a MUL_MAT
+// of that column alone, for every weight type, N past the dot products' usual limit, with the prompt
+// paths allowed (int8_activations) and on 2 threads; and for an F32 weight read through a transposed
+// view (no dot products: the SGEMM a column at a time).
+static rg_status run_columns(rg_node *n, rg_threadpool *pool, rg_error *err) {
+    int nth = rg_threadpool_size(pool);
+    size_t ws = cpu_mul_mat_work(n, nth);
+    rg_exec_ctx ctx = {pool, ws ? aligned_alloc(64, (ws + 63) / 64 * 64) : NULL, ws, true, NULL, NULL, false, NULL};
+    rg_status st = cpu_mul_mat(&ctx, n, err);
+    free(ctx.scratch);
+    return st;
+}
+
+static void check_columns(const char *what, rg_node *wn, int64_t K, int64_t M, rg_threadpool *pool) {
+    enum { N = 20 };
+    float *x = randn(K * N, 61 + (uint64_t)K), *all = malloc(sizeof(float) * (size_t)(M * N)),
+          *one = malloc(sizeof(float) * (size_t)M);
+    rg_node xn, y, y1, x1;
+    memset(&xn, 0, sizeof xn), memset(&y, 0, sizeof y);
+    xn.t = tensor(RG_TYPE_F32, K, N, 1, 1, x);
+    y.op = RG_OP_MUL_MAT, y.src[0] = wn, y.src[1] = &xn, y.ip[0] = RG_MUL_MAT_COLUMNS;
+    y.t = tensor(RG_TYPE_F32, M, N, 1, 1, all);
+    rg_error err = {0};
+    RG_REQUIRE(run_columns(&y, pool, &err) == RG_OK, "%s: %s", what, err.msg);
+    int differ = 0;
+    for (int64_t j = 0; j < N; j++) {
+        rg_mul_mat_column(&y, j, &x1, &y1);
+        y1.t.data = one;
+        RG_REQUIRE(run_columns(&y1, pool, &err) == RG_OK, "%s: %s", what, err.msg);
+        differ += memcmp(one, all + j * M, sizeof(float) * (size_t)M) != 0;
+    }
+    RG_CHECK(differ == 0, "mul_mat %s marked RG_MUL_MAT_COLUMNS: %d of %d columns differ from the column alone", what,
+             differ, (int)N);
+    free(x), free(all), free(one);
+}
+
+static void test_mul_mat_columns_every_type(void) {
+    rg_threadpool *pool2 = pool_of(2);
+    for (size_t t = 0; t < sizeof wtypes / sizeof wtypes[0]; t++) {
+        const uint32_t type = wtypes[t].type;
+        int64_t bs = rg_type_get(type)->block_size, K = bs >= 256 ? 512 : (bs > 1 ? 96 : 75), M = 37;
+        void *wq;
+        float *wf;
+        make_weights(type, K, M, 71 + type, &wq, &wf);
+        rg_node wn;
+        memset(&wn, 0, sizeof wn);
+        wn.t = tensor(type, K, M, 1, 1, wq);
+        check_columns(rg_type_get(type)->name, &wn, K, M, pool2);
+        free(wq), free(wf);
+    }
+    // an F32 weight through a transposed view: w[k, m] at m + k * M
+    const int64_t K = 64, M = 24;
+    float *wt = randn(K * M, 73);
+    rg_node wn;
+    memset(&wn, 0, sizeof wn);
+    wn.t = tensor(RG_TYPE_F32, K, M, 1, 1, wt);
+    wn.t.nb[0] = sizeof(float) * (size_t)M, wn.t.nb[1] = sizeof(float);
+    check_columns("f32 (a transposed view)", &wn, K, M, pool2);
+    free(wt);
+    rg_threadpool_free(pool2);
+}
+
 // OUT_PROD: a [M, K, 2, 1] of each type, b [N, K, 4, 1] contiguous or a
 // transposed view (b[j, k] at j * K + k... stored as [K, N]^T), out [M, N, 4, 1].
 static void check_out_prod(uint32_t type, bool b_transposed, int64_t K, rg_threadpool *pool2, rg_threadpool *pool3) {
@@ -571,6 +633,7 @@ static const rg_test_case cases[] = {
     RG_TEST(test_sgemm_shapes),
     RG_TEST(test_gemm_quantized_b),
     RG_TEST(test_mul_mat_every_type),
+    RG_TEST(test_mul_mat_columns_every_type),
     RG_TEST(test_out_prod_every_type),
     RG_TEST(test_mul_mat_large_threads_agree),
     RG_TEST(test_bad_inputs_are_refused),

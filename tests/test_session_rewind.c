@@ -9,7 +9,8 @@
 //   - where p ends an evaluation (a whole batch or single tokens rolled back): the bits of a fresh session
 //     that made the evaluations up to p. Inside a batch a fresh session cannot be that reference: a batch
 //     cut at p is a batch of another size, and the kernels' choice by size (dot products or the GEMM,
-//     OpenBLAS for a few rows, flash attention) gives other bits for the same tokens (measured: they differ).
+//     OpenBLAS for a few rows, flash attention) gives other bits for the same tokens (measured: they differ);
+//     test_session_exact has that reference for exact batches (rg_session_eval_exact).
 //   - inside a batch; inside single tokens that followed a batch; a whole batch rolled back; back across
 //     a batch into the one before; to 0; to n_past (nothing to do); after the session was saved and
 //     loaded into another one;
@@ -79,24 +80,6 @@ static bool at_boundary(const int *chunks, int n_chunks, int64_t pos) {
 // The continuation: 3 tokens in one batch (every logit), then 2 one at a time; logits into out[V * N_CONT].
 static bool eval_cont(rg_session *s, float *out) { return sf_eval_cont(s, cont, N_CONT, 3, out); }
 
-// Whether the two sessions' state files are the same bytes.
-static bool same_state(const rg_session *a, const rg_session *b) {
-    char pa[64] = "/tmp/rg_test_rewind_aXXXXXX", pb[64] = "/tmp/rg_test_rewind_bXXXXXX";
-    close(mkstemp(pa)), close(mkstemp(pb));
-    rg_error err = {0};
-    bool same = false;
-    if (rg_session_state_save(a, pa, &err) || rg_session_state_save(b, pb, &err)) {
-        printf("    save: %s\n", err.msg);
-    } else {
-        size_t na = 0, nb = 0;
-        unsigned char *x = sf_read_all(pa, &na), *y = sf_read_all(pb, &nb);
-        same = x && y && na == nb && !memcmp(x, y, na);
-        free(x), free(y);
-    }
-    unlink(pa), unlink(pb);
-    return same;
-}
-
 typedef struct rewind_case {
     const char *what;
     int chunks[MAX_CHUNKS];
@@ -148,11 +131,11 @@ static void check_cases(const char *arch, uint32_t type, rg_device device) {
         }
         float *alt_lg = malloc(sizeof(float) * (size_t)(V * N_CONT));
         ok = ok && alt_lg && rg_session_n_past(r) == c->pos && eval_cont(r, got) && eval_cont(ra, alt_lg);
-        const bool same_alt = ok && !memcmp(got, alt_lg, sizeof(float) * (size_t)(V * N_CONT)) && same_state(r, ra);
+        const bool same_alt = ok && !memcmp(got, alt_lg, sizeof(float) * (size_t)(V * N_CONT)) && sf_same_state(r, ra);
         bool same_ref = true;
         if (ok && boundary)
             same_ref = run_plan(ref, c->chunks, c->n_chunks, c->pos) && eval_cont(ref, want) &&
-                       !memcmp(got, want, sizeof(float) * (size_t)(V * N_CONT)) && same_state(r, ref);
+                       !memcmp(got, want, sizeof(float) * (size_t)(V * N_CONT)) && sf_same_state(r, ref);
         printf("    %s %s%s, %s, to %lld: %s; %s\n", arch, rg_type_get(type)->name, device == RG_DEVICE_CUDA ? " (cuda)" : "",
                c->what, (long long)c->pos, !ok ? "did not run" : same_alt ? "other dropped tokens: the same bits" : "other dropped tokens: DIFFER",
                !boundary ? "(inside a batch: no fresh reference)" : same_ref ? "a fresh session: the same bits" : "a fresh session: DIFFERS");

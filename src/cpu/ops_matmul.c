@@ -328,13 +328,30 @@ static void vec_group_dots(void *p, int ith, int nth) {
     }
 }
 
-// Whether MUL_MAT runs the dot products, and the sizes that path needs.
-static bool mul_mat_uses_vec(const rg_tensor *w, int64_t K, int64_t N) {
+// Whether the dot products can run this weight (whatever the column count).
+static bool vec_capable(const rg_tensor *w, int64_t K) {
     const rg_quant_ops *ops = rg_quant_get(w->type);
-    if (N >= vec_max_n(w->type) || K <= 0 || !ops->vec_dot || !rows_packed(w)) return false;
+    if (K <= 0 || !ops->vec_dot || !rows_packed(w)) return false;
     int64_t vbs = rg_type_get(ops->vec_dot_type)->block_size;
     if (ops->vec_dot_type != RG_TYPE_F32 && !rg_quant_get(ops->vec_dot_type)->quantize) return false;
     return vbs > 0 && K % vbs == 0;
+}
+
+// Whether MUL_MAT runs the dot products, and the sizes that path needs.
+static bool mul_mat_uses_vec(const rg_tensor *w, int64_t K, int64_t N) {
+    return N < vec_max_n(w->type) && vec_capable(w, K);
+}
+
+// A node marked RG_MUL_MAT_COLUMNS (graph.h): each column must get the bits a MUL_MAT of that
+// column alone gets. One column takes the dot products where the weight has them, and the dot
+// products give every column the same arithmetic whatever N is (vec_run_tiles: each column's
+// rows in the same groups), so such a node takes them for any N, reading each weight tile once
+// for all its columns (a speculative decoder's verification batch costs little more than one
+// token's weight reads). Without them, columns_one_by_one runs the node a column at a time.
+static bool node_columns(const rg_node *n) { return n->op == RG_OP_MUL_MAT && n->ip[0] == RG_MUL_MAT_COLUMNS; }
+
+static bool node_uses_vec(const rg_node *n, const rg_tensor *w, int64_t K, int64_t N) {
+    return mul_mat_uses_vec(w, K, N) || (node_columns(n) && vec_capable(w, K));
 }
 
 static size_t vec_xq_row(const rg_tensor *w, int64_t K) {
@@ -404,7 +421,7 @@ size_t cpu_mul_mat_work(const rg_node *n, int n_threads) {
     if (n_threads < 1) n_threads = 1;
     mm_gemm_ctx c = {w, x, &n->t, shape_of(w, x, K, M, N), {0}, {0}, {0}};
     rg_gemm_batch bt = mul_mat_batch(&c);
-    if (mul_mat_uses_vec(w, K, N)) {  // the dot products, or the BF16 path in training (rg_exec_ctx.bf16_products)
+    if (node_uses_vec(n, w, K, N)) {  // the dot products, or the BF16 path in training (rg_exec_ctx.bf16_products)
         size_t work = vec_work(w, x, K, N, n_threads);
         if (rg_gemm_tiles_path() != RG_TILES_NONE) {
             size_t bf16 = rg_gemm_work_size(RG_SGEMM_BF16, &bt, n_threads);
@@ -465,6 +482,18 @@ static void vec_convert_all(rg_exec_ctx *ctx, mm_vec_job *j) {
     else rg_threadpool_run(ctx->pool, vec_convert, j);
 }
 
+// A RG_MUL_MAT_COLUMNS node whose weight has no dot products: each column as a node of its own
+// (the path a single token's MUL_MAT takes: the SGEMM with N = 1), in place in n's output.
+static rg_status columns_one_by_one(rg_exec_ctx *ctx, const rg_node *n, rg_error *err) {
+    rg_node xc, yc;
+    for (int64_t j = 0; j < n->src[1]->t.ne[1]; j++) {
+        rg_mul_mat_column(n, j, &xc, &yc);
+        rg_status st = cpu_mul_mat(ctx, &yc, err);
+        if (st) return st;
+    }
+    return RG_OK;
+}
+
 rg_status cpu_mul_mat(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     const rg_tensor *w = &n->src[0]->t, *x = &n->src[1]->t, *y = &n->t;
     mm_shape s;
@@ -472,13 +501,14 @@ rg_status cpu_mul_mat(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     if (st != RG_OK) return st;
     int64_t K = s.K, M = s.M, N = s.N;
     if (M == 0 || N == 0 || s.c2 == 0 || s.c3 == 0) return RG_OK;
-    if (!node_bf16(ctx, n) && mul_mat_uses_vec(w, K, N)) {
+    if (!node_bf16(ctx, n) && node_uses_vec(n, w, K, N)) {
         mm_vec_job j;
         if ((st = vec_job_of(ctx, n, &s, &j, err))) return st;
         vec_convert_all(ctx, &j);
         rg_threadpool_run(ctx->pool, vec_dots, &j);
         return RG_OK;
     }
+    if (node_columns(n) && N > 1) return columns_one_by_one(ctx, n, err);
     if (ctx->int8_activations) {
         const mm_prompt_path pp = mul_mat_prompt_path(w, x, K, N);
         const int64_t ldx = (int64_t)(x->nb[1] / sizeof(float)), ldy = (int64_t)(y->nb[1] / sizeof(float));
@@ -558,7 +588,7 @@ rg_status cpu_mul_mat_many(rg_exec_ctx *ctx, rg_node *const *nodes, int n, rg_er
         mm_shape s;
         rg_error ignored;
         grouped = nd->op == RG_OP_MUL_MAT && nd->src[1] == nodes[0]->src[1] && mul_mat_check(nd, &s, &ignored) == RG_OK &&
-                  s.M > 0 && s.N > 0 && s.c2 > 0 && s.c3 > 0 && mul_mat_uses_vec(&nd->src[0]->t, s.K, s.N) &&
+                  s.M > 0 && s.N > 0 && s.c2 > 0 && s.c3 > 0 && node_uses_vec(nd, &nd->src[0]->t, s.K, s.N) &&
                   vec_job_of(ctx, nd, &s, &jobs[i], &ignored) == RG_OK;
         if (grouped && i > 0)
             grouped = jobs[i].act_ops == jobs[0].act_ops && jobs[i].x_direct == jobs[0].x_direct &&

@@ -437,6 +437,19 @@ CELL(soft_max)
 static rg_status cell_mul_mat(rg_exec_ctx *c, rg_node *n, rg_error *err) {
     rg_cuda_ctx *ctx = rg_cu_ctx(c);
     CU_TRY(cudaSetDevice(ctx->device));
+    const int64_t *xne = n->src[1]->t.ne;
+    if (n->ip[0] == RG_MUL_MAT_COLUMNS && xne[1] > 1 && xne[2] == 1 && xne[3] == 1) {
+        // Each column must get the bits of a MUL_MAT of that column alone (graph.h), and cuBLAS and
+        // the quantized cells choose their algorithm by the column count: the node runs a column at a
+        // time, as a single token's MUL_MAT (a few launches more for a speculative decoder's batch).
+        // A session marks only 2-D products (the projections; its exact batches keep no sliced one).
+        rg_node xc, yc;
+        for (int64_t j = 0; j < xne[1]; j++) {
+            rg_mul_mat_column(n, j, &xc, &yc);
+            RG_TRY(cell_mul_mat(c, &yc, err));
+        }
+        return RG_OK;
+    }
     if (rg_type_get(n->src[0]->t.type)->quantized) return rg_cu_qmm_run(ctx, c, n, err);
     return run_mul_mat(ctx, n, err);
 }

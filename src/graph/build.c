@@ -501,6 +501,15 @@ rg_node *rg_graph_clone_node(rg_graph *g, const rg_node *n, rg_node *const src[R
     return c;
 }
 
+void rg_mul_mat_column(const rg_node *n, int64_t j, rg_node *xc, rg_node *yc) {
+    *xc = *n->src[1], *yc = *n;
+    xc->t.ne[1] = 1, yc->t.ne[1] = 1;
+    xc->t.data = (char *)n->src[1]->t.data + (size_t)j * n->src[1]->t.nb[1];
+    yc->t.data = (char *)n->t.data + (size_t)j * n->t.nb[1];
+    yc->src[1] = xc;
+    yc->ip[0] = 0;
+}
+
 rg_node *rg_attn_decode(rg_graph *g, rg_node *q, rg_node *k, rg_node *vt, float scale) {
     REQUIRE(q, k, vt);
     char s1[160], s2[160], s3[160];

@@ -29,7 +29,9 @@ typedef enum rg_op {
     RG_OP_FILL,              // [any] every element = fp[0]
     RG_OP_GET_ROWS,          // (a [n, rows] any type, ids I32 [k]) -> [n, k] f32
     RG_OP_GET_ROWS_BACK,     // (dy [n, k], ids I32 [k]) -> [n, ip[0] = rows] f32, scatter-add in increasing k
-    RG_OP_MUL_MAT,           // (w [K, M, b2, b3] any type, x [K, N, c2, c3] f32) -> [M, N, c2, c3] f32
+    RG_OP_MUL_MAT,           // (w [K, M, b2, b3] any type, x [K, N, c2, c3] f32) -> [M, N, c2, c3] f32;
+                             // ip[0] RG_MUL_MAT_COLUMNS: every column of the output has exactly the bits of a
+                             // MUL_MAT of that column alone (a session's exact batches, infer/session.c)
     RG_OP_OUT_PROD,          // (a [M, K, b2, b3] any type, b [N, K, c2, c3] f32) -> [M, N, c2, c3]: out[i,j] = sum_k a[i,k] b[j,k];
                              // ip[0] F16/BF16: the operands' type on a device's tensor path (cuda.h);
                              // ip[1] RG_OUT_PROD_WEIGHT_GRAD: a leaf weight's dW (MUL_MAT's backward), whose
@@ -126,6 +128,7 @@ typedef enum rg_op {
 } rg_op;
 
 enum { RG_OUT_PROD_WEIGHT_GRAD = 1 };  // OUT_PROD's ip[1]: the product is a leaf weight's gradient
+enum { RG_MUL_MAT_COLUMNS = 1 };       // MUL_MAT's ip[0]: each column computed as if alone (above)
 
 enum {
     RG_NODE_PARAM = 1u << 0,   // trainable: backward makes a gradient for it
@@ -181,6 +184,9 @@ void rg_node_bind(rg_node *n, void *data);
 // Whether n's bytes (its own, or a view's owner's) are a frozen weight's (RG_NODE_FROZEN, not a parameter).
 bool rg_node_frozen(const rg_node *n);
 void rg_node_set_name(rg_node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// A MUL_MAT marked RG_MUL_MAT_COLUMNS run a column at a time: *yc a copy of n narrowed to column j of its
+// output, unmarked, reading *xc, a copy of n's x narrowed to column j (the same strides and bytes).
+void rg_mul_mat_column(const rg_node *n, int64_t j, rg_node *xc, rg_node *yc);
 
 // Constructors (see the op enum for shapes).
 rg_node *rg_fill(rg_graph *g, uint32_t type, int n_dims, const int64_t *ne, float value);

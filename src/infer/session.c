@@ -109,6 +109,11 @@ static void weight_copy_make(weight_copy *wc, const rg_model *m) {
 // generate's or perplexity's 256-token batches at a few thousand tokens (36 MiB at n_kv 4096).
 #define FLASH_PROMPT_SCORES ((size_t)256 << 20)
 
+// The most tokens of one exact evaluation (rg_session_eval_exact cuts longer calls into such batches, which
+// changes nothing of their bits): a verification batch is the draft and one token, and past a few dozen
+// columns the dot products cost more than the prompt paths they replace.
+#define SESSION_EXACT_BATCH 32
+
 bool rg_session_flash_prompt(rg_flash_attn_mode mode, rg_device device, int64_t n_head, int64_t n_tokens, int64_t n_kv) {
     if (n_tokens <= 1 || mode == RG_FLASH_ATTN_OFF) return false;
     if (mode == RG_FLASH_ATTN_ON) return true;
@@ -264,8 +269,10 @@ rg_status rg_session_rewind(rg_session *s, int64_t pos, rg_error *err) {
 }
 
 // The graph of n tokens at positions n_past.. (logits of the last or all), not planned.
-static rg_status build_graph(rg_session *s, int64_t n, int64_t n_past, bool all, rg_graph **gp, rg_node **ids_n,
-                             rg_node **pos_n, rg_node **out, rg_error *err) {
+// exact: every token computed as a single-token step computes it (rg_session_eval_exact): attention query by
+// query, and every MUL_MAT marked RG_MUL_MAT_COLUMNS.
+static rg_status build_graph(rg_session *s, int64_t n, int64_t n_past, bool all, bool exact, rg_graph **gp,
+                             rg_node **ids_n, rg_node **pos_n, rg_node **out, rg_error *err) {
     const rg_model *m = s->m;
     rg_graph *g = rg_graph_new();
     *gp = g;
@@ -273,13 +280,17 @@ static rg_status build_graph(rg_session *s, int64_t n, int64_t n_past, bool all,
     if (!g) return rg_fail(err, RG_ERR_NOMEM, "session: out of memory");
     rg_model_nodes w;
     rg_status st = rg_model_leaf_nodes(g, m, &w, err);
-    w.flash_attn = rg_session_flash_prompt(s->opts.flash_attn, s->opts.device, m->hp.n_head, n, n_past + n);
+    w.flash_attn = !exact && rg_session_flash_prompt(s->opts.flash_attn, s->opts.device, m->hp.n_head, n, n_past + n);
+    w.exact_columns = exact;
     if (!st && s->opts.lora) st = rg_lora_attach(g, s->opts.lora, &w, s->opts.lora_scale, false, err);
     *ids_n = rg_leaf(g, "ids", RG_TYPE_I32, 1, &n, NULL);
     *pos_n = rg_leaf(g, "pos", RG_TYPE_I32, 1, &n, NULL);
     *out = st ? NULL : rg_model_forward_kv(g, m, &w, *ids_n, *pos_n, &s->state, n_past, !all);
     if (!st && !*out) st = rg_graph_error(g, err);
     if (!st) (*out)->flags |= RG_NODE_OUTPUT;
+    for (int i = 0; !st && exact && i < g->n_nodes; i++)
+        if (g->nodes[i]->op == RG_OP_MUL_MAT && g->nodes[i]->src[1]->t.ne[2] == 1 && g->nodes[i]->src[1]->t.ne[3] == 1)
+            g->nodes[i]->ip[0] = RG_MUL_MAT_COLUMNS;  // the projections (attention runs ATTN_DECODE)
     if (!st) weight_copy_bind(&s->wc, g);
     return st;
 }
@@ -308,9 +319,9 @@ static rg_status decode_graph_make(rg_session *s, int64_t lo, int64_t hi, rg_err
     decode_graph_free(d);
     rg_graph *g1 = NULL, *g2 = NULL;
     rg_node *ids, *pos, *out;
-    rg_status st = build_graph(s, 1, hi, false, &d->g, &d->ids, &d->pos, &d->out, err);
-    if (!st) st = build_graph(s, 1, hi - 1, false, &g1, &ids, &pos, &out, err);
-    if (!st) st = build_graph(s, 1, hi - 2, false, &g2, &ids, &pos, &out, err);
+    rg_status st = build_graph(s, 1, hi, false, false, &d->g, &d->ids, &d->pos, &d->out, err);
+    if (!st) st = build_graph(s, 1, hi - 1, false, false, &g1, &ids, &pos, &out, err);
+    if (!st) st = build_graph(s, 1, hi - 2, false, false, &g2, &ids, &pos, &out, err);
     if (!st && (!same_structure(d->g, g1) || !same_structure(d->g, g2)))
         st = rg_fail(err, RG_ERR_UNSUPPORTED, "session: single-token graphs differ in structure between positions");
     int n_var = 0;
@@ -431,7 +442,7 @@ static rg_status eval_token(rg_session *s, const int32_t *id, float *logits, con
 }
 
 // One batch: tokens ids[0..n) at positions n_past.., logits of the last or all; *ran as eval_token's.
-static rg_status eval_batch(rg_session *s, const int32_t *ids, int64_t n, float *logits, bool all,
+static rg_status eval_batch(rg_session *s, const int32_t *ids, int64_t n, float *logits, bool all, bool exact,
                             const sample_req *req, bool *ran, rg_error *err) {
     *ran = false;
     if (n == 1) snap_token(s);  // the state after n_past tokens into the ring (RETRO_RECURRENT_ROLLBACK=auto)
@@ -444,7 +455,7 @@ static rg_status eval_batch(rg_session *s, const int32_t *ids, int64_t n, float 
     rg_exec *ex = NULL;
     rg_node *ids_n, *pos_n, *out;
     if (n > 1) snap_batch_begin(s, n);  // the graph also writes the batch's snapshots (session_snap.c)
-    rg_status st = build_graph(s, n, s->n_past, all, &g, &ids_n, &pos_n, &out, err);
+    rg_status st = build_graph(s, n, s->n_past, all, exact, &g, &ids_n, &pos_n, &out, err);
     if (!st) {
         rg_exec_opts eo = {.pool = s->pool, .device = s->opts.device, .profile = s->opts.profile, .mem = &s->mem,
                            .int8_activations = !s->opts.exact_activations, .backend = s->dev,
@@ -467,7 +478,7 @@ static rg_status eval_batch(rg_session *s, const int32_t *ids, int64_t n, float 
     return st;
 }
 
-static rg_status eval_common(rg_session *s, const int32_t *ids, int64_t n, float *logits, int all_logits,
+static rg_status eval_common(rg_session *s, const int32_t *ids, int64_t n, float *logits, int all_logits, bool exact,
                              const sample_req *req, rg_error *err) {
     if (n <= 0) return rg_fail(err, RG_ERR_ARG, "session: no tokens to evaluate");
     if (s->n_past + n > s->opts.n_ctx)
@@ -491,14 +502,15 @@ static rg_status eval_common(rg_session *s, const int32_t *ids, int64_t n, float
     if (!saved && recurrent && n > 1) saved = rg_model_state_save(&s->state, err);
     if (saved) return saved;
     int64_t start_past = s->n_past;
-    for (int64_t off = 0; off < n; off += s->opts.n_batch) {
-        int64_t b = n - off < s->opts.n_batch ? n - off : s->opts.n_batch;
+    const int64_t step = exact && s->opts.n_batch > SESSION_EXACT_BATCH ? SESSION_EXACT_BATCH : s->opts.n_batch;
+    for (int64_t off = 0; off < n; off += step) {
+        int64_t b = n - off < step ? n - off : step;
         bool last_batch = off + b == n;
         float *dst = NULL;
         if (logits && all_logits) dst = logits + off * V;
         else if (logits && last_batch) dst = logits;
         bool ran;
-        rg_status st = eval_batch(s, ids + off, b, dst, all_logits != 0, last_batch ? req : NULL, &ran, err);
+        rg_status st = eval_batch(s, ids + off, b, dst, all_logits != 0, exact, last_batch ? req : NULL, &ran, err);
         if (st) {
             s->n_past = start_past;  // a failed call changes nothing
             snap_forget_after(&s->snap, start_past);
@@ -514,7 +526,32 @@ static rg_status eval_common(rg_session *s, const int32_t *ids, int64_t n, float
 }
 
 rg_status rg_session_eval(rg_session *s, const int32_t *ids, int64_t n, float *logits, int all_logits, rg_error *err) {
-    return eval_common(s, ids, n, logits, all_logits, NULL, err);
+    return eval_common(s, ids, n, logits, all_logits, false, NULL, err);
+}
+
+// Whether every attention layer can run an exact batch query by query (ATTN_DECODE): none caps its
+// logits or slides a window (gemma2, gemma3), which keep the materialized scores, whose sums over the
+// batch's longer rows round otherwise.
+static bool exact_batches(const rg_model *m) {
+    if (m->hp.attn_softcap != 0.0f) return false;
+    for (int64_t il = 0; il < m->hp.n_layer; il++)
+        if (m->layers[il].mixer == RG_KIND_ATTN && m->layers[il].window != 0) return false;
+    return true;
+}
+
+rg_status rg_session_eval_exact(rg_session *s, const int32_t *ids, int64_t n, float *logits, rg_error *err) {
+    if (exact_batches(s->m) || n <= 1) return eval_common(s, ids, n, logits, 1, true, NULL, err);
+    // one token at a time, all or nothing as one call is
+    const int64_t start = s->n_past, V = s->m->hp.n_vocab;
+    for (int64_t i = 0; i < n; i++) {
+        rg_status st = eval_common(s, ids + i, 1, logits ? logits + i * V : NULL, 1, true, NULL, err);
+        if (st) {
+            rg_error ignored;
+            if (i > 0 && rg_session_rewind(s, start, &ignored)) rg_session_truncate(s, start);
+            return st;
+        }
+    }
+    return RG_OK;
 }
 
 rg_status rg_session_eval_sample(rg_session *s, const int32_t *ids, int64_t n, rg_sampler *smp, int32_t *out,
@@ -526,7 +563,7 @@ rg_status rg_session_eval_sample(rg_session *s, const int32_t *ids, int64_t n, r
                        (int)rg_sampler_n_vocab(smp), (long long)s->m->hp.n_vocab);
     int32_t id = -1;  // out may point into ids (the token just drawn, evaluated next)
     sample_req req = {smp, &id};
-    rg_status st = eval_common(s, ids, n, NULL, 0, &req, err);
+    rg_status st = eval_common(s, ids, n, NULL, 0, false, &req, err);
     *out = id;
     return st;
 }

@@ -54,6 +54,15 @@ void rg_session_free(rg_session *s);
 // any failure leaves n_past as it was (a single token of a model with recurrent
 // state leaves that state lost: the next call says so).
 rg_status rg_session_eval(rg_session *s, const int32_t *ids, int64_t n, float *logits, int all_logits, rg_error *err);
+// Evaluates n tokens as rg_session_eval does with all_logits = 1 (the same failures, logits NULL or [n_vocab, n]),
+// every token computed exactly as a single-token step at its position computes it: the bits (logits, KV cache,
+// recurrent state) of evaluating the tokens one at a time, which rg_session_eval's prompt paths (GEMMs, flash
+// attention) do not promise. Each MUL_MAT runs the dot products a single token runs, for all the batch's columns
+// in one pass over the weights (RG_MUL_MAT_COLUMNS, graph.h), attention over the cache runs query by query
+// (ATTN_DECODE); a layer with a logit cap or a sliding window keeps its materialized attention on those columns.
+// What a speculative decoder's verification batch needs (greedy output the bits of decoding without it). Calls
+// of more than 32 tokens run as batches of 32 (the same bits); meant for a few tokens.
+rg_status rg_session_eval_exact(rg_session *s, const int32_t *ids, int64_t n, float *logits, rg_error *err);
 // Evaluates n tokens as rg_session_eval does (the same failures), then draws the next token
 // from the last one's logits with smp's settings, penalty window and draw counter, and
 // advances that counter (the token is not accepted: call rg_sampler_accept with it). On a CUDA

@@ -223,7 +223,7 @@ rg_status rg_spec_verify(rg_spec *sp, int32_t last, const int32_t *drafts, int64
                        pos, sp->base + sp->n_hist);
     sp->batch[0] = last;
     memcpy(sp->batch + 1, drafts, (size_t)k * sizeof *drafts);
-    rg_status st = rg_session_eval(sp->target, sp->batch, k + 1, sp->logits, 1, err);  // [V, k + 1]
+    rg_status st = rg_session_eval_exact(sp->target, sp->batch, k + 1, sp->logits, err);  // [V, k + 1], single-token bits
     if (st) return st;
     // row j: the target's distribution after batch[0..j]
     int64_t n_kept = 0;

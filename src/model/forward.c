@@ -20,6 +20,7 @@ rg_node *rg_model_leaf(rg_graph *g, const rg_gguf_tensor *t) {
 
 rg_status rg_model_leaf_nodes(rg_graph *g, const rg_model *m, rg_model_nodes *w, rg_error *err) {
     w->flash_attn = false;  // the materialized attention unless the caller says otherwise
+    w->exact_columns = false;
     w->tok_embd = rg_model_leaf(g, m->tok_embd);
     w->out_norm = rg_model_leaf(g, m->out_norm);
     w->output = m->hp.tied ? w->tok_embd : rg_model_leaf(g, m->output);
@@ -44,7 +45,7 @@ static rg_node *forward(rg_graph *g, const rg_model *m, const rg_model_nodes *w,
         if (bounds) bounds[il] = x;
         const rg_layer *L = &m->layers[il];
         rg_layer_ctx c = {.g = g, .m = m, .il = il, .layer = L, .w = &w->layers[il], .pos = pos, .mask = mask,
-                          .seg = seg, .flash = w->flash_attn,
+                          .seg = seg, .flash = w->flash_attn && !w->exact_columns, .exact_columns = w->exact_columns,
                           .state = state ? &state->layers[il] : NULL, .n_past = n_past, .n_ctx = state ? state->n_ctx : 0};
         const rg_layer_kind_desc *mixer = rg_layer_kind_get(L->mixer), *ffn = rg_layer_kind_get(L->ffn);
         x = mixer->build(&c, x);                                     // [d, T]

@@ -25,6 +25,10 @@ typedef struct rg_model_nodes {
     // of the [n_kv, T, H] scores; training decides it once (train_state.c, training.flash_attn),
     // a session per prompt batch (session.c, rg_session_flash_prompt). rg_model_leaf_nodes: false.
     bool flash_attn;
+    // Every token of a batch over the cache computed as a single-token step computes it: attention through
+    // ATTN_DECODE, query by query (infer/session.c's exact batches, which also mark the MUL_MATs
+    // RG_MUL_MAT_COLUMNS). Excludes flash_attn. rg_model_leaf_nodes: false.
+    bool exact_columns;
 } rg_model_nodes;
 
 // Frozen leaves over the model's mapped tensors (never written).

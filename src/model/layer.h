@@ -21,6 +21,8 @@ typedef struct rg_layer_ctx {
     rg_node *seg;               // I32 [n_tokens] document ids (training's packed rows: the conv and scan restart at
                                 // each document, training.md 8.4), or NULL
     bool flash;                 // attention through FLASH_ATTN_EXT: documents from seg (no mask), or over the cache
+    bool exact_columns;         // every token as a single-token step computes it (a session's exact batches):
+                                // attention over the cache through ATTN_DECODE, query by query, at any batch size
     rg_layer_state *state;      // the layer's buffers (NULL: no cache, a full pass)
     int state_first;            // this kind's first buffer in state (the mixer's come first, then the FFN's)
     int64_t n_past;             // tokens already in the state

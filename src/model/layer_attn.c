@@ -76,8 +76,9 @@ static rg_node *build(const rg_layer_ctx *c, rg_node *x) {
                                     .causal = true};
         rg_node *fa = rg_flash_attn_ext(g, Q, K, V, c->seg, NULL, &fp);
         o = rg_reshape(g, rg_flash_part(g, fa, RG_FLASH_O), 2, (int64_t[]){Dh * H, T});  // [Dh*H, T]
-    } else if (cache && T == 1 && hp->attn_softcap == 0.0f && Ly->window == 0) {
-        // A generated token: scores, softmax and weighted sum in one op (ops_attn_decode.c).
+    } else if (cache && (T == 1 || c->exact_columns) && hp->attn_softcap == 0.0f && Ly->window == 0) {
+        // A generated token (or an exact batch, query by query, each as its own token would be):
+        // scores, softmax and weighted sum in one op (ops_attn_decode.c).
         o = rg_reshape(g, rg_attn_decode(g, q, K, Vt, hp->attn_scale), 2, (int64_t[]){Dh * H, T});  // [Dh*H, T]
     } else {
         rg_node *kq = rg_mul_mat(g, K, Q);                       // [n_kv, T, H]; head h reads kv head h / (H/Hkv)
