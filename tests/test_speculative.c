@@ -1,6 +1,6 @@
 // test_speculative.c - speculative decoding (infer/speculative.h): the prompt-lookup drafter's
-// proposals on hand-made token arrays; on the tiny fixtures, whether a token's logits in a
-// verification batch are the bits of the same token evaluated alone (per weight type), greedy
+// proposals on hand-made token arrays; on the tiny fixtures and SmolLM2, a token's logits in a
+// verification batch (rg_session_eval_exact) the bits of the same token evaluated alone (per weight type), greedy
 // output with --draft ngram and with a draft model (the target's Q4_0 copy) token for token that
 // of generation without speculation; speculative sampling's first token drawn with the sampler's
 // distribution, and seeded runs reproducible; a draft model with another vocabulary refused, and
@@ -152,16 +152,20 @@ static rg_sampler_params greedy(void) {
     return p;
 }
 
-// Whether n tokens evaluated in one batch after the prompt give the bits of the same tokens evaluated one at a time
-// (n <= 9): the rows of a verification batch against what generation without speculation computes. *max_rel: the
-// largest difference over the largest |logit|.
-static bool batch_bits_equal(const rg_model *m, const int32_t *prompt, int n, double *max_rel) {
+enum { MAX_BATCH = 17 };  // a verification batch of draft-max 16
+static const int32_t more[MAX_BATCH] = {7, 300, 42, 7, 11, 480, 3, 99, 7, 5, 61, 300, 42, 8, 250, 1, 7};
+
+// Whether n tokens evaluated in one batch after the prompt (exact: rg_session_eval_exact, the verification batch;
+// else rg_session_eval's prompt batch) give the bits of the same tokens evaluated one at a time (n <= MAX_BATCH):
+// the rows of a verification batch against what generation without speculation computes. *max_rel: the largest
+// difference over the largest |logit|.
+static bool batch_bits_equal(const rg_model *m, const int32_t *prompt, int n, bool exact, double *max_rel) {
     const int64_t V = m->hp.n_vocab;
-    const int32_t more[9] = {7, 300, 42, 7, 11, 480, 3, 99, 7};
-    float *batch = malloc(sizeof(float) * V * 9), *step = malloc(sizeof(float) * V * 9);
+    float *batch = malloc(sizeof(float) * V * MAX_BATCH), *step = malloc(sizeof(float) * V * MAX_BATCH);
     rg_session *s = session(m);
     rg_error err = {0};
-    bool ok = s && !rg_session_eval(s, prompt, N_PROMPT, NULL, 0, &err) && !rg_session_eval(s, more, n, batch, 1, &err) &&
+    bool ok = s && !rg_session_eval(s, prompt, N_PROMPT, NULL, 0, &err) &&
+              !(exact ? rg_session_eval_exact(s, more, n, batch, &err) : rg_session_eval(s, more, n, batch, 1, &err)) &&
               !rg_session_rewind(s, N_PROMPT, &err);
     for (int i = 0; ok && i < n; i++) ok = !rg_session_eval(s, &more[i], 1, step + (size_t)i * V, 0, &err);
     RG_CHECK(ok, "%s", err.msg);
@@ -179,17 +183,16 @@ static bool batch_bits_equal(const rg_model *m, const int32_t *prompt, int n, do
 }
 
 // Greedy with --draft ngram (draft_max drafts): the tokens of generation without it, and drafts accepted on the
-// repeating prompt. guaranteed: the verification batches (up to draft_max + 1 tokens) give the single-token bits
-// (test_batch_bits), so equal tokens follow by construction; otherwise they differ from them by rounding and equal
-// tokens are what these fixtures give (no near-tie met), not a guarantee.
-static void check_greedy_ngram(uint32_t type, int draft_max, bool guaranteed) {
+// repeating prompt. The verification batches (up to draft_max + 1 tokens, rg_session_eval_exact) give the
+// single-token bits (checked here, and by test_batch_bits), so equal tokens follow by construction.
+static void check_greedy_ngram(uint32_t type, int draft_max) {
     char path[64];
     rg_model *m = tiny_model("qwen2", type, path, NULL);
     RG_REQUIRE(m, "model");
     int32_t prompt[N_PROMPT], plain[N_GEN], spec[N_GEN];
     repeating_prompt(prompt, m->hp.n_vocab);
     double rel;
-    bool same_bits = batch_bits_equal(m, prompt, draft_max + 1, &rel);
+    bool same_bits = batch_bits_equal(m, prompt, draft_max + 1, true, &rel);
     const rg_sampler_params p = greedy();
     rg_error err = {0};
     rg_spec_stats ss = {0};
@@ -202,8 +205,8 @@ static void check_greedy_ngram(uint32_t type, int draft_max, bool guaranteed) {
            "in %lld batches; greedy %s%s\n",
            rg_type_get(type)->name, draft_max, draft_max + 1, same_bits ? "bit-identical to" : "differ from", rel, (long long)ss.n_drafted,
            (long long)ss.n_accepted, (long long)ss.n_steps,
-           first_diff < 0 ? "identical" : "differs", guaranteed ? " (by construction)" : " (on this fixture)");
-    RG_CHECK(same_bits || !guaranteed, "%s: batches of %d should give the single-token bits", rg_type_get(type)->name,
+           first_diff < 0 ? "identical" : "differs", " (by construction)");
+    RG_CHECK(same_bits, "%s: exact batches of %d should give the single-token bits", rg_type_get(type)->name,
              draft_max + 1);
     RG_CHECK(first_diff < 0, "%s: greedy with --draft ngram differs at token %d: %d against %d", rg_type_get(type)->name,
              first_diff, first_diff >= 0 ? spec[first_diff] : 0, first_diff >= 0 ? plain[first_diff] : 0);
@@ -213,12 +216,12 @@ static void check_greedy_ngram(uint32_t type, int draft_max, bool guaranteed) {
     unlink(path);
 }
 
-static void test_greedy_ngram_f32(void) { check_greedy_ngram(RG_TYPE_F32, 8, false); }
-static void test_greedy_ngram_f16(void) { check_greedy_ngram(RG_TYPE_F16, 8, false); }
-static void test_greedy_ngram_q8_0(void) { check_greedy_ngram(RG_TYPE_Q8_0, 8, false); }
-static void test_greedy_ngram_q4_0(void) { check_greedy_ngram(RG_TYPE_Q4_0, 8, false); }
-static void test_greedy_ngram_q8_0_exact(void) { check_greedy_ngram(RG_TYPE_Q8_0, 2, true); }
-static void test_greedy_ngram_q4_0_exact(void) { check_greedy_ngram(RG_TYPE_Q4_0, 6, true); }
+static void test_greedy_ngram_f32(void) { check_greedy_ngram(RG_TYPE_F32, 8); }
+static void test_greedy_ngram_f16(void) { check_greedy_ngram(RG_TYPE_F16, 8); }
+static void test_greedy_ngram_q8_0(void) { check_greedy_ngram(RG_TYPE_Q8_0, 8); }
+static void test_greedy_ngram_q4_0(void) { check_greedy_ngram(RG_TYPE_Q4_0, 16); }
+static void test_greedy_ngram_q4_k(void) { check_greedy_ngram(RG_TYPE_Q4_K, 16); }
+static void test_greedy_ngram_q8_0_short(void) { check_greedy_ngram(RG_TYPE_Q8_0, 2); }
 
 // Greedy with a draft model: the F32 target drafted for by its own Q4_0 copy (the same vocabulary).
 static void test_greedy_draft_model(void) {
@@ -379,40 +382,40 @@ static void test_sampling(void) {
     unlink(path);
 }
 
-// Which verification batches give the bits of single-token steps, per weight type and batch size (2..9): a
-// product of a batch of N columns runs the single-token dot products on Q8_0 activations while N < 8 for Q4_0
-// (and Q4_1 on Q8_1 ones), N < 4 for Q8_0 (cpu/ops_matmul.c's vec_max_n), and the attention over the cache gives the
-// decode's bits: those must be bit-identical (memcmp). Past that the SGEMM on F32 activations differs (~1e-2 of
-// the largest logit); F32, F16, BF16 and Q4_K weights differ by a rounding (~1e-7) at every size: printed.
+// Verification batches (rg_session_eval_exact) give the bits of single-token steps for every weight type and
+// batch size 2..17 (memcmp); rg_session_eval's prompt batches of the same tokens are printed beside them, the
+// control: they take the SGEMM (F32 activations) past a few columns and differ by a rounding or more.
 static void test_batch_bits(void) {
-    const struct { uint32_t type; int n_same; } rows[] = {
-        {RG_TYPE_F32, 0}, {RG_TYPE_F16, 0}, {RG_TYPE_BF16, 0}, {RG_TYPE_Q8_0, 3}, {RG_TYPE_Q4_0, 7}, {RG_TYPE_Q4_1, 7},
-        {RG_TYPE_Q4_K, 0},
-    };
-    for (size_t t = 0; t < sizeof rows / sizeof rows[0]; t++) {
+    const uint32_t types[] = {RG_TYPE_F32, RG_TYPE_F16, RG_TYPE_BF16, RG_TYPE_Q8_0, RG_TYPE_Q4_0, RG_TYPE_Q4_1,
+                              RG_TYPE_Q4_K, RG_TYPE_Q6_K};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         char path[64];
-        rg_model *m = tiny_model("qwen2", rows[t].type, path, NULL);
+        rg_model *m = tiny_model("qwen2", types[t], path, NULL);
         RG_REQUIRE(m, "model");
         int32_t prompt[N_PROMPT];
         repeating_prompt(prompt, m->hp.n_vocab);
-        printf("    %-5s", rg_type_get(rows[t].type)->name);
-        for (int n = 2; n <= 9; n++) {
-            double rel;
-            bool same = batch_bits_equal(m, prompt, n, &rel);
+        printf("    %-5s exact:", rg_type_get(types[t])->name);
+        int differ = 0;
+        double rel;
+        for (int n = 2; n <= MAX_BATCH; n++) differ += !batch_bits_equal(m, prompt, n, true, &rel);
+        printf(" %s; prompt batches:", differ ? "DIFFER" : "the same bits at 2..17");
+        for (int n = 2; n <= MAX_BATCH; n += 5) {
+            bool same = batch_bits_equal(m, prompt, n, false, &rel);
             printf(" %d:%s", n, same ? "same" : "");
             if (!same) printf("%.1e", rel);
-            RG_CHECK(same || n > rows[t].n_same, "%s: a batch of %d differs from single-token steps (%.2e)",
-                     rg_type_get(rows[t].type)->name, n, rel);
         }
         printf("\n");
+        RG_CHECK(differ == 0, "%s: %d exact batch sizes of 2..17 differ from single-token steps",
+                 rg_type_get(types[t])->name, differ);
         rg_model_free(m);
         unlink(path);
     }
 }
 
-// The same table for a real model (RG_SPEC_MODEL=FILE, else RG_SMOLLM2's file; a skip without either) after a
-// prompt of 100 tokens: printed (what README's exactness statement rests on), each batch within 5e-2 of the
-// largest logit of the single-token rows (the SGEMM's rounding, not a wrong row).
+// The same for a real model (RG_SPEC_MODEL=FILE, else RG_SMOLLM2's file; a skip without either) after a prompt of
+// 100 tokens: exact batches of 2..17 the single-token bits (memcmp), prompt batches printed as the control; then
+// greedy generation of 64 tokens after a prompt that repeats itself, with --draft ngram (draft-max 8 and 16): the
+// tokens of generation without it.
 static void test_batch_bits_model(void) {
     const char *path = getenv("RG_SPEC_MODEL");
     if (!path || !*path) path = getenv("RG_SMOLLM2");
@@ -424,16 +427,19 @@ static void test_batch_bits_model(void) {
     enum { NP = 100 };
     int32_t prompt[NP];
     for (int i = 0; i < NP; i++) prompt[i] = (int32_t)((i * 7919 + 13) % V);
-    const int32_t more[9] = {7, 300, 42, 7, 11, 480, 3, 99, 7};
-    float *batch = malloc(sizeof(float) * V * 9), *step = malloc(sizeof(float) * V * 9);
+    float *batch = malloc(sizeof(float) * V * MAX_BATCH), *step = malloc(sizeof(float) * V * MAX_BATCH);
     rg_session *s = NULL;
     rg_session_opts so = {.n_ctx = 256, .n_threads = 2};
     RG_REQUIRE(!rg_session_create(&s, m, &so, &err) && !rg_session_eval(s, prompt, NP, NULL, 0, &err), "%s", err.msg);
-    printf("    %s:", path);
-    for (int n = 2; n <= 9; n++) {
-        bool ok = !rg_session_eval(s, more, n, batch, 1, &err) && !rg_session_rewind(s, NP, &err);
+    printf("    %s: exact (prompt batch):", path);
+    for (int n = 2; n <= MAX_BATCH; n += 3) {
+        bool ok = true;
         for (int i = 0; ok && i < n; i++) ok = !rg_session_eval(s, &more[i], 1, step + (size_t)i * V, 0, &err);
-        ok = ok && !rg_session_rewind(s, NP, &err);
+        ok = ok && !rg_session_rewind(s, NP, &err) && !rg_session_eval_exact(s, more, n, batch, &err) &&
+             !rg_session_rewind(s, NP, &err);
+        RG_REQUIRE(ok, "%s", err.msg);
+        const bool same = !memcmp(batch, step, sizeof(float) * (size_t)(V * n));
+        ok = !rg_session_eval(s, more, n, batch, 1, &err) && !rg_session_rewind(s, NP, &err);
         RG_REQUIRE(ok, "%s", err.msg);
         double diff = 0, top = 0;
         for (int64_t i = 0; i < V * n; i++) {
@@ -441,14 +447,25 @@ static void test_batch_bits_model(void) {
             if (d > diff) diff = d;
             if (fabs((double)step[i]) > top) top = fabs((double)step[i]);
         }
-        if (diff == 0) printf(" %d:same", n);
-        else printf(" %d:%.1e", n, diff / top);
-        RG_CHECK(diff <= 5e-2 * top, "a batch of %d is %.2e of the largest logit from single-token steps", n, diff / top);
+        printf(" %d:%s (%.1e)", n, same ? "same" : "DIFFERS", diff / top);
+        RG_CHECK(same, "an exact batch of %d is not the single-token bits", n);
     }
     printf("\n");
     rg_session_free(s);
-    rg_model_free(m);
     free(batch), free(step);
+    // greedy: a prompt of 12 tokens repeated twice (the ngram drafter finds its continuation)
+    int32_t rp[N_PROMPT], plain[64], spec[64];
+    for (int i = 0; i < N_PROMPT; i++) rp[i] = prompt[i % 12];
+    const rg_sampler_params p = greedy();
+    RG_REQUIRE(generate_plain(m, &p, rp, plain, 64), "plain generation");
+    for (int dm = 8; dm <= 16; dm += 8) {
+        rg_spec_stats ss = {0};
+        RG_REQUIRE(generate_spec(m, NULL, dm, &p, rp, spec, 64, &ss, &err) == RG_OK, "%s", err.msg);
+        printf("    greedy, draft-max %d: %lld drafted, %lld accepted in %lld batches; %s\n", dm, (long long)ss.n_drafted,
+               (long long)ss.n_accepted, (long long)ss.n_steps, memcmp(plain, spec, sizeof plain) ? "DIFFERS" : "identical");
+        RG_CHECK(!memcmp(plain, spec, sizeof plain), "greedy with --draft ngram (draft-max %d) differs on %s", dm, path);
+    }
+    rg_model_free(m);
 }
 
 static const rg_test_case cases[] = {
@@ -459,8 +476,8 @@ static const rg_test_case cases[] = {
     RG_TEST(test_greedy_ngram_f16),
     RG_TEST(test_greedy_ngram_q8_0),
     RG_TEST(test_greedy_ngram_q4_0),
-    RG_TEST(test_greedy_ngram_q8_0_exact),
-    RG_TEST(test_greedy_ngram_q4_0_exact),
+    RG_TEST(test_greedy_ngram_q4_k),
+    RG_TEST(test_greedy_ngram_q8_0_short),
     RG_TEST(test_greedy_draft_model),
     RG_TEST(test_draft_vocab_refused),
     RG_TEST(test_recurrent_target),
