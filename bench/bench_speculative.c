@@ -1,9 +1,11 @@
 // bench_speculative.c - generation tokens/s with and without speculative decoding
 // (infer/speculative.h) on a task that repeats its input: SmolLM2-135M-Instruct asked to
-// repeat a paragraph word for word, greedy. Rows: no draft, --draft ngram (prompt lookup),
-// and a draft model (the Q4_0 copy drafting for the target); each with its acceptance rate,
-// the median and the worst of interleaved rounds, the ratio to no draft, and whether its
-// greedy tokens are those of no draft.
+// repeat a paragraph word for word, greedy, up to the end-of-generation token or RG_BENCH_TG
+// tokens (as `generate` stops). Rows: no draft, --draft ngram (prompt lookup) at draft-max
+// RG_BENCH_DRAFT_MAX and at twice that, and a draft model (the Q4_0 copy drafting for the
+// target); each with its acceptance rate, the median and the worst of interleaved rounds, the
+// ratio to no draft, and whether its greedy tokens are those of no draft (the verification
+// batches are exact, rg_session_eval_exact: they must be).
 //
 //   RG_SMOLLM2=path/to/SmolLM2-135M-Instruct.Q4_1.gguf ./build/bench_speculative
 //
@@ -15,8 +17,8 @@
 //   RG_BENCH_TARGET=F32       the target's type (default F16)
 //   RG_BENCH_CACHE=/tmp/dir   keep the made files there and reuse them (smollm2-f16.gguf, smollm2-q4_0.gguf)
 //   RG_BENCH_REPS=5           interleaved rounds (default 3)
-//   RG_BENCH_TG=128           generated tokens per run (default 128)
-//   RG_BENCH_DRAFT_MAX=8      drafts per verification (default 8)
+//   RG_BENCH_TG=128           the most tokens generated per run (default 128)
+//   RG_BENCH_DRAFT_MAX=8      drafts per verification (default 8; the second ngram row twice that)
 //   RG_BENCH_THREADS=1        threads (default: all cores)
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,23 +40,25 @@ static const char *paragraph =
     "winter the storms came from the north, and the keeper wrote in his log the speed of the wind, the height "
     "of the waves and the names of the ships that sheltered in the bay.";
 
-enum { MODE_PLAIN, MODE_NGRAM, MODE_MODEL, N_MODES };
-static const char *mode_names[N_MODES] = {"no draft", "--draft ngram", "--draft-model q4_0"};
+enum { MODE_PLAIN, MODE_NGRAM, MODE_NGRAM2, MODE_MODEL, N_MODES };
+static const char *mode_names[N_MODES] = {"no draft", "--draft ngram", "--draft ngram (2x max)", "--draft-model q4_0"};
 
 typedef struct bench {
     rg_model *target, *draft;
     rg_session *ts, *ds;
+    rg_tokenizer *tok;  // the target's: its end-of-generation tokens stop a run
     int32_t *prompt;
     size_t n_prompt;
     int tg, draft_max;
 } bench;
 
-// One greedy run of b->tg tokens after the prompt (not timed); the generation's seconds, its tokens in out
-// and the drafter's stats.
-static rg_status run(bench *b, int mode, int32_t *out, double *secs, rg_spec_stats *stats, rg_error *err) {
+// One greedy run of up to b->tg tokens after the prompt (not timed), stopping after an end-of-generation token;
+// the generation's seconds, its tokens in out (*n_out of them) and the drafter's stats.
+static rg_status run(bench *b, int mode, int32_t *out, int *n_out, double *secs, rg_spec_stats *stats, rg_error *err) {
     const int64_t V = b->target->hp.n_vocab;
+    const int draft_max = mode == MODE_NGRAM2 ? 2 * b->draft_max : b->draft_max;
     float *logits = malloc(sizeof(float) * V);
-    int32_t *q = malloc(sizeof(int32_t) * (size_t)(b->draft_max + 1));
+    int32_t *q = malloc(sizeof(int32_t) * (size_t)(draft_max + 1));
     rg_sampler *smp = NULL;
     rg_spec *sp = NULL;
     rg_sampler_params p = rg_sampler_defaults();
@@ -62,7 +66,7 @@ static rg_status run(bench *b, int mode, int32_t *out, double *secs, rg_spec_sta
     rg_status st = rg_session_rewind(b->ts, 0, err);
     if (!st && b->ds) st = rg_session_rewind(b->ds, 0, err);
     if (!st) st = rg_sampler_create(&smp, &p, (int32_t)V, err);
-    rg_spec_opts o = {.kind = mode == MODE_MODEL ? RG_DRAFT_MODEL : RG_DRAFT_NGRAM, .draft_max = b->draft_max,
+    rg_spec_opts o = {.kind = mode == MODE_MODEL ? RG_DRAFT_MODEL : RG_DRAFT_NGRAM, .draft_max = draft_max,
                       .draft = b->ds};
     if (!st && mode != MODE_PLAIN) st = rg_spec_create(&sp, b->ts, &o, err);
     for (size_t i = 0; !st && i < b->n_prompt; i++) rg_sampler_accept(smp, b->prompt[i]);
@@ -71,13 +75,15 @@ static rg_status run(bench *b, int mode, int32_t *out, double *secs, rg_spec_sta
     if (!st && mode == MODE_MODEL) st = rg_session_eval(b->ds, b->prompt, (int64_t)b->n_prompt, NULL, 0, err);
     double t0 = bench_now();
     int64_t n_q = 0, i_q = 0;
+    *n_out = 0;
     for (int i = 0; !st && i < b->tg; i++) {
         bool in_history = false;
         if (i == 0) out[i] = rg_sampler_sample(smp, logits);
         else if (sp) out[i] = q[i_q++], in_history = i_q < n_q;
         else out[i] = rg_sampler_sample(smp, logits);
         if (!in_history) rg_sampler_accept(smp, out[i]);
-        if (i + 1 == b->tg) break;
+        *n_out = i + 1;
+        if (i + 1 == b->tg || rg_token_is_eog(b->tok, out[i])) break;
         if (!sp) st = rg_session_eval(b->ts, &out[i], 1, logits, 0, err);
         else if (i_q == n_q) st = rg_spec_step(sp, out[i], smp, b->tg - i - 2, q, &n_q, err), i_q = 0;
     }
@@ -130,7 +136,7 @@ static rg_status make_prompt(bench *b, rg_error *err) {
     }
     if (!st) st = rg_tokenize_alloc(tok, in, len, true, true, &b->prompt, &b->n_prompt, err);
     rg_chat_rendered_free(&r);
-    rg_tokenizer_free(tok);
+    b->tok = tok;
     return st;
 }
 
@@ -163,26 +169,35 @@ int main(void) {
         fprintf(stderr, "bench_speculative: %s\n", err.msg);
         return 1;
     }
-    printf("target %s, draft %s; prompt %zu tokens, %d generated greedily, draft-max %d, %d interleaved rounds\n", tpath,
-           dpath, b.n_prompt, b.tg, b.draft_max, reps);
+    printf("target %s, draft %s; prompt %zu tokens, up to %d generated greedily (to the end of generation), "
+           "draft-max %d, %d interleaved rounds\n", tpath, dpath, b.n_prompt, b.tg, b.draft_max, reps);
     double *tps = calloc((size_t)(N_MODES * reps), sizeof *tps);
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)(N_MODES * b.tg));
     rg_spec_stats stats[N_MODES] = {{0}};
-    bool same[N_MODES] = {true, true, true};
+    bool same[N_MODES] = {true, true, true, true};
+    int n_gen[N_MODES] = {0};
     for (int r = 0; r < reps && !st; r++)
         for (int mode = 0; mode < N_MODES && !st; mode++) {
             int32_t *out = toks + (size_t)mode * b.tg;
             double secs;
-            st = run(&b, mode, out, &secs, &stats[mode], &err);
-            tps[mode * reps + r] = (b.tg - 1) / secs;  // the first token comes from the prompt's logits
-            if (mode && memcmp(out, toks, sizeof(int32_t) * (size_t)b.tg) != 0) same[mode] = false;
+            st = run(&b, mode, out, &n_gen[mode], &secs, &stats[mode], &err);
+            tps[mode * reps + r] = (n_gen[mode] - 1) / secs;  // the first token comes from the prompt's logits
+            if (mode && (n_gen[mode] != n_gen[0] || memcmp(out, toks, sizeof(int32_t) * (size_t)n_gen[0]) != 0))
+                same[mode] = false;
         }
     if (st) {
         fprintf(stderr, "bench_speculative: %s\n", err.msg);
         return 1;
     }
+    // per round: each mode's speed over no draft's in the same round (the machine drifts between rounds)
+    double *ratio = calloc((size_t)(N_MODES * reps), sizeof *ratio);
+    for (int mode = 0; mode < N_MODES; mode++)
+        for (int r = 0; r < reps; r++) ratio[mode * reps + r] = tps[mode * reps + r] / tps[r];
+    for (int mode = 0; mode < N_MODES; mode++) qsort(ratio + mode * reps, (size_t)reps, sizeof *ratio, cmp_double);
     double plain_med = 0;
-    printf("%-20s %12s %12s %8s %12s %10s\n", "mode", "median tok/s", "worst tok/s", "ratio", "accepted", "greedy");
+    printf("%d tokens generated without speculation\n", n_gen[0]);
+    printf("%-24s %12s %12s %8s %15s %12s %10s\n", "mode", "median tok/s", "worst tok/s", "ratio", "rounds' ratios",
+           "accepted", "greedy");
     for (int mode = 0; mode < N_MODES; mode++) {
         double *v = tps + mode * reps;
         qsort(v, (size_t)reps, sizeof *v, cmp_double);
@@ -191,12 +206,15 @@ int main(void) {
         char acc[32] = "-";
         if (mode != MODE_PLAIN && stats[mode].n_drafted)
             snprintf(acc, sizeof acc, "%.1f%%", 100.0 * (double)stats[mode].n_accepted / (double)stats[mode].n_drafted);
-        printf("%-20s %12.1f %12.1f %7.2fx %12s %10s\n", mode_names[mode], med, v[0], med / plain_med, acc,
+        char rr[32];
+        snprintf(rr, sizeof rr, "%.2f-%.2fx", ratio[mode * reps], ratio[mode * reps + reps - 1]);
+        printf("%-24s %12.1f %12.1f %7.2fx %15s %12s %10s\n", mode_names[mode], med, v[0], med / plain_med, rr, acc,
                mode == MODE_PLAIN ? "-" : same[mode] ? "identical" : "DIFFERS");
     }
     rg_session_free(b.ts), rg_session_free(b.ds);
     rg_model_free(b.target), rg_model_free(b.draft);
-    free(b.prompt), free(tps), free(toks);
+    rg_tokenizer_free(b.tok);
+    free(b.prompt), free(tps), free(toks), free(ratio);
     if (tiny[0]) unlink(tiny);
     if (!cache) {
         if (smol && *smol) unlink(tpath);

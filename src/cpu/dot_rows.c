@@ -26,3 +26,23 @@ rg_dot_rows_fn rg_cpu_dot_rows(uint32_t w_type) {
     default: return NULL;
     }
 }
+
+rg_dot_rows2_fn rg_cpu_dot_rows2(uint32_t w_type) {
+    if (!rg_dot_rows_avx2_built || !rg_cpu_has_avx2()) return NULL;
+    switch (w_type) {
+    case RG_TYPE_F32: return rg_dot_rows2_f32_avx2;
+    case RG_TYPE_F16: return rg_dot_rows2_f16_avx2;
+    case RG_TYPE_BF16: return rg_dot_rows2_bf16_avx2;
+    default: return NULL;
+    }
+}
+
+rg_dot_rows3_fn rg_cpu_dot_rows3(uint32_t w_type) {
+    if (!rg_dot_rows_avx2_built || !rg_cpu_has_avx2()) return NULL;
+    switch (w_type) {
+    case RG_TYPE_F32: return rg_dot_rows3_f32_avx2;
+    case RG_TYPE_F16: return rg_dot_rows3_f16_avx2;
+    case RG_TYPE_BF16: return rg_dot_rows3_bf16_avx2;
+    default: return NULL;
+    }
+}

@@ -25,6 +25,19 @@ typedef void (*rg_dot_rows_fn)(int64_t K, int64_t nr, const void *w, size_t w_st
 // use the type's vec_dot row by row).
 rg_dot_rows_fn rg_cpu_dot_rows(uint32_t w_type);
 
+// Two activation rows at once: y0[r] = dot(w_r, x0), y1[r] = dot(w_r, x1), each with exactly the
+// bits the type's rg_dot_rows_fn gives for that row alone (each weight vector loaded and widened
+// once for both: the columns of a small batch, a speculative decoder's verification, cost less
+// than twice one).
+typedef void (*rg_dot_rows2_fn)(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
+                                float *y0, float *y1);
+// The two-row kernel for this type, or NULL (none: call the rg_dot_rows_fn per row).
+rg_dot_rows2_fn rg_cpu_dot_rows2(uint32_t w_type);
+// Three activation rows at once (x[0..2] into y[0..2]), the same bits again.
+typedef void (*rg_dot_rows3_fn)(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *const x[3],
+                                float *const y[3]);
+rg_dot_rows3_fn rg_cpu_dot_rows3(uint32_t w_type);
+
 // Internal: the AVX2 kernels (dot_rows_avx2.c), stubs doing nothing when built
 // without AVX2 (rg_dot_rows_avx2_built = 0 then).
 extern const int rg_dot_rows_avx2_built;
@@ -35,6 +48,18 @@ void rg_dot_rows_q4_0_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride
 void rg_dot_rows_q4_1_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y);
 void rg_dot_rows_q5_0_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y);
 void rg_dot_rows_q8_0_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y);
+void rg_dot_rows2_f32_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
+                           float *y0, float *y1);
+void rg_dot_rows2_f16_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
+                           float *y0, float *y1);
+void rg_dot_rows2_bf16_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
+                            float *y0, float *y1);
+void rg_dot_rows3_f32_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *const x[3],
+                           float *const y[3]);
+void rg_dot_rows3_f16_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *const x[3],
+                           float *const y[3]);
+void rg_dot_rows3_bf16_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *const x[3],
+                            float *const y[3]);
 // dot_rows_k_avx2.c: Q4_K and Q6_K against Q8_K (rg_dot_rows_k_avx2_built = 0 without AVX2).
 extern const int rg_dot_rows_k_avx2_built;
 void rg_dot_rows_q4_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y);

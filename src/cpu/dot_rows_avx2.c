@@ -225,6 +225,98 @@ FLOAT_ONE_ROW(rg_dot_rows_f32_avx2, 4, ld_f32, sc_f32)
 FLOAT_ONE_ROW(rg_dot_rows_f16_avx2, 2, ld_f16, sc_f16)
 FLOAT_ONE_ROW(rg_dot_rows_bf16_avx2, 2, ld_bf16, sc_bf16)
 
+// Two activation columns per pass (dot_rows.h's rg_dot_rows2_fn): each weight vector loaded and
+// widened once for both, then per column the FMAs, reduction and scalar tail of FLOAT_ONE_ROW in
+// the same order into accumulators of its own, so each column's bits are the one-column kernel's.
+// 8 accumulators and 4 weight vectors in the 16 registers.
+#define FLOAT_TWO_COLS(name, ES, LOAD, SCALAR)                                                                \
+    void name(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,       \
+              float *y0, float *y1) {                                                                       \
+        const float *xa = x0, *xb = x1;                                                                     \
+        const int64_t k32 = K / 32 * 32, k8 = K / 8 * 8;                                                    \
+        for (int64_t r = 0; r < nr; r++) {                                                                  \
+            const uint8_t *p = (const uint8_t *)w + (size_t)r * w_stride;                                   \
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0; \
+            int64_t k = 0;                                                                                  \
+            for (; k < k32; k += 32) {                                                                      \
+                for (int o = 0; o < 32 * ES; o += 64) _mm_prefetch((const char *)p + k * ES + FLOAT_PREFETCH_AHEAD + o, _MM_HINT_T0); \
+                const __m256 w0 = LOAD(p + k * ES), w1 = LOAD(p + (k + 8) * ES);                            \
+                const __m256 w2 = LOAD(p + (k + 16) * ES), w3 = LOAD(p + (k + 24) * ES);                    \
+                a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xa + k), a0);                                      \
+                b0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xb + k), b0);                                      \
+                a1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xa + k + 8), a1);                                  \
+                b1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xb + k + 8), b1);                                  \
+                a2 = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xa + k + 16), a2);                                 \
+                b2 = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xb + k + 16), b2);                                 \
+                a3 = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xa + k + 24), a3);                                 \
+                b3 = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xb + k + 24), b3);                                 \
+            }                                                                                               \
+            for (; k < k8; k += 8) {                                                                        \
+                const __m256 wk = LOAD(p + k * ES);                                                         \
+                a0 = _mm256_fmadd_ps(wk, _mm256_loadu_ps(xa + k), a0);                                      \
+                b0 = _mm256_fmadd_ps(wk, _mm256_loadu_ps(xb + k), b0);                                      \
+            }                                                                                               \
+            float s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));                   \
+            float t = hsum8(_mm256_add_ps(_mm256_add_ps(b0, b1), _mm256_add_ps(b2, b3)));                   \
+            for (; k < K; k++) {                                                                            \
+                const float wk = SCALAR(p + k * ES);                                                        \
+                s += wk * xa[k];                                                                            \
+                t += wk * xb[k];                                                                            \
+            }                                                                                               \
+            y0[r] = s;                                                                                      \
+            y1[r] = t;                                                                                      \
+        }                                                                                                   \
+    }
+
+FLOAT_TWO_COLS(rg_dot_rows2_f32_avx2, 4, ld_f32, sc_f32)
+FLOAT_TWO_COLS(rg_dot_rows2_f16_avx2, 2, ld_f16, sc_f16)
+FLOAT_TWO_COLS(rg_dot_rows2_bf16_avx2, 2, ld_bf16, sc_bf16)
+
+// Three columns per pass (rg_dot_rows3_fn): 12 accumulators, each weight vector loaded into the one
+// register left and used by the three columns before the next, in FLOAT_ONE_ROW's order per column.
+#define FMA3(W, K, I)                                                                                       \
+    do {                                                                                                    \
+        const __m256 w_ = (W);                                                                              \
+        a##I = _mm256_fmadd_ps(w_, _mm256_loadu_ps(xa + (K)), a##I);                                        \
+        b##I = _mm256_fmadd_ps(w_, _mm256_loadu_ps(xb + (K)), b##I);                                        \
+        c##I = _mm256_fmadd_ps(w_, _mm256_loadu_ps(xc + (K)), c##I);                                        \
+    } while (0)
+#define FLOAT_THREE_COLS(name, ES, LOAD, SCALAR)                                                              \
+    void name(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *const x[3], float *const y[3]) { \
+        const float *xa = x[0], *xb = x[1], *xc = x[2];                                                     \
+        const int64_t k32 = K / 32 * 32, k8 = K / 8 * 8;                                                    \
+        for (int64_t r = 0; r < nr; r++) {                                                                  \
+            const uint8_t *p = (const uint8_t *)w + (size_t)r * w_stride;                                   \
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0; \
+            __m256 c0 = a0, c1 = a0, c2 = a0, c3 = a0;                                                      \
+            int64_t k = 0;                                                                                  \
+            for (; k < k32; k += 32) {                                                                      \
+                for (int o = 0; o < 32 * ES; o += 64) _mm_prefetch((const char *)p + k * ES + FLOAT_PREFETCH_AHEAD + o, _MM_HINT_T0); \
+                FMA3(LOAD(p + k * ES), k, 0);                                                               \
+                FMA3(LOAD(p + (k + 8) * ES), k + 8, 1);                                                     \
+                FMA3(LOAD(p + (k + 16) * ES), k + 16, 2);                                                   \
+                FMA3(LOAD(p + (k + 24) * ES), k + 24, 3);                                                   \
+            }                                                                                               \
+            for (; k < k8; k += 8) FMA3(LOAD(p + k * ES), k, 0);                                            \
+            float s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));                   \
+            float t = hsum8(_mm256_add_ps(_mm256_add_ps(b0, b1), _mm256_add_ps(b2, b3)));                   \
+            float u = hsum8(_mm256_add_ps(_mm256_add_ps(c0, c1), _mm256_add_ps(c2, c3)));                   \
+            for (; k < K; k++) {                                                                            \
+                const float wk = SCALAR(p + k * ES);                                                        \
+                s += wk * xa[k];                                                                            \
+                t += wk * xb[k];                                                                            \
+                u += wk * xc[k];                                                                            \
+            }                                                                                               \
+            y[0][r] = s;                                                                                    \
+            y[1][r] = t;                                                                                    \
+            y[2][r] = u;                                                                                    \
+        }                                                                                                   \
+    }
+
+FLOAT_THREE_COLS(rg_dot_rows3_f32_avx2, 4, ld_f32, sc_f32)
+FLOAT_THREE_COLS(rg_dot_rows3_f16_avx2, 2, ld_f16, sc_f16)
+FLOAT_THREE_COLS(rg_dot_rows3_bf16_avx2, 2, ld_bf16, sc_bf16)
+
 #else  // built without AVX2: never called (rg_cpu_dot_rows returns NULL)
 
 const int rg_dot_rows_avx2_built = 0;
@@ -240,5 +332,21 @@ STUB(rg_dot_rows_q4_0_avx2)
 STUB(rg_dot_rows_q4_1_avx2)
 STUB(rg_dot_rows_q5_0_avx2)
 STUB(rg_dot_rows_q8_0_avx2)
+
+#define STUB2(name)                                                                                          \
+    void name(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1, float *y0, \
+              float *y1) {                                                                                   \
+        (void)K, (void)nr, (void)w, (void)w_stride, (void)x0, (void)x1, (void)y0, (void)y1;                  \
+    }
+STUB2(rg_dot_rows2_f32_avx2)
+STUB2(rg_dot_rows2_f16_avx2)
+STUB2(rg_dot_rows2_bf16_avx2)
+#define STUB3(name)                                                                                    \
+    void name(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *const x[3], float *const y[3]) { \
+        (void)K, (void)nr, (void)w, (void)w_stride, (void)x, (void)y;                                  \
+    }
+STUB3(rg_dot_rows3_f32_avx2)
+STUB3(rg_dot_rows3_f16_avx2)
+STUB3(rg_dot_rows3_bf16_avx2)
 
 #endif

@@ -224,6 +224,8 @@ static rg_gemm_batch mul_mat_batch(const mm_gemm_ctx *c) {
 typedef struct mm_vec_job {
     const rg_quant_ops *ops;       // the weight type's
     rg_dot_rows_fn rows;           // several rows per pass (dot_rows.h), or NULL: ops->vec_dot per row
+    rg_dot_rows2_fn rows2;         // two columns per pass, each with rows' bits (dot_rows.h), or NULL
+    rg_dot_rows3_fn rows3;         // three columns per pass, the same, or NULL
     const rg_quant_ops *act_ops;   // the activation type's (quantize), NULL for F32 activations
     const rg_tensor *w, *x, *y;
     mm_shape s;
@@ -262,6 +264,12 @@ static void vec_convert(void *p, int ith, int nth) {
 // while every column passes over them.
 #define VEC_TILE 16
 
+// Column n of slice (i2, i3) as the dot products read it: x in place, or its converted row.
+static inline const void *vec_x(const mm_vec_job *j, int64_t n, int64_t i2, int64_t i3) {
+    if (j->x_direct) return (const char *)j->x->data + n * j->x->nb[1] + i2 * j->x->nb[2] + i3 * j->x->nb[3];
+    return j->xq + (size_t)((i3 * j->s.c2 + i2) * j->s.N + n) * j->xq_row;
+}
+
 static int64_t vec_tiles(const mm_vec_job *j) {
     return (j->s.M + VEC_TILE - 1) / VEC_TILE * j->s.c2 * j->s.c3;
 }
@@ -281,12 +289,20 @@ static void vec_run_tiles(const mm_vec_job *j, int64_t t0, int64_t t1) {
         int64_t m0 = tile * VEC_TILE, m1 = m0 + VEC_TILE < s->M ? m0 + VEC_TILE : s->M;
         const char *w = (const char *)j->w->data + w2 * j->w->nb[2] + w3 * j->w->nb[3];
         char *y = (char *)j->y->data + i2 * j->y->nb[2] + i3 * j->y->nb[3];
-        for (int64_t n = 0; n < s->N; n++) {
-            const void *xc;
-            if (j->x_direct)
-                xc = (const char *)j->x->data + n * j->x->nb[1] + i2 * j->x->nb[2] + i3 * j->x->nb[3];
-            else
-                xc = j->xq + (size_t)((i3 * s->c2 + i2) * s->N + n) * j->xq_row;
+        int64_t n = 0;
+        for (; j->rows3 && n + 3 <= s->N; n += 3) {  // three columns per pass
+            const void *const xs[3] = {vec_x(j, n, i2, i3), vec_x(j, n + 1, i2, i3), vec_x(j, n + 2, i2, i3)};
+            float *const ys[3] = {(float *)(y + n * j->y->nb[1]) + m0, (float *)(y + (n + 1) * j->y->nb[1]) + m0,
+                                  (float *)(y + (n + 2) * j->y->nb[1]) + m0};
+            j->rows3(s->K, m1 - m0, w + m0 * wnb1, wnb1, xs, ys);
+        }
+        for (; j->rows2 && n + 2 <= s->N; n += 2) {  // two columns per pass over the tile's rows
+            float *y0 = (float *)(y + n * j->y->nb[1]), *y1 = (float *)(y + (n + 1) * j->y->nb[1]);
+            j->rows2(s->K, m1 - m0, w + m0 * wnb1, wnb1, vec_x(j, n, i2, i3), vec_x(j, n + 1, i2, i3), &y0[m0],
+                     &y1[m0]);
+        }
+        for (; n < s->N; n++) {
+            const void *xc = vec_x(j, n, i2, i3);
             float *yc = (float *)(y + n * j->y->nb[1]);
             if (j->rows) j->rows(s->K, m1 - m0, w + m0 * wnb1, wnb1, xc, &yc[m0]);
             else
@@ -461,8 +477,9 @@ static rg_status vec_job_of(const rg_exec_ctx *ctx, const rg_node *n, const mm_s
         return rg_fail(err, RG_ERR_ARG, "mul_mat %s: scratch of %zu bytes is below the %zu needed", node_name(n),
                        ctx->scratch_size, need);
     const rg_quant_ops *ops = rg_quant_get(w->type);
-    *j = (mm_vec_job){ops, rg_cpu_dot_rows(w->type), NULL, w, x, &n->t, *s, vec_x_direct(w, x), NULL,
-                      vec_xq_row(w, s->K), NULL};
+    rg_dot_rows_fn rows = rg_cpu_dot_rows(w->type);
+    *j = (mm_vec_job){ops, rows, rows ? rg_cpu_dot_rows2(w->type) : NULL, rows ? rg_cpu_dot_rows3(w->type) : NULL,
+                      NULL, w, x, &n->t, *s, vec_x_direct(w, x), NULL, vec_xq_row(w, s->K), NULL};
     if (ops->vec_dot_type != RG_TYPE_F32) j->act_ops = rg_quant_get(ops->vec_dot_type);
     if (!j->x_direct) {
         size_t cols = (size_t)(s->N * s->c2 * s->c3);

@@ -39,9 +39,13 @@ int64_t rg_spec_ngram_draft(const int32_t *toks, int64_t n, int ngram_max, int64
             if (memcmp(toks + i, suffix, (size_t)len * sizeof *toks) != 0) continue;
             // the followers toks[i + len .. n), then, past the end, the pattern repeated with its period p (the
             // suffix recurs p tokens after i): a run or a repeated phrase goes on, draft_max tokens in all
-            const int64_t p = n - len - i;
-            for (int64_t j = 0; j < draft_max; j++) out[j] = i + len + j < n ? toks[i + len + j] : out[j - p];
-            return draft_max;
+            // A shorter match is weaker evidence: it drafts draft_max * len / ngram_max tokens (rounded up). A
+            // single common token matched elsewhere rarely predicts eight more, and each draft costs a column
+            // of the verification batch (on SmolLM2's copy task, bench_speculative: len-1 drafts of 8 were kept
+            // whole once in three).
+            const int64_t p = n - len - i, k = (draft_max * len + ngram_max - 1) / ngram_max;
+            for (int64_t j = 0; j < k; j++) out[j] = i + len + j < n ? toks[i + len + j] : out[j - p];
+            return k;
         }
     }
     return 0;

@@ -25,10 +25,9 @@
 //          this object's draws, so a seeded run is reproducible (but draws other tokens than
 //          the same seed without speculation: the same distribution, not the same stream).
 //
-// Exactness: greedy output equals generation without speculation as far as the target's
-// logits for a token do not depend on whether it came in a batch; where the batch's GEMM
-// rounds differently from the single-token dot products, a near-tie can flip (README and
-// ARCHITECTURE say for which weight types the tests prove it bit for bit).
+// Exactness: the verification batch runs through rg_session_eval_exact, whose every token has the
+// bits of a single-token step, so greedy output is generation without speculation, bit for bit, by
+// construction (test_speculative, test_session_exact).
 #ifndef RG_INFER_SPECULATIVE_H
 #define RG_INFER_SPECULATIVE_H
 
@@ -46,7 +45,9 @@ typedef enum { RG_DRAFT_NGRAM = 1, RG_DRAFT_MODEL = 2 } rg_draft_kind;
 // toks[0..n) of ngram_max tokens down to 1 (a suffix must also have an earlier occurrence with a
 // follower); where the followers reach the end of toks they go on with the period of the match
 // (the suffix recurred p tokens later: draft j is draft j - p), so a run or a repeated phrase is
-// drafted whole. Writes draft_max tokens to out and returns draft_max, or 0 without a match.
+// drafted whole. A shorter match drafts fewer: k = ceil(draft_max * len / ngram_max) tokens for a
+// suffix of len tokens (draft_max at ngram_max). Writes k tokens to out and returns k, or 0
+// without a match.
 int64_t rg_spec_ngram_draft(const int32_t *toks, int64_t n, int ngram_max, int64_t draft_max, int32_t *out);
 
 // RG_ERR_ARG when a draft model's vocabulary is not the target's: the sizes (the models' n_vocab
