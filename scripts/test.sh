@@ -81,7 +81,7 @@ if build_or_fail release build -DRG_WERROR=ON; then
   for t in build/test_cuda build/test_cuda_elementwise build/test_cuda_norm build/test_cuda_train build/test_cuda_dequant \
            build/test_cuda_quant_mm build/test_cuda_loss_quant build/test_session build/test_session_state build/test_session_rewind build/test_train_device \
            build/test_device_memory build/test_cuda_train_quant build/test_f16_base_training \
-           build/test_sampler build/test_session_rewind_recurrent; do
+           build/test_sampler build/test_session_rewind_recurrent build/test_session_exact; do
     [ -x "$t" ] && run_suite "$(basename "$t") on the host execution of the CUDA code" env RETRO_CUDA_HOST=1 "$t"
   done
   # training.compute_dtype=auto takes BF16 products for BF16 models where the CPU has a matrix unit; the
@@ -113,6 +113,8 @@ if build_or_fail release build -DRG_WERROR=ON; then
     env RETRO_CUDA_HOST=1 RETRO_CUDA_HOST_ORDER=shuffle build/test_session test_cuda_device_sampling
   run_suite "test_session_rewind_recurrent's device cases on the host execution, shuffled" \
     env RETRO_CUDA_HOST=1 RETRO_CUDA_HOST_ORDER=shuffle build/test_session_rewind_recurrent test_cuda
+  run_suite "test_session_exact's llama f32 device case on the host execution, shuffled" \
+    env RETRO_CUDA_HOST=1 RETRO_CUDA_HOST_ORDER=shuffle build/test_session_exact test_cuda_llama_f32
   run_suite "test_cuda with RETRO_CUDA_GRAPHS=1, shuffled (seed 2: graph replays interleave their streams)" \
     env RETRO_CUDA_HOST=1 RETRO_CUDA_GRAPHS=1 RETRO_CUDA_HOST_ORDER=shuffle RETRO_CUDA_HOST_SEED=2 build/test_cuda
   # The parity suite: the op table walked on the device, every op x float type against the CPU.
