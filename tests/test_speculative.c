@@ -470,6 +470,74 @@ static void test_batch_bits_model(void) {
     rg_model_free(m);
 }
 
+// rg_spec_rewind: after verified runs, a rewind of the target with the decoder (a stop inside a verified run, a
+// chat's next turn) leaves the decoder in step: greedy steps from there give the tokens of plain generation from
+// the same point; below the decoder's start it is refused, changing nothing.
+static void test_spec_rewind(void) {
+    char path[64];
+    rg_model *m = tiny_model("qwen2", RG_TYPE_F32, path, NULL);
+    RG_REQUIRE(m, "model");
+    const int64_t V = m->hp.n_vocab;
+    int32_t prompt[N_PROMPT], plain[N_GEN], q[9];
+    repeating_prompt(prompt, V);
+    const rg_sampler_params p = greedy();
+    RG_REQUIRE(generate_plain(m, &p, prompt, plain, N_GEN), "plain generation");
+    rg_session *s = session(m);
+    rg_sampler *smp = NULL;
+    rg_spec *sp = NULL;
+    rg_error err = {0};
+    float *logits = malloc(sizeof(float) * (size_t)V);
+    rg_spec_opts o = {.kind = RG_DRAFT_NGRAM, .draft_max = 8};
+    RG_REQUIRE(s && !rg_sampler_create(&smp, &p, (int32_t)V, &err) && !rg_spec_create(&sp, s, &o, &err), "%s", err.msg);
+    RG_REQUIRE(!rg_session_eval(s, prompt, N_PROMPT, NULL, 0, &err) && !rg_spec_push(sp, prompt, N_PROMPT, &err), "%s",
+               err.msg);
+    // verified runs from plain[0] on (each drawn token is plain's: greedy is exact), until the target is 20 past
+    int64_t at = 0, n_q = 0;
+    for (int i = 0; i < N_PROMPT; i++) rg_sampler_accept(smp, prompt[i]);
+    rg_sampler_accept(smp, plain[0]);
+    while (rg_session_n_past(s) < N_PROMPT + 20) {
+        RG_REQUIRE(!rg_spec_step(sp, plain[at], smp, 8, q, &n_q, &err), "%s", err.msg);
+        RG_CHECK(!memcmp(q, plain + at + 1, sizeof(int32_t) * (size_t)n_q), "a verified run is not plain's tokens");
+        at += n_q;
+        rg_sampler_accept(smp, plain[at]);
+    }
+    // back to N_PROMPT + 10 (plain[10] drawn, not evaluated), with a fresh sampler history to match
+    const int64_t pos = N_PROMPT + 10;
+    {  // a decoder made after the prompt starts there: a rewind below it is refused, changing nothing
+        rg_session *s2 = session(m);
+        rg_spec *sp2 = NULL;
+        RG_REQUIRE(s2 && !rg_session_eval(s2, prompt, N_PROMPT, NULL, 0, &err) && !rg_spec_create(&sp2, s2, &o, &err),
+                   "%s", err.msg);
+        RG_CHECK(rg_spec_rewind(sp2, N_PROMPT - 1, &err) == RG_ERR_ARG && rg_session_n_past(s2) == N_PROMPT,
+                 "a rewind below the decoder's start was not refused");
+        printf("    below the start: %s\n", err.msg);
+        rg_spec_free(sp2);
+        rg_session_free(s2);
+    }
+    RG_REQUIRE(rg_spec_rewind(sp, pos, &err) == RG_OK, "%s", err.msg);
+    RG_CHECK(rg_session_n_past(s) == pos, "n_past %lld after the rewind", (long long)rg_session_n_past(s));
+    rg_sampler_free(smp);
+    RG_REQUIRE(!rg_sampler_create(&smp, &p, (int32_t)V, &err), "%s", err.msg);
+    for (int i = 0; i < N_PROMPT; i++) rg_sampler_accept(smp, prompt[i]);
+    for (int i = 0; i <= 10; i++) rg_sampler_accept(smp, plain[i]);
+    at = 10;
+    bool same = true;
+    while (at + 9 < N_GEN) {
+        rg_status st = rg_spec_step(sp, plain[at], smp, 8, q, &n_q, &err);
+        RG_REQUIRE(st == RG_OK, "after the rewind: %s", err.msg);
+        same = same && !memcmp(q, plain + at + 1, sizeof(int32_t) * (size_t)n_q);
+        at += n_q;
+        rg_sampler_accept(smp, plain[at]);
+    }
+    RG_CHECK(same, "after rg_spec_rewind the verified runs are not plain generation's tokens");
+    rg_spec_free(sp);
+    rg_sampler_free(smp);
+    rg_session_free(s);
+    free(logits);
+    rg_model_free(m);
+    unlink(path);
+}
+
 static const rg_test_case cases[] = {
     RG_TEST(test_batch_bits),
     RG_TEST(test_batch_bits_model),
@@ -484,6 +552,7 @@ static const rg_test_case cases[] = {
     RG_TEST(test_draft_vocab_refused),
     RG_TEST(test_recurrent_target),
     RG_TEST(test_sampling),
+    RG_TEST(test_spec_rewind),
     {0},
 };
 

@@ -155,6 +155,19 @@ static rg_status prefixed(rg_error *err, rg_status st, const char *prefix) {
 }
 static rg_status draft_failed(rg_error *err, rg_status st) { return prefixed(err, st, "the draft model: "); }
 
+rg_status rg_spec_rewind(rg_spec *sp, int64_t pos, rg_error *err) {
+    if (pos < sp->base)
+        return rg_fail(err, RG_ERR_ARG,
+                       "speculative decoding: rewind to %" PRId64 ", before the %" PRId64 " tokens the decoder started after",
+                       pos, sp->base);
+    rg_status st = rg_session_rewind(sp->target, pos, err);
+    if (st) return st;
+    if (sp->base + sp->n_hist > pos) sp->n_hist = pos - sp->base;
+    if (sp->draft && rg_session_n_past(sp->draft) > pos && (st = rg_session_rewind(sp->draft, pos, err)))
+        return draft_failed(err, st);
+    return RG_OK;
+}
+
 // The largest logit's id, ties to the lower id (a NaN is passed over: it never stays the best).
 static int32_t argmax(const float *row, int64_t n) {
     int32_t best = 0;

@@ -94,6 +94,12 @@ rg_status rg_spec_step(rg_spec *sp, int32_t last, rg_sampler *smp, int64_t max_d
 rg_status rg_spec_verify(rg_spec *sp, int32_t last, const int32_t *drafts, int64_t k, rg_sampler *smp, int32_t *out,
                          int64_t *n_out, rg_error *err);
 
+// Rewinds the target to its first pos tokens (rg_session_rewind), the decoder's context with it, and the
+// draft model's session where it holds more: what a caller that stops inside a verified run (an end of
+// generation among the kept drafts) calls before it evaluates anything else (a chat's next turn). pos may
+// not go below the target's n_past when the decoder was made (RG_ERR_ARG); a refused rewind changes nothing.
+rg_status rg_spec_rewind(rg_spec *sp, int64_t pos, rg_error *err);
+
 rg_spec_stats rg_spec_get_stats(const rg_spec *sp);
 
 #endif

@@ -52,11 +52,21 @@ else
   echo "SKIP greedy --draft ngram on the CUDA device: this build has no CUDA device (not counted)"
 fi
 
+# --chat: two turns, greedy, the same answers with and without --draft (ngram and a draft model); the drafts see
+# the conversation, and a stop inside a verified run (an end of generation among kept drafts) rewinds both
+turns=$'repeat after me: the quick brown fox jumps over the lazy dog\nand once more: the quick brown fox jumps over the lazy dog'
+a=$(printf '%s\n' "$turns" | "${g[@]}" --chat -n 24 --temp 0 2>/dev/null)
+b=$(printf '%s\n' "$turns" | "${g[@]}" --chat -n 24 --temp 0 --draft ngram 2>/dev/null)
+c=$(printf '%s\n' "$turns" | "${g[@]}" --chat -n 24 --temp 0 --draft-model "$tmp/tiny-q4_0.gguf" 2>/dev/null)
+[ -n "$a" ] && [ "$a" = "$b" ]; check "--chat greedy --draft ngram gives the answers without it" $? "without '$a', with '$b'"
+[ "$a" = "$c" ]; check "--chat greedy --draft-model gives the answers without it" $? "'$c'"
+out=$(printf '%s\n' "$turns" | "${g[@]}" --chat -n 24 --temp 0 --draft ngram 2>&1 >/dev/null)
+[ "$(grep -cE "$spec" <<<"$out")" -ge 2 ]; check "--chat --draft ngram reports its drafts after each turn" $? "$out"
+
 # refusals
 expect "--draft with an unknown drafter"         2 "--draft takes ngram or model" -- "${g[@]}" -p "Hi" --draft tree
 expect "--draft model without a model"           2 "--draft model needs --draft-model" -- "${g[@]}" -p "Hi" --draft model
 expect "--draft ngram with --draft-model"        2 "not with --draft ngram"      -- "${g[@]}" -p "Hi" --draft ngram --draft-model "$tmp/tiny-q4_0.gguf"
-expect "--draft with --chat"                     2 "--draft works with -p or -f, not --chat" -- "${g[@]}" --chat --draft ngram
 expect "--draft-model after --state-load"        2 "--draft-model cannot follow --state-load" -- "${g[@]}" -p "Hi" --draft-model "$tmp/tiny-q4_0.gguf" --state-load "$tmp/plain.state"
 expect "--draft-max 0"                           2 "--draft-max"                 -- "${g[@]}" -p "Hi" --draft ngram --draft-max 0
 expect "--draft-model with another vocabulary"   1 "--draft-model .*lfm2.gguf: the draft model's vocabulary is not the target's: token [0-9]+ is" -- "${g[@]}" -p "Hi" --draft-model "$tmp/lfm2.gguf"

@@ -33,9 +33,9 @@
 // the model verifies them with the last drawn token in one batch and rewinds past the first one it would not
 // have drawn. ngram: prompt lookup (drafts copied from where the context's last tokens occurred before);
 // --draft-model SMALL.gguf (implies model): a small model with the same vocabulary drafts greedily in its own
-// session. Greedy output is the tokens of generation without it wherever the model's logits for a token do not
-// depend on whether it came in a batch (README); with sampling the draws keep the sampler's distribution
-// (speculative sampling) and a seed gives the same text, other text than without --draft. Not with --chat.
+// session. Greedy output is the tokens of generation without it, bit for bit (the verification batch is exact:
+// rg_session_eval_exact); with sampling the draws keep the sampler's distribution (speculative sampling) and a
+// seed gives the same text, other text than without --draft. With --chat the drafters see the whole conversation.
 //
 // --chat reads user lines from stdin ("> " on stderr), answers each, and keeps the
 // conversation in the KV cache: each turn evaluates only the text the template adds after
@@ -117,7 +117,7 @@ static int parse_args(gen_args *a, int argc, char **argv) {
         CLI_STR(0, "--state-save", "FILE", "after generating, save the session's state (the prompt and the tokens "
                 "generated, but the last) to FILE", &a->state_save),
         CLI_STR(0, "--draft", "ngram|model", "speculative decoding: drafts by prompt lookup (ngram) or by --draft-model, "
-                "verified in one batch (not with --chat)", &a->draft),
+                "verified in one batch", &a->draft),
         CLI_STR(0, "--draft-model", "SMALL.gguf", "the draft model (same vocabulary; implies --draft model)", &a->draft_model),
         CLI_I64(0, "--draft-max", "N", "tokens drafted per verification (default 8)", 1, 256, &a->draft_max),
         CLI_FLAG(0, "--no-bos", "never put a BOS token first", &a->no_bos),
@@ -150,8 +150,6 @@ static int parse_args(gen_args *a, int argc, char **argv) {
         bad = "--draft model needs --draft-model SMALL.gguf";
     else if (a->draft_model && strcmp(a->draft, "model") != 0)
         bad = "--draft-model drafts with a model: not with --draft ngram";
-    else if (a->draft && a->chat)
-        bad = "--draft works with -p or -f, not --chat";
     else if (a->draft_model && a->state_load)
         bad = "--draft-model cannot follow --state-load (the draft model would not have seen the loaded tokens); "
               "--draft ngram can";

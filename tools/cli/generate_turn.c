@@ -83,6 +83,30 @@ static rg_status decode_reply(gen *g, const id_list *l, turn_stats *ts, rg_error
     return RG_OK;
 }
 
+// What both loops below do with each token they stream: id into the sampler's history (unless it is there, a kept
+// draft), a stop at an end-of-generation token, its piece streamed and kept in reply (when not NULL), and a stop
+// at -n (i: the tokens streamed before it) or when the context is full (pos: id's position).
+static rg_status take_token(gen *g, int32_t id, bool accept, int64_t i, int64_t pos, turn_stats *ts, id_list *reply,
+                            bool *stop, rg_error *err) {
+    *stop = true;
+    if (accept) rg_sampler_accept(g->smp, id);
+    ts->last = id;
+    if (rg_token_is_eog(g->tok, id)) {
+        ts->eog = true;
+        return RG_OK;
+    }
+    ts->n_gen++;
+    gen_emit(g, g->piece, rg_detok_stream_push(&g->stream, id, g->piece, g->piece_cap));
+    if (reply && !ids_push(reply, id)) return rg_fail(err, RG_ERR_NOMEM, "out of memory");
+    if (g->n_predict >= 0 && i + 1 >= g->n_predict) return RG_OK;
+    if (pos >= g->n_ctx) {
+        ts->ctx_full = true;
+        return RG_OK;
+    }
+    *stop = false;
+    return RG_OK;
+}
+
 // Streams `id` (drawn from the prompt's logits) and draws and evaluates the tokens after it, until
 // -n, an end-of-generation token or a full context; reply (when not NULL) gets every streamed id.
 // Each evaluation draws the next token with it (rg_session_eval_sample: on a CUDA device the draw
@@ -90,32 +114,21 @@ static rg_status decode_reply(gen *g, const id_list *l, turn_stats *ts, rg_error
 static rg_status draw_tokens(gen *g, int32_t id, turn_stats *ts, id_list *reply, rg_error *err) {
     rg_detok_stream_init(&g->stream, g->tok, false);
     g->stream.strip_space = false;  // the text continues the prompt
-    for (int64_t i = 0; g->n_predict < 0 || i < g->n_predict; i++) {
-        rg_sampler_accept(g->smp, id);
-        ts->last = id;
-        if (rg_token_is_eog(g->tok, id)) {
-            ts->eog = true;
-            break;
-        }
-        ts->n_gen++;
-        gen_emit(g, g->piece, rg_detok_stream_push(&g->stream, id, g->piece, g->piece_cap));
-        if (reply && !ids_push(reply, id)) return rg_fail(err, RG_ERR_NOMEM, "out of memory");
-        if (g->n_predict >= 0 && i + 1 >= g->n_predict) break;
-        if (rg_session_n_past(g->sess) >= g->n_ctx) {
-            ts->ctx_full = true;
-            break;
-        }
-        rg_status st = rg_session_eval_sample(g->sess, &id, 1, g->smp, &id, err);
-        if (st) return st;
+    rg_status st = RG_OK;
+    bool stop = false;
+    for (int64_t i = 0; !st && !stop && (g->n_predict < 0 || i < g->n_predict); i++) {
+        st = take_token(g, id, true, i, rg_session_n_past(g->sess), ts, reply, &stop, err);
+        if (!st && !stop) st = rg_session_eval_sample(g->sess, &id, 1, g->smp, &id, err);
     }
     gen_emit(g, g->piece, rg_detok_stream_flush(&g->stream, g->piece, g->piece_cap));
-    return RG_OK;
+    return st;
 }
 
 // draw_tokens with --draft: each verification (rg_spec_step) evaluates the last drawn token and the drafts in
 // one batch and gives the tokens that follow it, the kept drafts (already in the sampler's history) and the
 // target's own token; they are streamed one by one under the same stops. A stop inside a verified run leaves
-// the session past the last drawn token: it is rewound there, as draw_tokens leaves it.
+// the session past the last drawn token: it is rewound there with the decoder's context (rg_spec_rewind), as
+// draw_tokens leaves it, so a chat's next turn continues both.
 static rg_status draw_tokens_spec(gen *g, int32_t id, turn_stats *ts, id_list *reply, rg_error *err) {
     rg_detok_stream_init(&g->stream, g->tok, false);
     g->stream.strip_space = false;
@@ -123,24 +136,13 @@ static rg_status draw_tokens_spec(gen *g, int32_t id, turn_stats *ts, id_list *r
     int64_t n_q = 0, i_q = 0;                  // g->spec_out[i_q..n_q): verified tokens still to stream
     bool in_history = false;                   // id is already in the sampler's history (a kept draft)
     rg_status st = RG_OK;
-    for (int64_t i = 0; g->n_predict < 0 || i < g->n_predict; i++) {
-        if (!in_history) rg_sampler_accept(g->smp, id);
-        ts->last = id;
-        if (rg_token_is_eog(g->tok, id)) {
-            ts->eog = true;
-            break;
-        }
-        ts->n_gen++;
-        gen_emit(g, g->piece, rg_detok_stream_push(&g->stream, id, g->piece, g->piece_cap));
-        if (reply && !ids_push(reply, id)) return rg_fail(err, RG_ERR_NOMEM, "out of memory");
-        if (g->n_predict >= 0 && i + 1 >= g->n_predict) break;
-        if (pos >= g->n_ctx) {
-            ts->ctx_full = true;
-            break;
-        }
+    bool stop = false;
+    for (int64_t i = 0; !st && !stop && (g->n_predict < 0 || i < g->n_predict); i++) {
+        st = take_token(g, id, !in_history, i, pos, ts, reply, &stop, err);
+        if (st || stop) break;
         if (i_q == n_q) {  // verify the next drafts; no more than the tokens still wanted
             int64_t left = g->n_predict < 0 ? INT64_MAX : g->n_predict - (i + 1);
-            if ((st = rg_spec_step(g->spec, id, g->smp, left - 1, g->spec_out, &n_q, err))) return st;
+            if ((st = rg_spec_step(g->spec, id, g->smp, left - 1, g->spec_out, &n_q, err))) break;
             i_q = 0;
         }
         id = g->spec_out[i_q++];
@@ -148,7 +150,7 @@ static rg_status draw_tokens_spec(gen *g, int32_t id, turn_stats *ts, id_list *r
         pos++;
     }
     gen_emit(g, g->piece, rg_detok_stream_flush(&g->stream, g->piece, g->piece_cap));
-    if (rg_session_n_past(g->sess) > pos) st = rg_session_rewind(g->sess, pos, err);
+    if (!st && rg_session_n_past(g->sess) > pos) st = rg_spec_rewind(g->spec, pos, err);
     return st;
 }
 
