@@ -33,7 +33,7 @@ static rg_graph *build(int64_t n_kv, bool fused, float *q, uint16_t *ck, uint16_
     const float scale = 1.0f / sqrtf((float)DH);
     rg_node *o;
     if (fused) {
-        o = rg_attn_decode(g, qn, k, vt, scale);
+        o = rg_attn_decode(g, qn, k, vt, scale, 0.0f, 0);
     } else {
         // forward.c's path without the fused op: head h reads kv head h / (H / Hkv).
         rg_node *Q = rg_permute(g, qn, 0, 2, 1, 3);                        // [Dh, 1, H]

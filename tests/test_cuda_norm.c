@@ -524,14 +524,17 @@ static void test_cuda_cross_entropy_bad_label(void) {
 // cache's strides as forward.c makes them; the rows past n_kv are never read.
 
 typedef struct ad_case {
-    int64_t Dh, H, Hkv, T, n_kv, C;
+    int64_t Dh, H, Hkv, T, n_kv, C, window;
+    float softcap;
 } ad_case;
 
 static void test_cuda_attn_decode(void) {
     if (!have_device()) RG_SKIP("no device: %s", why);
     static const ad_case cases[] = {
-        {64, 6, 2, 1, 150, 160}, {16, 4, 4, 3, 77, 80}, {20, 20, 2, 1, 5, 9},     {128, 8, 2, 2, 300, 320},
-        {512, 2, 1, 1, 40, 48},  {1, 2, 1, 1, 1, 1},    {32, 4, 2, 4, 1100, 1104},
+        {64, 6, 2, 1, 150, 160, 0, 0},  {16, 4, 4, 3, 77, 80, 0, 0},       {20, 20, 2, 1, 5, 9, 0, 0},
+        {128, 8, 2, 2, 300, 320, 0, 0}, {512, 2, 1, 1, 40, 48, 0, 0},      {1, 2, 1, 1, 1, 1, 0, 0},
+        {32, 4, 2, 4, 1100, 1104, 0, 0}, {32, 4, 2, 3, 300, 300, 100, 0}, {64, 4, 1, 2, 260, 264, 7, 0.8f},
+        {16, 4, 2, 3, 150, 152, 0, 0.8f},
     };
     static const uint32_t types[] = {RG_TYPE_F32, RG_TYPE_F16};
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
@@ -560,7 +563,7 @@ static void test_cuda_attn_decode(void) {
             rg_node *lq = rg_leaf(g, "q", RG_TYPE_F32, 3, qne, q);
             rg_node *lk = rg_view(g, rg_leaf(g, "cache_k", type, 3, kne, kc), 3, kvne, knb, 0);
             rg_node *lv = rg_view(g, rg_leaf(g, "cache_v", type, 3, vne, vc), 3, vtne, vnb, 0);
-            rg_node *out[1] = {rg_attn_decode(g, lq, lk, lv, scale)};
+            rg_node *out[1] = {rg_attn_decode(g, lq, lk, lv, scale, k->softcap, k->window)};
             both b = {0};
             if (run_both(g, out, 1, &b)) {
                 // The bound's ingredients: S = max sum_d |q_d k_d|, Zmax = max |scale q.k|, Vmax.
@@ -576,12 +579,15 @@ static void test_cuda_attn_decode(void) {
                 for (int64_t kvh = 0; kvh < Hkv; kvh++)
                     for (int64_t d = 0; d < Dh; d++)
                         for (int64_t j = 0; j < n_kv; j++) Vmax = fmax(Vmax, fabs(vf[(kvh * Dh + d) * C + j]));
-                const double e_z = scale * 2.0 * Dh * U_F32 * S + 2 * U_F32 * Z, tol = Vmax * (4 * e_z + 264 * U_F32);
+                // a cap only shrinks a score's error (tanh' <= 1) and adds tanhf's few ulps of the cap
+                const double e_z = scale * 2.0 * Dh * U_F32 * S + 2 * U_F32 * Z + 4 * U_F32 * k->softcap;
+                const double tol = Vmax * (4 * e_z + 264 * U_F32);
                 cmp c = {0};
                 for (int64_t i = 0; i < nq; i++) cmp_add(&c, b.cuda[0][i], b.cpu[0][i], tol);
                 char what[192], bound[48];
-                snprintf(what, sizeof what, "Dh=%lld H=%lld Hkv=%lld T=%lld n_kv=%lld", (long long)Dh, (long long)H,
-                         (long long)Hkv, (long long)T, (long long)n_kv);
+                snprintf(what, sizeof what, "Dh=%lld H=%lld Hkv=%lld T=%lld n_kv=%lld window=%lld softcap=%g", (long long)Dh,
+                         (long long)H, (long long)Hkv, (long long)T, (long long)n_kv, (long long)k->window,
+                         (double)k->softcap);
                 snprintf(bound, sizeof bound, "%.2g (Vmax(4e_z+264u))", tol);
                 report("attn_decode", type == RG_TYPE_F16 ? "f16" : "f32", what, &c, bound);
             }
@@ -617,7 +623,7 @@ static void test_cuda_family_graph_stays_on_device(void) {
     rg_node *dh = rg_rope_back(g, rg_reshape(g, dz, 3, xne), lpos, HD, 2, 10000.0f, 1.0f);
     rg_node *dx = rg_rms_norm_back(g, dh, lx, 1e-5f);
     rg_node *att = rg_attn_decode(g, r, rg_leaf(g, "cache_k", RG_TYPE_F32, 3, kne, kc),
-                                  rg_leaf(g, "cache_v", RG_TYPE_F32, 3, vne, vc), 0.125f);
+                                  rg_leaf(g, "cache_v", RG_TYPE_F32, 3, vne, vc), 0.125f, 0.0f, 0);
     rg_node *p = rg_soft_max(g, rg_leaf(g, "scores", RG_TYPE_F32, 2, sne, sc), NULL, true, 0.5f, 0.0f);
     rg_node *dp = rg_soft_max_back(g, rg_leaf(g, "dy", RG_TYPE_F32, 2, sne, dy), p, NULL, 0.5f, 0.0f);
     rg_node *out[4] = {loss, dx, att, dp};
@@ -679,12 +685,12 @@ static void test_cuda_norm_support_table(void) {
         {"soft_max_back softcap, no a", sm_cap_no_a, false},
         {"cross_entropy_loss", rg_cross_entropy_loss(g, z, lab, -100), true},
         {"cross_entropy_loss_back", rg_cross_entropy_loss_back(g, dl, z, lab, -100), true},
-        {"attn_decode f32", rg_attn_decode(g, q, k32, v32, 0.25f), true},
-        {"attn_decode f16", rg_attn_decode(g, q, k16, v16, 0.25f), true},
-        {"attn_decode bf16 cache", on_sources(g, rg_attn_decode(g, q, k16, v16, 0.25f), q, kb, vb), false},
+        {"attn_decode f32", rg_attn_decode(g, q, k32, v32, 0.25f, 0.0f, 0), true},
+        {"attn_decode f16", rg_attn_decode(g, q, k16, v16, 0.25f, 0.0f, 0), true},
+        {"attn_decode bf16 cache", on_sources(g, rg_attn_decode(g, q, k16, v16, 0.25f, 0.0f, 0), q, kb, vb), false},
         {"attn_decode Dh 520", rg_attn_decode(g, rg_leaf(g, "qb", RG_TYPE_F32, 3, bigq, f),
                                               rg_leaf(g, "kb", RG_TYPE_F32, 3, bigk, f),
-                                              rg_leaf(g, "vb", RG_TYPE_F32, 3, bigv, f), 0.25f),
+                                              rg_leaf(g, "vb", RG_TYPE_F32, 3, bigv, f), 0.25f, 0.0f, 0),
          false},
     };
     rg_error err = {0};

@@ -1610,18 +1610,24 @@ static void ref_clip_coef(const tcase *c, double *const *x, double *y) {
 // the second 22 long: not a multiple of 8); 3 tokens, causal, no GQA; Dh 20
 // (not a multiple of 8) with 10 heads per kv head (passes of 3, 3, 3, 1);
 // 2 tokens, 130 keys; 1100 keys over 9 chunks for 8 heads (the merge of the
-// chunks then runs as its own parallel section).
+// chunks then runs as its own parallel section); gemma's scores: a logit cap of 0.8
+// (fp[1]; it bends the scores of these inputs), a sliding window of 100 keys (ip[2]) that
+// starts inside the second chunk for 3 tokens over 300, a window of 7 with a cap for 2
+// tokens over 260 (the first two chunks hold nothing the queries see).
 static int gen_attn_decode(tcase *c, uint32_t type, int v) {
-    static const int64_t shapes[5][6] = {  // Dh, H, Hkv, T, n_kv, C
-        {64, 6, 2, 1, 150, 160}, {16, 4, 4, 3, 77, 80}, {20, 20, 2, 1, 5, 9}, {32, 4, 2, 2, 130, 131},
-        {16, 8, 2, 1, 1100, 1104}};
-    static const char *const names[5] = {"gqa 3 n_kv=150", "T=3 causal n_kv=77", "Dh=20 gqa 10 n_kv=5",
-                                         "T=2 gqa 2 n_kv=130", "gqa 4 n_kv=1100"};
-    if (v > 4) return 0;
+    static const int64_t shapes[8][8] = {  // Dh, H, Hkv, T, n_kv, C, window, softcap x 10
+        {64, 6, 2, 1, 150, 160, 0, 0}, {16, 4, 4, 3, 77, 80, 0, 0},   {20, 20, 2, 1, 5, 9, 0, 0},
+        {32, 4, 2, 2, 130, 131, 0, 0}, {16, 8, 2, 1, 1100, 1104, 0, 0}, {16, 4, 2, 3, 150, 152, 0, 8},
+        {16, 4, 2, 3, 300, 300, 100, 0}, {32, 4, 1, 2, 260, 264, 7, 8}};
+    static const char *const names[8] = {"gqa 3 n_kv=150", "T=3 causal n_kv=77", "Dh=20 gqa 10 n_kv=5",
+                                         "T=2 gqa 2 n_kv=130", "gqa 4 n_kv=1100", "softcap 0.8 T=3 n_kv=150",
+                                         "window 100 T=3 n_kv=300", "window 7 softcap 0.8 T=2 n_kv=260"};
+    if (v > 7) return 0;
     const int64_t *sh = shapes[v], Dh = sh[0], H = sh[1], Hkv = sh[2], T = sh[3], C = sh[5];
     label(c, type, names[v]);
-    c->ip[0] = sh[4], c->ip[1] = C;
+    c->ip[0] = sh[4], c->ip[1] = C, c->ip[2] = sh[6];
     c->fp[0] = (double)(1.0f / sqrtf((float)Dh));
+    c->fp[1] = (double)((float)sh[7] / 10.0f);
     in_rand(c, "q", RG_TYPE_F32, Dh, H, T, 1, 1.5, false);
     in_rand(c, "cache_k", type, Dh, C, Hkv, 1, 1.5, false);
     in_rand(c, "cache_v", type, C, Dh, Hkv, 1, 1.0, false);
@@ -1633,7 +1639,7 @@ static int build_attn_decode(rg_graph *g, rg_node *const *in, const tcase *c, rg
     const size_t es = rg_type_get(c->in[1].type)->type_size;
     rg_node *k = rg_view(g, in[1], 3, (int64_t[]){Dh, n_kv, Hkv}, (size_t[]){es, Dh * es, Dh * C * es}, 0);
     rg_node *vt = rg_view(g, in[2], 3, (int64_t[]){n_kv, Dh, Hkv}, (size_t[]){es, C * es, Dh * C * es}, 0);
-    out[0] = rg_attn_decode(g, in[0], k, vt, (float)c->fp[0]);
+    out[0] = rg_attn_decode(g, in[0], k, vt, (float)c->fp[0], (float)c->fp[1], c->ip[2]);
     return 1;
 }
 static void ref_attn_decode(const tcase *c, double *const *x, double *y) {
@@ -1643,17 +1649,19 @@ static void ref_attn_decode(const tcase *c, double *const *x, double *y) {
     for (int64_t t = 0; t < T; t++)
         for (int64_t h = 0; h < H; h++) {
             const int64_t kvh = h / (H / Hkv), vis = n_kv - T + 1 + t;
+            const int64_t lo = c->ip[2] > 0 && vis > c->ip[2] ? vis - c->ip[2] : 0;  // the window's first key
             double mx = -INFINITY, sum = 0;
-            for (int64_t j = 0; j < vis; j++) {
+            for (int64_t j = lo; j < vis; j++) {
                 double s = 0;
                 for (int64_t d = 0; d < Dh; d++) s += x[0][at4(qn, d, h, t, 0)] * x[1][at4(kn, d, j, kvh, 0)];
                 p[j] = c->fp[0] * s;
+                if (c->fp[1] > 0) p[j] = c->fp[1] * tanh(p[j] / c->fp[1]);
                 mx = p[j] > mx ? p[j] : mx;
             }
-            for (int64_t j = 0; j < vis; j++) sum += p[j] = exp(p[j] - mx);
+            for (int64_t j = lo; j < vis; j++) sum += p[j] = exp(p[j] - mx);
             for (int64_t d = 0; d < Dh; d++) {
                 double o = 0;
-                for (int64_t j = 0; j < vis; j++) o += p[j] * x[2][at4(vn, j, d, kvh, 0)];
+                for (int64_t j = lo; j < vis; j++) o += p[j] * x[2][at4(vn, j, d, kvh, 0)];
                 y[at4(c->out_ne, d, h, t, 0)] = o / sum;
             }
         }

@@ -414,14 +414,10 @@ static void test_batch_bits(void) {
     }
 }
 
-// The same for a real model (RG_SPEC_MODEL=FILE, else RG_SMOLLM2's file; a skip without either) after a prompt of
-// 100 tokens: exact batches of 2..17 the single-token bits (memcmp), prompt batches printed as the control; then
-// greedy generation of 64 tokens after a prompt that repeats itself, with --draft ngram (draft-max 8 and 16): the
-// tokens of generation without it.
-static void test_batch_bits_model(void) {
-    const char *path = getenv("RG_SPEC_MODEL");
-    if (!path || !*path) path = getenv("RG_SMOLLM2");
-    if (!path || !*path) RG_SKIP("neither RG_SPEC_MODEL nor RG_SMOLLM2 names a model");
+// The same for a real model after a prompt of 100 tokens: exact batches of 2..17 the single-token bits (memcmp),
+// prompt batches printed as the control; then greedy generation of 64 tokens after a prompt that repeats itself,
+// with --draft ngram (draft-max 8 and 16): the tokens of generation without it.
+static void check_batch_bits_model(const char *path) {
     rg_model *m = NULL;
     rg_error err = {0};
     RG_REQUIRE(rg_model_load(&m, path, &err) == RG_OK, "%s", err.msg);
@@ -468,6 +464,21 @@ static void test_batch_bits_model(void) {
         RG_CHECK(!memcmp(plain, spec, sizeof plain), "greedy with --draft ngram (draft-max %d) differs on %s", dm, path);
     }
     rg_model_free(m);
+}
+
+// RG_SPEC_MODEL=FILE, else RG_SMOLLM2's file (llama-shaped, Q4_1); a skip without either.
+static void test_batch_bits_model(void) {
+    const char *path = getenv("RG_SPEC_MODEL");
+    if (!path || !*path) path = getenv("RG_SMOLLM2");
+    if (!path || !*path) RG_SKIP("neither RG_SPEC_MODEL nor RG_SMOLLM2 names a model");
+    check_batch_bits_model(path);
+}
+
+// RG_GEMMA3's Gemma-3-270M (Q4_K_M; sliding-window layers, a head of 262,144 tokens); a skip without it.
+static void test_batch_bits_gemma3(void) {
+    const char *path = getenv("RG_GEMMA3");
+    if (!path || !*path) RG_SKIP("RG_GEMMA3 names no model (scripts/gemma3.sh installs it)");
+    check_batch_bits_model(path);
 }
 
 // rg_spec_rewind: after verified runs, a rewind of the target with the decoder (a stop inside a verified run, a
@@ -541,6 +552,7 @@ static void test_spec_rewind(void) {
 static const rg_test_case cases[] = {
     RG_TEST(test_batch_bits),
     RG_TEST(test_batch_bits_model),
+    RG_TEST(test_batch_bits_gemma3),
     RG_TEST(test_ngram_drafts),
     RG_TEST(test_greedy_ngram_f32),
     RG_TEST(test_greedy_ngram_f16),

@@ -5,10 +5,15 @@
 //   q  [Dh, H, T] f32            the new queries (roped), packed
 //   k  [Dh, n_kv, Hkv] f32/f16   cached keys, rows packed (a view of the cache)
 //   vt [n_kv, Dh, Hkv] f32/f16   cached values transposed, rows packed
-//   y  [Dh, H, T] f32            y[:, h, t] = sum_j p_j v_j, p = softmax_j(scale q.k_j)
+//   y  [Dh, H, T] f32            y[:, h, t] = sum_j p_j v_j, p = softmax_j(z_j)
+//   z_j = scale q.k_j (f32), or softcap * tanhf(scale q.k_j / softcap) with fp[1] = softcap > 0
+//   (SOFT_MAX's cap, gemma2)
 //
-// Query t sees keys j < vis = n_kv - T + 1 + t (causal); head h reads kv head
-// h / G (G = H / Hkv, as MUL_MAT broadcasts).
+// Query t sees keys j < vis = n_kv - T + 1 + t (causal), and with ip[0] = window > 0 only
+// j >= vis - window (a sliding window, gemma's local layers); head h reads kv head
+// h / G (G = H / Hkv, as MUL_MAT broadcasts). The chunks lie at multiples of AD_CH from key 0
+// whatever T is, so a query's bits do not depend on the batch it came in (a session's exact
+// batches, rg_session_eval_exact).
 //
 // Split-K ("flash decoding"): the keys are cut into chunks of AD_CH. A work
 // item is (token, kv head, chunk): the chunk's scores for the G heads that
@@ -45,8 +50,8 @@ void rg_attn_values_avx2(const char *vt, size_t v_stride, bool f16, int64_t n, c
 typedef struct ad_job {
     const rg_tensor *q, *k, *vt;
     float *y;
-    int64_t Dh, H, Hkv, G, T, n_kv, n_ch;
-    float scale;
+    int64_t Dh, H, Hkv, G, T, n_kv, n_ch, window;
+    float scale, softcap;
     bool f16, avx2;
     float *work;        // per part: [G][AD_CH] scores, then probabilities
     size_t work_floats; // per part
@@ -89,12 +94,19 @@ static void run_item(const ad_job *j, int64_t t, int64_t kvh, int64_t c, int64_t
     for (int64_t g = 0; g < j->G; g++) {
         float *pg = p + g * AD_CH, mx = -INFINITY;
         double sums[8] = {0};
-        if (j->avx2) {
+        if (j->avx2 && j->softcap <= 0.0f) {
             mx = rg_sm_scores_avx2(pg, NULL, j->scale, pg, n);
+            rg_ce_exp_sum_avx2(pg, pg, n, mx, sums);
+        } else if (j->avx2) {  // capped: the scores here, the exponentials on the vector path
+            for (int64_t i = 0; i < n; i++) {
+                pg[i] = j->softcap * tanhf(pg[i] * j->scale / j->softcap);
+                if (pg[i] > mx) mx = pg[i];
+            }
             rg_ce_exp_sum_avx2(pg, pg, n, mx, sums);
         } else {
             for (int64_t i = 0; i < n; i++) {
                 pg[i] *= j->scale;
+                if (j->softcap > 0.0f) pg[i] = j->softcap * tanhf(pg[i] / j->softcap);
                 if (pg[i] > mx) mx = pg[i];
             }
             for (int64_t i = 0; i < n; i++) {
@@ -109,6 +121,9 @@ static void run_item(const ad_job *j, int64_t t, int64_t kvh, int64_t c, int64_t
     product(j, false, vt, j->vt->nb[1], Dh, n, p, AD_CH, out + 2, out_stride);  // o[g][d] = vt_d . p_g
 }
 
+// The first key query t sees: 0, or the start of its window.
+static int64_t first_key(const ad_job *j, int64_t vis) { return j->window > 0 && vis > j->window ? vis - j->window : 0; }
+
 static void ad_items(void *arg, int ith, int nth) {
     const ad_job *j = arg;
     int64_t i0, i1;
@@ -116,9 +131,10 @@ static void ad_items(void *arg, int ith, int nth) {
     float *p = j->work + (size_t)ith * j->work_floats;
     for (int64_t it = i0; it < i1; it++) {  // it = (t * Hkv + kvh) * n_ch + c
         const int64_t c = it % j->n_ch, kvh = it / j->n_ch % j->Hkv, t = it / j->n_ch / j->Hkv;
-        const int64_t vis = j->n_kv - j->T + 1 + t, j0 = c * AD_CH;
-        if (j0 >= vis) continue;  // masked for this token: the merge skips it
-        run_item(j, t, kvh, c, j0, vis - j0 < AD_CH ? vis - j0 : AD_CH, p);
+        const int64_t vis = j->n_kv - j->T + 1 + t, lo = first_key(j, vis);
+        const int64_t j0 = c * AD_CH > lo ? c * AD_CH : lo, j1 = (c + 1) * AD_CH < vis ? (c + 1) * AD_CH : vis;
+        if (j0 >= j1) continue;  // masked for this token: the merge skips it
+        run_item(j, t, kvh, c, j0, j1 - j0, p);
     }
 }
 
@@ -130,11 +146,12 @@ static void ad_merge(void *arg, int ith, int nth) {
     const size_t pf = part_floats(j->Dh);
     for (int64_t r = r0; r < r1; r++) {  // r = t * H + h
         const int64_t t = r / j->H, vis = j->n_kv - j->T + 1 + t, nc = (vis + AD_CH - 1) / AD_CH;
+        const int64_t c0 = first_key(j, vis) / AD_CH;  // the chunks before hold no key of the window
         const float *pc = j->part + (size_t)r * j->n_ch * pf;
         double M = -INFINITY, L = 0, acc[512];
-        for (int64_t c = 0; c < nc; c++) M = fmax(M, (double)pc[c * pf]);
+        for (int64_t c = c0; c < nc; c++) M = fmax(M, (double)pc[c * pf]);
         for (int64_t d = 0; d < j->Dh; d++) acc[d] = 0;
-        for (int64_t c = 0; c < nc; c++) {
+        for (int64_t c = c0; c < nc; c++) {
             const float *o = pc + c * pf;
             const double e = exp((double)o[0] - M);
             L += e * (double)o[1];
@@ -158,7 +175,8 @@ size_t cpu_attn_decode_work(const rg_node *n, int n_threads) {
 rg_status cpu_attn_decode(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
     const rg_tensor *q = &n->src[0]->t, *k = &n->src[1]->t, *vt = &n->src[2]->t;
     ad_job j = {.q = q, .k = k, .vt = vt, .y = n->t.data, .Dh = q->ne[0], .H = q->ne[1], .Hkv = k->ne[2],
-                .T = q->ne[2], .n_kv = k->ne[1], .scale = n->fp[0], .f16 = k->type == RG_TYPE_F16};
+                .T = q->ne[2], .n_kv = k->ne[1], .window = n->ip[0], .scale = n->fp[0], .softcap = n->fp[1],
+                .f16 = k->type == RG_TYPE_F16};
     const size_t es = rg_type_get(k->type)->type_size;
     if (j.Hkv <= 0 || j.H % j.Hkv || k->ne[0] != j.Dh || vt->ne[1] != j.Dh || vt->ne[0] != j.n_kv ||
         vt->ne[2] != j.Hkv || j.T > j.n_kv || k->nb[0] != es || vt->nb[0] != es || vt->type != k->type ||

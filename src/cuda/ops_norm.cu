@@ -314,8 +314,10 @@ __global__ void ce_back_kernel(const float *z, row_geom gz, const int32_t *label
 
 // ---------------------------------------------------------------------------
 // ATTN_DECODE (ops_attn_decode.c): the keys in chunks of AD_CH, one block of AD_CH
-// threads per item (token t, head h, chunk c) with keys [j0, j0 + n) visible to t:
-//   z_i = (q_h . k_(j0+i)) * scale (f32),  m = max z,  p_i = exp(-|z_i - m|),  l = sum p (double),
+// threads per item (token t, head h, chunk c) with keys [j0, j0 + n) visible to t (causal, and
+// from vis - window on with a window):
+//   z_i = (q_h . k_(j0+i)) * scale (f32), capped softcap * tanhf(z_i / softcap) with a softcap,
+//   m = max z,  p_i = exp(-|z_i - m|),  l = sum p (double),
 //   o_d = sum_i p_i vt_d[j0 + i] (f32);  part[t][h][c] = {m, (float)l, o[0..Dh)}.
 // Head h reads kv head h / G. A chunk the token cannot see is skipped (the merge stops before it).
 constexpr int AD_CH = 128, AD_MAX_DH = 512;
@@ -326,7 +328,8 @@ __device__ inline float kv_f32(__half v) { return __half2float(v); }
 template <class KV>
 __global__ void attn_chunks_kernel(const float *q, const KV *k, int64_t k_s1, int64_t k_s2, const KV *vt, int64_t v_s1,
                                    int64_t v_s2, float *part, int64_t Dh, int64_t H, int64_t G, int64_t T,
-                                   const rg_node_params *prm, int64_t n_ch, float scale) {
+                                   const rg_node_params *prm, int64_t n_ch, float scale, float softcap,
+                                   int64_t window) {
     const int64_t n_kv = prm->geom[0];  // the keys cached now; n_ch chunks cover the most there can be
     RG_SHARED(float, sq, AD_MAX_DH);
     RG_SHARED(float, sp, AD_CH);
@@ -336,9 +339,10 @@ __global__ void attn_chunks_kernel(const float *q, const KV *k, int64_t k_s1, in
     const int64_t items = T * H * n_ch;
     for (int64_t it = blockIdx.x; it < items; it += gridDim.x) {
         const int64_t c = it % n_ch, h = it / n_ch % H, t = it / n_ch / H;
-        const int64_t vis = n_kv - T + 1 + t, j0 = c * AD_CH;
-        if (j0 >= vis) continue;  // the same for the whole block
-        const int64_t n = vis - j0 < AD_CH ? vis - j0 : AD_CH, kvh = h / G;
+        const int64_t vis = n_kv - T + 1 + t, lo = window > 0 && vis > window ? vis - window : 0;
+        const int64_t j0 = c * AD_CH > lo ? c * AD_CH : lo, j1 = (c + 1) * AD_CH < vis ? (c + 1) * AD_CH : vis;
+        if (j0 >= j1) continue;  // the same for the whole block
+        const int64_t n = j1 - j0, kvh = h / G;
         __syncthreads();  // the previous item's readers of sq and sp are done
         for (int64_t d = threadIdx.x; d < Dh; d += blockDim.x) sq[d] = q[(t * H + h) * Dh + d];
         __syncthreads();
@@ -347,7 +351,9 @@ __global__ void attn_chunks_kernel(const float *q, const KV *k, int64_t k_s1, in
             float acc = 0.0f;
             for (int64_t d = lane; d < Dh; d += 32) acc = __fmaf_rn(kv_f32(kr[d]), sq[d], acc);
             acc = rg_cu_warp_reduce(acc, rg_cu_add());
-            if (lane == 0) sp[i] = __fmul_rn(acc, scale);
+            float z = __fmul_rn(acc, scale);
+            if (softcap > 0.0f) z = __fmul_rn(softcap, tanhf(__fdiv_rn(z, softcap)));
+            if (lane == 0) sp[i] = z;
         }
         __syncthreads();
         const float z = (int64_t)threadIdx.x < n ? sp[threadIdx.x] : -INFINITY;
@@ -371,17 +377,18 @@ __global__ void attn_chunks_kernel(const float *q, const KV *k, int64_t k_s1, in
 // The merge, one block per (t, h), threads across d, the chunks in chunk order in double:
 //   y_d = (float)(sum_c e_c o_c[d] / sum_c e_c l_c),  e_c = exp(m_c - M),  M = max_c m_c.
 __global__ void attn_merge_kernel(const float *part, float *y, int64_t Dh, int64_t H, int64_t T,
-                                  const rg_node_params *prm, int64_t n_ch) {
+                                  const rg_node_params *prm, int64_t n_ch, int64_t window) {
     const int64_t pf = Dh + 2, n_kv = prm->geom[0];
     for (int64_t r = blockIdx.x; r < T * H; r += gridDim.x) {  // r = t * H + h
         const int64_t vis = n_kv - T + 1 + r / H, nc = (vis + AD_CH - 1) / AD_CH;
+        const int64_t c0 = (window > 0 && vis > window ? vis - window : 0) / AD_CH;  // the window's first chunk
         const float *pc = part + r * n_ch * pf;
         double M = -INFINITY, L = 0.0;
-        for (int64_t c = 0; c < nc; c++) M = fmax(M, (double)pc[c * pf]);
-        for (int64_t c = 0; c < nc; c++) L = __dadd_rn(L, __dmul_rn(exp((double)pc[c * pf] - M), (double)pc[c * pf + 1]));
+        for (int64_t c = c0; c < nc; c++) M = fmax(M, (double)pc[c * pf]);
+        for (int64_t c = c0; c < nc; c++) L = __dadd_rn(L, __dmul_rn(exp((double)pc[c * pf] - M), (double)pc[c * pf + 1]));
         for (int64_t d = threadIdx.x; d < Dh; d += blockDim.x) {
             double acc = 0.0;
-            for (int64_t c = 0; c < nc; c++)
+            for (int64_t c = c0; c < nc; c++)
                 acc = __dadd_rn(acc, __dmul_rn(exp((double)pc[c * pf] - M), (double)pc[c * pf + 2 + d]));
             y[r * Dh + d] = (float)__ddiv_rn(acc, L);  // L >= 1: the largest chunk contributes e^0 * l >= 1
         }
@@ -546,13 +553,14 @@ rg_status run_attn_decode(rg_cuda_ctx *ctx, const rg_exec_ctx *c, const rg_node 
     if (k->type == RG_TYPE_F16)
         RG_LAUNCH(attn_chunks_kernel<__half>, items, AD_CH, 0, ctx->stream, f32_at(n->src[0]),
                   (const __half *)k->data, k_s1, k_s2, (const __half *)vt->data, v_s1, v_s2, part, Dh, H, H / Hkv, T,
-                  prm, n_ch, n->fp[0]);
+                  prm, n_ch, n->fp[0], n->fp[1], n->ip[0]);
     else
         RG_LAUNCH(attn_chunks_kernel<float>, items, AD_CH, 0, ctx->stream, f32_at(n->src[0]), (const float *)k->data,
-                  k_s1, k_s2, (const float *)vt->data, v_s1, v_s2, part, Dh, H, H / Hkv, T, prm, n_ch, n->fp[0]);
+                  k_s1, k_s2, (const float *)vt->data, v_s1, v_s2, part, Dh, H, H / Hkv, T, prm, n_ch, n->fp[0], n->fp[1],
+                  n->ip[0]);
     CU_LAUNCHED();
     RG_LAUNCH(attn_merge_kernel, blocks_for(T * H, 1), row_threads(Dh), 0, ctx->stream, (const float *)part,
-              (float *)n->t.data, Dh, H, T, prm, n_ch);
+              (float *)n->t.data, Dh, H, T, prm, n_ch, n->ip[0]);
     CU_LAUNCHED();
     return RG_OK;
 }

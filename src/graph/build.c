@@ -510,7 +510,7 @@ void rg_mul_mat_column(const rg_node *n, int64_t j, rg_node *xc, rg_node *yc) {
     yc->ip[0] = 0;
 }
 
-rg_node *rg_attn_decode(rg_graph *g, rg_node *q, rg_node *k, rg_node *vt, float scale) {
+rg_node *rg_attn_decode(rg_graph *g, rg_node *q, rg_node *k, rg_node *vt, float scale, float softcap, int64_t window) {
     REQUIRE(q, k, vt);
     char s1[160], s2[160], s3[160];
     if (!need_f32(g, rg_op_name(RG_OP_ATTN_DECODE), q, "queries")) return NULL;
@@ -525,7 +525,10 @@ rg_node *rg_attn_decode(rg_graph *g, rg_node *q, rg_node *k, rg_node *vt, float 
                     "do not fit", shape(q, s1), shape(k, s2), shape(vt, s3));
     if (k->t.nb[0] != es || vt->t.nb[0] != es)
         return fail(g, RG_ERR_ARG, "attn_decode: keys %s and values %s need packed rows", shape(k, s1), shape(vt, s2));
+    if (!(softcap >= 0.0f) || window < 0)
+        return fail(g, RG_ERR_ARG, "attn_decode: a logit cap of %g and a window of %lld: both must be >= 0 (0: none)",
+                    (double)softcap, (long long)window);
     rg_node *n = node_new(g, RG_OP_ATTN_DECODE, RG_TYPE_F32, ne_of(q), contiguous(g, q), k, vt, NULL);
-    if (n) n->fp[0] = scale;
+    if (n) n->fp[0] = scale, n->fp[1] = softcap, n->ip[0] = window;
     return n;
 }

@@ -90,8 +90,10 @@ typedef enum rg_op {
                              // gradient) the kernel also writes dw into src[3]'s bytes, as CPY_INTO writes a window:
                              // the logits are recomputed once for both. fp[0], ip[0..1] as LINEAR_CE
     RG_OP_ATTN_DECODE,       // (q [Dh, H, T] f32, k [Dh, n_kv, Hkv], vt [n_kv, Dh, Hkv]; k, vt f32 or f16 with packed rows,
-                             // views of a KV cache) -> [Dh, H, T] f32: softmax(fp[0] * q.k_j) weighted sum of v_j per
-                             // head, causal (query t sees keys j <= n_kv - T + t), head h reads kv head h / (H / Hkv).
+                             // views of a KV cache) -> [Dh, H, T] f32: softmax(z_j) weighted sum of v_j per head,
+                             // z_j = fp[0] * q.k_j, capped as fp[1] * tanh(z_j / fp[1]) when fp[1] > 0 (SOFT_MAX's
+                             // softcap), causal (query t at p = n_kv - T + t sees keys j <= p), within ip[0] > 0 keys
+                             // (a sliding window: p - j < ip[0]), head h reads kv head h / (H / Hkv).
                              // Inference only (no backward): the KV-cached path of forward.c
     // The state-space family (Mamba-2's xBC conv and selective scan, LFM2's short conv); packed
     // outputs (graph/pack.h) and their views: rg_ssm_* below, with the shapes and the rules.
@@ -256,7 +258,7 @@ rg_node *rg_linear_ce_back_dw(rg_graph *g, rg_node *back);
 // values vt (views of a KV cache of the same type, f32 or f16), in one op: the
 // scores, scale, causal mask, softmax and weighted sum of MUL_MAT, SOFT_MAX,
 // MUL_MAT. Returns [Dh, H, T]. No gradient.
-rg_node *rg_attn_decode(rg_graph *g, rg_node *q, rg_node *k, rg_node *vt, float scale);
+rg_node *rg_attn_decode(rg_graph *g, rg_node *q, rg_node *k, rg_node *vt, float scale, float softcap, int64_t window);
 
 // ---------------------------------------------------------------------------
 // The state-space family (architectures.md §2.5, §3.3-3.7; training.md §8). Names: C

@@ -529,29 +529,8 @@ rg_status rg_session_eval(rg_session *s, const int32_t *ids, int64_t n, float *l
     return eval_common(s, ids, n, logits, all_logits, false, NULL, err);
 }
 
-// Whether every attention layer can run an exact batch query by query (ATTN_DECODE): none caps its
-// logits or slides a window (gemma2, gemma3), which keep the materialized scores, whose sums over the
-// batch's longer rows round otherwise.
-static bool exact_batches(const rg_model *m) {
-    if (m->hp.attn_softcap != 0.0f) return false;
-    for (int64_t il = 0; il < m->hp.n_layer; il++)
-        if (m->layers[il].mixer == RG_KIND_ATTN && m->layers[il].window != 0) return false;
-    return true;
-}
-
 rg_status rg_session_eval_exact(rg_session *s, const int32_t *ids, int64_t n, float *logits, rg_error *err) {
-    if (exact_batches(s->m) || n <= 1) return eval_common(s, ids, n, logits, 1, true, NULL, err);
-    // one token at a time, all or nothing as one call is
-    const int64_t start = s->n_past, V = s->m->hp.n_vocab;
-    for (int64_t i = 0; i < n; i++) {
-        rg_status st = eval_common(s, ids + i, 1, logits ? logits + i * V : NULL, 1, true, NULL, err);
-        if (st) {
-            rg_error ignored;
-            if (i > 0 && rg_session_rewind(s, start, &ignored)) rg_session_truncate(s, start);
-            return st;
-        }
-    }
-    return RG_OK;
+    return eval_common(s, ids, n, logits, 1, true, NULL, err);
 }
 
 rg_status rg_session_eval_sample(rg_session *s, const int32_t *ids, int64_t n, rg_sampler *smp, int32_t *out,

@@ -31,8 +31,7 @@ typedef struct rg_session_opts {
     bool exact_activations;
     // Prompt batches (several tokens over the cache) through FLASH_ATTN_EXT instead of the materialized
     // [n_kv, T, n_head] scores: auto (the default) when rg_session_flash_prompt says so, on, off (generate and
-    // perplexity --flash-attn). A single token keeps its ATTN_DECODE (or the materialized path of a capped or
-    // sliding layer) either way. On a CUDA device auto is off and on is refused: FLASH_ATTN_EXT has no CUDA kernel.
+    // perplexity --flash-attn). A single token keeps its ATTN_DECODE either way. On a CUDA device auto is off and on is refused: FLASH_ATTN_EXT has no CUDA kernel.
     rg_flash_attn_mode flash_attn;
     // With RETRO_RECURRENT_ROLLBACK=auto (infer/session_snap.c): the most tokens of a batch whose recurrent-state
     // snapshots are kept (<= 0: n_batch). A longer batch keeps none (a rewind into it is refused). A speculative
@@ -59,7 +58,7 @@ rg_status rg_session_eval(rg_session *s, const int32_t *ids, int64_t n, float *l
 // recurrent state) of evaluating the tokens one at a time, which rg_session_eval's prompt paths (GEMMs, flash
 // attention) do not promise. Each MUL_MAT runs the dot products a single token runs, for all the batch's columns
 // in one pass over the weights (RG_MUL_MAT_COLUMNS, graph.h), attention over the cache runs query by query
-// (ATTN_DECODE); a layer with a logit cap or a sliding window keeps its materialized attention on those columns.
+// (ATTN_DECODE, logit caps and sliding windows included).
 // What a speculative decoder's verification batch needs (greedy output the bits of decoding without it). Calls
 // of more than 32 tokens run as batches of 32 (the same bits); meant for a few tokens.
 rg_status rg_session_eval_exact(rg_session *s, const int32_t *ids, int64_t n, float *logits, rg_error *err);

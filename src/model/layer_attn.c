@@ -76,10 +76,11 @@ static rg_node *build(const rg_layer_ctx *c, rg_node *x) {
                                     .causal = true};
         rg_node *fa = rg_flash_attn_ext(g, Q, K, V, c->seg, NULL, &fp);
         o = rg_reshape(g, rg_flash_part(g, fa, RG_FLASH_O), 2, (int64_t[]){Dh * H, T});  // [Dh*H, T]
-    } else if (cache && (T == 1 || c->exact_columns) && hp->attn_softcap == 0.0f && Ly->window == 0) {
+    } else if (cache && (T == 1 || c->exact_columns)) {
         // A generated token (or an exact batch, query by query, each as its own token would be):
-        // scores, softmax and weighted sum in one op (ops_attn_decode.c).
-        o = rg_reshape(g, rg_attn_decode(g, q, K, Vt, hp->attn_scale), 2, (int64_t[]){Dh * H, T});  // [Dh*H, T]
+        // scores (capped, windowed as SOFT_MAX takes them), softmax and weighted sum in one op (ops_attn_decode.c).
+        o = rg_attn_decode(g, q, K, Vt, hp->attn_scale, hp->attn_softcap, Ly->window);
+        o = rg_reshape(g, o, 2, (int64_t[]){Dh * H, T});  // [Dh*H, T]
     } else {
         rg_node *kq = rg_mul_mat(g, K, Q);                       // [n_kv, T, H]; head h reads kv head h / (H/Hkv)
         // causal: key j <= n_past + query i; in a window also n_past + i - j < window
