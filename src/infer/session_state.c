@@ -32,7 +32,7 @@
 //                        and an SSM layer's states after each token [N*P*H, batch_n], F32
 //   R times          16  i64 position (the entry holds the state after that many tokens), u32 ring slot, u32 0
 //              seq_bytes  the per-sequence buffers
-//   end - 16          8  u64 S, the bytes from E to here (so a reader without the model finds E: end - 16 - S)
+//   end - 16          8  u64 S, the bytes from E up to this field (a reader without the model finds E at end - 16 - S)
 //   end - 8           8  u64 FNV-1a of every byte before it
 // A session that keeps no snapshots (off, a model without recurrent state) writes E's 32 bytes, batch_n -1, R 0.
 //
