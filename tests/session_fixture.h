@@ -1,6 +1,6 @@
 // session_fixture.h - what the session tests share: a tiny fixture written (F32, F16 or BF16, or
-// written in F32 and quantized, every matrix in the type) and loaded, a file read whole, and two
-// sessions' state files compared.
+// written in F32 and quantized, every matrix in the type) and loaded, a file read whole or written, and two
+// sessions' state files compared (their state, or the whole files with the snapshots they keep).
 #ifndef RG_TESTS_SESSION_FIXTURE_H
 #define RG_TESTS_SESSION_FIXTURE_H
 
@@ -60,8 +60,28 @@ static inline unsigned char *sf_read_all(const char *path, size_t *n) {
     return b;
 }
 
-// Whether the two sessions' state files (infer/session_state.h) are the same bytes.
-static inline bool sf_same_state(const rg_session *a, const rg_session *b) {
+static inline void sf_write_all(const char *path, const void *b, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    fwrite(b, 1, n, f);
+    fclose(f);
+}
+
+// Where a state file's state ends: before its snapshot section (format version 2: the last 16 bytes hold its size
+// S and the checksum, session_state.c) or its checksum (version 1). Two sessions that reached one state along other
+// paths keep other snapshots: their files agree up to here.
+static inline size_t sf_state_end(const unsigned char *b, size_t n) {
+    uint32_t version = 0;
+    uint64_t s = 0;
+    if (n < 16) return n;
+    memcpy(&version, b + 8, 4);
+    memcpy(&s, b + n - 16, 8);
+    return version < 2 ? n - 8 : s <= n - 16 ? n - 16 - (size_t)s : n;
+}
+
+// Whether the two sessions' state files (infer/session_state.h) are the same bytes: the state (snapshots: false),
+// or the whole files, the recurrent-state snapshots they keep included (true).
+static inline bool sf_same_saved(const rg_session *a, const rg_session *b, bool snapshots) {
     char pa[64] = "/tmp/rg_test_state_aXXXXXX", pb[64] = "/tmp/rg_test_state_bXXXXXX";
     close(mkstemp(pa)), close(mkstemp(pb));
     rg_error err = {0};
@@ -71,11 +91,15 @@ static inline bool sf_same_state(const rg_session *a, const rg_session *b) {
     } else {
         size_t na = 0, nb = 0;
         unsigned char *x = sf_read_all(pa, &na), *y = sf_read_all(pb, &nb);
+        if (x && y && !snapshots) na = sf_state_end(x, na), nb = sf_state_end(y, nb);
         same = x && y && na == nb && !memcmp(x, y, na);
         free(x), free(y);
     }
     unlink(pa), unlink(pb);
     return same;
 }
+
+// The state alone (sf_same_saved).
+static inline bool sf_same_state(const rg_session *a, const rg_session *b) { return sf_same_saved(a, b, false); }
 
 #endif

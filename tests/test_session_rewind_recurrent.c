@@ -7,11 +7,18 @@
 //     sessions' state files (rg_session_state_save) after it are byte for byte the same
 //   - rewinds in a row, a rewind into a batch evaluated after a rewind, rg_session_truncate
 //   - refusals, each leaving the session as it was (its continuation gives the bits of a session that never
-//     tried): a position no snapshot holds (names the oldest kept), the default off, a state file loaded (its
-//     snapshots forgotten; a batch evaluated after the load is kept again), and RETRO_RECURRENT_ROLLBACK=yes
-//     at rg_session_create (names the variable and the value)
+//     tried): a position no snapshot holds (names the oldest kept), the default off, and
+//     RETRO_RECURRENT_ROLLBACK=yes at rg_session_create (names the variable and the value)
+//   - state files carry the snapshots (format version 2): saved after a batch and single tokens, loaded into a
+//     fresh session, rewound into the batch, to its end, into the ring, twice in a row: the saving session's bits
+//     rewound the same way (logits, and the whole state files after the continuation, snapshots included);
+//     loaded into a session keeping 3 tokens a batch (the first 3 kept, the rest refused naming what is kept) or
+//     one with off (the off refusal); a version 1 file loads (no snapshots: the rewind refused); bad snapshot
+//     records (a corrupt byte, truncated, positions, counts or size wrong with the checksum right) refused,
+//     naming the problem, the session left as it was; a batch evaluated after a load is kept
 //   - the snapshot memory: rg_session_snapshot_bytes against its formula, and that formula for LFM2-350M's
 //     shape (model/tiny.c's lfm2-350m) and a draft of 16 tokens, against the recurrent state of 16 positions.
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,14 +48,20 @@ static rg_model *tiny_model(const char *arch, uint32_t type, char *path) {
 }
 
 // A session made with RETRO_RECURRENT_ROLLBACK=mode (NULL: unset).
-static rg_session *new_session(const rg_model *m, const char *mode, rg_error *err) {
+// snapshot_tokens: rg_session_opts' (0: n_batch).
+static rg_session *new_session_cap(const rg_model *m, const char *mode, int64_t snapshot_tokens, rg_error *err) {
     if (mode) setenv("RETRO_RECURRENT_ROLLBACK", mode, 1);
     else unsetenv("RETRO_RECURRENT_ROLLBACK");
     rg_session *s = NULL;
-    rg_session_opts so = {.n_ctx = N_CTX, .n_threads = 2, .n_batch = N_BATCH, .device = device};
+    rg_session_opts so = {.n_ctx = N_CTX, .n_threads = 2, .n_batch = N_BATCH, .device = device,
+                          .snapshot_tokens = snapshot_tokens};
     if (rg_session_create(&s, m, &so, err)) s = NULL;
     unsetenv("RETRO_RECURRENT_ROLLBACK");
     return s;
+}
+
+static rg_session *new_session(const rg_model *m, const char *mode, rg_error *err) {
+    return new_session_cap(m, mode, 0, err);
 }
 
 // The calls: sizes of rg_session_eval calls over ids[0..), 0-terminated; stopped at `upto` tokens (the last
@@ -83,20 +96,9 @@ static bool eval_cont(rg_session *s, float *out) {
     return !st;
 }
 
-static unsigned char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)size + 1);
-    *n = b ? fread(b, 1, (size_t)size, f) : 0;
-    fclose(f);
-    return b;
-}
-
-// Whether a and b continue alike: the same continuation logits (memcmp) and then the same state files.
-static bool same_continuation(rg_session *a, rg_session *b, const char *what) {
+// Whether a and b continue alike: the same continuation logits (memcmp) and then the same state files: their state
+// (snapshots false: sessions that reached it along other paths keep other snapshots), or the whole files.
+static bool same_continuation_as(rg_session *a, rg_session *b, const char *what, bool snapshots) {
     const int64_t V = rg_session_model(a)->hp.n_vocab;
     float *la = calloc((size_t)(V * N_CONT), sizeof(float)), *lb = calloc((size_t)(V * N_CONT), sizeof(float));
     bool ok = la && lb && eval_cont(a, la) && eval_cont(b, lb);
@@ -106,19 +108,15 @@ static bool same_continuation(rg_session *a, rg_session *b, const char *what) {
     RG_CHECK(ok && first < 0, "%s: continuation logit %lld (token %lld) is %.9g, the fresh session's %.9g", what,
              (long long)first, first >= 0 ? (long long)(first / V) : -1LL, first >= 0 ? la[first] : 0.0,
              first >= 0 ? lb[first] : 0.0);
-    char pa[64] = "/tmp/rg_test_rewind_aXXXXXX", pb[64] = "/tmp/rg_test_rewind_bXXXXXX";
-    close(mkstemp(pa));
-    close(mkstemp(pb));
-    rg_error err = {0};
-    bool saved = ok && !rg_session_state_save(a, pa, &err) && !rg_session_state_save(b, pb, &err);
-    RG_CHECK(!ok || saved, "%s: save: %s", what, err.msg);
-    size_t na = 0, nb = 0;
-    unsigned char *fa = saved ? read_all(pa, &na) : NULL, *fb = saved ? read_all(pb, &nb) : NULL;
-    const bool same_files = fa && fb && na == nb && !memcmp(fa, fb, na);
-    RG_CHECK(!saved || same_files, "%s: the state files after the continuation differ (%zu and %zu bytes)", what, na, nb);
-    free(fa), free(fb), free(la), free(lb);
-    unlink(pa), unlink(pb);
+    const bool same_files = ok && sf_same_saved(a, b, snapshots);
+    RG_CHECK(!ok || same_files, "%s: the state files after the continuation differ%s", what,
+             snapshots ? " (snapshots included)" : "");
+    free(la), free(lb);
     return ok && first < 0 && same_files;
+}
+
+static bool same_continuation(rg_session *a, rg_session *b, const char *what) {
+    return same_continuation_as(a, b, what, false);
 }
 
 // The rewinds that must work: the calls, then rg_session_rewind(pos). n_batch is 8: a call of more is split, and
@@ -261,36 +259,192 @@ static void check_refusals(const rg_model *m, const char *tag) {
     rg_session_free(a);
 }
 
-// Saved and loaded: the loading session holds no snapshot of the history before the load (refused, unchanged),
-// and keeps those of what it evaluates after: a batch evaluated after the load rewinds exactly.
+// The calls a saving session makes before its save: the batch's snapshots hold positions 0..7, the ring 7 and 8.
+static const int save_calls[MAX_CALLS] = {7, 1, 1};
+
+// A session (auto) that made save_calls and saved to path (the same bytes each time), or NULL.
+static rg_session *saver(const rg_model *m, const char *path, rg_error *err) {
+    rg_session *a = new_session(m, "auto", err);
+    if (a && (!eval_calls(a, save_calls, N_IDS) || rg_session_state_save(a, path, err))) {
+        rg_session_free(a);
+        a = NULL;
+    }
+    return a;
+}
+
+// A session made with RETRO_RECURRENT_ROLLBACK=mode and snapshot_tokens that loaded path, or NULL.
+static rg_session *loader(const rg_model *m, const char *mode, int64_t snapshot_tokens, const char *path,
+                          rg_error *err) {
+    rg_session *c = new_session_cap(m, mode, snapshot_tokens, err);
+    if (c && rg_session_state_load(c, path, err)) {
+        rg_session_free(c);
+        c = NULL;
+    }
+    return c;
+}
+
+// Rewinds c and a to each of pos[0..n) in turn; then c continues with a's bits, snapshots included.
+static void check_rewound_alike(rg_session *c, rg_session *a, const int64_t *pos, int n, const char *what) {
+    rg_error err = {0};
+    bool ok = c && a;
+    for (int i = 0; ok && i < n; i++) ok = !rg_session_rewind(c, pos[i], &err) && !rg_session_rewind(a, pos[i], &err);
+    RG_CHECK(ok, "%s: %s", what, err.msg);
+    if (ok && same_continuation_as(c, a, what, true))
+        printf("    %-60s logits and state file (snapshots too) equal\n", what);
+}
+
+// A loaded session rewinds where the saving session could, with its bits: into the batch, to its end, into the ring,
+// twice in a row.
+static void check_loaded_rewinds(const rg_model *m, const char *tag, const char *path) {
+    static const struct {
+        int64_t pos[2];
+        int n;
+        const char *where;
+    } targets[] = {{{4}, 1, "inside the batch"}, {{2}, 1, "to the batch's second token"}, {{7}, 1, "to the batch's end"},
+                   {{8}, 1, "into the ring"}, {{8, 4}, 2, "into the ring, then the batch"}};
+    for (size_t i = 0; i < sizeof targets / sizeof *targets; i++) {
+        char what[160];
+        rg_error err = {0};
+        snprintf(what, sizeof what, "%s loaded, rewound %s (9 -> %lld)", tag, targets[i].where,
+                 (long long)targets[i].pos[targets[i].n - 1]);
+        rg_session *a = saver(m, path, &err), *c = a ? loader(m, "auto", 0, path, &err) : NULL;
+        RG_CHECK(a && c, "%s: %s", what, err.msg);
+        check_rewound_alike(c, a, targets[i].pos, targets[i].n, what);
+        rg_session_free(a), rg_session_free(c);
+    }
+}
+
+// Loaded into sessions that keep less: snapshot_tokens 3 keeps the batch's first 3 tokens (a rewind to 2 exact, to
+// 4 refused naming what is kept, the ring kept), off keeps none (the existing refusal).
+static void check_loaded_smaller(const rg_model *m, const char *tag, const char *path) {
+    char what[160];
+    rg_error err = {0};
+    rg_session *a = saver(m, path, &err), *c = a ? loader(m, "auto", 3, path, &err) : NULL;
+    RG_CHECK(a && c, "%s snapshot_tokens 3: %s", tag, err.msg);
+    snprintf(what, sizeof what, "%s loaded keeping 3 tokens a batch, into the rest", tag);
+    if (a && c) check_refused(c, m, save_calls, 4, RG_ERR_UNSUPPORTED, "snapshots cover positions 0..3", what);
+    rg_session_free(a), rg_session_free(c);
+    static const int64_t to2[] = {2}, to8[] = {8};
+    a = saver(m, path, &err), c = a ? loader(m, "auto", 3, path, &err) : NULL;
+    snprintf(what, sizeof what, "%s loaded keeping 3 tokens a batch, rewound to 2", tag);
+    check_rewound_alike(c, a, to2, 1, what);
+    rg_session_free(a), rg_session_free(c);
+    a = saver(m, path, &err), c = a ? loader(m, "auto", 3, path, &err) : NULL;
+    snprintf(what, sizeof what, "%s loaded keeping 3 tokens a batch, rewound to 8 (ring)", tag);
+    check_rewound_alike(c, a, to8, 1, what);
+    rg_session_free(a), rg_session_free(c);
+    c = loader(m, NULL, 0, path, &err);
+    RG_CHECK(c != NULL, "%s off: %s", tag, err.msg);
+    snprintf(what, sizeof what, "%s loaded with RETRO_RECURRENT_ROLLBACK off", tag);
+    if (c) check_refused(c, m, save_calls, 4, RG_ERR_UNSUPPORTED, "RETRO_RECURRENT_ROLLBACK is off", what);
+    rg_session_free(c);
+}
+
+// A state file's checksum made right again after an edit (session_state.c: FNV-1a of every byte before the last 8).
+static void fix_checksum(unsigned char *b, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i + 8 < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    memcpy(b + n - 8, &h, 8);
+}
+
+// The saved file as format version 1 (no snapshots) loads: its state continues as the saving session's, and a
+// rewind into the history is refused as before.
+static void check_version1(const rg_model *m, const char *tag, const unsigned char *b, size_t n) {
+    char v1[64] = "/tmp/rg_test_rewind_v1XXXXXX", what[160];
+    close(mkstemp(v1));
+    const size_t end = sf_state_end(b, n);
+    unsigned char *e = malloc(end + 8);
+    RG_REQUIRE(e, "out of memory");
+    memcpy(e, b, end);
+    memcpy(e + 8, &(uint32_t){1}, 4);
+    fix_checksum(e, end + 8);
+    sf_write_all(v1, e, end + 8);
+    rg_error err = {0};
+    rg_session *c = loader(m, "auto", 0, v1, &err);
+    RG_CHECK(c && rg_session_n_past(c) == 9, "%s a version 1 file: %s", tag, c ? "wrong n_past" : err.msg);
+    snprintf(what, sizeof what, "%s a version 1 file (%zu bytes, %zu less), rewound", tag, end + 8, n - end - 8);
+    if (c) check_refused(c, m, save_calls, 4, RG_ERR_UNSUPPORTED, "no snapshot of the recurrent state is kept", what);
+    rg_session_free(c);
+    free(e);
+    unlink(v1);
+}
+
+// Bad snapshot records: each load refused naming the problem, the session (loaded from the good file) left as it
+// was: afterwards it rewinds into the batch with the saving session's bits.
+static void check_bad_snapshots(const rg_model *m, const char *tag, const char *path, const unsigned char *b, size_t n) {
+    char bad[64] = "/tmp/rg_test_rewind_badXXXXXX", what[160];
+    close(mkstemp(bad));
+    const size_t end = sf_state_end(b, n);
+    uint64_t seq = 0;
+    memcpy(&seq, b + end, 8);
+    const size_t last_ring = n - 16 - (size_t)seq - 16;  // the last ring entry's header
+    struct {
+        const char *what, *needle;
+        size_t at;        // the byte or field changed (SIZE_MAX: none)
+        int64_t value;    // written as an i64 (u32 fields: as the low 4 bytes); < 0: the byte flipped
+        int width;        // of the field: 8 or 4
+        size_t length;    // the file's new length
+        bool fix;         // the checksum made right again
+    } edits[] = {
+        {"a corrupt byte in the kept batch", "checksum", end + 32 + 5, -1, 1, n, false},
+        {"a corrupt byte in a ring snapshot", "checksum", n - 19, -1, 1, n, false},
+        {"truncated inside the snapshots", "truncated", SIZE_MAX, 0, 0, n - 20, false},
+        {"the kept batch past the end (checksum right)", "kept batch", end + 16, 40, 8, n, true},
+        {"a ring position past the end (checksum right)", "ring snapshot", last_ring, 50, 8, n, true},
+        {"more ring entries than fit (checksum right)", "ring snapshots", end + 24, 1000, 4, n, true},
+        {"the snapshots' size wrong (checksum right)", "snapshots' size", n - 16, 7, 8, n, true},
+    };
+    rg_error err = {0};
+    rg_session *a = saver(m, path, &err), *c = a ? loader(m, "auto", 0, path, &err) : NULL;
+    unsigned char *e = malloc(n);
+    RG_REQUIRE(a && c && e, "%s: %s", tag, err.msg);
+    for (size_t i = 0; i < sizeof edits / sizeof *edits; i++) {
+        memcpy(e, b, n);
+        if (edits[i].at != SIZE_MAX && edits[i].value < 0) e[edits[i].at] ^= 0x5a;
+        else if (edits[i].at != SIZE_MAX) memcpy(e + edits[i].at, &edits[i].value, (size_t)edits[i].width);
+        if (edits[i].fix) fix_checksum(e, edits[i].length);
+        sf_write_all(bad, e, edits[i].length);
+        rg_status st = rg_session_state_load(c, bad, &err);
+        RG_CHECK(st == RG_ERR_FORMAT && strstr(err.msg, edits[i].needle) && rg_session_n_past(c) == 9,
+                 "%s %s: %d '%s' (want '%s'), n_past %lld", tag, edits[i].what, (int)st, st ? err.msg : "accepted",
+                 edits[i].needle, (long long)rg_session_n_past(c));
+        printf("    %s %s: %s\n", tag, edits[i].what, st ? err.msg : "accepted");
+    }
+    static const int64_t to4[] = {4};
+    snprintf(what, sizeof what, "%s after the refused loads, rewound to 4", tag);
+    check_rewound_alike(c, a, to4, 1, what);
+    rg_session_free(a), rg_session_free(c);
+    free(e);
+    unlink(bad);
+}
+
+// Saved and loaded: the loaded session holds the saving session's snapshots (format version 2), and keeps those of
+// what it evaluates after: a batch evaluated after the load rewinds exactly.
 static void check_save_load(const rg_model *m, const char *tag) {
     char path[64] = "/tmp/rg_test_rewind_sXXXXXX", what[160];
     close(mkstemp(path));
     rg_error err = {0};
-    static const int calls[MAX_CALLS] = {7, 1, 1};
-    rg_session *a = new_session(m, "auto", &err), *c = new_session(m, "auto", &err);
-    bool ok = a && c && eval_calls(a, calls, N_IDS) && !rg_session_state_save(a, path, &err) &&
-              !rg_session_state_load(c, path, &err);
-    RG_CHECK(ok, "%s save/load: %s", tag, err.msg);
-    snprintf(what, sizeof what, "%s after a load, into the saved history", tag);
-    if (ok) check_refused(c, m, calls, 4, RG_ERR_UNSUPPORTED, "no snapshot of the recurrent state is kept", what);
-    rg_session_free(c);
-    // The saving session still holds its own snapshots: a rewind there works.
-    snprintf(what, sizeof what, "%s the saving session, after its save", tag);
-    rg_session *b = new_session(m, "auto", &err);
-    if (ok && b && !rg_session_rewind(a, 4, &err) && eval_calls(b, calls, 4) && same_continuation(a, b, what))
-        printf("    %-60s logits and state file equal\n", what);
-    RG_CHECK(!ok || rg_session_n_past(a) == 4 + N_CONT, "%s: %s", what, err.msg);
-    rg_session_free(a), rg_session_free(b);
+    rg_session *a = saver(m, path, &err);
+    size_t n = 0;
+    unsigned char *b = a ? sf_read_all(path, &n) : NULL;
+    RG_CHECK(a && b, "%s save: %s", tag, err.msg);
+    rg_session_free(a);
+    if (b) {
+        check_loaded_rewinds(m, tag, path);
+        check_loaded_smaller(m, tag, path);
+        check_version1(m, tag, b, n);
+        check_bad_snapshots(m, tag, path, b, n);
+    }
+    free(b);
     // Loaded, then a batch of 6 evaluated and rewound to 4 of it: a session that loaded and evaluated those 4.
     snprintf(what, sizeof what, "%s after a load, into a batch evaluated after it", tag);
-    c = new_session(m, "auto", &err), b = new_session(m, "auto", &err);
-    ok = ok && c && b && !rg_session_state_load(c, path, &err) && !rg_session_state_load(b, path, &err) &&
-         !rg_session_eval(c, ids + 9, 6, NULL, 0, &err) && !rg_session_rewind(c, 13, &err) &&
-         !rg_session_eval(b, ids + 9, 4, NULL, 0, &err);
+    rg_session *c = new_session(m, "auto", &err), *d = new_session(m, "auto", &err);
+    bool ok = c && d && !rg_session_state_load(c, path, &err) && !rg_session_state_load(d, path, &err) &&
+              !rg_session_eval(c, ids + 9, 6, NULL, 0, &err) && !rg_session_rewind(c, 13, &err) &&
+              !rg_session_eval(d, ids + 9, 4, NULL, 0, &err);
     RG_CHECK(ok, "%s: %s", what, err.msg);
-    if (ok && same_continuation(c, b, what)) printf("    %-60s logits and state file equal\n", what);
-    rg_session_free(c), rg_session_free(b);
+    if (ok && same_continuation(c, d, what)) printf("    %-60s logits and state file equal\n", what);
+    rg_session_free(c), rg_session_free(d);
     unlink(path);
 }
 

@@ -52,6 +52,9 @@ rg_status rg_resident_create(rg_resident **out, struct rg_backend *dev, rg_error
 rg_status rg_resident_sync_host(rg_resident *r, rg_error *err);
 // The host bytes changed (a caller rewrote them): upload them again, if they have a copy.
 rg_status rg_resident_refresh(rg_resident *r, const void *host, size_t bytes, rg_error *err);
+// The same for every copy whose host bytes lie inside [host, host + bytes) (a region rewritten whole, whose copies
+// may have several lengths: a session's recurrent-state snapshots, each batch size its own copy).
+rg_status rg_resident_refresh_within(rg_resident *r, const void *host, size_t bytes, rg_error *err);
 size_t rg_resident_bytes(const rg_resident *r);
 void rg_resident_free(rg_resident *r);
 

@@ -3,6 +3,7 @@
 // ones; the exec's side of it is resident.h.
 #include "graph/resident.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "base/error.h"
@@ -79,11 +80,27 @@ rg_status rg_resident_sync_host(rg_resident *r, rg_error *err) {
     return RG_OK;
 }
 
+// The host bytes of e sent to its device copy (which is then current).
+static rg_status upload_entry(rg_resident *r, resident_entry *e, rg_error *err) {
+    e->dirty = false;
+    return r->dev->vt->upload(r->dev, e->dev, e->host, e->bytes, err);
+}
+
 rg_status rg_resident_refresh(rg_resident *r, const void *host, size_t bytes, rg_error *err) {
     resident_entry *e = r ? resident_find(r, host, bytes) : NULL;
-    if (!e) return RG_OK;
-    e->dirty = false;
-    return r->dev->vt->upload(r->dev, e->dev, host, bytes, err);
+    return e ? upload_entry(r, e, err) : RG_OK;
+}
+
+rg_status rg_resident_refresh_within(rg_resident *r, const void *host, size_t bytes, rg_error *err) {
+    const uintptr_t lo = (uintptr_t)host, hi = lo + bytes;  // as integers: the entries are other objects
+    for (int k = 0; r && k < r->n; k++) {
+        resident_entry *e = &r->e[k];
+        const uintptr_t p = (uintptr_t)e->host;
+        if (p < lo || p + e->bytes > hi) continue;
+        rg_status st = upload_entry(r, e, err);
+        if (st) return st;
+    }
+    return RG_OK;
 }
 
 size_t rg_resident_bytes(const rg_resident *r) { return r ? r->bytes : 0; }

@@ -88,7 +88,9 @@ void rg_session_truncate(rg_session *s, int64_t n_past);
 // still holds: inside the last evaluated batch of several tokens, or one of the last 16 single-token steps
 // (infer/session_snap.c); other positions are refused, RG_ERR_UNSUPPORTED, naming the oldest kept one (off,
 // the default, keeps none). Refused (RG_ERR_ARG) past the end or below 0, naming both numbers. A refusal
-// changes nothing. Snapshots after pos are forgotten; a loaded state file forgets them all.
+// changes nothing. Snapshots after pos are forgotten. A state file (infer/session_state.h) carries the saving
+// session's snapshots: a session made with auto that loads it rewinds where the saving one could, with its bits
+// (what its own snapshot_tokens holds of the batch; nothing with off, or from a version 1 file).
 rg_status rg_session_rewind(rg_session *s, int64_t pos, rg_error *err);
 // Bytes the session holds for recurrent-state snapshots (RETRO_RECURRENT_ROLLBACK=auto), planned at creation
 // from n_batch and the ring of 16 single-token steps (host bytes; on a device the batch's snapshots have device copies

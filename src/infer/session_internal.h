@@ -60,7 +60,7 @@ typedef struct snap_store {
                             // (NULL where the layer has none)
 } snap_store;
 
-// session_snap.c, called by session.c (and session_state.c's load, which forgets every snapshot).
+// session_snap.c, called by session.c (and session_state.c, which saves the snapshots and loads them back).
 rg_status snap_init(rg_session *s, rg_error *err);
 void snap_free(snap_store *sn);
 // Before the graph of a batch of n > 1 tokens at n_past is built: the state copied to prev, the layers' snapshot
@@ -71,6 +71,18 @@ void snap_batch_end(rg_session *s, int64_t n, bool ok);
 void snap_token(rg_session *s);
 // Forgets every snapshot of a position after pos (-1: all).
 void snap_forget_after(snap_store *sn, int64_t pos);
+// A part of the kept batch's snapshots as a state file holds it (session_state.c): fixed + per_token x batch_n bytes
+// at p (the store's host bytes; NULL when the session keeps none), the rest of its room unused.
+typedef struct snap_part {
+    uint8_t *p;
+    size_t fixed, per_token;
+} snap_part;
+// The batch's parts in the file's order into parts[1 + 2 * n_layer]: prev, then per short-conv or SSM layer its
+// conv inputs and (SSM) states. Sized from the model, so a session that keeps no snapshots reads past them.
+// Returns how many.
+int snap_batch_parts(const rg_session *s, snap_part *parts);
+// On a device: the snapshots' host bytes sent to every device copy of them (after a load rewrote them).
+rg_status snap_upload(rg_session *s, rg_error *err);
 // Puts back the recurrent state after pos tokens (0 < pos < n_past) when a snapshot holds it; RG_ERR_UNSUPPORTED
 // naming what is kept otherwise (nothing changed). Does not move n_past.
 rg_status snap_restore(rg_session *s, int64_t pos, rg_error *err);

@@ -18,7 +18,8 @@
 // and x at q = pos - batch_start) and the SSM state (prev's at q = 0, the kept state after token q-1 of the
 // batch otherwise) through a small graph run like the batches' (so it runs where they run), or copies a ring
 // entry back. Anything else is refused naming what is kept, never a state of another position: every snapshot
-// after a rewind's position, a failed call's start or a loaded state file is forgotten (snap_forget_after).
+// after a rewind's position or a failed call's start is forgotten (snap_forget_after); a loaded state file replaces
+// them with the saving session's (session_state.c, through snap_batch_parts; what this session's room holds).
 //
 // Why this is exact: the restored bytes are the bytes a session stopped at pos holds. The conv window is a
 // copy of the inputs it would hold; the SSM state after token q is the scan's state at that step, and the scan
@@ -188,6 +189,24 @@ void snap_token(rg_session *s) {
     if (slot == sn->ring_next) sn->ring_next = (sn->ring_next + 1) % SNAP_RING;
     copy_seq(s, sn->ring + (size_t)slot * s->state.seq_bytes, true);
     sn->ring_pos[slot] = s->n_past;
+}
+
+int snap_batch_parts(const rg_session *s, snap_part *parts) {
+    const snap_store *sn = &s->snap;
+    int n = 0;
+    parts[n++] = (snap_part){sn->prev, s->state.seq_bytes, 0};
+    for (int64_t il = 0; il < s->state.n_layer; il++) {
+        const int64_t C = conv_channels(s, il), NPH = ssm_floats(s, il);
+        if (C) parts[n++] = (snap_part){sn->on ? (uint8_t *)sn->conv_x[il] : NULL, 0, (size_t)C * sizeof(float)};
+        if (NPH) parts[n++] = (snap_part){sn->on ? (uint8_t *)sn->ssm[il] : NULL, 0, (size_t)NPH * sizeof(float)};
+    }
+    return n;
+}
+
+// The batch's device copies are keyed by its length (one per batch size seen), prev's per buffer: every copy inside
+// the one allocation.
+rg_status snap_upload(rg_session *s, rg_error *err) {
+    return s->snap.on ? rg_resident_refresh_within(s->resident, s->snap.mem, s->snap.bytes, err) : RG_OK;
 }
 
 // The state after token q of the kept batch (0 <= q <= batch_n), through one graph of CONV_RS_GATHER and

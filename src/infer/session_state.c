@@ -21,11 +21,24 @@
 //                     n  the data. Per-token: for each of the buffer's runs (bytes / (run_bytes * n_ctx): a key
 //                        head, a value column), its rows 0..n_past (n_past * run_bytes bytes), so the file does
 //                        not depend on n_ctx. Per-sequence: the whole buffer.
+//   then (format version 2; version 1 ends here with the checksum) the recurrent-state snapshots a session made
+//   with RETRO_RECURRENT_ROLLBACK=auto keeps (infer/session_snap.c), so a loaded session rewinds where the saving
+//   one could. From offset E, the records' end:
+//        E           32  u64 seq_bytes (one copy of the per-sequence buffers), i64 batch_start, i64 batch_n (-1: no
+//                        batch kept, batch_start 0), u32 ring entries R, u32 ring_next (the slot the ring's next
+//                        single-token step takes)
+//                     b  batch_n >= 0: the batch's parts in snap_batch_parts' order, prev (seq_bytes: the state
+//                        after batch_start tokens), then per short-conv or SSM layer its conv inputs [C, batch_n]
+//                        and an SSM layer's states after each token [N*P*H, batch_n], F32
+//   R times          16  i64 position (the entry holds the state after that many tokens), u32 ring slot, u32 0
+//              seq_bytes  the per-sequence buffers
+//   end - 16          8  u64 S, the bytes from E up to this field (a reader without the model finds E at end - 16 - S)
 //   end - 8           8  u64 FNV-1a of every byte before it
+// A session that keeps no snapshots (off, a model without recurrent state) writes E's 32 bytes, batch_n -1, R 0.
 //
 // Everything that says what the state is comes before its bytes, so a reader checks a file against a session
-// before copying any. A later design (snapshots for rewinds, several sequences) adds its records after these with
-// a new format version; n_seq and the flags leave it room.
+// before copying any. A later design (several sequences) adds its records with a new format version; n_seq and
+// the flags leave it room.
 #include "infer/session_state.h"
 
 #include <stdio.h>
@@ -39,12 +52,13 @@
 #include "model/lora.h"
 
 #define STATE_MAGIC "RGSTATE"   // 8 bytes with its NUL
-#define STATE_FORMAT_VERSION 1u
+#define STATE_FORMAT_VERSION 2u  // written; 1 (no snapshots) is read too
 #define STATE_FLAG_LOST 1u
 #define FNV_OFFSET 0xcbf29ce484222325ull
 #define FNV_PRIME 0x100000001b3ull
 
-enum { HEADER_BYTES = 144, LAYER_BYTES = 24, RECORD_BYTES = 32, TRAILER_BYTES = 8, ARCH_BYTES = 32, WEIGHT_SAMPLE = 64 };
+enum { HEADER_BYTES = 144, LAYER_BYTES = 24, RECORD_BYTES = 32, TRAILER_BYTES = 8, ARCH_BYTES = 32, WEIGHT_SAMPLE = 64,
+       SNAP_HEAD_BYTES = 32, RING_HEAD_BYTES = 16, SNAP_END_BYTES = 8 };
 
 static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
     const uint8_t *b = p;
@@ -181,6 +195,45 @@ static rg_status put(hashed_writer *w, const void *p, size_t n, rg_error *err) {
     return rg_atomic_write(&w->af, p, n, err);
 }
 
+// The kept batch's parts (snap_batch_parts; malloc'd, *n of them), or NULL when out of memory.
+static snap_part *batch_parts(const rg_session *s, int *n) {
+    snap_part *parts = malloc(sizeof *parts * (size_t)(1 + 2 * s->state.n_layer));
+    if (parts) *n = snap_batch_parts(s, parts);
+    return parts;
+}
+
+// Bytes of a kept batch of n tokens in a file (0: none kept, n < 0).
+static size_t batch_bytes(const snap_part *parts, int n_parts, int64_t n) {
+    size_t b = 0;
+    for (int k = 0; n >= 0 && k < n_parts; k++) b += parts[k].fixed + parts[k].per_token * (size_t)n;
+    return b;
+}
+
+// The snapshot section (see the layout above) of s's store.
+static rg_status put_snapshots(hashed_writer *w, const rg_session *s, const snap_part *parts, int n_parts,
+                               rg_error *err) {
+    const snap_store *sn = &s->snap;
+    const size_t seq = s->state.seq_bytes;
+    uint32_t n_ring = 0;
+    for (int i = 0; i < SNAP_RING; i++) n_ring += sn->ring_pos[i] >= 0;
+    uint8_t head[SNAP_HEAD_BYTES];
+    put_u32(put_u32(put_i64(put_i64(put_u64(head, seq), sn->batch_n >= 0 ? sn->batch_start : 0), sn->batch_n), n_ring),
+            (uint32_t)sn->ring_next);
+    rg_status st = put(w, head, sizeof head, err);
+    for (int k = 0; !st && sn->batch_n >= 0 && k < n_parts; k++)
+        st = put(w, parts[k].p, batch_bytes(&parts[k], 1, sn->batch_n), err);
+    for (int i = 0; !st && i < SNAP_RING; i++) {
+        if (sn->ring_pos[i] < 0) continue;
+        uint8_t rh[RING_HEAD_BYTES];
+        put_u32(put_u32(put_i64(rh, sn->ring_pos[i]), (uint32_t)i), 0);
+        st = put(w, rh, sizeof rh, err);
+        if (!st) st = put(w, sn->ring + (size_t)i * seq, seq, err);
+    }
+    uint8_t end[SNAP_END_BYTES];
+    put_u64(end, SNAP_HEAD_BYTES + batch_bytes(parts, n_parts, sn->batch_n) + n_ring * (RING_HEAD_BYTES + seq));
+    return st ? st : put(w, end, sizeof end, err);
+}
+
 rg_status rg_session_state_save(const rg_session *s, const char *path, rg_error *err) {
     if (s->state_lost)
         return rg_fail(err, RG_ERR_ARG, "%s: not saved: the recurrent state of this %s session matches no position "
@@ -212,6 +265,11 @@ rg_status rg_session_state_save(const rg_session *s, const char *path, rg_error 
                 st = put(&w, (const uint8_t *)ls->buf[j] + r * stride, (size_t)n_past * run, err);
         }
     }
+    int n_parts = 0;
+    snap_part *parts = st ? NULL : batch_parts(s, &n_parts);
+    if (!st && !parts) st = rg_fail(err, RG_ERR_NOMEM, "%s: out of memory", path);
+    if (!st) st = put_snapshots(&w, s, parts, n_parts, err);
+    free(parts);
     uint8_t trailer[TRAILER_BYTES];
     put_u64(trailer, w.hash);
     if (!st) st = rg_atomic_write(&w.af, trailer, sizeof trailer, err);
@@ -239,14 +297,15 @@ static const char *kind_name(uint32_t k) {
 // The header and the layer table of the file d[size] against s (the fingerprint, the versions, the position);
 // *n_past: the file's.
 static rg_status check_prefix(const rg_session *s, const char *path, const uint8_t *d, size_t size, int64_t *n_past,
-                              rg_error *err) {
+                              uint32_t *version, rg_error *err) {
     if (size < 16 || memcmp(d, STATE_MAGIC, 8))
         return rg_fail(err, RG_ERR_FORMAT, "%s: not a retrograd state file (%s)", path,
                        size < 8 ? "shorter than the 8 bytes of the magic" : size < 16 ? "truncated after the magic"
                                                                           : "the magic at offset 0 is not \"RGSTATE\"");
-    if (get_u32(d + 8) != STATE_FORMAT_VERSION)
-        return rg_fail(err, RG_ERR_FORMAT, "%s: format version %u (offset 8); this build reads version %u", path,
-                       get_u32(d + 8), STATE_FORMAT_VERSION);
+    *version = get_u32(d + 8);
+    if (*version < 1 || *version > STATE_FORMAT_VERSION)
+        return rg_fail(err, RG_ERR_FORMAT, "%s: format version %u (offset 8); this build reads versions 1 to %u", path,
+                       *version, STATE_FORMAT_VERSION);
     if (get_u32(d + 12) != RG_STATE_LAYOUT_VERSION)
         return rg_fail(err, RG_ERR_FORMAT, "%s: saved by a build with state layout version %u (offset 12); this "
                        "build's is %u: the buffers are laid out differently", path, get_u32(d + 12),
@@ -313,15 +372,68 @@ static rg_status check_prefix(const rg_session *s, const char *path, const uint8
     return RG_OK;
 }
 
-// The whole file d[size] against s: the prefix, its size, every record's header, the checksum.
+// What a file's snapshot section holds (its header), where it starts, and its bytes (S).
+typedef struct snap_head {
+    uint32_t version;           // the file's format version (1: no section)
+    int64_t batch_start, batch_n;
+    uint32_t n_ring, ring_next;
+    size_t at, bytes;           // E, and S (0 in a version 1 file)
+} snap_head;
+
+// The snapshot section's header at h->at against s, n_past and the file's size: h filled, S computed from it (the
+// smallest section when the file is too short to hold the header: the size check then says truncated).
+static rg_status check_snap_head(const rg_session *s, const char *path, const uint8_t *d, size_t size, int64_t n_past,
+                                 const snap_part *parts, int n_parts, snap_head *h, rg_error *err) {
+    const size_t seq = s->state.seq_bytes, min = h->at + SNAP_HEAD_BYTES + SNAP_END_BYTES + TRAILER_BYTES;
+    h->batch_n = -1, h->n_ring = 0, h->bytes = SNAP_HEAD_BYTES;
+    if (size < min) return RG_OK;
+    const uint8_t *p = d + h->at;
+    h->batch_start = get_i64(p + 8), h->batch_n = get_i64(p + 16), h->n_ring = get_u32(p + 24);
+    h->ring_next = get_u32(p + 28);
+    if (get_u64(p) != seq)
+        return rg_fail(err, RG_ERR_FORMAT, "%s: the snapshots at offset %zu are of %llu bytes of recurrent state, this "
+                       "model's is %zu", path, h->at, (unsigned long long)get_u64(p), seq);
+    if (h->batch_n < -1 || (h->batch_n >= 0 && (!seq || h->batch_start < 0 || h->batch_start > n_past - h->batch_n)))
+        return rg_fail(err, RG_ERR_FORMAT, "%s: corrupt: the kept batch (offset %zu) of %lld tokens at %lld is not "
+                       "within the file's %lld tokens", path, h->at + 8, (long long)h->batch_n,
+                       (long long)h->batch_start, (long long)n_past);
+    const size_t batch = batch_bytes(parts, n_parts, h->batch_n), entry = RING_HEAD_BYTES + seq;
+    if ((h->n_ring && !seq) || h->n_ring > (size - min) / entry)  // more entries than the file holds: not S's sum
+        return rg_fail(err, RG_ERR_FORMAT, "%s: truncated or corrupt: %u ring snapshots (offset %zu) of %zu bytes "
+                       "each do not fit its %zu bytes", path, h->n_ring, h->at + 24, entry, size);
+    h->bytes = SNAP_HEAD_BYTES + batch + h->n_ring * entry;
+    return RG_OK;
+}
+
+// After the checksum: S where the file's end says, and every ring entry's position within the file's tokens.
+static rg_status check_snap_body(const rg_session *s, const char *path, const uint8_t *d, int64_t n_past,
+                                 const snap_head *h, rg_error *err) {
+    const size_t s_at = h->at + h->bytes, entry = RING_HEAD_BYTES + s->state.seq_bytes;
+    if (get_u64(d + s_at) != h->bytes)
+        return rg_fail(err, RG_ERR_FORMAT, "%s: corrupt: the snapshots' size at offset %zu is %llu, their header "
+                       "says %zu", path, s_at, (unsigned long long)get_u64(d + s_at), h->bytes);
+    size_t off = s_at - h->n_ring * entry;
+    for (uint32_t i = 0; i < h->n_ring; i++, off += entry)
+        if (get_i64(d + off) < 0 || get_i64(d + off) > n_past || get_u32(d + off + 12))
+            return rg_fail(err, RG_ERR_FORMAT, "%s: corrupt: ring snapshot %u (offset %zu) holds position %lld of "
+                           "the file's %lld tokens (reserved %u)", path, i, off, (long long)get_i64(d + off),
+                           (long long)n_past, get_u32(d + off + 12));
+    return RG_OK;
+}
+
+// The whole file d[size] against s: the prefix, its size, every record's header, the snapshots' sizes, the checksum.
 static rg_status check_file(const rg_session *s, const char *path, const uint8_t *d, size_t size, int64_t *n_past,
-                            rg_error *err) {
-    rg_status st = check_prefix(s, path, d, size, n_past, err);
+                            const snap_part *parts, int n_parts, snap_head *h, rg_error *err) {
+    rg_status st = check_prefix(s, path, d, size, n_past, &h->version, err);
     if (st) return st;
-    const size_t want = file_bytes(s, *n_past);
+    h->at = file_bytes(s, *n_past) - TRAILER_BYTES;  // the records' end
+    h->batch_n = -1, h->n_ring = 0, h->bytes = 0;
+    if (h->version >= 2) st = check_snap_head(s, path, d, size, *n_past, parts, n_parts, h, err);
+    if (st) return st;
+    const size_t want = h->at + h->bytes + (h->version >= 2 ? SNAP_END_BYTES : 0) + TRAILER_BYTES;
     if (size < want)
-        return rg_fail(err, RG_ERR_FORMAT, "%s: truncated: %zu bytes, the state of %lld tokens of this model takes %zu",
-                       path, size, (long long)*n_past, want);
+        return rg_fail(err, RG_ERR_FORMAT, "%s: truncated: %zu bytes, the state of %lld tokens of this model%s takes "
+                       "%zu", path, size, (long long)*n_past, h->version >= 2 ? " and its snapshots" : "", want);
     if (size > want)
         return rg_fail(err, RG_ERR_FORMAT, "%s: %zu trailing bytes after the state's end at offset %zu", path,
                        size - want, want);
@@ -344,7 +456,7 @@ static rg_status check_file(const rg_session *s, const char *path, const uint8_t
         return rg_fail(err, RG_ERR_FORMAT, "%s: corrupt: the checksum at offset %zu is %016llx, the bytes before it "
                        "hash to %016llx", path, want - TRAILER_BYTES,
                        (unsigned long long)get_u64(d + want - TRAILER_BYTES), (unsigned long long)sum);
-    return RG_OK;
+    return h->version >= 2 ? check_snap_body(s, path, d, *n_past, h, err) : RG_OK;
 }
 
 // Copies the checked file's buffers into s's state (rows 0..n_past of the per-token ones) and moves s to n_past.
@@ -366,7 +478,43 @@ static void apply(rg_session *s, const uint8_t *d, int64_t n_past) {
     }
     s->n_past = n_past;
     s->state_lost = false;
-    snap_forget_after(&s->snap, -1);  // the snapshots were of the sequence replaced (session_snap.c)
+}
+
+// The checked file's snapshots into s's store, replacing those of the sequence replaced: what its room holds (the
+// first tokens of a batch longer than its snapshot_tokens; nothing when it keeps none), each exactly as saved; a
+// rewind to a position not kept is refused as in the saving session.
+static void apply_snapshots(rg_session *s, const uint8_t *d, const snap_part *parts, int n_parts, const snap_head *h) {
+    snap_store *sn = &s->snap;
+    const size_t seq = s->state.seq_bytes;
+    snap_forget_after(sn, -1);
+    if (!sn->on) return;
+    const uint8_t *p = d + h->at + SNAP_HEAD_BYTES;
+    if (h->batch_n >= 0) {
+        const int64_t keep = h->batch_n < sn->cap ? h->batch_n : sn->cap;
+        for (int k = 0; k < n_parts; p += batch_bytes(&parts[k], 1, h->batch_n), k++)
+            memcpy(parts[k].p, p, batch_bytes(&parts[k], 1, keep));
+        sn->batch_start = h->batch_start, sn->batch_n = keep;
+    }
+    for (uint32_t i = 0; i < h->n_ring; i++, p += RING_HEAD_BYTES + seq) {
+        const uint32_t slot = get_u32(p + 8);
+        if (slot >= SNAP_RING) continue;  // a larger ring's slot (another build): not kept here
+        memcpy(sn->ring + (size_t)slot * seq, p + RING_HEAD_BYTES, seq);
+        sn->ring_pos[slot] = get_i64(p);
+    }
+    sn->ring_next = h->ring_next < SNAP_RING ? (int)h->ring_next : 0;
+}
+
+// On a device the graphs read the resident copies: every state buffer that has one (one without a copy is uploaded
+// from the host bytes when a graph first reads it), then the snapshots'.
+static rg_status upload_state(rg_session *s, rg_error *err) {
+    for (int64_t il = 0; s->resident && il < s->state.n_layer; il++) {
+        const rg_layer_state *ls = &s->state.layers[il];
+        for (int j = 0; j < ls->n_bufs; j++) {
+            rg_status st = rg_resident_refresh(s->resident, ls->buf[j], ls->bytes[j], err);
+            if (st) return st;
+        }
+    }
+    return snap_upload(s, err);
 }
 
 rg_status rg_session_state_load(rg_session *s, const char *path, rg_error *err) {
@@ -374,23 +522,24 @@ rg_status rg_session_state_load(rg_session *s, const char *path, rg_error *err) 
     rg_status st = rg_file_map_open(&map, path, err);
     if (st) return st;
     int64_t n_past = 0;
-    st = check_file(s, path, map.data, map.size, &n_past, err);
-    if (!st) apply(s, map.data, n_past);
+    int n_parts = 0;
+    snap_head h = {0};
+    snap_part *parts = batch_parts(s, &n_parts);
+    st = parts ? check_file(s, path, map.data, map.size, &n_past, parts, n_parts, &h, err)
+               : rg_fail(err, RG_ERR_NOMEM, "%s: out of memory", path);
+    if (!st) {
+        apply(s, map.data, n_past);
+        apply_snapshots(s, map.data, parts, n_parts, &h);
+    }
     rg_file_map_close(&map);
-    // On a device the graphs read the resident copies: upload every buffer that has one (one without a copy is
-    // uploaded from the host bytes when a graph first reads it).
-    for (int64_t il = 0; !st && s->resident && il < s->state.n_layer; il++) {
-        const rg_layer_state *ls = &s->state.layers[il];
-        for (int j = 0; !st && j < ls->n_bufs; j++) {
-            rg_error e = {0};
-            st = rg_resident_refresh(s->resident, ls->buf[j], ls->bytes[j], &e);
-            if (st) {
-                s->n_past = 0;
-                s->state_lost = rg_model_state_recurrent(&s->state);
-                rg_fail(err, st, "%s: loaded, but the upload to the device failed (%s): the session starts over at "
-                        "position 0%s", path, e.msg, s->state_lost ? " with its recurrent state lost" : "");
-            }
-        }
+    free(parts);
+    rg_error e = {0};
+    if (!st && s->resident && (st = upload_state(s, &e))) {
+        s->n_past = 0;
+        s->state_lost = rg_model_state_recurrent(&s->state);
+        snap_forget_after(&s->snap, -1);
+        rg_fail(err, st, "%s: loaded, but the upload to the device failed (%s): the session starts over at position "
+                "0%s", path, e.msg, s->state_lost ? " with its recurrent state lost" : "");
     }
     return st;
 }

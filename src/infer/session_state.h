@@ -3,7 +3,8 @@
 //
 // The file (session_state.c has the byte layout) holds a fingerprint of the model that must match on load, the
 // build's state layout version, the position n_past, rows 0..n_past of every per-token buffer (not the whole
-// context) and every per-sequence buffer, then a checksum. It is written under a temporary name, fsynced and
+// context) and every per-sequence buffer, the recurrent-state snapshots the session keeps for rewinds
+// (RETRO_RECURRENT_ROLLBACK=auto, infer/session_snap.c; format version 2), then a checksum. It is written under a temporary name, fsynced and
 // renamed, so a crash or a full disk never leaves half a file under the name. Only the session's state is in
 // it: not the sampler (its draw counter and penalty window), not the LoRA adapter the session applies (a hash of
 // it is: a file saved with one loads only into a session that applies the same one at the same scale).
@@ -20,9 +21,11 @@ rg_status rg_session_state_save(const rg_session *s, const char *path, rg_error 
 // Replaces s's state with path's: n_past becomes the file's, the next rg_session_eval continues from it as the
 // saved session would have. Everything is checked before s is touched (the magic, the format and layout
 // versions, the model's fingerprint field by field, the adapter, n_past against s's context, every record's size, a
-// truncated file, trailing bytes, the checksum); any failure leaves s exactly as it was. s's context may differ
-// from the saving session's as long as n_past fits. On a CUDA device the state is uploaded after the copy; if
-// that upload fails the session starts over (n_past 0, a recurrent state lost) and the error says so.
+// truncated file, trailing bytes, the checksum, the snapshots' sizes and positions); any failure leaves s exactly as
+// it was. s's snapshots become the file's, as many as s keeps (session.h's rg_session_rewind); a version 1 file
+// (no snapshots) loads with none. s's context may differ from the saving session's as long as n_past fits. On a
+// CUDA device the state and the snapshots are uploaded after the copy; if that upload fails the session starts
+// over (n_past 0, a recurrent state lost, no snapshots) and the error says so.
 rg_status rg_session_state_load(rg_session *s, const char *path, rg_error *err);
 
 #endif
