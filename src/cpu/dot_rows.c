@@ -29,10 +29,16 @@ rg_dot_rows_fn rg_cpu_dot_rows(uint32_t w_type) {
 
 rg_dot_rows2_fn rg_cpu_dot_rows2(uint32_t w_type) {
     if (!rg_dot_rows_avx2_built || !rg_cpu_has_avx2()) return NULL;
+    // a pair kernel exists only where its one-column twin is the kernel rg_cpu_dot_rows picks (their bits agree)
+    const rg_dot_rows_fn one = rg_cpu_dot_rows(w_type);
     switch (w_type) {
+    case RG_TYPE_Q4_0: return one == rg_dot_rows_q4_0_avx2 ? rg_dot_rows2_q4_0_avx2 : NULL;
+    case RG_TYPE_Q5_0: return one == rg_dot_rows_q5_0_avx2 ? rg_dot_rows2_q5_0_avx2 : NULL;
     case RG_TYPE_F32: return rg_dot_rows2_f32_avx2;
     case RG_TYPE_F16: return rg_dot_rows2_f16_avx2;
     case RG_TYPE_BF16: return rg_dot_rows2_bf16_avx2;
+    case RG_TYPE_Q4_K: return rg_dot_rows_k_avx2_built ? rg_dot_rows2_q4_K_avx2 : NULL;
+    case RG_TYPE_Q6_K: return rg_dot_rows_k_avx2_built ? rg_dot_rows2_q6_K_avx2 : NULL;
     default: return NULL;
     }
 }

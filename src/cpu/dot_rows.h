@@ -54,6 +54,10 @@ void rg_dot_rows2_f16_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride
                            float *y0, float *y1);
 void rg_dot_rows2_bf16_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
                             float *y0, float *y1);
+void rg_dot_rows2_q4_0_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
+                            float *y0, float *y1);
+void rg_dot_rows2_q5_0_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
+                            float *y0, float *y1);
 void rg_dot_rows3_f32_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *const x[3],
                            float *const y[3]);
 void rg_dot_rows3_f16_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *const x[3],
@@ -64,6 +68,10 @@ void rg_dot_rows3_bf16_avx2(int64_t K, int64_t nr, const void *w, size_t w_strid
 extern const int rg_dot_rows_k_avx2_built;
 void rg_dot_rows_q4_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y);
 void rg_dot_rows_q6_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y);
+void rg_dot_rows2_q4_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
+                            float *y0, float *y1);
+void rg_dot_rows2_q6_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
+                            float *y0, float *y1);
 
 // dot_rows_avx512.c: Q4_0 and Q5_0 on AVX-512 VNNI, preferred where rg_cpu_has_avx512_vnni()
 // (rg_dot_rows_avx512_built = 0 when the compiler cannot build them).

@@ -99,6 +99,47 @@ void rg_dot_rows_q5_0_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride
     }
 }
 
+// Two activation columns (rg_dot_rows2_fn) for Q4_0 and Q5_0: four rows per pass (eight accumulators),
+// each block's values unpacked once for both columns, then per column the integer dot, its offset, the
+// FMA and the reduction of the one-column kernel above (reduce4 gives a row the same bits whatever its
+// group), so every column has that kernel's bits.
+#define LEGACY_TWO_COLS(name, BYTES, OFFSET, QLOAD)                                                          \
+    void name(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,       \
+              float *y0, float *y1) {                                                                       \
+        const int64_t nb = K / 32;                                                                          \
+        for (int64_t r = 0; r < nr; r += 4) {                                                               \
+            const uint8_t *p[4];                                                                            \
+            group_rows(w, w_stride, r, nr, p);                                                              \
+            const uint8_t *next = p[0] + 4 * w_stride;                                                      \
+            __m256 a[4], c[4];                                                                              \
+            for (int i = 0; i < 4; i++) a[i] = _mm256_setzero_ps(), c[i] = _mm256_setzero_ps();            \
+            const uint8_t *xa = x0, *xc = x1;                                                               \
+            for (int64_t b = 0; b < nb; b++, xa += Q8_0_BYTES, xc += Q8_0_BYTES) {                          \
+                prefetch_ahead(next, b, 4 * (BYTES));                                                       \
+                const __m256i qa = _mm256_loadu_si256((const __m256i *)(xa + 2));                           \
+                const __m256i qc = _mm256_loadu_si256((const __m256i *)(xc + 2));                           \
+                const __m256i oa = dot_u8_i8(_mm256_set1_epi8(OFFSET), qa);                                 \
+                const __m256i oc = dot_u8_i8(_mm256_set1_epi8(OFFSET), qc);                                 \
+                const __m256 da = bcast_f16(xa), dc = bcast_f16(xc);                                        \
+                for (int i = 0; i < 4; i++) {                                                               \
+                    const uint8_t *wb = p[i] + b * (BYTES);                                                 \
+                    const __m256i q = QLOAD(wb);                                                            \
+                    const __m256 dw = bcast_f16(wb);                                                        \
+                    const __m256i sa = _mm256_sub_epi32(dot_u8_i8(q, qa), oa);                              \
+                    const __m256i sc = _mm256_sub_epi32(dot_u8_i8(q, qc), oc);                              \
+                    a[i] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(sa), a[i]);            \
+                    c[i] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dc), _mm256_cvtepi32_ps(sc), c[i]);            \
+                }                                                                                           \
+            }                                                                                               \
+            store_group(y0, r, nr, reduce4(a[0], a[1], a[2], a[3]));                                        \
+            store_group(y1, r, nr, reduce4(c[0], c[1], c[2], c[3]));                                        \
+        }                                                                                                   \
+    }
+static inline __m256i q4_0_values(const uint8_t *wb) { return nibbles(wb + 2); }
+static inline __m256i q5_0_values(const uint8_t *wb) { return _mm256_or_si256(nibbles(wb + 6), qh_0x10(rd32(wb + 2))); }
+LEGACY_TWO_COLS(rg_dot_rows2_q4_0_avx2, Q4_0_BYTES, 8, q4_0_values)
+LEGACY_TWO_COLS(rg_dot_rows2_q5_0_avx2, Q5_0_BYTES, 16, q5_0_values)
+
 void rg_dot_rows_q4_1_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y) {
     const int64_t nb = K / 32;
     for (int64_t r = 0; r < nr; r += 4) {
@@ -341,6 +382,8 @@ STUB(rg_dot_rows_q8_0_avx2)
 STUB2(rg_dot_rows2_f32_avx2)
 STUB2(rg_dot_rows2_f16_avx2)
 STUB2(rg_dot_rows2_bf16_avx2)
+STUB2(rg_dot_rows2_q4_0_avx2)
+STUB2(rg_dot_rows2_q5_0_avx2)
 #define STUB3(name)                                                                                    \
     void name(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *const x[3], float *const y[3]) { \
         (void)K, (void)nr, (void)w, (void)w_stride, (void)x, (void)y;                                  \

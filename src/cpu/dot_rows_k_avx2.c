@@ -72,54 +72,132 @@ static void fallback(uint32_t type, int64_t K, int64_t nr, const void *w, size_t
     for (int64_t r = 0; r < nr; r++) ops->vec_dot(K, &y[r], (const uint8_t *)w + (size_t)r * w_stride, x);
 }
 
+// What a Q4_K row's dot needs of one Q8_K activation row, made once per call: the block scales and
+// the sub-block pair sums (the mins' terms).
+typedef struct q4k_act {
+    const uint8_t *x;
+    float dys[BLOCKS_MAX];
+    __m128i pairs[BLOCKS_MAX];  // 8 int16: sub-block sums of the activation
+} q4k_act;
+
+static void q4k_act_of(q4k_act *a, const void *x, int64_t nb) {
+    a->x = x;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *yb = (const uint8_t *)x + b * Q8_K_BYTES;
+        a->dys[b] = rd_f32(yb);
+        const __m128i lo = _mm_loadu_si128((const __m128i *)(yb + 260)), hi = _mm_loadu_si128((const __m128i *)(yb + 276));
+        a->pairs[b] = _mm_hadd_epi16(lo, hi);  // |pair| <= 32 * 127: fits
+    }
+}
+
+// A Q4_K block's scales and mins: bytes 0..3 of sc from u0 (& 63), of m from u1; bytes 4..7 take the
+// low/high nibbles of u2 and the top two bits of u0 (sc) or u1 (m) (spec: Q4_K scale packing).
+static inline __m128i q4k_scales(const uint8_t *xb, uint8_t sc[8]) {
+    const uint32_t u0 = rd32(xb + 4), u1 = rd32(xb + 8), u2 = rd32(xb + 12);
+    const uint32_t sc_lo = u0 & 0x3f3f3f3fu, m_lo = u1 & 0x3f3f3f3fu;
+    const uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);
+    const uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
+    memcpy(sc, &sc_lo, 4);
+    memcpy(sc + 4, &sc_hi, 4);
+    return _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)m_hi, (int)m_lo));  // the mins, int16
+}
+
+// C activation columns against rows [0, nr): each weight block's scales and nibbles unpacked once for
+// all C, then per column the integer dot, the FMA into its eight lanes and its mins in one fixed order,
+// so every column has the bits of C = 1.
+static inline void q4k_rows(int C, int64_t nb, int64_t nr, const void *w, size_t w_stride, const q4k_act *a,
+                            float *const *y) {
+    for (int64_t r = 0; r < nr; r++) {
+        const uint8_t *xb = (const uint8_t *)w + (size_t)r * w_stride;
+        __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        float mins[2] = {0.0f, 0.0f};
+        for (int64_t b = 0; b < nb; b++, xb += Q4_K_BYTES) {
+            _mm_prefetch((const char *)xb + ROW_PF, _MM_HINT_T0);
+            _mm_prefetch((const char *)xb + ROW_PF + 64, _MM_HINT_T0);
+            _mm_prefetch((const char *)xb + ROW_PF + 128, _MM_HINT_T0);
+            uint8_t sc[8];
+            const __m128i m16 = q4k_scales(xb, sc);
+            __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+            for (int c = 0; c < 4; c++) {
+                const __m256i raw = load32(xb + 16 + 32 * c), q0 = bits(raw, 0, 15), q1 = bits(raw, 4, 15);
+                for (int k = 0; k < C; k++) {
+                    const uint8_t *yq = a[k].x + b * Q8_K_BYTES + 4;
+                    const __m256i p0 = _mm256_maddubs_epi16(q0, load32(yq + 64 * c));
+                    const __m256i p1 = _mm256_maddubs_epi16(q1, load32(yq + 64 * c + 32));
+                    isum[k] = _mm256_add_epi32(isum[k], _mm256_madd_epi16(p0, bcast16(sc[2 * c])));
+                    isum[k] = _mm256_add_epi32(isum[k], _mm256_madd_epi16(p1, bcast16(sc[2 * c + 1])));
+                }
+            }
+            for (int k = 0; k < C; k++) {
+                const int summs = hsum_i32_4(_mm_madd_epi16(m16, a[k].pairs[b]));
+                const float dy = a[k].dys[b];
+                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(rd_f16(xb) * dy), _mm256_cvtepi32_ps(isum[k]), acc[k]);
+                mins[k] += rd_f16(xb + 2) * dy * (float)summs;
+            }
+        }
+        for (int k = 0; k < C; k++) y[k][r] = hsum8(acc[k]) - mins[k];
+    }
+}
+
 void rg_dot_rows_q4_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y) {
     const int64_t nb = K / QK;
     if (nb > BLOCKS_MAX) {
         fallback(RG_TYPE_Q4_K, K, nr, w, w_stride, x, y);
         return;
     }
-    float dys[BLOCKS_MAX];
-    __m128i pairs[BLOCKS_MAX];  // 8 int16: sub-block sums of the activation
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *yb = (const uint8_t *)x + b * Q8_K_BYTES;
-        dys[b] = rd_f32(yb);
-        const __m128i lo = _mm_loadu_si128((const __m128i *)(yb + 260)), hi = _mm_loadu_si128((const __m128i *)(yb + 276));
-        pairs[b] = _mm_hadd_epi16(lo, hi);  // |pair| <= 32 * 127: fits
+    q4k_act a;
+    q4k_act_of(&a, x, nb);
+    q4k_rows(1, nb, nr, w, w_stride, &a, &y);
+}
+
+void rg_dot_rows2_q4_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
+                            float *y0, float *y1) {
+    const int64_t nb = K / QK;
+    if (nb > BLOCKS_MAX) {
+        fallback(RG_TYPE_Q4_K, K, nr, w, w_stride, x0, y0);
+        fallback(RG_TYPE_Q4_K, K, nr, w, w_stride, x1, y1);
+        return;
     }
+    q4k_act a[2];
+    q4k_act_of(&a[0], x0, nb);
+    q4k_act_of(&a[1], x1, nb);
+    float *const y[2] = {y0, y1};
+    q4k_rows(2, nb, nr, w, w_stride, a, y);
+}
+
+// C activation columns (Q8_K rows xs[k], block scales dys[k]) against Q6_K rows [0, nr): each block's
+// 6-bit values assembled once for all C, then per column its integer dot and FMA in one fixed order.
+static inline void q6k_rows(int C, int64_t nb, int64_t nr, const void *w, size_t w_stride, const uint8_t *const *xs,
+                            float (*dys)[BLOCKS_MAX], float *const *y) {
     for (int64_t r = 0; r < nr; r++) {
         const uint8_t *xb = (const uint8_t *)w + (size_t)r * w_stride;
-        __m256 acc = _mm256_setzero_ps();
-        float mins = 0.0f;
-        for (int64_t b = 0; b < nb; b++, xb += Q4_K_BYTES) {
-            _mm_prefetch((const char *)xb + ROW_PF, _MM_HINT_T0);
-            _mm_prefetch((const char *)xb + ROW_PF + 64, _MM_HINT_T0);
-            _mm_prefetch((const char *)xb + ROW_PF + 128, _MM_HINT_T0);
-            const uint8_t *yq = (const uint8_t *)x + b * Q8_K_BYTES + 4;
-            // Scales and mins: bytes 0..3 of sc from u0 (& 63), of m from u1;
-            // bytes 4..7 take the low/high nibbles of u2 and the top two bits
-            // of u0 (sc) or u1 (m) (spec: Q4_K scale packing).
-            const uint32_t u0 = rd32(xb + 4), u1 = rd32(xb + 8), u2 = rd32(xb + 12);
-            const uint32_t sc_lo = u0 & 0x3f3f3f3fu, m_lo = u1 & 0x3f3f3f3fu;
-            const uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);
-            const uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
-            const __m128i m16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)m_hi, (int)m_lo));
-            const int summs = hsum_i32_4(_mm_madd_epi16(m16, pairs[b]));
-            uint8_t sc[8];
-            memcpy(sc, &sc_lo, 4);
-            memcpy(sc + 4, &sc_hi, 4);
-            __m256i isum = _mm256_setzero_si256();
-            for (int c = 0; c < 4; c++) {
-                const __m256i raw = load32(xb + 16 + 32 * c);
-                const __m256i p0 = _mm256_maddubs_epi16(bits(raw, 0, 15), load32(yq + 64 * c));
-                const __m256i p1 = _mm256_maddubs_epi16(bits(raw, 4, 15), load32(yq + 64 * c + 32));
-                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p0, bcast16(sc[2 * c])));
-                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p1, bcast16(sc[2 * c + 1])));
+        __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int64_t b = 0; b < nb; b++, xb += Q6_K_BYTES) {
+            for (int o = 0; o < Q6_K_BYTES; o += 64) _mm_prefetch((const char *)xb + ROW_PF + o, _MM_HINT_T0);
+            // Offsets: 32 Σ_j sc_j bsum_j over the 16 sub-blocks of 16.
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(xb + 192)));
+            __m256i isum[2];
+            for (int k = 0; k < C; k++) {
+                const __m256i offs = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)(xs[k] + b * Q8_K_BYTES + 260)));
+                isum[k] = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_setzero_si256(), offs), 5);
             }
-            const float dy = dys[b];
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(rd_f16(xb) * dy), _mm256_cvtepi32_ps(isum), acc);
-            mins += rd_f16(xb + 2) * dy * (float)summs;
+            for (int h = 0; h < 2; h++) {
+                const __m256i qh = load32(xb + 128 + 32 * h);
+                for (int j = 0; j < 4; j++) {
+                    const int sb = 8 * h + 2 * j;
+                    const __m256i lo = bits(load32(xb + 64 * h + 32 * (j & 1)), 4 * (j >> 1), 15);
+                    const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(bits(qh, 2 * j, 3), 4));  // 0..63
+                    const __m256i s16 = lanes16((int8_t)xb[192 + sb], (int8_t)xb[193 + sb]);
+                    for (int k = 0; k < C; k++) {
+                        const __m256i p = _mm256_maddubs_epi16(q, load32(xs[k] + b * Q8_K_BYTES + 4 + 128 * h + 32 * j));
+                        isum[k] = _mm256_add_epi32(isum[k], _mm256_madd_epi16(p, s16));
+                    }
+                }
+            }
+            for (int k = 0; k < C; k++)
+                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(rd_f16(xb + 208) * dys[k][b]), _mm256_cvtepi32_ps(isum[k]), acc[k]);
         }
-        y[r] = hsum8(acc) - mins;
+        for (int k = 0; k < C; k++) y[k][r] = hsum8(acc[k]);
     }
 }
 
@@ -129,32 +207,28 @@ void rg_dot_rows_q6_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride
         fallback(RG_TYPE_Q6_K, K, nr, w, w_stride, x, y);
         return;
     }
-    float dys[BLOCKS_MAX];
-    for (int64_t b = 0; b < nb; b++) dys[b] = rd_f32((const uint8_t *)x + b * Q8_K_BYTES);
-    for (int64_t r = 0; r < nr; r++) {
-        const uint8_t *xb = (const uint8_t *)w + (size_t)r * w_stride;
-        __m256 acc = _mm256_setzero_ps();
-        for (int64_t b = 0; b < nb; b++, xb += Q6_K_BYTES) {
-            for (int o = 0; o < Q6_K_BYTES; o += 64) _mm_prefetch((const char *)xb + ROW_PF + o, _MM_HINT_T0);
-            const uint8_t *yb = (const uint8_t *)x + b * Q8_K_BYTES, *yq = yb + 4;
-            // Offsets: 32 Σ_j sc_j bsum_j over the 16 sub-blocks of 16.
-            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(xb + 192)));
-            const __m256i offs = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)(yb + 260)));
-            __m256i isum = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_setzero_si256(), offs), 5);
-            for (int h = 0; h < 2; h++) {
-                const __m256i qh = load32(xb + 128 + 32 * h);
-                for (int k = 0; k < 4; k++) {
-                    const int sb = 8 * h + 2 * k;
-                    const __m256i lo = bits(load32(xb + 64 * h + 32 * (k & 1)), 4 * (k >> 1), 15);
-                    const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(bits(qh, 2 * k, 3), 4));  // 0..63
-                    const __m256i p = _mm256_maddubs_epi16(q, load32(yq + 128 * h + 32 * k));
-                    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, lanes16((int8_t)xb[192 + sb], (int8_t)xb[193 + sb])));
-                }
-            }
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(rd_f16(xb + 208) * dys[b]), _mm256_cvtepi32_ps(isum), acc);
-        }
-        y[r] = hsum8(acc);
+    float dys[1][BLOCKS_MAX];
+    for (int64_t b = 0; b < nb; b++) dys[0][b] = rd_f32((const uint8_t *)x + b * Q8_K_BYTES);
+    const uint8_t *xs[1] = {x};
+    q6k_rows(1, nb, nr, w, w_stride, xs, dys, &y);
+}
+
+void rg_dot_rows2_q6_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
+                            float *y0, float *y1) {
+    const int64_t nb = K / QK;
+    if (nb > BLOCKS_MAX) {
+        fallback(RG_TYPE_Q6_K, K, nr, w, w_stride, x0, y0);
+        fallback(RG_TYPE_Q6_K, K, nr, w, w_stride, x1, y1);
+        return;
     }
+    float dys[2][BLOCKS_MAX];
+    for (int64_t b = 0; b < nb; b++) {
+        dys[0][b] = rd_f32((const uint8_t *)x0 + b * Q8_K_BYTES);
+        dys[1][b] = rd_f32((const uint8_t *)x1 + b * Q8_K_BYTES);
+    }
+    const uint8_t *xs[2] = {x0, x1};
+    float *const y[2] = {y0, y1};
+    q6k_rows(2, nb, nr, w, w_stride, xs, dys, y);
 }
 
 #else  // built without AVX2: never called (rg_cpu_dot_rows returns NULL)
@@ -166,6 +240,14 @@ void rg_dot_rows_q4_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride
 }
 void rg_dot_rows_q6_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y) {
     (void)K, (void)nr, (void)w, (void)w_stride, (void)x, (void)y;
+}
+void rg_dot_rows2_q4_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
+                            float *y0, float *y1) {
+    (void)K, (void)nr, (void)w, (void)w_stride, (void)x0, (void)x1, (void)y0, (void)y1;
+}
+void rg_dot_rows2_q6_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
+                            float *y0, float *y1) {
+    (void)K, (void)nr, (void)w, (void)w_stride, (void)x0, (void)x1, (void)y0, (void)y1;
 }
 
 #endif
