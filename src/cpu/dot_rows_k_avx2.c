@@ -24,6 +24,7 @@
 #if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
 
 #include <immintrin.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "retrograd.h"
@@ -139,6 +140,15 @@ static inline void q4k_rows(int C, int64_t nb, int64_t nr, const void *w, size_t
     }
 }
 
+// Two columns of rows longer than BLOCKS_MAX blocks: the table's vec_dot for each (true), else false.
+static bool fallback2(uint32_t type, int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0,
+                      const void *x1, float *y0, float *y1) {
+    if (K / QK <= BLOCKS_MAX) return false;
+    fallback(type, K, nr, w, w_stride, x0, y0);
+    fallback(type, K, nr, w, w_stride, x1, y1);
+    return true;
+}
+
 void rg_dot_rows_q4_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y) {
     const int64_t nb = K / QK;
     if (nb > BLOCKS_MAX) {
@@ -153,11 +163,7 @@ void rg_dot_rows_q4_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride
 void rg_dot_rows2_q4_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
                             float *y0, float *y1) {
     const int64_t nb = K / QK;
-    if (nb > BLOCKS_MAX) {
-        fallback(RG_TYPE_Q4_K, K, nr, w, w_stride, x0, y0);
-        fallback(RG_TYPE_Q4_K, K, nr, w, w_stride, x1, y1);
-        return;
-    }
+    if (fallback2(RG_TYPE_Q4_K, K, nr, w, w_stride, x0, x1, y0, y1)) return;
     q4k_act a[2];
     q4k_act_of(&a[0], x0, nb);
     q4k_act_of(&a[1], x1, nb);
@@ -216,11 +222,7 @@ void rg_dot_rows_q6_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride
 void rg_dot_rows2_q6_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
                             float *y0, float *y1) {
     const int64_t nb = K / QK;
-    if (nb > BLOCKS_MAX) {
-        fallback(RG_TYPE_Q6_K, K, nr, w, w_stride, x0, y0);
-        fallback(RG_TYPE_Q6_K, K, nr, w, w_stride, x1, y1);
-        return;
-    }
+    if (fallback2(RG_TYPE_Q6_K, K, nr, w, w_stride, x0, x1, y0, y1)) return;
     float dys[2][BLOCKS_MAX];
     for (int64_t b = 0; b < nb; b++) {
         dys[0][b] = rd_f32((const uint8_t *)x0 + b * Q8_K_BYTES);
