@@ -57,6 +57,9 @@ if build_or_fail release build -DRG_WERROR=ON; then
   done
   # The BF16 tile products with every SIMD path off: the emulated tiles and the decoders' baseline loops.
   run_suite "test_gemm_tiles on the baseline kernels (RG_NO_AVX2=1)" env RG_NO_AVX2=1 build/test_gemm_tiles
+  # exact batches on the kernels without AVX2 (the table's vec_dot per row and column): still single-token bits
+  run_suite "test_session_exact on the baseline kernels (RG_NO_AVX2=1)" env RG_NO_AVX2=1 build/test_session_exact
+  run_suite "test_matmul's marked columns on the baseline kernels (RG_NO_AVX2=1)" env RG_NO_AVX2=1 build/test_matmul columns
   # A quantized prompt on the emulated int8 tiles: its logits must equal the token-by-token ones as VNNI's do.
   run_suite "test_session q4_0 prompt on the emulated int8 tiles (RG_TILES_EMULATE=1)" env RG_TILES_EMULATE=1 \
     build/test_session q4_0_prompt

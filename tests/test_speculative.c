@@ -497,7 +497,6 @@ static void test_spec_rewind(void) {
     rg_sampler *smp = NULL;
     rg_spec *sp = NULL;
     rg_error err = {0};
-    float *logits = malloc(sizeof(float) * (size_t)V);
     rg_spec_opts o = {.kind = RG_DRAFT_NGRAM, .draft_max = 8};
     RG_REQUIRE(s && !rg_sampler_create(&smp, &p, (int32_t)V, &err) && !rg_spec_create(&sp, s, &o, &err), "%s", err.msg);
     RG_REQUIRE(!rg_session_eval(s, prompt, N_PROMPT, NULL, 0, &err) && !rg_spec_push(sp, prompt, N_PROMPT, &err), "%s",
@@ -544,7 +543,6 @@ static void test_spec_rewind(void) {
     rg_spec_free(sp);
     rg_sampler_free(smp);
     rg_session_free(s);
-    free(logits);
     rg_model_free(m);
     unlink(path);
 }
