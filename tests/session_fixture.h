@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cuda/cuda.h"
 #include "infer/session.h"
 #include "infer/session_state.h"
 #include "model/model.h"
@@ -47,6 +48,17 @@ static inline bool sf_eval_cont(rg_session *s, const int32_t *ids, int n, int fi
     return !st;
 }
 
+// A test case fn running `call` on the CUDA device (a GPU, or the host execution of the CUDA code with
+// RETRO_CUDA_HOST=1) with the test's device variable set to it for the call; skipped without one (rg_test.h).
+#define SF_CUDA_CASE(fn, device_var, call)                                                   \
+    static void fn(void) {                                                                   \
+        char why[256];                                                                       \
+        if (rg_cuda_device_count(why, sizeof why) <= 0) RG_SKIP("no CUDA device: %s", why); \
+        device_var = RG_DEVICE_CUDA;                                                         \
+        call;                                                                                \
+        device_var = RG_DEVICE_CPU;                                                          \
+    }
+
 // The whole file (malloc'd, *n bytes), or NULL.
 static inline unsigned char *sf_read_all(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
@@ -79,14 +91,14 @@ static inline size_t sf_state_end(const unsigned char *b, size_t n) {
     return version < 2 ? n - 8 : s <= n - 16 ? n - 16 - (size_t)s : n;
 }
 
-// Whether the two sessions' state files (infer/session_state.h) are the same bytes: the state (snapshots: false),
-// or the whole files, the recurrent-state snapshots they keep included (true).
-static inline bool sf_same_saved(const rg_session *a, const rg_session *b, bool snapshots) {
+// Whether sequence sa of a and sequence sb of b save the same state files (infer/session_state.h): the state
+// (snapshots: false), or the whole files, the recurrent-state snapshots they keep included (true).
+static inline bool sf_same_saved_seq(rg_session *a, int sa, rg_session *b, int sb, bool snapshots) {
     char pa[64] = "/tmp/rg_test_state_aXXXXXX", pb[64] = "/tmp/rg_test_state_bXXXXXX";
     close(mkstemp(pa)), close(mkstemp(pb));
     rg_error err = {0};
     bool same = false;
-    if (rg_session_state_save(a, pa, &err) || rg_session_state_save(b, pb, &err)) {
+    if (rg_session_state_save_seq(a, sa, pa, &err) || rg_session_state_save_seq(b, sb, pb, &err)) {
         printf("    save: %s\n", err.msg);
     } else {
         size_t na = 0, nb = 0;
@@ -99,7 +111,11 @@ static inline bool sf_same_saved(const rg_session *a, const rg_session *b, bool 
     return same;
 }
 
+static inline bool sf_same_saved(rg_session *a, rg_session *b, bool snapshots) {
+    return sf_same_saved_seq(a, 0, b, 0, snapshots);
+}
+
 // The state alone (sf_same_saved).
-static inline bool sf_same_state(const rg_session *a, const rg_session *b) { return sf_same_saved(a, b, false); }
+static inline bool sf_same_state(rg_session *a, rg_session *b) { return sf_same_saved(a, b, false); }
 
 #endif

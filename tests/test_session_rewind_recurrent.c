@@ -469,14 +469,7 @@ static void test_mamba2_f32(void) { check_fixture("mamba2", RG_TYPE_F32); }
 static void test_mamba2_q8_0(void) { check_fixture("mamba2", RG_TYPE_Q8_0); }
 
 // The same on the CUDA device (a GPU, or the host execution of the CUDA code with RETRO_CUDA_HOST=1).
-#define CUDA_CASE(name, arch, type)                                          \
-    static void test_cuda_##name(void) {                                     \
-        char why[256];                                                       \
-        if (rg_cuda_device_count(why, sizeof why) <= 0) RG_SKIP("no CUDA device: %s", why); \
-        device = RG_DEVICE_CUDA;                                             \
-        check_fixture(arch, type);                                           \
-        device = RG_DEVICE_CPU;                                              \
-    }
+#define CUDA_CASE(name, arch, type) SF_CUDA_CASE(test_cuda_##name, device, check_fixture(arch, type))
 CUDA_CASE(lfm2_f32, "lfm2", RG_TYPE_F32)
 CUDA_CASE(lfm2_q8_0, "lfm2", RG_TYPE_Q8_0)
 CUDA_CASE(mamba2_f32, "mamba2", RG_TYPE_F32)

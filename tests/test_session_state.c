@@ -65,7 +65,7 @@ static bool eval_prefix(rg_session *s, bool singles) {
 // The continuation: 2 tokens in one batch (both logits), then one at a time; every logit into out[V * N_CONT].
 static bool eval_cont(rg_session *s, float *out) { return sf_eval_cont(s, cont_ids, N_CONT, 2, out); }
 
-static bool save(const rg_session *s, const char *path) {
+static bool save(rg_session *s, const char *path) {
     rg_error err = {0};
     rg_status st = rg_session_state_save(s, path, &err);
     if (st) printf("    save: %s\n", err.msg);

@@ -165,9 +165,25 @@ rg_status rg_session_create(rg_session **out, const rg_model *m, const rg_sessio
         return rg_fail(err, RG_ERR_UNSUPPORTED, "session: flash attention is on, but FLASH_ATTN_EXT has no CUDA kernel "
                        "yet: use --flash-attn off or auto (the materialized attention) on the device");
     }
-    rg_status st = rg_model_state_init(&s->state, m, s->opts.n_ctx, RG_TYPE_F16, err);
-    s->snap.batch_n = -1;
-    if (!st) st = snap_init(s, err);  // after the state (sized from it) and n_batch
+    if (s->opts.n_seq <= 0) s->opts.n_seq = 1;
+    if (s->opts.n_seq > RG_SESSION_MAX_SEQ) {
+        const int n_seq = s->opts.n_seq;
+        free(s);
+        return rg_fail(err, RG_ERR_ARG, "session: %d sequences asked for, at most %d", n_seq, RG_SESSION_MAX_SEQ);
+    }
+    s->seqs = calloc((size_t)s->opts.n_seq, sizeof *s->seqs);
+    if (!s->seqs) {
+        free(s);
+        return rg_fail(err, RG_ERR_NOMEM, "session: out of memory");
+    }
+    rg_status st = RG_OK;
+    for (int i = 0; i < s->opts.n_seq; i++) s->seqs[i].snap.batch_n = -1;
+    for (int i = 0; !st && i < s->opts.n_seq; i++) {
+        s->q = &s->seqs[i];
+        st = rg_model_state_init(&s->q->state, m, s->opts.n_ctx, RG_TYPE_F16, err);
+        if (!st) st = snap_init(s, err);  // after the state (sized from it) and n_batch
+    }
+    s->q = &s->seqs[0];
     if (!st) st = rg_threadpool_create(&s->pool, opts->n_threads, err);
     const char *hp_env = getenv("RETRO_WEIGHTS_HUGEPAGES");
     if (!st && s->opts.device == RG_DEVICE_CPU && hp_env && !strcmp(hp_env, "1")) weight_copy_make(&s->wc, m);
@@ -192,7 +208,7 @@ rg_status rg_session_create(rg_session **out, const rg_model *m, const rg_sessio
 
 void rg_session_free(rg_session *s) {
     if (!s) return;
-    decode_graph_free(&s->dec);
+    for (int i = 0; s->seqs && i < s->opts.n_seq; i++) decode_graph_free(&s->seqs[i].dec);
     rg_cuda_sampler_free(s->dsamp);
     free(s->pen);
     free(s->logits);
@@ -201,18 +217,33 @@ void rg_session_free(rg_session *s) {
     weight_copy_free(&s->wc);
     rg_exec_mem_free(&s->mem);
     rg_tiles_cache_free(s->tiles);  // after every exec that read it (the decode graph's, above)
-    snap_free(&s->snap);
-    rg_model_state_free(&s->state);
+    for (int i = 0; s->seqs && i < s->opts.n_seq; i++) {
+        snap_free(&s->seqs[i].snap);
+        rg_model_state_free(&s->seqs[i].state);
+    }
+    free(s->seqs);
     rg_threadpool_free(s->pool);
     free(s);
 }
 
-int64_t rg_session_n_past(const rg_session *s) { return s->n_past; }
+rg_status rg_session_pick(rg_session *s, int seq, const char *what, rg_error *err) {
+    if (seq < 0 || seq >= s->opts.n_seq)
+        return rg_fail(err, RG_ERR_ARG, "session: %s: sequence %d does not exist (the session holds %d: 0..%d)", what,
+                       seq, s->opts.n_seq, s->opts.n_seq - 1);
+    s->q = &s->seqs[seq];
+    return RG_OK;
+}
+
+int rg_session_n_seq(const rg_session *s) { return s->opts.n_seq; }
+int64_t rg_session_n_past(const rg_session *s) { return s->seqs[0].n_past; }
+int64_t rg_session_n_past_seq(const rg_session *s, int seq) {
+    return seq >= 0 && seq < s->opts.n_seq ? s->seqs[seq].n_past : -1;
+}
 bool rg_session_device_sampling(const rg_session *s) { return s->device_sampling; }
 int64_t rg_session_n_ctx(const rg_session *s) { return s->opts.n_ctx; }
 rg_exec_stats rg_session_decode_stats(const rg_session *s) {
     const rg_exec_stats none = {0};
-    return s->dec.ex ? rg_exec_get_stats(s->dec.ex) : none;
+    return s->seqs[0].dec.ex ? rg_exec_get_stats(s->seqs[0].dec.ex) : none;
 }
 
 const rg_model *rg_session_model(const rg_session *s) { return s->m; }
@@ -220,8 +251,8 @@ const rg_model *rg_session_model(const rg_session *s) { return s->m; }
 // On a device the recurrent state lives in the resident copies, which the graphs read and write: after the host
 // bytes change (a reset, a restore) they are uploaded again.
 rg_status rg_session_seq_state_upload(rg_session *s, rg_error *err) {
-    for (int64_t il = 0; s->resident && il < s->state.n_layer; il++) {
-        const rg_layer_state *ls = &s->state.layers[il];
+    for (int64_t il = 0; s->resident && il < s->q->state.n_layer; il++) {
+        const rg_layer_state *ls = &s->q->state.layers[il];
         for (int j = 0; j < ls->n_bufs; j++) {
             if (ls->per_token[j]) continue;
             rg_status st = rg_resident_refresh(s->resident, ls->buf[j], ls->bytes[j], err);
@@ -231,39 +262,48 @@ rg_status rg_session_seq_state_upload(rg_session *s, rg_error *err) {
     return RG_OK;
 }
 
-void rg_session_truncate(rg_session *s, int64_t n_past) {
+static void truncate_seq(rg_session *s, int64_t n_past) {
     rg_error ignored;
     if (n_past == 0) {
-        rg_model_state_reset(&s->state);  // a fresh sequence
-        s->state_lost = rg_session_seq_state_upload(s, &ignored) != RG_OK;  // the next call says the state is lost
-    } else if (n_past > 0 && n_past < s->n_past && rg_model_state_recurrent(&s->state)) {
+        rg_model_state_reset(&s->q->state);  // a fresh sequence
+        s->q->state_lost = rg_session_seq_state_upload(s, &ignored) != RG_OK;  // the next call says the state is lost
+    } else if (n_past > 0 && n_past < s->q->n_past && rg_model_state_recurrent(&s->q->state)) {
         // The recurrent state holds every token: back to n_past only from a snapshot (session_snap.c), else lost.
-        if (snap_restore(s, n_past, &ignored)) s->state_lost = true;
+        if (snap_restore(s, n_past, &ignored)) s->q->state_lost = true;
     }
-    if (n_past >= 0 && n_past < s->n_past) {
-        s->n_past = n_past;
-        snap_forget_after(&s->snap, n_past);
+    if (n_past >= 0 && n_past < s->q->n_past) {
+        s->q->n_past = n_past;
+        snap_forget_after(&s->q->snap, n_past);
     }
 }
 
-rg_status rg_session_rewind(rg_session *s, int64_t pos, rg_error *err) {
-    if (pos < 0 || pos > s->n_past)
-        return rg_fail(err, RG_ERR_ARG, "session: rewind to position %lld: the sequence holds %lld tokens (0..%lld)",
-                       (long long)pos, (long long)s->n_past, (long long)s->n_past);
-    if (pos == s->n_past) return RG_OK;
-    if (pos > 0 && rg_model_state_recurrent(&s->state)) {
-        if (s->state_lost)
+void rg_session_truncate(rg_session *s, int64_t n_past) {
+    s->q = &s->seqs[0];
+    truncate_seq(s, n_past);
+}
+
+rg_status rg_session_rewind(rg_session *s, int64_t pos, rg_error *err) { return rg_session_rewind_seq(s, 0, pos, err); }
+
+rg_status rg_session_rewind_seq(rg_session *s, int seq, int64_t pos, rg_error *err) {
+    rg_status picked = rg_session_pick(s, seq, "rewind", err);
+    if (picked) return picked;
+    if (pos < 0 || pos > s->q->n_past)
+        return rg_fail(err, RG_ERR_ARG, "session: rewind to position %lld: sequence %d holds %lld tokens (0..%lld)",
+                       (long long)pos, (int)(s->q - s->seqs), (long long)s->q->n_past, (long long)s->q->n_past);
+    if (pos == s->q->n_past) return RG_OK;
+    if (pos > 0 && rg_model_state_recurrent(&s->q->state)) {
+        if (s->q->state_lost)
             return rg_fail(err, RG_ERR_ARG, "session: rewind to position %lld: the recurrent state no longer matches "
-                           "position %lld (a failed evaluation); truncate to 0", (long long)pos, (long long)s->n_past);
+                           "position %lld (a failed evaluation); truncate to 0", (long long)pos, (long long)s->q->n_past);
         rg_status st = snap_restore(s, pos, err);  // the state after pos tokens, or refused (nothing changed)
-        if (st && st != RG_ERR_UNSUPPORTED) s->state_lost = true;  // a restore that failed while it ran
+        if (st && st != RG_ERR_UNSUPPORTED) s->q->state_lost = true;  // a restore that failed while it ran
         if (st) return st;
-        s->n_past = pos;
-        snap_forget_after(&s->snap, pos);
+        s->q->n_past = pos;
+        snap_forget_after(&s->q->snap, pos);
         return RG_OK;
     }
-    rg_session_truncate(s, pos);
-    if (s->state_lost)  // pos 0 of a recurrent model on a device whose reset did not reach it
+    truncate_seq(s, pos);
+    if (s->q->state_lost)  // pos 0 of a recurrent model on a device whose reset did not reach it
         return rg_fail(err, RG_ERR_IO, "session: rewind to 0: the recurrent state on the device could not be reset");
     return RG_OK;
 }
@@ -285,7 +325,7 @@ static rg_status build_graph(rg_session *s, int64_t n, int64_t n_past, bool all,
     if (!st && s->opts.lora) st = rg_lora_attach(g, s->opts.lora, &w, s->opts.lora_scale, false, err);
     *ids_n = rg_leaf(g, "ids", RG_TYPE_I32, 1, &n, NULL);
     *pos_n = rg_leaf(g, "pos", RG_TYPE_I32, 1, &n, NULL);
-    *out = st ? NULL : rg_model_forward_kv(g, m, &w, *ids_n, *pos_n, &s->state, n_past, !all);
+    *out = st ? NULL : rg_model_forward_kv(g, m, &w, *ids_n, *pos_n, &s->q->state, n_past, !all);
     if (!st && !*out) st = rg_graph_error(g, err);
     if (!st) (*out)->flags |= RG_NODE_OUTPUT;
     for (int i = 0; !st && exact && i < g->n_nodes; i++)
@@ -315,7 +355,7 @@ static bool same_structure(const rg_graph *a, const rg_graph *b) {
 // with the per-position steps of its variable nodes. RG_ERR_UNSUPPORTED when
 // the graphs are not linear in the position (then tokens build their own).
 static rg_status decode_graph_make(rg_session *s, int64_t lo, int64_t hi, rg_error *err) {
-    decode_graph *d = &s->dec;
+    decode_graph *d = &s->q->dec;
     decode_graph_free(d);
     rg_graph *g1 = NULL, *g2 = NULL;
     rg_node *ids, *pos, *out;
@@ -418,9 +458,9 @@ static rg_status sample_out(rg_session *s, rg_exec *ex, const rg_node *out, cons
 // *ran: the graph started running (so it may have written the state).
 static rg_status eval_token(rg_session *s, const int32_t *id, float *logits, const sample_req *req, bool *used, bool *ran,
                             rg_error *err) {
-    decode_graph *d = &s->dec;
+    decode_graph *d = &s->q->dec;
     *used = false;
-    if (!d->g || s->n_past < d->lo || s->n_past > d->hi) {
+    if (!d->g || s->q->n_past < d->lo || s->q->n_past > d->hi) {
         const int64_t hi = s->opts.n_ctx - 1;  // every position of the context
         if (hi < 2 || d->failed) return RG_OK;
         rg_error ignored;
@@ -430,14 +470,14 @@ static rg_status eval_token(rg_session *s, const int32_t *id, float *logits, con
         }
     }
     *used = true;
-    decode_graph_patch(d, s->n_past);
+    decode_graph_patch(d, s->q->n_past);
     *(int32_t *)rg_exec_input(d->ex, d->ids) = *id;
-    *(int32_t *)rg_exec_input(d->ex, d->pos) = (int32_t)s->n_past;
+    *(int32_t *)rg_exec_input(d->ex, d->pos) = (int32_t)s->q->n_past;
     *ran = true;
     rg_status st = rg_exec_run(d->ex, 0, -1, err);
     if (!st && logits) st = rg_exec_read(d->ex, d->out, logits, (size_t)rg_tensor_nelements(&d->out->t) * sizeof(float), err);
     if (!st && req) st = sample_out(s, d->ex, d->out, req, err);
-    if (!st) s->n_past += 1;
+    if (!st) s->q->n_past += 1;
     return st;
 }
 
@@ -455,7 +495,7 @@ static rg_status eval_batch(rg_session *s, const int32_t *ids, int64_t n, float 
     rg_exec *ex = NULL;
     rg_node *ids_n, *pos_n, *out;
     if (n > 1) snap_batch_begin(s, n);  // the graph also writes the batch's snapshots (session_snap.c)
-    rg_status st = build_graph(s, n, s->n_past, all, exact, &g, &ids_n, &pos_n, &out, err);
+    rg_status st = build_graph(s, n, s->q->n_past, all, exact, &g, &ids_n, &pos_n, &out, err);
     if (!st) {
         rg_exec_opts eo = {.pool = s->pool, .device = s->opts.device, .profile = s->opts.profile, .mem = &s->mem,
                            .int8_activations = !s->opts.exact_activations, .backend = s->dev,
@@ -465,14 +505,14 @@ static rg_status eval_batch(rg_session *s, const int32_t *ids, int64_t n, float 
     if (!st) {
         memcpy(rg_exec_input(ex, ids_n), ids, (size_t)n * sizeof(int32_t));
         int32_t *p = rg_exec_input(ex, pos_n);
-        for (int64_t i = 0; i < n; i++) p[i] = (int32_t)(s->n_past + i);
+        for (int64_t i = 0; i < n; i++) p[i] = (int32_t)(s->q->n_past + i);
         *ran = true;
         st = rg_exec_run(ex, 0, -1, err);
     }
     if (!st && logits) st = rg_exec_read(ex, out, logits, (size_t)rg_tensor_nelements(&out->t) * sizeof(float), err);
     if (!st && req) st = sample_out(s, ex, out, req, err);  // all is false with a request: out is the last token's
     if (n > 1) snap_batch_end(s, n, !st);
-    if (!st) s->n_past += n;
+    if (!st) s->q->n_past += n;
     rg_exec_free(ex);
     rg_graph_free(g);
     return st;
@@ -481,9 +521,9 @@ static rg_status eval_batch(rg_session *s, const int32_t *ids, int64_t n, float 
 static rg_status eval_common(rg_session *s, const int32_t *ids, int64_t n, float *logits, int all_logits, bool exact,
                              const sample_req *req, rg_error *err) {
     if (n <= 0) return rg_fail(err, RG_ERR_ARG, "session: no tokens to evaluate");
-    if (s->n_past + n > s->opts.n_ctx)
+    if (s->q->n_past + n > s->opts.n_ctx)
         return rg_fail(err, RG_ERR_ARG, "session: %lld cached + %lld new tokens exceed the context of %lld",
-                       (long long)s->n_past, (long long)n, (long long)s->opts.n_ctx);
+                       (long long)s->q->n_past, (long long)n, (long long)s->opts.n_ctx);
     const int64_t V = s->m->hp.n_vocab;
     for (int64_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= V)
@@ -493,15 +533,15 @@ static rg_status eval_common(rg_session *s, const int32_t *ids, int64_t n, float
     // RETRO_RECURRENT_ROLLBACK=auto). A call of several tokens saves it and puts it back when it fails; a single token (generation, where the copy would cost as much as
     // the step) that fails once its graph ran leaves it lost. Attention layers have nothing to save: rows past
     // n_past are ignored.
-    const bool recurrent = rg_model_state_recurrent(&s->state);
-    if (s->state_lost)
+    const bool recurrent = rg_model_state_recurrent(&s->q->state);
+    if (s->q->state_lost)
         return rg_fail(err, RG_ERR_ARG, "session: the recurrent state of this %s model does not match position %lld "
                        "(a truncation or a failed evaluation); truncate to 0 and evaluate the sequence again",
-                       s->m->hp.arch_name, (long long)s->n_past);
+                       s->m->hp.arch_name, (long long)s->q->n_past);
     rg_status saved = recurrent && n > 1 && s->resident ? rg_resident_sync_host(s->resident, err) : RG_OK;
-    if (!saved && recurrent && n > 1) saved = rg_model_state_save(&s->state, err);
+    if (!saved && recurrent && n > 1) saved = rg_model_state_save(&s->q->state, err);
     if (saved) return saved;
-    int64_t start_past = s->n_past;
+    int64_t start_past = s->q->n_past;
     const int64_t step = exact && s->opts.n_batch > SESSION_EXACT_BATCH ? SESSION_EXACT_BATCH : s->opts.n_batch;
     for (int64_t off = 0; off < n; off += step) {
         int64_t b = n - off < step ? n - off : step;
@@ -512,13 +552,13 @@ static rg_status eval_common(rg_session *s, const int32_t *ids, int64_t n, float
         bool ran;
         rg_status st = eval_batch(s, ids + off, b, dst, all_logits != 0, exact, last_batch ? req : NULL, &ran, err);
         if (st) {
-            s->n_past = start_past;  // a failed call changes nothing
-            snap_forget_after(&s->snap, start_past);
+            s->q->n_past = start_past;  // a failed call changes nothing
+            snap_forget_after(&s->q->snap, start_past);
             rg_error ignored;
             if (recurrent && n > 1) {
-                rg_model_state_restore(&s->state);
-                if (rg_session_seq_state_upload(s, &ignored)) s->state_lost = true;
-            } else if (recurrent && ran) s->state_lost = true;
+                rg_model_state_restore(&s->q->state);
+                if (rg_session_seq_state_upload(s, &ignored)) s->q->state_lost = true;
+            } else if (recurrent && ran) s->q->state_lost = true;
             return st;
         }
     }
@@ -526,15 +566,36 @@ static rg_status eval_common(rg_session *s, const int32_t *ids, int64_t n, float
 }
 
 rg_status rg_session_eval(rg_session *s, const int32_t *ids, int64_t n, float *logits, int all_logits, rg_error *err) {
-    return eval_common(s, ids, n, logits, all_logits, false, NULL, err);
+    return rg_session_eval_seq(s, 0, ids, n, logits, all_logits, err);
+}
+
+rg_status rg_session_eval_seq(rg_session *s, int seq, const int32_t *ids, int64_t n, float *logits, int all_logits,
+                              rg_error *err) {
+    rg_status st = rg_session_pick(s, seq, "evaluate", err);
+    return st ? st : eval_common(s, ids, n, logits, all_logits, false, NULL, err);
 }
 
 rg_status rg_session_eval_exact(rg_session *s, const int32_t *ids, int64_t n, float *logits, rg_error *err) {
-    return eval_common(s, ids, n, logits, 1, true, NULL, err);
+    return rg_session_eval_exact_seq(s, 0, ids, n, logits, err);
+}
+
+rg_status rg_session_eval_exact_seq(rg_session *s, int seq, const int32_t *ids, int64_t n, float *logits, rg_error *err) {
+    rg_status st = rg_session_pick(s, seq, "evaluate", err);
+    return st ? st : eval_common(s, ids, n, logits, 1, true, NULL, err);
 }
 
 rg_status rg_session_eval_sample(rg_session *s, const int32_t *ids, int64_t n, rg_sampler *smp, int32_t *out,
                                  rg_error *err) {
+    return rg_session_eval_sample_seq(s, 0, ids, n, smp, out, err);
+}
+
+rg_status rg_session_eval_sample_seq(rg_session *s, int seq, const int32_t *ids, int64_t n, rg_sampler *smp,
+                                     int32_t *out, rg_error *err) {
+    rg_status picked = rg_session_pick(s, seq, "evaluate", err);
+    if (picked) {
+        *out = -1;
+        return picked;
+    }
     if (!smp || rg_sampler_n_vocab(smp) != s->m->hp.n_vocab) *out = -1;
     if (!smp) return rg_fail(err, RG_ERR_ARG, "session: no sampler to draw with");
     if (rg_sampler_n_vocab(smp) != s->m->hp.n_vocab)

@@ -1,7 +1,14 @@
-// session.h - running a model over a growing sequence with a KV cache:
+// session.h - running a model over growing sequences with a KV cache:
 // prompt tokens in batches, then one token at a time. Each call evaluates
-// new tokens at positions n_past.., appends their keys and values to the
-// cache, and returns logits.
+// new tokens of one sequence at its positions n_past.., appends their keys
+// and values to that sequence's cache, and returns logits.
+//
+// A session holds opts.n_seq sequences (1 by default), each with its own cache,
+// recurrent state, position, rewind snapshots and single-token graph, sharing
+// the weights, the thread pool, the device and the batch graphs' buffers. The
+// calls without _seq act on sequence 0; the _seq forms on any, and a call on
+// one sequence never touches another's bits: interleaving sequences gives each
+// the bits of a session of its own (test_session_seqs).
 #ifndef RG_INFER_SESSION_H
 #define RG_INFER_SESSION_H
 
@@ -38,7 +45,12 @@ typedef struct rg_session_opts {
     // decoder's verification batch (the draft and one token) is what needs them; a mamba2 layer keeps its whole
     // SSM state per token, so this bounds the memory.
     int64_t snapshot_tokens;
+    // Sequences the session holds (<= 0: 1; at most RG_SESSION_MAX_SEQ). Each keeps a cache of n_ctx tokens (and,
+    // with RETRO_RECURRENT_ROLLBACK=auto, its own snapshots): memory grows with n_seq.
+    int n_seq;
 } rg_session_opts;
+
+#define RG_SESSION_MAX_SEQ 256
 
 rg_status rg_session_create(rg_session **out, const rg_model *m, const rg_session_opts *opts, rg_error *err);
 
@@ -53,6 +65,10 @@ void rg_session_free(rg_session *s);
 // any failure leaves n_past as it was (a single token of a model with recurrent
 // state leaves that state lost: the next call says so).
 rg_status rg_session_eval(rg_session *s, const int32_t *ids, int64_t n, float *logits, int all_logits, rg_error *err);
+// The same on sequence seq (0 <= seq < n_seq; RG_ERR_ARG naming the session's sequences otherwise), and likewise
+// for every _seq form below.
+rg_status rg_session_eval_seq(rg_session *s, int seq, const int32_t *ids, int64_t n, float *logits, int all_logits,
+                              rg_error *err);
 // Evaluates n tokens as rg_session_eval does with all_logits = 1 (the same failures, logits NULL or [n_vocab, n]),
 // every token computed exactly as a single-token step at its position computes it: the bits (logits, KV cache,
 // recurrent state) of evaluating the tokens one at a time, which rg_session_eval's prompt paths (GEMMs, flash
@@ -62,6 +78,7 @@ rg_status rg_session_eval(rg_session *s, const int32_t *ids, int64_t n, float *l
 // What a speculative decoder's verification batch needs (greedy output the bits of decoding without it). Calls
 // of more than 32 tokens run as batches of 32 (the same bits); meant for a few tokens.
 rg_status rg_session_eval_exact(rg_session *s, const int32_t *ids, int64_t n, float *logits, rg_error *err);
+rg_status rg_session_eval_exact_seq(rg_session *s, int seq, const int32_t *ids, int64_t n, float *logits, rg_error *err);
 // Evaluates n tokens as rg_session_eval does (the same failures), then draws the next token
 // from the last one's logits with smp's settings, penalty window and draw counter, and
 // advances that counter (the token is not accepted: call rg_sampler_accept with it). On a CUDA
@@ -71,9 +88,14 @@ rg_status rg_session_eval_exact(rg_session *s, const int32_t *ids, int64_t n, fl
 // the model's n_vocab (RG_ERR_ARG otherwise). out may point into ids; it is -1 after a failure.
 rg_status rg_session_eval_sample(rg_session *s, const int32_t *ids, int64_t n, rg_sampler *smp, int32_t *out,
                                  rg_error *err);
+rg_status rg_session_eval_sample_seq(rg_session *s, int seq, const int32_t *ids, int64_t n, rg_sampler *smp,
+                                     int32_t *out, rg_error *err);
 // Whether rg_session_eval_sample draws on the device.
 bool rg_session_device_sampling(const rg_session *s);
 int64_t rg_session_n_past(const rg_session *s);
+// Sequence seq's position; -1 for a sequence the session does not hold.
+int64_t rg_session_n_past_seq(const rg_session *s, int seq);
+int rg_session_n_seq(const rg_session *s);
 int64_t rg_session_n_ctx(const rg_session *s);
 // Forgets the cache from position n_past on (0: start over, the recurrent state of short-conv and SSM layers
 // zeroed). Recurrent state is put back from a snapshot when one holds n_past (as rg_session_rewind does);
@@ -92,8 +114,9 @@ void rg_session_truncate(rg_session *s, int64_t n_past);
 // session's snapshots: a session made with auto that loads it rewinds where the saving one could, with its bits
 // (what its own snapshot_tokens holds of the batch; nothing with off, or from a version 1 file).
 rg_status rg_session_rewind(rg_session *s, int64_t pos, rg_error *err);
+rg_status rg_session_rewind_seq(rg_session *s, int seq, int64_t pos, rg_error *err);
 // Bytes the session holds for recurrent-state snapshots (RETRO_RECURRENT_ROLLBACK=auto), planned at creation
-// from n_batch and the ring of 16 single-token steps (host bytes; on a device the batch's snapshots have device copies
+// from n_batch and the ring of 16 single-token steps, for every sequence (host bytes; on a device the batch's snapshots have device copies
 // too); 0 with off or for a model without recurrent state.
 int64_t rg_session_snapshot_bytes(const rg_session *s);
 const rg_model *rg_session_model(const rg_session *s);
@@ -101,7 +124,7 @@ const rg_model *rg_session_model(const rg_session *s);
 // weight packed once and held, within half of MemAvailable or RG_TILES_CACHE_MB; cpu/tiles_cache.h):
 // what it holds and how often prompts read it. Zeros when it keeps none.
 rg_tiles_cache_stats rg_session_tiles_stats(const rg_session *s);
-// What the single-token graph's executor has done so far (graph/exec.h's counters: its CUDA
+// What sequence 0's single-token graph's executor has done so far (graph/exec.h's counters: its CUDA
 // graph captures and replays under RETRO_CUDA_GRAPHS=1, its copies); zeros before the first
 // single-token step.
 rg_exec_stats rg_session_decode_stats(const rg_session *s);

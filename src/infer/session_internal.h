@@ -87,14 +87,25 @@ rg_status snap_upload(rg_session *s, rg_error *err);
 // naming what is kept otherwise (nothing changed). Does not move n_past.
 rg_status snap_restore(rg_session *s, int64_t pos, rg_error *err);
 
+// One sequence of a session (rg_session_opts.n_seq): everything that depends on the tokens it has seen. Its
+// cache and recurrent state, its position, the snapshots that rewind it, and its single-token graph (made at its
+// first single-token step: the graph's leaves point at this sequence's buffers).
+typedef struct seq_slot {
+    rg_model_state state;   // what each layer keeps: the KV cache of attention layers, recurrent state
+    int64_t n_past;
+    bool state_lost;        // the recurrent state no longer matches n_past (see rg_session_eval)
+    decode_graph dec;       // g == NULL: none
+    snap_store snap;        // exact rewind of recurrent state (session_snap.c)
+} seq_slot;
+
 struct rg_session {
     const rg_model *m;
     rg_session_opts opts;
-    rg_model_state state;   // what each layer keeps: the KV cache of attention layers, recurrent state
+    seq_slot *seqs;         // [n_seq] (opts.n_seq)
+    // The sequence the call in progress acts on: every public entry point sets it before anything reads it, so
+    // the files of the session (session.c, session_snap.c, session_state.c) work on s->q alone.
+    seq_slot *q;
     rg_threadpool *pool;
-    int64_t n_past;
-    bool state_lost;        // the recurrent state no longer matches n_past (see rg_session_eval)
-    decode_graph dec;   // g == NULL: none
     weight_copy wc;
     rg_exec_mem mem;    // the batch graphs' buffer and scratch, kept between evaluations
     // Prompts whose BF16/F16 weights take the BF16 tiles (AMX, or emulated): the weights packed once
@@ -112,8 +123,10 @@ struct rg_session {
     int32_t *pen;
     int64_t pen_cap;
     float *logits;  // [n_vocab]
-    snap_store snap;  // exact rewind of recurrent state (session_snap.c)
 };
+
+// Points s->q at sequence seq; RG_ERR_ARG naming the session's sequences when it has none such (`what`: the call).
+rg_status rg_session_pick(rg_session *s, int seq, const char *what, rg_error *err);
 
 // On a device: the per-sequence (recurrent) buffers' host bytes uploaded to their resident copies again,
 // after the host bytes changed (a reset, a restore). Nothing on the CPU.

@@ -46,8 +46,8 @@
 
 // The per-sequence buffers of s's state copied to (save) or from (!save) dst, in model/state.c's order.
 static void copy_seq(rg_session *s, uint8_t *dst, bool save) {
-    for (int64_t il = 0; il < s->state.n_layer; il++) {
-        rg_layer_state *ls = &s->state.layers[il];
+    for (int64_t il = 0; il < s->q->state.n_layer; il++) {
+        rg_layer_state *ls = &s->q->state.layers[il];
         for (int j = 0; j < ls->n_bufs; j++) {
             if (ls->per_token[j]) continue;
             if (save) memcpy(dst, ls->buf[j], ls->bytes[j]);
@@ -67,8 +67,8 @@ static rg_status seq_sync_host(rg_session *s, rg_error *err) {
 // The offset of per-sequence buffer j of layer il in a copy_seq copy.
 static size_t seq_offset(const rg_session *s, int64_t il, int j) {
     size_t off = 0;
-    for (int64_t l = 0; l < s->state.n_layer; l++) {
-        const rg_layer_state *ls = &s->state.layers[l];
+    for (int64_t l = 0; l < s->q->state.n_layer; l++) {
+        const rg_layer_state *ls = &s->q->state.layers[l];
         for (int k = 0; k < ls->n_bufs; k++) {
             if (l == il && k == j) return off;
             if (!ls->per_token[k]) off += ls->bytes[k];
@@ -81,15 +81,15 @@ static size_t seq_offset(const rg_session *s, int64_t il, int j) {
 static int64_t conv_channels(const rg_session *s, int64_t il) {
     const rg_layer_kind k = s->m->layers[il].mixer;
     if (k != RG_KIND_SHORTCONV && k != RG_KIND_SSM) return 0;
-    return (int64_t)(s->state.layers[il].bytes[0] / sizeof(float)) / (s->m->hp.n_conv - 1);
+    return (int64_t)(s->q->state.layers[il].bytes[0] / sizeof(float)) / (s->m->hp.n_conv - 1);
 }
 
 static int64_t ssm_floats(const rg_session *s, int64_t il) {
-    return s->m->layers[il].mixer == RG_KIND_SSM ? (int64_t)(s->state.layers[il].bytes[1] / sizeof(float)) : 0;
+    return s->m->layers[il].mixer == RG_KIND_SSM ? (int64_t)(s->q->state.layers[il].bytes[1] / sizeof(float)) : 0;
 }
 
 rg_status snap_init(rg_session *s, rg_error *err) {
-    snap_store *sn = &s->snap;
+    snap_store *sn = &s->q->snap;
     memset(sn, 0, sizeof *sn);
     sn->batch_n = -1;
     for (int i = 0; i < SNAP_RING; i++) sn->ring_pos[i] = -1;
@@ -98,11 +98,11 @@ rg_status snap_init(rg_session *s, rg_error *err) {
         return rg_fail(err, RG_ERR_ARG, "RETRO_RECURRENT_ROLLBACK=%.64s: expected off (the default: no snapshots) or "
                        "auto (keep snapshots of the recurrent state for exact rewinds)", env);
     sn->requested = env && !strcmp(env, "auto");
-    if (!sn->requested || !rg_model_state_recurrent(&s->state)) return RG_OK;
-    const int64_t L = s->state.n_layer;
+    if (!sn->requested || !rg_model_state_recurrent(&s->q->state)) return RG_OK;
+    const int64_t L = s->q->state.n_layer;
     const int64_t cap = s->opts.snapshot_tokens > 0 && s->opts.snapshot_tokens < s->opts.n_batch ? s->opts.snapshot_tokens
                                                                                                  : s->opts.n_batch;
-    size_t bytes = (1 + SNAP_RING) * s->state.seq_bytes;
+    size_t bytes = (1 + SNAP_RING) * s->q->state.seq_bytes;
     for (int64_t il = 0; il < L; il++)
         bytes += (size_t)(conv_channels(s, il) + ssm_floats(s, il)) * (size_t)cap * sizeof(float);
     sn->conv_x = calloc((size_t)L, sizeof *sn->conv_x);
@@ -115,8 +115,8 @@ rg_status snap_init(rg_session *s, rg_error *err) {
     }
     sn->on = true, sn->cap = cap, sn->bytes = bytes;
     sn->prev = sn->mem;
-    sn->ring = sn->prev + s->state.seq_bytes;
-    uint8_t *p = sn->ring + SNAP_RING * s->state.seq_bytes;
+    sn->ring = sn->prev + s->q->state.seq_bytes;
+    uint8_t *p = sn->ring + SNAP_RING * s->q->state.seq_bytes;
     for (int64_t il = 0; il < L; il++) {
         const int64_t C = conv_channels(s, il), NPH = ssm_floats(s, il);
         if (C) sn->conv_x[il] = (float *)p, p += (size_t)(C * cap) * sizeof(float);
@@ -133,7 +133,11 @@ void snap_free(snap_store *sn) {
     sn->batch_n = -1;
 }
 
-int64_t rg_session_snapshot_bytes(const rg_session *s) { return (int64_t)s->snap.bytes; }
+int64_t rg_session_snapshot_bytes(const rg_session *s) {
+    int64_t bytes = 0;
+    for (int i = 0; i < s->opts.n_seq; i++) bytes += (int64_t)s->seqs[i].snap.bytes;
+    return bytes;
+}
 
 void snap_forget_after(snap_store *sn, int64_t pos) {
     if (sn->batch_n >= 0 && pos < sn->batch_start + sn->batch_n)
@@ -143,59 +147,59 @@ void snap_forget_after(snap_store *sn, int64_t pos) {
 }
 
 void snap_batch_begin(rg_session *s, int64_t n) {
-    snap_store *sn = &s->snap;
+    snap_store *sn = &s->q->snap;
     if (!sn->on) return;
     sn->batch_n = -1;  // prev and the buffers are about to be overwritten
     rg_error ignored;
     if (n > sn->cap || seq_sync_host(s, &ignored)) return;  // nothing kept for this batch
     copy_seq(s, sn->prev, true);
     // A device copy of prev's buffers (made by an earlier rewind's graph) is stale now.
-    for (int64_t il = 0; s->resident && il < s->state.n_layer; il++) {
-        const rg_layer_state *ls = &s->state.layers[il];
+    for (int64_t il = 0; s->resident && il < s->q->state.n_layer; il++) {
+        const rg_layer_state *ls = &s->q->state.layers[il];
         for (int j = 0; j < ls->n_bufs; j++)
             if (!ls->per_token[j] && rg_resident_refresh(s->resident, sn->prev + seq_offset(s, il, j), ls->bytes[j], &ignored))
                 return;
     }
-    for (int64_t il = 0; il < s->state.n_layer; il++) {
-        rg_layer_state *ls = &s->state.layers[il];
+    for (int64_t il = 0; il < s->q->state.n_layer; il++) {
+        rg_layer_state *ls = &s->q->state.layers[il];
         ls->snap_conv_x = sn->conv_x[il], ls->snap_ssm = sn->ssm[il], ls->snap_cap = sn->cap;
     }
 }
 
 void snap_batch_end(rg_session *s, int64_t n, bool ok) {
-    snap_store *sn = &s->snap;
+    snap_store *sn = &s->q->snap;
     if (!sn->on) return;
     bool kept = false;
-    for (int64_t il = 0; il < s->state.n_layer; il++) {
-        rg_layer_state *ls = &s->state.layers[il];
+    for (int64_t il = 0; il < s->q->state.n_layer; il++) {
+        rg_layer_state *ls = &s->q->state.layers[il];
         kept = kept || ls->snap_conv_x;
         ls->snap_conv_x = ls->snap_ssm = NULL, ls->snap_cap = 0;
     }
-    if (ok && kept) sn->batch_start = s->n_past, sn->batch_n = n;
+    if (ok && kept) sn->batch_start = s->q->n_past, sn->batch_n = n;
 }
 
 void snap_token(rg_session *s) {
-    snap_store *sn = &s->snap;
+    snap_store *sn = &s->q->snap;
     rg_error ignored;
     if (!sn->on) return;
     // On a device: the state brought back first (a download per token: the ring's cost there).
     if (seq_sync_host(s, &ignored)) {
-        snap_forget_after(sn, s->n_past - 1);  // no entry for this position
+        snap_forget_after(sn, s->q->n_past - 1);  // no entry for this position
         return;
     }
     int slot = sn->ring_next;
     for (int i = 0; i < SNAP_RING; i++)
-        if (sn->ring_pos[i] == s->n_past) slot = i;  // the same position again (after a rewind): the same state
+        if (sn->ring_pos[i] == s->q->n_past) slot = i;  // the same position again (after a rewind): the same state
     if (slot == sn->ring_next) sn->ring_next = (sn->ring_next + 1) % SNAP_RING;
-    copy_seq(s, sn->ring + (size_t)slot * s->state.seq_bytes, true);
-    sn->ring_pos[slot] = s->n_past;
+    copy_seq(s, sn->ring + (size_t)slot * s->q->state.seq_bytes, true);
+    sn->ring_pos[slot] = s->q->n_past;
 }
 
 int snap_batch_parts(const rg_session *s, snap_part *parts) {
-    const snap_store *sn = &s->snap;
+    const snap_store *sn = &s->q->snap;
     int n = 0;
-    parts[n++] = (snap_part){sn->prev, s->state.seq_bytes, 0};
-    for (int64_t il = 0; il < s->state.n_layer; il++) {
+    parts[n++] = (snap_part){sn->prev, s->q->state.seq_bytes, 0};
+    for (int64_t il = 0; il < s->q->state.n_layer; il++) {
         const int64_t C = conv_channels(s, il), NPH = ssm_floats(s, il);
         if (C) parts[n++] = (snap_part){sn->on ? (uint8_t *)sn->conv_x[il] : NULL, 0, (size_t)C * sizeof(float)};
         if (NPH) parts[n++] = (snap_part){sn->on ? (uint8_t *)sn->ssm[il] : NULL, 0, (size_t)NPH * sizeof(float)};
@@ -206,18 +210,18 @@ int snap_batch_parts(const rg_session *s, snap_part *parts) {
 // The batch's device copies are keyed by its length (one per batch size seen), prev's per buffer: every copy inside
 // the one allocation.
 rg_status snap_upload(rg_session *s, rg_error *err) {
-    return s->snap.on ? rg_resident_refresh_within(s->resident, s->snap.mem, s->snap.bytes, err) : RG_OK;
+    return s->q->snap.on ? rg_resident_refresh_within(s->resident, s->q->snap.mem, s->q->snap.bytes, err) : RG_OK;
 }
 
 // The state after token q of the kept batch (0 <= q <= batch_n), through one graph of CONV_RS_GATHER and
 // CPY_INTO nodes per recurrent layer.
 static rg_status restore_batch(rg_session *s, int64_t q, rg_error *err) {
-    snap_store *sn = &s->snap;
+    snap_store *sn = &s->q->snap;
     const int64_t n = sn->batch_n, K1 = s->m->hp.n_conv - 1;
     rg_graph *g = rg_graph_new();
     if (!g) return rg_fail(err, RG_ERR_NOMEM, "session: out of memory for the rewind's graph");
-    for (int64_t il = 0; il < s->state.n_layer; il++) {
-        rg_layer_state *ls = &s->state.layers[il];
+    for (int64_t il = 0; il < s->q->state.n_layer; il++) {
+        rg_layer_state *ls = &s->q->state.layers[il];
         const int64_t C = conv_channels(s, il), NPH = ssm_floats(s, il);
         if (!C) continue;
         rg_node *x = rg_leaf(g, "snap_conv_x", RG_TYPE_F32, 3, (int64_t[]){C, n, 1}, sn->conv_x[il]);     // [C, n, 1]
@@ -250,18 +254,18 @@ static rg_status restore_batch(rg_session *s, int64_t q, rg_error *err) {
 }
 
 rg_status snap_restore(rg_session *s, int64_t pos, rg_error *err) {
-    snap_store *sn = &s->snap;
+    snap_store *sn = &s->q->snap;
     if (!sn->on)
         return rg_fail(err, RG_ERR_UNSUPPORTED,
                        "session: rewind to position %lld of %lld: this %s model's short-conv/SSM state holds every token "
                        "and no snapshot of it is kept (%s; rewinding to 0 starts over)", (long long)pos,
-                       (long long)s->n_past, s->m->hp.arch_name,
+                       (long long)s->q->n_past, s->m->hp.arch_name,
                        "RETRO_RECURRENT_ROLLBACK is off: set it to auto before the session is made");
     if (sn->batch_n >= 0 && pos >= sn->batch_start && pos <= sn->batch_start + sn->batch_n)
         return restore_batch(s, pos - sn->batch_start, err);
     for (int i = 0; i < SNAP_RING; i++)
         if (sn->ring_pos[i] == pos) {
-            copy_seq(s, sn->ring + (size_t)i * s->state.seq_bytes, false);
+            copy_seq(s, sn->ring + (size_t)i * s->q->state.seq_bytes, false);
             return rg_session_seq_state_upload(s, err);
         }
     int64_t oldest = sn->batch_n >= 0 ? sn->batch_start : -1;
@@ -270,12 +274,12 @@ rg_status snap_restore(rg_session *s, int64_t pos, rg_error *err) {
     if (oldest < 0)
         return rg_fail(err, RG_ERR_UNSUPPORTED, "session: rewind to position %lld of %lld: no snapshot of the recurrent "
                        "state is kept (none since the last start, load or rewind before them)", (long long)pos,
-                       (long long)s->n_past);
+                       (long long)s->q->n_past);
     char batch[96] = "none";
     if (sn->batch_n >= 0)
         snprintf(batch, sizeof batch, "%lld..%lld", (long long)sn->batch_start, (long long)(sn->batch_start + sn->batch_n));
     return rg_fail(err, RG_ERR_UNSUPPORTED, "session: rewind to position %lld of %lld: the recurrent state after token "
                    "%lld is no longer kept (the last batch's snapshots cover positions %s, the ring the last %d "
-                   "single-token steps; the oldest kept position is %lld)", (long long)pos, (long long)s->n_past,
+                   "single-token steps; the oldest kept position is %lld)", (long long)pos, (long long)s->q->n_past,
                    (long long)pos, batch, SNAP_RING, (long long)oldest);
 }

@@ -12,7 +12,8 @@
 //      104            8  u64 the weights' hash (weights_hash)
 //      112            8  i64 the saving session's n_ctx
 //      120            8  i64 n_past
-//      128            4  u32 sequences in the file (1)
+//      128            4  u32 sequences in the file (1: a file holds one sequence of a session, loaded into any
+//                        sequence of a session with rg_session_state_load_seq)
 //      132            4  u32 reserved, 0
 //      136            8  u64 the LoRA adapter's hash (adapter_hash; 0: none)
 //      144  24 x n_layer  per layer: u32 mixer kind, u32 ffn kind (rg_layer_kind), i64 n_head, i64 n_head_kv
@@ -37,8 +38,8 @@
 // A session that keeps no snapshots (off, a model without recurrent state) writes E's 32 bytes, batch_n -1, R 0.
 //
 // Everything that says what the state is comes before its bytes, so a reader checks a file against a session
-// before copying any. A later design (several sequences) adds its records with a new format version; n_seq and
-// the flags leave it room.
+// before copying any. A session of several sequences saves each to its own file; a format that holds several in
+// one file would add its records with a new format version (n_seq and the flags leave it room).
 #include "infer/session_state.h"
 
 #include <stdio.h>
@@ -125,7 +126,7 @@ static uint32_t get_u32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return
 static int64_t get_i64(const uint8_t *p) { int64_t v; memcpy(&v, p, 8); return v; }
 static uint64_t get_u64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 
-static size_t prefix_bytes(const rg_session *s) { return HEADER_BYTES + LAYER_BYTES * (size_t)s->state.n_layer; }
+static size_t prefix_bytes(const rg_session *s) { return HEADER_BYTES + LAYER_BYTES * (size_t)s->q->state.n_layer; }
 
 // The header and the layer table of s's state at position n_past, into p[prefix_bytes(s)].
 static void put_prefix(const rg_session *s, int64_t n_past, uint8_t *p) {
@@ -134,8 +135,8 @@ static void put_prefix(const rg_session *s, int64_t n_past, uint8_t *p) {
     memcpy(p, STATE_MAGIC, 8);
     p = put_u32(p + 8, STATE_FORMAT_VERSION);
     p = put_u32(p, RG_STATE_LAYOUT_VERSION);
-    p = put_u32(p, s->state_lost ? STATE_FLAG_LOST : 0);
-    p = put_u32(p, s->state.token_type);
+    p = put_u32(p, s->q->state_lost ? STATE_FLAG_LOST : 0);
+    p = put_u32(p, s->q->state.token_type);
     memcpy(p, hp->arch_name, strnlen(hp->arch_name, ARCH_BYTES - 1));
     p += ARCH_BYTES;
     const int64_t dims[] = {hp->n_layer, hp->n_embd, hp->n_vocab, hp->n_head, hp->n_head_kv, hp->head_dim};
@@ -178,9 +179,9 @@ static void put_record(const rg_model_state *st, int64_t il, int j, int64_t n_pa
 // The whole file's size for s's state at position n_past.
 static size_t file_bytes(const rg_session *s, int64_t n_past) {
     size_t n = prefix_bytes(s) + TRAILER_BYTES;
-    for (int64_t il = 0; il < s->state.n_layer; il++)
-        for (int j = 0; j < s->state.layers[il].n_bufs; j++)
-            n += RECORD_BYTES + record_data_bytes(&s->state, &s->state.layers[il], j, n_past);
+    for (int64_t il = 0; il < s->q->state.n_layer; il++)
+        for (int j = 0; j < s->q->state.layers[il].n_bufs; j++)
+            n += RECORD_BYTES + record_data_bytes(&s->q->state, &s->q->state.layers[il], j, n_past);
     return n;
 }
 
@@ -197,7 +198,7 @@ static rg_status put(hashed_writer *w, const void *p, size_t n, rg_error *err) {
 
 // The kept batch's parts (snap_batch_parts; malloc'd, *n of them), or NULL when out of memory.
 static snap_part *batch_parts(const rg_session *s, int *n) {
-    snap_part *parts = malloc(sizeof *parts * (size_t)(1 + 2 * s->state.n_layer));
+    snap_part *parts = malloc(sizeof *parts * (size_t)(1 + 2 * s->q->state.n_layer));
     if (parts) *n = snap_batch_parts(s, parts);
     return parts;
 }
@@ -212,8 +213,8 @@ static size_t batch_bytes(const snap_part *parts, int n_parts, int64_t n) {
 // The snapshot section (see the layout above) of s's store.
 static rg_status put_snapshots(hashed_writer *w, const rg_session *s, const snap_part *parts, int n_parts,
                                rg_error *err) {
-    const snap_store *sn = &s->snap;
-    const size_t seq = s->state.seq_bytes;
+    const snap_store *sn = &s->q->snap;
+    const size_t seq = s->q->state.seq_bytes;
     uint32_t n_ring = 0;
     for (int i = 0; i < SNAP_RING; i++) n_ring += sn->ring_pos[i] >= 0;
     uint8_t head[SNAP_HEAD_BYTES];
@@ -234,15 +235,21 @@ static rg_status put_snapshots(hashed_writer *w, const rg_session *s, const snap
     return st ? st : put(w, end, sizeof end, err);
 }
 
-rg_status rg_session_state_save(const rg_session *s, const char *path, rg_error *err) {
-    if (s->state_lost)
+rg_status rg_session_state_save(rg_session *s, const char *path, rg_error *err) {
+    return rg_session_state_save_seq(s, 0, path, err);
+}
+
+rg_status rg_session_state_save_seq(rg_session *s, int seq, const char *path, rg_error *err) {
+    rg_status picked = rg_session_pick(s, seq, "save the state", err);
+    if (picked) return picked;
+    if (s->q->state_lost)
         return rg_fail(err, RG_ERR_ARG, "%s: not saved: the recurrent state of this %s session matches no position "
                        "(a truncation or a failed evaluation lost it); truncate to 0 and evaluate the sequence again",
                        path, s->m->hp.arch_name);
     // On a device the cache and the recurrent state live in the resident copies: the host's bytes first.
     rg_status st = s->resident ? rg_resident_sync_host(s->resident, err) : RG_OK;
     if (st) return st;
-    const int64_t n_past = s->n_past;
+    const int64_t n_past = s->q->n_past;
     uint8_t *prefix = malloc(prefix_bytes(s));
     if (!prefix) return rg_fail(err, RG_ERR_NOMEM, "%s: out of memory", path);
     put_prefix(s, n_past, prefix);
@@ -250,18 +257,18 @@ rg_status rg_session_state_save(const rg_session *s, const char *path, rg_error 
     st = rg_atomic_open(&w.af, path, err);
     if (!st) st = put(&w, prefix, prefix_bytes(s), err);
     free(prefix);
-    for (int64_t il = 0; !st && il < s->state.n_layer; il++) {
-        const rg_layer_state *ls = &s->state.layers[il];
+    for (int64_t il = 0; !st && il < s->q->state.n_layer; il++) {
+        const rg_layer_state *ls = &s->q->state.layers[il];
         for (int j = 0; !st && j < ls->n_bufs; j++) {
             uint8_t rec[RECORD_BYTES];
-            put_record(&s->state, il, j, n_past, rec);
+            put_record(&s->q->state, il, j, n_past, rec);
             st = put(&w, rec, sizeof rec, err);
             if (!ls->per_token[j]) {
                 if (!st) st = put(&w, ls->buf[j], ls->bytes[j], err);
                 continue;
             }
-            const size_t run = ls->run_bytes[j], stride = run * (size_t)s->state.n_ctx;
-            for (size_t r = 0; !st && r < buf_runs(&s->state, ls, j); r++)
+            const size_t run = ls->run_bytes[j], stride = run * (size_t)s->q->state.n_ctx;
+            for (size_t r = 0; !st && r < buf_runs(&s->q->state, ls, j); r++)
                 st = put(&w, (const uint8_t *)ls->buf[j] + r * stride, (size_t)n_past * run, err);
         }
     }
@@ -323,10 +330,10 @@ static rg_status check_prefix(const rg_session *s, const char *path, const uint8
     const int64_t dims[] = {hp->n_layer, hp->n_embd, hp->n_vocab, hp->n_head, hp->n_head_kv, hp->head_dim};
     for (int i = 0; i < 6; i++)
         if (get_i64(d + 56 + 8 * i) != dims[i]) return differs_i64(path, dim_names[i], get_i64(d + 56 + 8 * i), dims[i], err);
-    if (get_u32(d + 20) != s->state.token_type)
+    if (get_u32(d + 20) != s->q->state.token_type)
         return rg_fail(err, RG_ERR_ARG, "%s: its KV cache holds %s tokens, this session's holds %s", path,
                        type_name(get_u32(d + 20)),
-                       rg_type_get(s->state.token_type)->name);
+                       rg_type_get(s->q->state.token_type)->name);
     if (size < prefix_bytes(s))
         return rg_fail(err, RG_ERR_FORMAT, "%s: truncated: %zu bytes, shorter than the %zu of the header and the layer "
                        "table", path, size, prefix_bytes(s));
@@ -384,7 +391,7 @@ typedef struct snap_head {
 // smallest section when the file is too short to hold the header: the size check then says truncated).
 static rg_status check_snap_head(const rg_session *s, const char *path, const uint8_t *d, size_t size, int64_t n_past,
                                  const snap_part *parts, int n_parts, snap_head *h, rg_error *err) {
-    const size_t seq = s->state.seq_bytes, min = h->at + SNAP_HEAD_BYTES + SNAP_END_BYTES + TRAILER_BYTES;
+    const size_t seq = s->q->state.seq_bytes, min = h->at + SNAP_HEAD_BYTES + SNAP_END_BYTES + TRAILER_BYTES;
     h->batch_n = -1, h->n_ring = 0, h->bytes = SNAP_HEAD_BYTES;
     if (size < min) return RG_OK;
     const uint8_t *p = d + h->at;
@@ -408,7 +415,7 @@ static rg_status check_snap_head(const rg_session *s, const char *path, const ui
 // After the checksum: S where the file's end says, and every ring entry's position within the file's tokens.
 static rg_status check_snap_body(const rg_session *s, const char *path, const uint8_t *d, int64_t n_past,
                                  const snap_head *h, rg_error *err) {
-    const size_t s_at = h->at + h->bytes, entry = RING_HEAD_BYTES + s->state.seq_bytes;
+    const size_t s_at = h->at + h->bytes, entry = RING_HEAD_BYTES + s->q->state.seq_bytes;
     if (get_u64(d + s_at) != h->bytes)
         return rg_fail(err, RG_ERR_FORMAT, "%s: corrupt: the snapshots' size at offset %zu is %llu, their header "
                        "says %zu", path, s_at, (unsigned long long)get_u64(d + s_at), h->bytes);
@@ -438,17 +445,17 @@ static rg_status check_file(const rg_session *s, const char *path, const uint8_t
         return rg_fail(err, RG_ERR_FORMAT, "%s: %zu trailing bytes after the state's end at offset %zu", path,
                        size - want, want);
     size_t off = prefix_bytes(s);
-    for (int64_t il = 0; il < s->state.n_layer; il++) {
-        const rg_layer_state *ls = &s->state.layers[il];
+    for (int64_t il = 0; il < s->q->state.n_layer; il++) {
+        const rg_layer_state *ls = &s->q->state.layers[il];
         for (int j = 0; j < ls->n_bufs; j++) {
             uint8_t rec[RECORD_BYTES];
-            put_record(&s->state, il, j, *n_past, rec);
+            put_record(&s->q->state, il, j, *n_past, rec);
             if (memcmp(d + off, rec, sizeof rec))
                 return rg_fail(err, RG_ERR_FORMAT, "%s: the record at offset %zu is not layer %lld's buffer %d (%s, %s, "
                                "%zu bytes per token run, %zu bytes)", path, off, (long long)il, j,
                                ls->per_token[j] ? "per token" : "per sequence", rg_type_get(ls->type[j])->name,
-                               ls->run_bytes[j], record_data_bytes(&s->state, ls, j, *n_past));
-            off += RECORD_BYTES + record_data_bytes(&s->state, ls, j, *n_past);
+                               ls->run_bytes[j], record_data_bytes(&s->q->state, ls, j, *n_past));
+            off += RECORD_BYTES + record_data_bytes(&s->q->state, ls, j, *n_past);
         }
     }
     const uint64_t sum = fnv1a(FNV_OFFSET, d, want - TRAILER_BYTES);
@@ -462,8 +469,8 @@ static rg_status check_file(const rg_session *s, const char *path, const uint8_t
 // Copies the checked file's buffers into s's state (rows 0..n_past of the per-token ones) and moves s to n_past.
 static void apply(rg_session *s, const uint8_t *d, int64_t n_past) {
     const uint8_t *p = d + prefix_bytes(s);
-    for (int64_t il = 0; il < s->state.n_layer; il++) {
-        rg_layer_state *ls = &s->state.layers[il];
+    for (int64_t il = 0; il < s->q->state.n_layer; il++) {
+        rg_layer_state *ls = &s->q->state.layers[il];
         for (int j = 0; j < ls->n_bufs; j++) {
             p += RECORD_BYTES;
             if (!ls->per_token[j]) {
@@ -471,21 +478,21 @@ static void apply(rg_session *s, const uint8_t *d, int64_t n_past) {
                 p += ls->bytes[j];
                 continue;
             }
-            const size_t run = ls->run_bytes[j], stride = run * (size_t)s->state.n_ctx, rows = (size_t)n_past * run;
-            for (size_t r = 0; r < buf_runs(&s->state, ls, j); r++, p += rows)
+            const size_t run = ls->run_bytes[j], stride = run * (size_t)s->q->state.n_ctx, rows = (size_t)n_past * run;
+            for (size_t r = 0; r < buf_runs(&s->q->state, ls, j); r++, p += rows)
                 if (rows) memcpy((uint8_t *)ls->buf[j] + r * stride, p, rows);
         }
     }
-    s->n_past = n_past;
-    s->state_lost = false;
+    s->q->n_past = n_past;
+    s->q->state_lost = false;
 }
 
 // The checked file's snapshots into s's store, replacing those of the sequence replaced: what its room holds (the
 // first tokens of a batch longer than its snapshot_tokens; nothing when it keeps none), each exactly as saved; a
 // rewind to a position not kept is refused as in the saving session.
 static void apply_snapshots(rg_session *s, const uint8_t *d, const snap_part *parts, int n_parts, const snap_head *h) {
-    snap_store *sn = &s->snap;
-    const size_t seq = s->state.seq_bytes;
+    snap_store *sn = &s->q->snap;
+    const size_t seq = s->q->state.seq_bytes;
     snap_forget_after(sn, -1);
     if (!sn->on) return;
     const uint8_t *p = d + h->at + SNAP_HEAD_BYTES;
@@ -507,8 +514,8 @@ static void apply_snapshots(rg_session *s, const uint8_t *d, const snap_part *pa
 // On a device the graphs read the resident copies: every state buffer that has one (one without a copy is uploaded
 // from the host bytes when a graph first reads it), then the snapshots'.
 static rg_status upload_state(rg_session *s, rg_error *err) {
-    for (int64_t il = 0; s->resident && il < s->state.n_layer; il++) {
-        const rg_layer_state *ls = &s->state.layers[il];
+    for (int64_t il = 0; s->resident && il < s->q->state.n_layer; il++) {
+        const rg_layer_state *ls = &s->q->state.layers[il];
         for (int j = 0; j < ls->n_bufs; j++) {
             rg_status st = rg_resident_refresh(s->resident, ls->buf[j], ls->bytes[j], err);
             if (st) return st;
@@ -518,8 +525,14 @@ static rg_status upload_state(rg_session *s, rg_error *err) {
 }
 
 rg_status rg_session_state_load(rg_session *s, const char *path, rg_error *err) {
+    return rg_session_state_load_seq(s, 0, path, err);
+}
+
+rg_status rg_session_state_load_seq(rg_session *s, int seq, const char *path, rg_error *err) {
+    rg_status st = rg_session_pick(s, seq, "load a state", err);
+    if (st) return st;
     rg_file_map map;
-    rg_status st = rg_file_map_open(&map, path, err);
+    st = rg_file_map_open(&map, path, err);
     if (st) return st;
     int64_t n_past = 0;
     int n_parts = 0;
@@ -535,11 +548,11 @@ rg_status rg_session_state_load(rg_session *s, const char *path, rg_error *err) 
     free(parts);
     rg_error e = {0};
     if (!st && s->resident && (st = upload_state(s, &e))) {
-        s->n_past = 0;
-        s->state_lost = rg_model_state_recurrent(&s->state);
-        snap_forget_after(&s->snap, -1);
+        s->q->n_past = 0;
+        s->q->state_lost = rg_model_state_recurrent(&s->q->state);
+        snap_forget_after(&s->q->snap, -1);
         rg_fail(err, st, "%s: loaded, but the upload to the device failed (%s): the session starts over at position "
-                "0%s", path, e.msg, s->state_lost ? " with its recurrent state lost" : "");
+                "0%s", path, e.msg, s->q->state_lost ? " with its recurrent state lost" : "");
     }
     return st;
 }

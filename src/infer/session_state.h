@@ -17,7 +17,11 @@
 // single-token step or a truncation to 0 < n_past: it matches no position). On a CUDA device the cache and the
 // recurrent state are downloaded first. Errors name the path (and the bytes written when a write fails); path is
 // then untouched.
-rg_status rg_session_state_save(const rg_session *s, const char *path, rg_error *err);
+// rg_session_state_save and _load act on sequence 0; the _seq forms on any (RG_ERR_ARG naming the session's
+// sequences for one it does not hold). A file holds one sequence, whichever it was saved from: it loads into any
+// sequence of a session of the same model, the others untouched.
+rg_status rg_session_state_save(rg_session *s, const char *path, rg_error *err);
+rg_status rg_session_state_save_seq(rg_session *s, int seq, const char *path, rg_error *err);
 // Replaces s's state with path's: n_past becomes the file's, the next rg_session_eval continues from it as the
 // saved session would have. Everything is checked before s is touched (the magic, the format and layout
 // versions, the model's fingerprint field by field, the adapter, n_past against s's context, every record's size, a
@@ -27,5 +31,6 @@ rg_status rg_session_state_save(const rg_session *s, const char *path, rg_error 
 // CUDA device the state and the snapshots are uploaded after the copy; if that upload fails the session starts
 // over (n_past 0, a recurrent state lost, no snapshots) and the error says so.
 rg_status rg_session_state_load(rg_session *s, const char *path, rg_error *err);
+rg_status rg_session_state_load_seq(rg_session *s, int seq, const char *path, rg_error *err);
 
 #endif
