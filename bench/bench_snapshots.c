@@ -31,11 +31,6 @@
 
 enum { N_CTX = 1024, N_PROMPT = 96, N_GEN = 96, MAX_REPS = 15 };
 
-static int env_int(const char *name, int def) {
-    const char *v = getenv(name);
-    return v && *v ? atoi(v) : def;
-}
-
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -121,8 +116,8 @@ int main(void) {
     const char *shape = strcmp(arch, "mamba2") == 0 ? "mamba2-130m" : "lfm2-350m";
     const char *tname = getenv("RG_BENCH_TYPE") ? getenv("RG_BENCH_TYPE") : "F16";
     const char *cache = getenv("RG_BENCH_CACHE");
-    const int threads = env_int("RG_BENCH_THREADS", 0);
-    int reps = env_int("RG_BENCH_REPS", 5);
+    const int threads = bench_env_int("RG_BENCH_THREADS", 0);
+    int reps = bench_env_int("RG_BENCH_REPS", 5);
     if (reps < 1) reps = 1;
     if (reps > MAX_REPS) reps = MAX_REPS;
     const int ti = rg_type_from_name(tname);

@@ -33,13 +33,6 @@
 #include "text/chat.h"
 #include "text/tokenizer.h"
 
-static const char *paragraph =
-    "The lighthouse keeper climbed the spiral stairs every evening at dusk. He trimmed the wick, polished the "
-    "great lens until it shone, and wound the clockwork that turned the beam across the water. Ships passing "
-    "in the night saw the light sweep the rocks twice a minute, and they knew where the channel ran. In the "
-    "winter the storms came from the north, and the keeper wrote in his log the speed of the wind, the height "
-    "of the waves and the names of the ships that sheltered in the bay.";
-
 enum { MODE_PLAIN, MODE_NGRAM, MODE_NGRAM2, MODE_MODEL, N_MODES };
 static const char *mode_names[N_MODES] = {"no draft", "--draft ngram", "--draft ngram (2x max)", "--draft-model q4_0"};
 
@@ -100,11 +93,6 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static int env_int(const char *name, int def) {
-    const char *v = getenv(name);
-    return v && *v ? atoi(v) : def;
-}
-
 // path: src quantized to type (allow_requantize), made once into RG_BENCH_CACHE when set.
 static rg_status make_type(const char *src, const char *type, const char *cache, const char *stem, char *path,
                            rg_error *err) {
@@ -122,7 +110,7 @@ static rg_status make_prompt(bench *b, rg_error *err) {
     rg_status st = rg_tokenizer_load(&tok, b->target->file, err);
     if (st) return st;
     char text[2048];
-    snprintf(text, sizeof text, "Repeat the following text exactly, word for word:\n\n%s", paragraph);
+    snprintf(text, sizeof text, "Repeat the following text exactly, word for word:\n\n%s", bench_paragraph());
     rg_chat_template tmpl;
     rg_chat_rendered r = {0};
     const char *in = text;
@@ -142,8 +130,8 @@ static rg_status make_prompt(bench *b, rg_error *err) {
 
 int main(void) {
     rg_error err = {0};
-    bench b = {.tg = env_int("RG_BENCH_TG", 128), .draft_max = env_int("RG_BENCH_DRAFT_MAX", 8)};
-    const int reps = env_int("RG_BENCH_REPS", 3) > 0 ? env_int("RG_BENCH_REPS", 3) : 1;
+    bench b = {.tg = bench_env_int("RG_BENCH_TG", 128), .draft_max = bench_env_int("RG_BENCH_DRAFT_MAX", 8)};
+    const int reps = bench_env_int("RG_BENCH_REPS", 3) > 0 ? bench_env_int("RG_BENCH_REPS", 3) : 1;
     const char *smol = getenv("RG_SMOLLM2"), *cache = getenv("RG_BENCH_CACHE");
     const char *ttype = getenv("RG_BENCH_TARGET") ? getenv("RG_BENCH_TARGET") : "F16";
     char tpath[512], dpath[512], tiny[512] = "";
@@ -159,7 +147,7 @@ int main(void) {
         snprintf(tpath, sizeof tpath, "%s", tiny);
         if (!st) st = make_type(tiny, "Q4_0", NULL, "tiny", dpath, &err);
     }
-    rg_session_opts so = {.n_ctx = 1024, .n_threads = env_int("RG_BENCH_THREADS", 0)};
+    rg_session_opts so = {.n_ctx = 1024, .n_threads = bench_env_int("RG_BENCH_THREADS", 0)};
     if (!st) st = rg_model_load(&b.target, tpath, &err);
     if (!st) st = rg_model_load(&b.draft, dpath, &err);
     if (!st) st = rg_session_create(&b.ts, b.target, &so, &err);

@@ -147,4 +147,19 @@ static inline double bench_cpuinfo_mhz(void) {
     return mhz;
 }
 
+// An integer from the environment, def when unset or empty.
+static inline int bench_env_int(const char *name, int def) {
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : def;
+}
+
+// The English paragraph the generation benchmarks feed SmolLM2 (bench_speculative repeats it, bench_seqs slices it).
+static inline const char *bench_paragraph(void) {
+    return "The lighthouse keeper climbed the spiral stairs every evening at dusk. He trimmed the wick, polished the "
+           "great lens until it shone, and wound the clockwork that turned the beam across the water. Ships passing "
+           "in the night saw the light sweep the rocks twice a minute, and they knew where the channel ran. In the "
+           "winter the storms came from the north, and the keeper wrote in his log the speed of the wind, the height "
+           "of the waves and the names of the ships that sheltered in the bay.";
+}
+
 #endif

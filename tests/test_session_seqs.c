@@ -13,6 +13,7 @@
 //     snapshots, the loading session's other sequences untouched
 //   - bad input: a sequence the session does not hold, for every call that takes one (each RG_ERR_ARG naming the
 //     sequence and how many the session holds, nothing changed); n_seq past RG_SESSION_MAX_SEQ refused
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,15 @@
 #include "session_fixture.h"
 
 enum { N_SEQ = 3, N_CTX = 64, N_BATCH = 8, STREAM = 97 };
+
+// Batched prompt paths against each sequence alone: the largest difference of a token's logits as a fraction of
+// its largest |logit|. The products' kernels change with the batch's size: F32's dot products below 8 columns and
+// the SGEMM from 8 (summation order: 1e-4); Q8_0's dot products on Q8_0-rounded activations below 4 columns and,
+// from 4, the GEMM on F32 activations where the CPU has neither AMX-INT8 nor AVX-512 VNNI (the activations'
+// rounding: up to 2.4e-2 measured on these fixtures on AVX2 and the baseline kernels, 3e-2 on SmolLM2-135M,
+// test_speculative). A wrong cache or state gives differences of the order of the logits themselves.
+#define BATCH_TOL_F32 1e-4
+#define BATCH_TOL_QUANT 5e-2
 
 static rg_device device = RG_DEVICE_CPU;  // the sessions' (each test sets it)
 
@@ -182,6 +192,138 @@ static void check_save_load(const rg_model *m, const char *tag) {
     unlink(path);
 }
 
+// A step of the batched script: 'e' one rg_session_eval_seqs of the entries (sequence, tokens; n 0 ends), 'r' a
+// rewind of sequence seq[0] to n[0].
+typedef struct step {
+    char op;
+    int seq[N_SEQ], n[N_SEQ];
+} step;
+
+// At most n_batch (8) tokens a step. The rewinds: into a batch after a single token, into a batch, a whole batch.
+static const step steps[] = {
+    {'e', {0, 1, 2}, {4, 3, 1}}, {'e', {0, 1, 2}, {1, 1, 4}}, {'r', {0}, {2}},           {'e', {2, 0}, {1, 2}},
+    {'r', {2}, {2}},             {'e', {1, 2, 0}, {5, 2, 1}}, {'r', {1}, {4}},           {'e', {2, 1, 0}, {1, 1, 3}},
+    {'e', {1, 0}, {1, 1}},
+};
+
+// The entries of step i on s (one rg_session_eval_seqs, every logit; exact or not) into out; *n_out tokens.
+static bool run_step(rg_session *s, int i, bool exact, int32_t (*ids)[N_BATCH], float *out, int64_t *n_out,
+                     rg_error *err) {
+    const step *st = &steps[i];
+    const int64_t V = rg_session_model(s)->hp.n_vocab;
+    rg_seq_tokens b[N_SEQ];
+    int n_b = 0;
+    *n_out = 0;
+    if (st->op == 'r') return !rg_session_rewind_seq(s, st->seq[0], st->n[0], err);
+    for (int k = 0; k < N_SEQ && st->n[k]; k++, n_b++) {
+        const int64_t at = rg_session_n_past_seq(s, st->seq[k]);
+        for (int t = 0; t < st->n[k]; t++) ids[k][t] = stream_id(st->seq[k], at + t + 7 * i, V);
+        b[k] = (rg_seq_tokens){st->seq[k], ids[k], st->n[k]};
+        *n_out += st->n[k];
+    }
+    return !rg_session_eval_seqs(s, b, n_b, out, 1, exact, err);
+}
+
+// The same step on the sequences' own sessions, one call each: exact batches (rg_session_eval_exact) and single
+// tokens, or rg_session_eval; logits into out in the step's order.
+static bool run_step_own(rg_session **own, int i, bool exact, int32_t (*ids)[N_BATCH], float *out, rg_error *err) {
+    const step *st = &steps[i];
+    const int64_t V = rg_session_model(own[0])->hp.n_vocab;
+    if (st->op == 'r') return !rg_session_rewind(own[st->seq[0]], st->n[0], err);
+    for (int k = 0; k < N_SEQ && st->n[k]; k++) {
+        rg_session *o = own[st->seq[k]];
+        const rg_status r = exact && st->n[k] > 1 ? rg_session_eval_exact(o, ids[k], st->n[k], out, err)
+                                                  : rg_session_eval(o, ids[k], st->n[k], out, 1, err);
+        if (r) return false;
+        out += (size_t)st->n[k] * V;
+    }
+    return true;
+}
+
+// The batched script on one session and, entry by entry, on the sequences' own sessions. exact: every logit and,
+// at the end, every sequence's state file (snapshots included) the same bits; otherwise (the prompt paths over
+// the whole batch, whose products take other kernels as the batch's size changes) every logit within tol of the
+// largest |logit| of its token, and the positions the same.
+static void check_batched(const rg_model *m, const char *tag, bool exact, double tol) {
+    const int64_t V = m->hp.n_vocab;
+    rg_error err = {0};
+    rg_session *multi = new_session(m, N_SEQ, &err), *own[N_SEQ] = {0};
+    for (int k = 0; multi && k < N_SEQ; k++) own[k] = new_session(m, 1, &err);
+    float *a = malloc((size_t)(V * N_BATCH) * sizeof(float)), *b = malloc((size_t)(V * N_BATCH) * sizeof(float));
+    bool ok = own[N_SEQ - 1] && a && b;
+    RG_CHECK(ok, "%s sessions: %s", tag, err.msg);
+    double worst = 0;
+    int32_t ids[N_SEQ][N_BATCH];
+    for (int i = 0; ok && i < (int)(sizeof steps / sizeof *steps); i++) {
+        int64_t n = 0;
+        ok = run_step(multi, i, exact, ids, a, &n, &err) && run_step_own(own, i, exact, ids, b, &err);
+        RG_CHECK(ok, "%s%s step %d ('%c'): %s", tag, exact ? " exact" : "", i, steps[i].op, err.msg);
+        for (int64_t t = 0; ok && t < n; t++) {
+            const float *x = a + t * V, *y = b + t * V;
+            double big = 0, diff = 0;
+            for (int64_t v = 0; v < V; v++) {
+                big = fabs(y[v]) > big ? fabs(y[v]) : big;
+                diff = fabs((double)x[v] - y[v]) > diff ? fabs((double)x[v] - y[v]) : diff;
+            }
+            const int64_t d = exact ? first_diff(x, y, V) : -1;
+            RG_CHECK(d < 0, "%s exact step %d token %lld: logit %lld is %.9g, the own session's %.9g", tag, i,
+                     (long long)t, (long long)d, d >= 0 ? x[d] : 0.0, d >= 0 ? y[d] : 0.0);
+            RG_CHECK(diff <= tol * big, "%s step %d token %lld: logits differ by %.3g, %.3g of the largest %.3g "
+                     "(tolerance %.3g)", tag, i, (long long)t, diff, diff / big, big, tol);
+            worst = big > 0 && diff / big > worst ? diff / big : worst;
+            ok = d < 0 && diff <= tol * big;
+        }
+        for (int k = 0; ok && k < N_SEQ; k++) ok = rg_session_n_past_seq(multi, k) == rg_session_n_past(own[k]);
+    }
+    for (int k = 0; ok && exact && k < N_SEQ; k++) {
+        const bool same = sf_same_saved_seq(multi, k, own[k], 0, true);
+        RG_CHECK(same, "%s exact batches: sequence %d's state file (snapshots included) differs from its own "
+                 "session's", tag, k);
+        ok = same;
+    }
+    if (ok && exact)
+        printf("    %-40s %d batched steps, exact: logits and state files equal\n", tag, (int)(sizeof steps / sizeof *steps));
+    else if (ok)
+        printf("    %-40s %d batched steps: logits within %.2g of the largest (tolerance %.2g)\n", tag,
+               (int)(sizeof steps / sizeof *steps), worst, tol);
+    free(a), free(b);
+    for (int k = 0; k < N_SEQ; k++) rg_session_free(own[k]);
+    rg_session_free(multi);
+}
+
+// Batches refused before anything changes: a sequence twice, one the session does not hold, an empty entry, more
+// than n_batch tokens, an exact batch without every logit, an id outside the vocabulary; the positions unchanged.
+static void check_bad_batches(const rg_model *m, const char *tag) {
+    rg_error err = {0};
+    rg_session *s = new_session(m, N_SEQ, &err);
+    RG_REQUIRE(s != NULL, "%s session: %s", tag, err.msg);
+    const int32_t ids[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, bad_id[1] = {(int32_t)m->hp.n_vocab};
+    struct {
+        rg_seq_tokens b[2];
+        int all;
+        bool exact;
+        const char *want;
+    } cases[] = {
+        {{{1, ids, 2}, {1, ids, 1}}, 1, false, "sequence 1 appears twice in one batch (entries 0 and 1)"},
+        {{{0, ids, 2}, {3, ids, 1}}, 1, false, "sequence 3 does not exist (the session holds 3: 0..2)"},
+        {{{0, ids, 2}, {2, ids, 0}}, 1, false, "entry 1 (sequence 2) has no tokens"},
+        {{{0, ids, 5}, {2, ids, 4}}, 1, false, "holds 9 tokens, more than n_batch 8"},
+        {{{0, ids, 2}, {2, ids, 1}}, 0, true, "all_logits must be 1"},
+        {{{0, ids, 2}, {2, bad_id, 1}}, 1, false, "sequence 2: token id"},
+    };
+    float *logits = malloc((size_t)(m->hp.n_vocab * 9) * sizeof(float));
+    for (size_t i = 0; logits && i < sizeof cases / sizeof *cases; i++) {
+        rg_status st = rg_session_eval_seqs(s, cases[i].b, 2, logits, cases[i].all, cases[i].exact, &err);
+        RG_CHECK(st == RG_ERR_ARG && strstr(err.msg, cases[i].want), "%s bad batch %zu: %d '%s', wanted '%s'", tag, i,
+                 st, err.msg, cases[i].want);
+    }
+    for (int k = 0; k < N_SEQ; k++)
+        RG_CHECK(rg_session_n_past_seq(s, k) == 0, "%s a refused batch moved sequence %d to %lld", tag, k,
+                 (long long)rg_session_n_past_seq(s, k));
+    free(logits);
+    rg_session_free(s);
+}
+
 // Whether err names sequence seq and the session's 3 sequences, and st is RG_ERR_ARG.
 static bool names_seq(rg_status st, const rg_error *err, int seq) {
     char want[64];
@@ -241,6 +383,9 @@ static void check_fixture(const char *arch, uint32_t type) {
     check_interleaved(m, tag);
     check_save_load(m, tag);
     check_bad_sequences(m, tag);
+    check_batched(m, tag, true, 0.0);
+    check_batched(m, tag, false, rg_type_get(type)->quantized ? BATCH_TOL_QUANT : BATCH_TOL_F32);
+    check_bad_batches(m, tag);
     rg_model_free(m);
     unlink(mpath);
 }

@@ -308,31 +308,49 @@ rg_status rg_session_rewind_seq(rg_session *s, int seq, int64_t pos, rg_error *e
     return RG_OK;
 }
 
+rg_status session_graph_begin(rg_session *s, bool flash, bool exact, rg_graph **gp, rg_model_nodes *w, rg_error *err) {
+    rg_graph *g = rg_graph_new();
+    *gp = g;
+    if (!g) return rg_fail(err, RG_ERR_NOMEM, "session: out of memory");
+    rg_status st = rg_model_leaf_nodes(g, s->m, w, err);
+    w->flash_attn = !exact && flash;
+    w->exact_columns = exact;
+    if (!st && s->opts.lora) st = rg_lora_attach(g, s->opts.lora, w, s->opts.lora_scale, false, err);
+    return st;
+}
+
+rg_status session_graph_end(rg_session *s, rg_graph *g, rg_node *out, bool exact, rg_error *err) {
+    if (!out) return rg_graph_error(g, err);
+    out->flags |= RG_NODE_OUTPUT;
+    for (int i = 0; exact && i < g->n_nodes; i++)
+        if (g->nodes[i]->op == RG_OP_MUL_MAT && g->nodes[i]->src[1]->t.ne[2] == 1 && g->nodes[i]->src[1]->t.ne[3] == 1)
+            g->nodes[i]->ip[0] = RG_MUL_MAT_COLUMNS;  // the projections (attention runs ATTN_DECODE)
+    weight_copy_bind(&s->wc, g);
+    return RG_OK;
+}
+
+rg_exec_opts session_batch_exec_opts(rg_session *s) {
+    return (rg_exec_opts){.pool = s->pool, .device = s->opts.device, .profile = s->opts.profile, .mem = &s->mem,
+                          .int8_activations = !s->opts.exact_activations, .backend = s->dev,
+                          .resident = s->resident, .tiles_cache = s->tiles};
+}
+
 // The graph of n tokens at positions n_past.. (logits of the last or all), not planned.
 // exact: every token computed as a single-token step computes it (rg_session_eval_exact): attention query by
 // query, and every MUL_MAT marked RG_MUL_MAT_COLUMNS.
 static rg_status build_graph(rg_session *s, int64_t n, int64_t n_past, bool all, bool exact, rg_graph **gp,
                              rg_node **ids_n, rg_node **pos_n, rg_node **out, rg_error *err) {
     const rg_model *m = s->m;
-    rg_graph *g = rg_graph_new();
-    *gp = g;
-    *out = NULL;
-    if (!g) return rg_fail(err, RG_ERR_NOMEM, "session: out of memory");
     rg_model_nodes w;
-    rg_status st = rg_model_leaf_nodes(g, m, &w, err);
-    w.flash_attn = !exact && rg_session_flash_prompt(s->opts.flash_attn, s->opts.device, m->hp.n_head, n, n_past + n);
-    w.exact_columns = exact;
-    if (!st && s->opts.lora) st = rg_lora_attach(g, s->opts.lora, &w, s->opts.lora_scale, false, err);
+    *out = NULL;
+    rg_status st = session_graph_begin(
+        s, rg_session_flash_prompt(s->opts.flash_attn, s->opts.device, m->hp.n_head, n, n_past + n), exact, gp, &w, err);
+    if (st) return st;
+    rg_graph *g = *gp;
     *ids_n = rg_leaf(g, "ids", RG_TYPE_I32, 1, &n, NULL);
     *pos_n = rg_leaf(g, "pos", RG_TYPE_I32, 1, &n, NULL);
-    *out = st ? NULL : rg_model_forward_kv(g, m, &w, *ids_n, *pos_n, &s->q->state, n_past, !all);
-    if (!st && !*out) st = rg_graph_error(g, err);
-    if (!st) (*out)->flags |= RG_NODE_OUTPUT;
-    for (int i = 0; !st && exact && i < g->n_nodes; i++)
-        if (g->nodes[i]->op == RG_OP_MUL_MAT && g->nodes[i]->src[1]->t.ne[2] == 1 && g->nodes[i]->src[1]->t.ne[3] == 1)
-            g->nodes[i]->ip[0] = RG_MUL_MAT_COLUMNS;  // the projections (attention runs ATTN_DECODE)
-    if (!st) weight_copy_bind(&s->wc, g);
-    return st;
+    *out = rg_model_forward_kv(g, m, &w, *ids_n, *pos_n, &s->q->state, n_past, !all);
+    return session_graph_end(s, g, *out, exact, err);
 }
 
 // Whether the nodes of a and b have the same ops and sources (by index).
@@ -497,9 +515,7 @@ static rg_status eval_batch(rg_session *s, const int32_t *ids, int64_t n, float 
     if (n > 1) snap_batch_begin(s, n);  // the graph also writes the batch's snapshots (session_snap.c)
     rg_status st = build_graph(s, n, s->q->n_past, all, exact, &g, &ids_n, &pos_n, &out, err);
     if (!st) {
-        rg_exec_opts eo = {.pool = s->pool, .device = s->opts.device, .profile = s->opts.profile, .mem = &s->mem,
-                           .int8_activations = !s->opts.exact_activations, .backend = s->dev,
-                           .resident = s->resident, .tiles_cache = s->tiles};
+        const rg_exec_opts eo = session_batch_exec_opts(s);
         st = rg_exec_create(&ex, g, &eo, err);
     }
     if (!st) {

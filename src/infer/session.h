@@ -12,6 +12,7 @@
 #ifndef RG_INFER_SESSION_H
 #define RG_INFER_SESSION_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "cpu/tiles_cache.h"
@@ -69,6 +70,27 @@ rg_status rg_session_eval(rg_session *s, const int32_t *ids, int64_t n, float *l
 // for every _seq form below.
 rg_status rg_session_eval_seq(rg_session *s, int seq, const int32_t *ids, int64_t n, float *logits, int all_logits,
                               rg_error *err);
+// One sequence's tokens in a batch of several (rg_session_eval_seqs).
+typedef struct rg_seq_tokens {
+    int seq;
+    const int32_t *ids;
+    int64_t n;
+} rg_seq_tokens;
+
+// Evaluates several sequences' tokens in one graph (continuous batching: a server's step of every slot's next
+// token and the prompts being read): b[0..n_b), each sequence at most once, at most n_batch tokens in all. The
+// weights are read once for all of them; attention and the recurrent layers run per sequence over its own cache
+// and state. logits: NULL, [n_vocab, n_b] each entry's last token (all_logits 0), or [n_vocab, sum of n] every
+// token in entry order (all_logits 1). exact (all_logits must be 1): every token gets the bits of a single-token
+// step (as rg_session_eval_exact), so each sequence's logits, cache and state are the bits it would have alone,
+// whatever shares its batch (test_session_seqs); otherwise the products take the prompt paths over the whole
+// batch (the bits then depend on its size, as rg_session_eval's do). Each sequence's snapshots are kept as its
+// own evaluation keeps them (a single token in the ring, more in the batch's), and rewinds alike afterwards.
+// Refused before anything changes (RG_ERR_ARG, naming the entry and sequence): an unknown or repeated sequence,
+// an empty entry, a context or n_batch overflow, an id outside the vocabulary, a lost recurrent state. A failed
+// run changes no sequence (as rg_session_eval). One entry is rg_session_eval_seq (or _exact_seq) itself.
+rg_status rg_session_eval_seqs(rg_session *s, const rg_seq_tokens *b, int n_b, float *logits, int all_logits,
+                               bool exact, rg_error *err);
 // Evaluates n tokens as rg_session_eval does with all_logits = 1 (the same failures, logits NULL or [n_vocab, n]),
 // every token computed exactly as a single-token step at its position computes it: the bits (logits, KV cache,
 // recurrent state) of evaluating the tokens one at a time, which rg_session_eval's prompt paths (GEMMs, flash

@@ -11,6 +11,7 @@
 #include "graph/backend.h"
 #include "graph/exec.h"
 #include "infer/session.h"
+#include "model/forward.h"
 #include "model/state.h"
 
 // The weights copied into huge pages (session.c: RETRO_WEIGHTS_HUGEPAGES=1).
@@ -127,6 +128,13 @@ struct rg_session {
 
 // Points s->q at sequence seq; RG_ERR_ARG naming the session's sequences when it has none such (`what`: the call).
 rg_status rg_session_pick(rg_session *s, int seq, const char *what, rg_error *err);
+
+// A batch graph (session.c): begun with the model's leaves (flash attention as asked, unless exact) and the
+// session's LoRA attached; ended with its output marked, an exact batch's MUL_MATs marked RG_MUL_MAT_COLUMNS, the
+// weights bound to the session's huge-page copy (out NULL: the graph's error). The exec options batch graphs take.
+rg_status session_graph_begin(rg_session *s, bool flash, bool exact, rg_graph **gp, rg_model_nodes *w, rg_error *err);
+rg_status session_graph_end(rg_session *s, rg_graph *g, rg_node *out, bool exact, rg_error *err);
+rg_exec_opts session_batch_exec_opts(rg_session *s);
 
 // On a device: the per-sequence (recurrent) buffers' host bytes uploaded to their resident copies again,
 // after the host bytes changed (a reset, a restore). Nothing on the CPU.

@@ -65,4 +65,19 @@ rg_node *rg_model_forward_hidden(rg_graph *g, const rg_model *m, const rg_model_
 rg_node *rg_model_forward_kv(rg_graph *g, const rg_model *m, const rg_model_nodes *w, rg_node *ids, rg_node *pos,
                              struct rg_model_state *state, int64_t n_past, bool last_only);
 
+// One sequence's part of a batch of several (rg_model_forward_seqs): its tokens are the batch's columns
+// first..first + n, evaluated at its positions n_past.. over its state.
+typedef struct rg_seq_seg {
+    struct rg_model_state *state;
+    int64_t first, n, n_past;
+} rg_seq_seg;
+
+// The same for a batch of several sequences, each over its own state (continuous batching): the embeddings,
+// norms, FFNs and projections run once over all the batch's columns, attention and the recurrent layers' conv
+// and scan per segment over its sequence's cache and state, their outputs gathered back into the batch's
+// columns. ids, pos: I32 [n_tokens], the segments in column order covering them. last: NULL (logits
+// [n_vocab, n_tokens]) or I32 [n_segs], each segment's last column (logits [n_vocab, n_segs]).
+rg_node *rg_model_forward_seqs(rg_graph *g, const rg_model *m, const rg_model_nodes *w, rg_node *ids, rg_node *pos,
+                               const rg_seq_seg *segs, int n_segs, rg_node *last);
+
 #endif

@@ -49,3 +49,39 @@ rg_node *rg_layer_state_leaf(const rg_layer_ctx *c, int i, const char *name, int
     }
     return n;
 }
+
+rg_layer_ctx rg_layer_seg_ctx(const rg_layer_ctx *c, int i) {
+    rg_layer_ctx s = *c;
+    const rg_seq_seg *sg = &c->segs[i];
+    s.state = &sg->state->layers[c->il];
+    s.n_past = sg->n_past;
+    s.n_ctx = sg->state->n_ctx;
+    s.segs = NULL;
+    s.n_segs = 0;
+    return s;
+}
+
+rg_node *rg_layer_cols(rg_graph *g, rg_node *x, int dim, int64_t first, int64_t n) {
+    if (!x) return NULL;
+    int64_t ne[RG_MAX_DIMS];
+    size_t nb[RG_MAX_DIMS];
+    int n_dims = 1;
+    for (int k = 0; k < RG_MAX_DIMS; k++) {
+        ne[k] = k == dim ? n : x->t.ne[k];
+        nb[k] = x->t.nb[k];
+        if (ne[k] != 1 || k <= dim) n_dims = k + 1;
+    }
+    return rg_view(g, x, n_dims, ne, nb, (size_t)first * x->t.nb[dim]);
+}
+
+rg_node *rg_layer_gather(const rg_layer_ctx *c, const char *name, int64_t rows, int64_t T) {
+    rg_node *n = rg_leaf(c->g, name, RG_TYPE_F32, 2, (int64_t[]){rows, T}, NULL);
+    if (n) n->flags &= ~RG_NODE_INPUT;  // written by the graph itself: no caller bytes (nor a device upload)
+    return n;
+}
+
+void rg_layer_put_cols(rg_graph *g, rg_node *part, rg_node *dst, int64_t first) {
+    if (!part || !dst) return;
+    const int64_t rows = dst->t.ne[0], n = rg_tensor_nelements(&part->t) / rows;
+    rg_cpy_into(g, rg_reshape(g, part, 2, (int64_t[]){rows, n}), rg_layer_cols(g, dst, 1, first, n));
+}

@@ -27,6 +27,11 @@ typedef struct rg_layer_ctx {
     int state_first;            // this kind's first buffer in state (the mixer's come first, then the FFN's)
     int64_t n_past;             // tokens already in the state
     int64_t n_ctx;              // tokens the per-token buffers hold
+    // A batch of several sequences (rg_model_forward_seqs; state NULL then): each kind runs its per-sequence
+    // part (attention over the cache, the conv and the scan) once per segment on rg_layer_seg_ctx's context,
+    // over the segment's columns (rg_layer_cols), and gathers the parts' outputs (rg_layer_gather).
+    const rg_seq_seg *segs;
+    int n_segs;
 } rg_layer_ctx;
 
 // One buffer of a kind's state: elements per cached token (the KV cache, in the state's token type) or per
@@ -63,6 +68,15 @@ rg_node *rg_layer_norm(rg_graph *g, rg_node *x, rg_node *w, float eps);
 // W x (+ lora_scale * B(A x) when the layer has a LoRA pair for W's role) (+ bias): roles of the weight and bias
 // (RG_N_ROLES: none).
 rg_node *rg_layer_linear(const rg_layer_ctx *c, rg_role w, rg_role b, rg_node *x);
+// Segment i's context: c with that sequence's layer state, n_past and n_ctx, and no segments.
+rg_layer_ctx rg_layer_seg_ctx(const rg_layer_ctx *c, int i);
+// A view of x's columns first..first + n along dimension dim (the tokens' dimension of x), x's strides kept.
+rg_node *rg_layer_cols(rg_graph *g, rg_node *x, int dim, int64_t first, int64_t n);
+// An F32 [rows, T] tensor the segments' parts write their columns into (rg_layer_put_cols) before anything reads
+// it: a leaf the graph's plan gives bytes, alive to the end of the graph (one per layer and kind: rows x T floats).
+rg_node *rg_layer_gather(const rg_layer_ctx *c, const char *name, int64_t rows, int64_t T);
+// Writes part [rows, n] (any shape of rows x n elements, contiguous) into dst's columns first..first + n.
+void rg_layer_put_cols(rg_graph *g, rg_node *part, rg_node *dst, int64_t first);
 // A leaf over buffer i of this kind's state (F32, per sequence) with the given shape; NULL without a state.
 rg_node *rg_layer_state_leaf(const rg_layer_ctx *c, int i, const char *name, int n_dims, const int64_t *ne);
 

@@ -23,24 +23,15 @@ static const rg_state_buf attn_state[] = {
     {"v", true, kv_elements, v_run},   // [n_ctx, Dh, Hkv]
 };
 
-static rg_node *build(const rg_layer_ctx *c, rg_node *x) {
+// Attention of q [Dh, H, T] over k, v [Dh, Hkv, T] (RoPE'd, normed) and, with c->state, the cache: the new keys
+// and values written at rows n_past.. first. Returns o [Dh*H, T].
+static rg_node *attend(const rg_layer_ctx *c, rg_node *q, rg_node *k, rg_node *v) {
     rg_graph *g = c->g;
     const rg_hparams *hp = &c->m->hp;
-    const rg_layer_nodes *L = c->w;
-    const int64_t T = x->t.ne[1], Dh = hp->head_dim, H = c->layer->n_head, Hkv = c->layer->n_head_kv;
+    const rg_layer *Ly = c->layer;
+    const int64_t T = q->t.ne[2], Dh = hp->head_dim, H = Ly->n_head, Hkv = Ly->n_head_kv;
     const rg_layer_state *cache = c->state;
     const int64_t n_past = c->n_past, n_kv = cache ? n_past + T : T;
-    rg_node *h = rg_layer_norm(g, x, L->w[RG_ROLE_ATTN_NORM], hp->norm_eps);                           // [d, T]
-    rg_node *q = rg_reshape(g, rg_layer_linear(c, RG_ROLE_ATTN_Q, RG_ROLE_ATTN_Q_B, h), 3, (int64_t[]){Dh, H, T});    // [Dh, H, T]
-    rg_node *k = rg_reshape(g, rg_layer_linear(c, RG_ROLE_ATTN_K, RG_ROLE_ATTN_K_B, h), 3, (int64_t[]){Dh, Hkv, T});  // [Dh, Hkv, T]
-    rg_node *v = rg_reshape(g, rg_layer_linear(c, RG_ROLE_ATTN_V, RG_ROLE_ATTN_V_B, h), 3, (int64_t[]){Dh, Hkv, T});  // [Dh, Hkv, T]
-    if (L->w[RG_ROLE_ATTN_Q_NORM]) q = rg_layer_norm(g, q, L->w[RG_ROLE_ATTN_Q_NORM], hp->norm_eps);  // per head, over Dh
-    if (L->w[RG_ROLE_ATTN_K_NORM]) k = rg_layer_norm(g, k, L->w[RG_ROLE_ATTN_K_NORM], hp->norm_eps);
-    const rg_layer *Ly = c->layer;
-    const float base = Ly->rope_freq_base > 0 ? Ly->rope_freq_base : hp->rope_freq_base;
-    const float fscale = Ly->rope_freq_scale > 0 ? Ly->rope_freq_scale : hp->rope_freq_scale;
-    q = rg_rope(g, q, c->pos, (int)hp->n_rot, hp->rope_mode, base, fscale);
-    k = rg_rope(g, k, c->pos, (int)hp->n_rot, hp->rope_mode, base, fscale);
     rg_node *Q = rg_permute(g, q, 0, 2, 1, 3);                   // [Dh, T, H]
     rg_node *K, *Vt, *V;  // V: [Dh, n_kv, Hkv] for FLASH_ATTN_EXT
     if (cache) {
@@ -87,6 +78,37 @@ static rg_node *build(const rg_layer_ctx *c, rg_node *x) {
         kq = rg_soft_max_ext(g, kq, c->mask, true, hp->attn_scale, hp->attn_softcap, Ly->window);
         o = rg_mul_mat(g, Vt, kq);                               // [Dh, T, H]
         o = rg_reshape(g, rg_cont(g, rg_permute(g, o, 0, 2, 1, 3)), 2, (int64_t[]){Dh * H, T});  // [Dh*H, T]
+    }
+    return o;
+}
+
+static rg_node *build(const rg_layer_ctx *c, rg_node *x) {
+    rg_graph *g = c->g;
+    const rg_hparams *hp = &c->m->hp;
+    const rg_layer_nodes *L = c->w;
+    const int64_t T = x->t.ne[1], Dh = hp->head_dim, H = c->layer->n_head, Hkv = c->layer->n_head_kv;
+    rg_node *h = rg_layer_norm(g, x, L->w[RG_ROLE_ATTN_NORM], hp->norm_eps);                           // [d, T]
+    rg_node *q = rg_reshape(g, rg_layer_linear(c, RG_ROLE_ATTN_Q, RG_ROLE_ATTN_Q_B, h), 3, (int64_t[]){Dh, H, T});    // [Dh, H, T]
+    rg_node *k = rg_reshape(g, rg_layer_linear(c, RG_ROLE_ATTN_K, RG_ROLE_ATTN_K_B, h), 3, (int64_t[]){Dh, Hkv, T});  // [Dh, Hkv, T]
+    rg_node *v = rg_reshape(g, rg_layer_linear(c, RG_ROLE_ATTN_V, RG_ROLE_ATTN_V_B, h), 3, (int64_t[]){Dh, Hkv, T});  // [Dh, Hkv, T]
+    if (L->w[RG_ROLE_ATTN_Q_NORM]) q = rg_layer_norm(g, q, L->w[RG_ROLE_ATTN_Q_NORM], hp->norm_eps);  // per head, over Dh
+    if (L->w[RG_ROLE_ATTN_K_NORM]) k = rg_layer_norm(g, k, L->w[RG_ROLE_ATTN_K_NORM], hp->norm_eps);
+    const rg_layer *Ly = c->layer;
+    const float base = Ly->rope_freq_base > 0 ? Ly->rope_freq_base : hp->rope_freq_base;
+    const float fscale = Ly->rope_freq_scale > 0 ? Ly->rope_freq_scale : hp->rope_freq_scale;
+    q = rg_rope(g, q, c->pos, (int)hp->n_rot, hp->rope_mode, base, fscale);
+    k = rg_rope(g, k, c->pos, (int)hp->n_rot, hp->rope_mode, base, fscale);
+    rg_node *o;
+    if (c->segs) {  // several sequences: each segment's queries over its own cache
+        o = rg_layer_gather(c, "attn_o", Dh * H, T);                                     // [Dh*H, T]
+        for (int i = 0; i < c->n_segs && o; i++) {
+            const rg_layer_ctx cs = rg_layer_seg_ctx(c, i);
+            const int64_t f = c->segs[i].first, n = c->segs[i].n;
+            rg_layer_put_cols(g, attend(&cs, rg_layer_cols(g, q, 2, f, n), rg_layer_cols(g, k, 2, f, n),
+                                        rg_layer_cols(g, v, 2, f, n)), o, f);            // [Dh*H, n] at column f
+        }
+    } else {
+        o = attend(c, q, k, v);                                                          // [Dh*H, T]
     }
     rg_node *a = rg_layer_linear(c, RG_ROLE_ATTN_O, RG_ROLE_ATTN_O_B, o);  // [d, T]
     if (L->w[RG_ROLE_ATTN_POST_NORM]) a = rg_layer_norm(g, a, L->w[RG_ROLE_ATTN_POST_NORM], hp->norm_eps);

@@ -17,6 +17,21 @@ static const rg_state_buf conv_state[] = {
     {"conv", false, conv_elements, NULL},
 };
 
+// The causal conv of bx [d, T, 1] over c's state (the window written back, the batch's conv inputs kept for exact
+// rewind): y [d, T].
+static rg_node *conv(const rg_layer_ctx *c, rg_node *bx) {
+    rg_graph *g = c->g;
+    const rg_hparams *hp = &c->m->hp;
+    const int64_t d = hp->n_embd, T = bx->t.ne[1];
+    rg_node *state = rg_layer_state_leaf(c, 0, "conv_state", 3, (int64_t[]){d, hp->n_conv - 1, 1});  // [d, L-1, 1]
+    rg_node *cv = rg_ssm_conv(g, bx, rg_layer_f32(g, c->w->w[RG_ROLE_CONV_KERNEL]), state, c->seg);
+    rg_node *y = rg_reshape(g, rg_ssm_part(g, cv, RG_SSM_CONV_Y), 2, (int64_t[]){d, T});            // [d, T]
+    if (state) rg_cpy_into(g, rg_ssm_part(g, cv, RG_SSM_CONV_STATE), state);                        // the next chunk's window
+    if (state && c->state->snap_conv_x && T <= c->state->snap_cap)                                   // the batch's conv inputs
+        rg_cpy_into(g, bx, rg_leaf(g, "snap_conv_x", RG_TYPE_F32, 3, (int64_t[]){d, T, 1}, c->state->snap_conv_x));
+    return y;
+}
+
 static rg_node *build(const rg_layer_ctx *c, rg_node *x) {
     rg_graph *g = c->g;
     const rg_hparams *hp = &c->m->hp;
@@ -29,12 +44,17 @@ static rg_node *build(const rg_layer_ctx *c, rg_node *x) {
     rg_node *cg = rg_view(g, bcx, 2, (int64_t[]){d, T}, (size_t[]){4, row}, (size_t)d * 4);         // [d, T]
     rg_node *xs = rg_view(g, bcx, 2, (int64_t[]){d, T}, (size_t[]){4, row}, (size_t)(2 * d) * 4);   // [d, T]
     rg_node *bx = rg_reshape(g, rg_mul(g, b, xs), 3, (int64_t[]){d, T, 1});                         // [d, T, 1]
-    rg_node *state = rg_layer_state_leaf(c, 0, "conv_state", 3, (int64_t[]){d, hp->n_conv - 1, 1});  // [d, L-1, 1]
-    rg_node *conv = rg_ssm_conv(g, bx, rg_layer_f32(g, L->w[RG_ROLE_CONV_KERNEL]), state, c->seg);
-    rg_node *y = rg_reshape(g, rg_ssm_part(g, conv, RG_SSM_CONV_Y), 2, (int64_t[]){d, T});          // [d, T]
-    if (state) rg_cpy_into(g, rg_ssm_part(g, conv, RG_SSM_CONV_STATE), state);                      // the next chunk's window
-    if (state && c->state->snap_conv_x && T <= c->state->snap_cap)                                   // the batch's conv inputs
-        rg_cpy_into(g, bx, rg_leaf(g, "snap_conv_x", RG_TYPE_F32, 3, (int64_t[]){d, T, 1}, c->state->snap_conv_x));
+    rg_node *y;
+    if (c->segs) {  // several sequences: each segment's columns through its own window
+        y = rg_layer_gather(c, "conv_y", d, T);                                                     // [d, T]
+        for (int i = 0; i < c->n_segs && y; i++) {
+            const rg_layer_ctx cs = rg_layer_seg_ctx(c, i);
+            const int64_t f = c->segs[i].first, n = c->segs[i].n;
+            rg_layer_put_cols(g, conv(&cs, rg_layer_cols(g, bx, 1, f, n)), y, f);                   // [d, n] at column f
+        }
+    } else {
+        y = conv(c, bx);                                                                            // [d, T]
+    }
     rg_node *z = rg_mul(g, cg, y);                                                                  // [d, T]
     return rg_add(g, x, rg_layer_linear(c, RG_ROLE_CONV_OUT, RG_N_ROLES, z));                       // [d, T]
 }

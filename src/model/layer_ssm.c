@@ -29,20 +29,14 @@ static const rg_state_buf ssm_state[] = {
     {"ssm", false, ssm_elements, NULL},
 };
 
-static rg_node *build(const rg_layer_ctx *c, rg_node *x) {
+// The conv and the scan of xbc [Cc, T, 1] and dt [nh, T] (views of the input projection) over c's state (both
+// written back; the batch's conv inputs and states kept for exact rewind), with the D skip: y [P, nh, T].
+static rg_node *conv_scan(const rg_layer_ctx *c, rg_node *xbc, rg_node *dt) {
     rg_graph *g = c->g;
     const rg_hparams *hp = &c->m->hp;
     const rg_layer_nodes *L = c->w;
-    const int64_t T = x->t.ne[1], D_in = hp->ssm_inner, N = hp->ssm_state, nh = hp->ssm_heads, G = hp->ssm_groups;
-    const int64_t P = D_in / nh, Cc = conv_channels(hp), n_in = 2 * D_in + 2 * G * N + nh;
-    rg_node *h = rg_layer_norm(g, x, L->w[RG_ROLE_ATTN_NORM], hp->norm_eps);                        // [d, T]
-    rg_node *zxbcdt = rg_layer_linear(c, RG_ROLE_SSM_IN, RG_N_ROLES, h);                            // [n_in, T]: z, xBC, dt
-    const size_t row = (size_t)n_in * sizeof(float);
-    rg_node *z = rg_view(g, zxbcdt, 2, (int64_t[]){D_in, T}, (size_t[]){4, row}, 0);                // [D_in, T]
-    rg_node *xbc = rg_view(g, zxbcdt, 3, (int64_t[]){Cc, T, 1}, (size_t[]){4, row, row * T},
-                           (size_t)D_in * 4);                                                         // [Cc, T, 1]
-    rg_node *dt = rg_view(g, zxbcdt, 2, (int64_t[]){nh, T}, (size_t[]){4, row}, (size_t)(D_in + Cc) * 4);  // [nh, T]
-
+    const int64_t T = xbc->t.ne[1], D_in = hp->ssm_inner, N = hp->ssm_state, nh = hp->ssm_heads, G = hp->ssm_groups;
+    const int64_t P = D_in / nh, Cc = conv_channels(hp);
     rg_node *conv_st = rg_layer_state_leaf(c, 0, "conv_state", 3, (int64_t[]){Cc, hp->n_conv - 1, 1});  // [Cc, K-1, 1]
     rg_node *conv = rg_ssm_conv(g, xbc, rg_layer_f32(g, L->w[RG_ROLE_SSM_CONV]), conv_st, c->seg);
     if (conv_st) rg_cpy_into(g, rg_ssm_part(g, conv, RG_SSM_CONV_STATE), conv_st);
@@ -65,7 +59,35 @@ static rg_node *build(const rg_layer_ctx *c, rg_node *x) {
     // The D skip: y += x * D per head, x the conv output's first D_in lanes.
     rg_node *xs = rg_view(g, xbc, 3, (int64_t[]){P, nh, T}, (size_t[]){4, (size_t)P * 4, (size_t)Cc * 4},
                           0);                                                                         // [P, nh, T]
-    y = rg_add(g, y, rg_mul(g, xs, rg_layer_f32(g, L->w[RG_ROLE_SSM_D])));                          // [P, nh, T]
+    return rg_add(g, y, rg_mul(g, xs, rg_layer_f32(g, L->w[RG_ROLE_SSM_D])));                       // [P, nh, T]
+}
+
+static rg_node *build(const rg_layer_ctx *c, rg_node *x) {
+    rg_graph *g = c->g;
+    const rg_hparams *hp = &c->m->hp;
+    const rg_layer_nodes *L = c->w;
+    const int64_t T = x->t.ne[1], D_in = hp->ssm_inner, N = hp->ssm_state, nh = hp->ssm_heads, G = hp->ssm_groups;
+    const int64_t Cc = conv_channels(hp), n_in = 2 * D_in + 2 * G * N + nh;
+    rg_node *h = rg_layer_norm(g, x, L->w[RG_ROLE_ATTN_NORM], hp->norm_eps);                        // [d, T]
+    rg_node *zxbcdt = rg_layer_linear(c, RG_ROLE_SSM_IN, RG_N_ROLES, h);                            // [n_in, T]: z, xBC, dt
+    const size_t row = (size_t)n_in * sizeof(float);
+    rg_node *z = rg_view(g, zxbcdt, 2, (int64_t[]){D_in, T}, (size_t[]){4, row}, 0);                // [D_in, T]
+    rg_node *xbc = rg_view(g, zxbcdt, 3, (int64_t[]){Cc, T, 1}, (size_t[]){4, row, row * T},
+                           (size_t)D_in * 4);                                                         // [Cc, T, 1]
+    rg_node *dt = rg_view(g, zxbcdt, 2, (int64_t[]){nh, T}, (size_t[]){4, row}, (size_t)(D_in + Cc) * 4);  // [nh, T]
+    rg_node *y;
+    if (c->segs) {  // several sequences: each segment's columns through its own conv window and SSM state
+        y = rg_layer_gather(c, "ssm_y", D_in, T);                                                   // [D_in, T]
+        for (int i = 0; i < c->n_segs && y; i++) {
+            const rg_layer_ctx cs = rg_layer_seg_ctx(c, i);
+            const int64_t f = c->segs[i].first, n = c->segs[i].n;
+            rg_node *xbc_s = rg_view(g, zxbcdt, 3, (int64_t[]){Cc, n, 1}, (size_t[]){4, row, row * n},
+                                     (size_t)f * row + (size_t)D_in * 4);                            // [Cc, n, 1]
+            rg_layer_put_cols(g, conv_scan(&cs, xbc_s, rg_layer_cols(g, dt, 1, f, n)), y, f);       // [D_in, n] at f
+        }
+    } else {
+        y = conv_scan(c, xbc, dt);                                                                  // [P, nh, T]
+    }
     // The gate, then RMSNorm over each group of D_in/G lanes times ssm_norm [D_in/G, G].
     y = rg_mul(g, rg_reshape(g, y, 2, (int64_t[]){D_in, T}), rg_silu(g, z));                        // [D_in, T]
     y = rg_reshape(g, y, 3, (int64_t[]){D_in / G, G, T});                                           // [D_in/G, G, T]
