@@ -9,7 +9,8 @@
 //     the terms, computed in double from the dequantized operands);
 //   - a row's result does not depend on which group it falls in (rows 0..n
 //     computed with nr = n and with nr = 1 each: identical bits);
-//   - a weight stride larger than a row is honoured.
+//   - a weight stride larger than a row is honoured;
+//   - the two- and three-column kernels give each column the one-column kernel's bits.
 #include "base/cpu.h"
 #include "cpu/dot_rows.h"
 #include "tensor/half.h"
@@ -114,9 +115,75 @@ static void test_dot_rows_avx512_matches_avx2(void) {
     check_kernel(RG_TYPE_Q5_0, rg_dot_rows_q5_0_avx2, rg_dot_rows_q5_0_avx512);
 }
 
+// The two- and three-column kernels (rg_cpu_dot_rows2/3, where a type has them on this CPU): each column the bits of
+// the one-column kernel for that activation row alone, at every K above (Q8_0 past its table of scales included),
+// row counts 1, 5 and 19.
+static void test_dot_rows_columns(void) {
+    static const uint32_t types[] = {RG_TYPE_F32, RG_TYPE_F16, RG_TYPE_BF16, RG_TYPE_Q4_0, RG_TYPE_Q4_1,
+                                     RG_TYPE_Q5_0, RG_TYPE_Q8_0, RG_TYPE_Q4_K, RG_TYPE_Q6_K};
+    static const int64_t Ks[] = {32, 96, 576, 1536, 16416, 131328};
+    static const int64_t nrs[] = {1, 5, 19};
+    int n_kernels = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const uint32_t type = types[ti];
+        rg_dot_rows_fn one = rg_cpu_dot_rows(type);
+        rg_dot_rows2_fn two = rg_cpu_dot_rows2(type);
+        rg_dot_rows3_fn three = rg_cpu_dot_rows3(type);
+        if (!one || (!two && !three)) continue;
+        n_kernels += (two != NULL) + (three != NULL);
+        const rg_quant_ops *q = rg_quant_get(type), *qa = rg_quant_get(q->vec_dot_type);
+        const rg_type_traits *tt = rg_type_get(type), *ta = rg_type_get(q->vec_dot_type);
+        for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+            const int64_t K = Ks[ki];
+            if (K % tt->block_size || (K > 16416 && tt->block_size != 256)) continue;
+            const size_t row_bytes = (size_t)(K / tt->block_size) * tt->type_size;
+            const size_t act_bytes = (size_t)(K / ta->block_size) * ta->type_size;
+            uint8_t *w = calloc(19, row_bytes), *x[3];
+            float *f = malloc(sizeof(float) * (size_t)K);
+            for (int64_t r = 0; r < 19; r++) {
+                for (int64_t i = 0; i < K; i++) f[i] = frand() * (r % 3 == 0 ? 4.0f : 0.5f);
+                if (q->quantize) q->quantize(f, w + (size_t)r * row_bytes, K, NULL);
+                else memcpy(w + (size_t)r * row_bytes, f, sizeof(float) * (size_t)K);
+            }
+            for (int c = 0; c < 3; c++) {
+                x[c] = calloc(1, act_bytes);
+                for (int64_t i = 0; i < K; i++) f[i] = frand() * (1.0f + (float)c);
+                if (qa->quantize) qa->quantize(f, x[c], K, NULL);
+                else memcpy(x[c], f, sizeof(float) * (size_t)K);
+            }
+            for (size_t ni = 0; ni < sizeof nrs / sizeof nrs[0]; ni++) {
+                const int64_t nr = nrs[ni];
+                float ref[3][19], got[3][19];
+                for (int c = 0; c < 3; c++) one(K, nr, w, row_bytes, x[c], ref[c]);
+                if (two) {
+                    two(K, nr, w, row_bytes, x[0], x[1], got[0], got[1]);
+                    RG_CHECK(!memcmp(ref[0], got[0], sizeof(float) * (size_t)nr) &&
+                                 !memcmp(ref[1], got[1], sizeof(float) * (size_t)nr),
+                             "%s K=%lld nr=%lld: the two-column kernel's bits differ from one column's", tt->name,
+                             (long long)K, (long long)nr);
+                }
+                if (three) {
+                    const void *const xs[3] = {x[0], x[1], x[2]};
+                    float *const ys[3] = {got[0], got[1], got[2]};
+                    three(K, nr, w, row_bytes, xs, ys);
+                    for (int c = 0; c < 3; c++)
+                        RG_CHECK(!memcmp(ref[c], got[c], sizeof(float) * (size_t)nr),
+                                 "%s K=%lld nr=%lld column %d: the three-column kernel's bits differ from one column's",
+                                 tt->name, (long long)K, (long long)nr, c);
+                }
+            }
+            for (int c = 0; c < 3; c++) free(x[c]);
+            free(w), free(f);
+        }
+    }
+    if (n_kernels == 0) RG_SKIP("no multi-column kernel on this CPU (no AVX2)");
+    printf("    %d multi-column kernels checked against one column\n", n_kernels);
+}
+
 static const rg_test_case cases[] = {
     RG_TEST(test_dot_rows_against_reference),
     RG_TEST(test_dot_rows_avx512_matches_avx2),
+    RG_TEST(test_dot_rows_columns),
     {0},
 };
 

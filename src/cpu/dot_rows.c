@@ -34,6 +34,7 @@ rg_dot_rows2_fn rg_cpu_dot_rows2(uint32_t w_type) {
     switch (w_type) {
     case RG_TYPE_Q4_0: return one == rg_dot_rows_q4_0_avx2 ? rg_dot_rows2_q4_0_avx2 : NULL;
     case RG_TYPE_Q5_0: return one == rg_dot_rows_q5_0_avx2 ? rg_dot_rows2_q5_0_avx2 : NULL;
+    case RG_TYPE_Q8_0: return one == rg_dot_rows_q8_0_avx2 ? rg_dot_rows2_q8_0_avx2 : NULL;
     case RG_TYPE_F32: return rg_dot_rows2_f32_avx2;
     case RG_TYPE_F16: return rg_dot_rows2_f16_avx2;
     case RG_TYPE_BF16: return rg_dot_rows2_bf16_avx2;
@@ -49,6 +50,7 @@ rg_dot_rows3_fn rg_cpu_dot_rows3(uint32_t w_type) {
     case RG_TYPE_F32: return rg_dot_rows3_f32_avx2;
     case RG_TYPE_F16: return rg_dot_rows3_f16_avx2;
     case RG_TYPE_BF16: return rg_dot_rows3_bf16_avx2;
+    case RG_TYPE_Q8_0: return rg_cpu_dot_rows(w_type) == rg_dot_rows_q8_0_avx2 ? rg_dot_rows3_q8_0_avx2 : NULL;
     default: return NULL;
     }
 }

@@ -58,6 +58,10 @@ void rg_dot_rows2_q4_0_avx2(int64_t K, int64_t nr, const void *w, size_t w_strid
                             float *y0, float *y1);
 void rg_dot_rows2_q5_0_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
                             float *y0, float *y1);
+void rg_dot_rows2_q8_0_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
+                            float *y0, float *y1);
+void rg_dot_rows3_q8_0_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *const x[3],
+                            float *const y[3]);
 void rg_dot_rows3_f32_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *const x[3],
                            float *const y[3]);
 void rg_dot_rows3_f16_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *const x[3],

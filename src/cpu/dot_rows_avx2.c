@@ -207,6 +207,62 @@ void rg_dot_rows_q8_0_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride
     }
 }
 
+// Q8_0 against NC activation rows at once: each weight block loaded once (its |q| and its scale widened once)
+// for all of them, and each column's arithmetic that of rg_dot_rows_q8_0_avx2 for it alone (the same blocks into
+// the same alternating accumulators, the same scales, the same final sum), so the bits are the same.
+static inline void q8_0_cols(int NC, int64_t K, int64_t nr, const void *w, size_t w_stride, const void *const *x,
+                             float *const *y) {
+    const int64_t nb = K / 32;
+    float dys[3][Q8_0_DY_MAX];
+    const bool widened = nb <= Q8_0_DY_MAX;
+    for (int c = 0; c < NC; c++)
+        for (int64_t b = 0; widened && b < nb; b++)
+            dys[c][b] = _cvtsh_ss((unsigned short)rd32((const uint8_t *)x[c] + b * Q8_0_BYTES));
+    for (int64_t r = 0; r < nr; r++) {
+        const uint8_t *wr = (const uint8_t *)w + (size_t)r * w_stride;
+        __m256 a0[3], a1[3];
+        for (int c = 0; c < NC; c++) a0[c] = _mm256_setzero_ps(), a1[c] = _mm256_setzero_ps();
+        int64_t b = 0;
+        for (; b + 2 <= nb; b += 2) {
+            const uint8_t *wb = wr + b * Q8_0_BYTES;
+            _mm_prefetch((const char *)wb + ROW_PF, _MM_HINT_T0);
+            const __m256i qw0 = _mm256_loadu_si256((const __m256i *)(wb + 2));
+            const __m256i qw1 = _mm256_loadu_si256((const __m256i *)(wb + Q8_0_BYTES + 2));
+            const __m256i u0 = _mm256_abs_epi8(qw0), u1 = _mm256_abs_epi8(qw1);
+            const __m256 s0 = bcast_f16(wb), s1 = bcast_f16(wb + Q8_0_BYTES);
+            for (int c = 0; c < NC; c++) {
+                const uint8_t *xb = (const uint8_t *)x[c] + b * Q8_0_BYTES;
+                const __m256 d0 = widened ? _mm256_broadcast_ss(&dys[c][b]) : bcast_f16(xb);
+                const __m256 d1 = widened ? _mm256_broadcast_ss(&dys[c][b + 1]) : bcast_f16(xb + Q8_0_BYTES);
+                const __m256i p0 = dot_u8_i8(u0, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(xb + 2)), qw0));
+                const __m256i p1 = dot_u8_i8(
+                    u1, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(xb + Q8_0_BYTES + 2)), qw1));
+                a0[c] = _mm256_fmadd_ps(_mm256_mul_ps(s0, d0), _mm256_cvtepi32_ps(p0), a0[c]);
+                a1[c] = _mm256_fmadd_ps(_mm256_mul_ps(s1, d1), _mm256_cvtepi32_ps(p1), a1[c]);
+            }
+        }
+        for (int c = 0; c < NC; c++) {
+            if (b < nb) {
+                const uint8_t *xb = (const uint8_t *)x[c] + b * Q8_0_BYTES;
+                a0[c] = q8_0_block(wr + b * Q8_0_BYTES, xb, bcast_f16(xb), a0[c]);
+            }
+            y[c][r] = hsum8(_mm256_add_ps(a0[c], a1[c]));
+        }
+    }
+}
+
+void rg_dot_rows2_q8_0_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
+                            float *y0, float *y1) {
+    const void *const x[2] = {x0, x1};
+    float *const y[2] = {y0, y1};
+    q8_0_cols(2, K, nr, w, w_stride, x, y);
+}
+
+void rg_dot_rows3_q8_0_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *const x[3],
+                            float *const y[3]) {
+    q8_0_cols(3, K, nr, w, w_stride, x, y);
+}
+
 // ---------------------------------------------------------------------------
 // F32, F16, BF16 weights against F32 activations.
 
@@ -384,6 +440,7 @@ STUB2(rg_dot_rows2_f16_avx2)
 STUB2(rg_dot_rows2_bf16_avx2)
 STUB2(rg_dot_rows2_q4_0_avx2)
 STUB2(rg_dot_rows2_q5_0_avx2)
+STUB2(rg_dot_rows2_q8_0_avx2)
 #define STUB3(name)                                                                                    \
     void name(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *const x[3], float *const y[3]) { \
         (void)K, (void)nr, (void)w, (void)w_stride, (void)x, (void)y;                                  \
@@ -391,5 +448,6 @@ STUB2(rg_dot_rows2_q5_0_avx2)
 STUB3(rg_dot_rows3_f32_avx2)
 STUB3(rg_dot_rows3_f16_avx2)
 STUB3(rg_dot_rows3_bf16_avx2)
+STUB3(rg_dot_rows3_q8_0_avx2)
 
 #endif
