@@ -319,7 +319,7 @@ case " $failed_steps " in *" report "*) finish ;; esac
 
 if full; then  # 3-4
 # 3. The CUDA test binaries, then the parity table.
-for t in "$build"/test_cuda "$build"/test_cuda_* "$build"/test_session "$build"/test_session_state "$build"/test_session_rewind "$build"/test_session_rewind_recurrent "$build"/test_session_exact "$build"/test_session_seqs "$build"/test_train_device "$build"/test_device_memory "$build"/test_f16_base_training; do
+for t in "$build"/test_cuda "$build"/test_cuda_* "$build"/test_session "$build"/test_session_state "$build"/test_session_rewind "$build"/test_session_rewind_recurrent "$build"/test_session_exact "$build"/test_session_seqs "$build"/test_engine "$build"/test_train_device "$build"/test_device_memory "$build"/test_f16_base_training; do
   [ -x "$t" ] && [ -f "$t" ] && test_bin 120 "$t"
 done
 echo "--- test_cuda (verbatim)"; cat "$out/test_cuda.log" 2>/dev/null || echo "(no test_cuda log)"; echo "--- end test_cuda"
@@ -548,7 +548,7 @@ if full; then  # 7
 # 7. The CPU suite, while the budget lasts.
 for t in "$build"/test_*; do
   { [ -x "$t" ] && [ -f "$t" ]; } || continue
-  case "$(basename "$t")" in test_cuda | test_cuda_* | test_session | test_session_state | test_session_rewind | test_session_rewind_recurrent | test_session_exact | test_session_seqs | test_train_device | test_device_memory | test_f16_base_training) continue ;; esac
+  case "$(basename "$t")" in test_cuda | test_cuda_* | test_session | test_session_state | test_session_rewind | test_session_rewind_recurrent | test_session_exact | test_session_seqs | test_engine | test_train_device | test_device_memory | test_f16_base_training) continue ;; esac
   if [ "$dry" = 1 ]; then
     case "$(basename "$t")" in test_tensor | test_schedule) ;; *) continue ;; esac
   fi

@@ -84,7 +84,7 @@ if build_or_fail release build -DRG_WERROR=ON; then
   for t in build/test_cuda build/test_cuda_elementwise build/test_cuda_norm build/test_cuda_train build/test_cuda_dequant \
            build/test_cuda_quant_mm build/test_cuda_loss_quant build/test_session build/test_session_state build/test_session_rewind build/test_train_device \
            build/test_device_memory build/test_cuda_train_quant build/test_f16_base_training \
-           build/test_sampler build/test_session_rewind_recurrent build/test_session_exact build/test_session_seqs; do
+           build/test_sampler build/test_session_rewind_recurrent build/test_session_exact build/test_session_seqs build/test_engine; do
     [ -x "$t" ] && run_suite "$(basename "$t") on the host execution of the CUDA code" env RETRO_CUDA_HOST=1 "$t"
   done
   # training.compute_dtype=auto takes BF16 products for BF16 models where the CPU has a matrix unit; the
@@ -150,7 +150,7 @@ fi
 # the runtime's own hooks, no libtsan): misaligned vector accesses and shared memory out of bounds are
 # kernel errors, and RETRO_CUDA_HOST_RACECHECK=1 checks shared memory between barriers and device memory
 # between the blocks of a launch. Only the suites it serves are built.
-race_targets="test_cuda_host test_cuda_host_race test_cuda_host_capture test_cuda test_cuda_elementwise test_cuda_norm test_cuda_train test_cuda_dequant test_cuda_quant_mm test_cuda_loss_quant test_session test_session_state test_device_memory test_ops test_sampler test_session_rewind_recurrent test_session_seqs"
+race_targets="test_cuda_host test_cuda_host_race test_cuda_host_capture test_cuda test_cuda_elementwise test_cuda_norm test_cuda_train test_cuda_dequant test_cuda_quant_mm test_cuda_loss_quant test_session test_session_state test_device_memory test_ops test_sampler test_session_rewind_recurrent test_session_seqs test_engine"
 export RG_BUILD_TARGETS="$race_targets"
 build_or_fail racecheck build-racecheck -DRG_CUDA=OFF -DRG_CUDA_HOST_RACECHECK=ON -DRG_WERROR=ON; race_built=$?
 unset RG_BUILD_TARGETS
@@ -166,6 +166,8 @@ if [ "$race_built" = 0 ]; then
     env RETRO_CUDA_HOST=1 RETRO_CUDA_HOST_RACECHECK=1 build-racecheck/test_ops cuda_parity
   run_suite "test_session_seqs' mamba2 f32 device case under the race check (host execution)" \
     env RETRO_CUDA_HOST=1 RETRO_CUDA_HOST_RACECHECK=1 build-racecheck/test_session_seqs test_cuda_mamba2_f32
+  run_suite "test_engine's lfm2 q8_0 device case under the race check (host execution)" \
+    env RETRO_CUDA_HOST=1 RETRO_CUDA_HOST_RACECHECK=1 build-racecheck/test_engine test_cuda_lfm2_q8_0
   run_suite "test_sampler's device cases under the race check (host execution)" \
     env RETRO_CUDA_HOST=1 RETRO_CUDA_HOST_RACECHECK=1 build-racecheck/test_sampler test_cuda
 fi

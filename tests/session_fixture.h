@@ -48,6 +48,11 @@ static inline bool sf_eval_cont(rg_session *s, const int32_t *ids, int n, int fi
     return !st;
 }
 
+// A case's tag: "[cuda ]arch type:".
+static inline void sf_tag(char *tag, size_t n, rg_device d, const char *arch, uint32_t type) {
+    snprintf(tag, n, "%s%s %s:", d == RG_DEVICE_CUDA ? "cuda " : "", arch, rg_type_get(type)->name);
+}
+
 // A test case fn running `call` on the CUDA device (a GPU, or the host execution of the CUDA code with
 // RETRO_CUDA_HOST=1) with the test's device variable set to it for the call; skipped without one (rg_test.h).
 #define SF_CUDA_CASE(fn, device_var, call)                                                   \

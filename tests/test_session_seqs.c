@@ -389,7 +389,7 @@ static void check_fixture(const char *arch, uint32_t type) {
     rg_model *m = sf_tiny_model(arch, type, 7, true, mpath, "seqs");
     RG_CHECK(m != NULL, "%s %s: no fixture", arch, rg_type_get(type)->name);
     if (!m) return;
-    snprintf(tag, sizeof tag, "%s%s %s:", device == RG_DEVICE_CUDA ? "cuda " : "", arch, rg_type_get(type)->name);
+    sf_tag(tag, sizeof tag, device, arch, type);
     check_interleaved(m, tag);
     check_save_load(m, tag);
     check_bad_sequences(m, tag);

@@ -46,6 +46,9 @@ typedef struct rg_session_opts {
     // decoder's verification batch (the draft and one token) is what needs them; a mamba2 layer keeps its whole
     // SSM state per token, so this bounds the memory.
     int64_t snapshot_tokens;
+    // Exact rewind of recurrent state: 0 (the default) as RETRO_RECURRENT_ROLLBACK says (off unless auto), 1
+    // auto (snapshots kept, whatever the environment says), -1 off.
+    int recurrent_rollback;
     // Sequences the session holds (<= 0: 1; at most RG_SESSION_MAX_SEQ). Each keeps a cache of n_ctx tokens (and,
     // with RETRO_RECURRENT_ROLLBACK=auto, its own snapshots): memory grows with n_seq.
     int n_seq;

@@ -97,7 +97,7 @@ rg_status snap_init(rg_session *s, rg_error *err) {
     if (env && *env && strcmp(env, "off") && strcmp(env, "auto"))
         return rg_fail(err, RG_ERR_ARG, "RETRO_RECURRENT_ROLLBACK=%.64s: expected off (the default: no snapshots) or "
                        "auto (keep snapshots of the recurrent state for exact rewinds)", env);
-    sn->requested = env && !strcmp(env, "auto");
+    sn->requested = s->opts.recurrent_rollback ? s->opts.recurrent_rollback > 0 : env && !strcmp(env, "auto");
     if (!sn->requested || !rg_model_state_recurrent(&s->q->state)) return RG_OK;
     const int64_t L = s->q->state.n_layer;
     const int64_t cap = s->opts.snapshot_tokens > 0 && s->opts.snapshot_tokens < s->opts.n_batch ? s->opts.snapshot_tokens

@@ -1,0 +1,310 @@
+// engine.c - see engine.h. A step: queued requests take free slots (the one whose cache shares the longest
+// prefix with the prompt, rewound to it), one prompting slot is fed a chunk (round robin among them, so a long
+// prompt does not hold the others' first tokens back by more than a chunk each), then every generating slot's
+// drawn token is evaluated in one exact batch and its next token drawn.
+#include "infer/engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+
+typedef enum { SLOT_FREE, SLOT_PROMPT, SLOT_GEN } slot_phase;
+
+typedef struct request {
+    int id;
+    int32_t *prompt;  // [n_prompt], owned
+    int64_t n_prompt;
+    rg_sampler_params sampling;
+    int64_t max_tokens;
+    int32_t *stop;  // [n_stop], owned
+    int n_stop;
+} request;
+
+typedef struct slot {
+    slot_phase phase;
+    request r;           // what it serves (not FREE)
+    int32_t *hist;       // [n_ctx]: the tokens in the slot's sequence (its cache), n_hist of them
+    int64_t n_hist;
+    int64_t n_cached;    // prompt tokens the cache held at admission
+    int32_t pending;     // SLOT_GEN: the token drawn and emitted, evaluated at the next step
+    int64_t n_gen;       // tokens emitted
+    rg_sampler *smp;
+    uint64_t freed_at;   // when it was last freed (the least recently used wins a tie)
+} slot;
+
+struct rg_engine {
+    const rg_model *m;
+    rg_engine_opts o;
+    rg_session *s;
+    slot *slots;
+    request *queue;  // FIFO [n_queue]
+    int n_queue, cap_queue;
+    int next_id, rr;
+    uint64_t tick;
+    float *logits;  // [n_vocab, n_batch]
+};
+
+static void request_free(request *r) {
+    free(r->prompt);
+    free(r->stop);
+    memset(r, 0, sizeof *r);
+}
+
+static void emit(rg_engine *e, int id, int32_t token, rg_finish finish, const slot *sl, const char *error) {
+    rg_engine_event ev = {.id = id, .token = token, .finish = finish, .error = error};
+    if (sl) ev.n_prompt = sl->r.n_prompt, ev.n_cached = sl->n_cached;
+    if (e->o.on_event) e->o.on_event(e->o.user, &ev);
+}
+
+// Ends the slot's request with `finish`; the slot keeps its cache (and hist) for the next request.
+static void slot_finish(rg_engine *e, slot *sl, rg_finish finish, const char *error) {
+    emit(e, sl->r.id, -1, finish, sl, error);
+    rg_sampler_free(sl->smp);
+    sl->smp = NULL;
+    request_free(&sl->r);
+    sl->phase = SLOT_FREE;
+    sl->freed_at = ++e->tick;
+}
+
+// After a failed evaluation: the slot's sequence back to a fresh start (a failure may leave a recurrent state
+// lost), its request ended with the error.
+static void slot_fail(rg_engine *e, slot *sl, const char *msg) {
+    rg_error ignored;
+    rg_session_rewind_seq(e->s, (int)(sl - e->slots), 0, &ignored);
+    sl->n_hist = 0;
+    slot_finish(e, sl, RG_FINISH_ERROR, msg);
+}
+
+rg_status rg_engine_create(rg_engine **out, const rg_model *m, const rg_engine_opts *opts, rg_error *err) {
+    *out = NULL;
+    if (opts->n_slots < 1 || opts->n_slots > RG_SESSION_MAX_SEQ)
+        return rg_fail(err, RG_ERR_ARG, "engine: %d slots: expected 1..%d", opts->n_slots, RG_SESSION_MAX_SEQ);
+    rg_engine *e = calloc(1, sizeof *e);
+    if (!e) return rg_fail(err, RG_ERR_NOMEM, "engine: out of memory");
+    e->m = m;
+    e->o = *opts;
+    rg_session_opts so = {.n_ctx = opts->n_ctx, .n_threads = opts->n_threads, .n_batch = opts->n_batch,
+                          .device = opts->device, .n_seq = opts->n_slots, .recurrent_rollback = 1};
+    rg_status st = rg_session_create(&e->s, m, &so, err);
+    if (!st) {
+        e->o.n_ctx = rg_session_n_ctx(e->s);
+        e->o.n_batch = opts->n_batch > 0 ? opts->n_batch : 256;
+        e->slots = calloc((size_t)opts->n_slots, sizeof *e->slots);
+        e->logits = malloc(sizeof(float) * (size_t)(m->hp.n_vocab * e->o.n_batch));
+        if (!e->slots || !e->logits) st = rg_fail(err, RG_ERR_NOMEM, "engine: out of memory");
+    }
+    for (int i = 0; !st && i < opts->n_slots; i++)
+        if (!(e->slots[i].hist = malloc(sizeof(int32_t) * (size_t)e->o.n_ctx)))
+            st = rg_fail(err, RG_ERR_NOMEM, "engine: out of memory for %d slots of %lld tokens", opts->n_slots,
+                         (long long)e->o.n_ctx);
+    if (st) {
+        rg_engine_free(e);
+        return st;
+    }
+    *out = e;
+    return RG_OK;
+}
+
+void rg_engine_free(rg_engine *e) {
+    if (!e) return;
+    for (int i = 0; e->slots && i < e->o.n_slots; i++) {
+        rg_sampler_free(e->slots[i].smp);
+        request_free(&e->slots[i].r);
+        free(e->slots[i].hist);
+    }
+    for (int i = 0; i < e->n_queue; i++) request_free(&e->queue[i]);
+    free(e->queue);
+    free(e->slots);
+    free(e->logits);
+    rg_session_free(e->s);
+    free(e);
+}
+
+rg_session *rg_engine_session(rg_engine *e) { return e->s; }
+
+int rg_engine_pending(const rg_engine *e) {
+    int n = e->n_queue;
+    for (int i = 0; i < e->o.n_slots; i++) n += e->slots[i].phase != SLOT_FREE;
+    return n;
+}
+
+rg_status rg_engine_submit(rg_engine *e, const rg_engine_request *r, int *id, rg_error *err) {
+    *id = -1;
+    const int64_t V = e->m->hp.n_vocab;
+    if (!r->prompt || r->n_prompt < 1) return rg_fail(err, RG_ERR_ARG, "engine: the prompt is empty");
+    if (r->n_prompt >= e->o.n_ctx)
+        return rg_fail(err, RG_ERR_ARG, "engine: the prompt's %lld tokens leave no room in a slot's context of %lld",
+                       (long long)r->n_prompt, (long long)e->o.n_ctx);
+    for (int64_t i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= V)
+            return rg_fail(err, RG_ERR_ARG, "engine: prompt token %lld is %d, outside the vocabulary of %lld",
+                           (long long)i, r->prompt[i], (long long)V);
+    for (int i = 0; i < r->n_stop; i++)
+        if (r->stop[i] < 0 || r->stop[i] >= V)
+            return rg_fail(err, RG_ERR_ARG, "engine: stop token %d is %d, outside the vocabulary of %lld", i,
+                           r->stop[i], (long long)V);
+    rg_error why;
+    if (rg_sampler_params_check(&r->sampling, &why))
+        return rg_fail(err, RG_ERR_ARG, "engine: the request's sampling: %s", why.msg);
+    if (e->n_queue == e->cap_queue) {
+        const int cap = e->cap_queue ? 2 * e->cap_queue : 16;
+        request *q = realloc(e->queue, sizeof *q * (size_t)cap);
+        if (!q) return rg_fail(err, RG_ERR_NOMEM, "engine: out of memory");
+        e->queue = q, e->cap_queue = cap;
+    }
+    request q = {.id = e->next_id, .n_prompt = r->n_prompt, .sampling = r->sampling, .max_tokens = r->max_tokens,
+                 .n_stop = r->n_stop};
+    q.prompt = malloc(sizeof(int32_t) * (size_t)r->n_prompt);
+    q.stop = malloc(sizeof(int32_t) * (size_t)(r->n_stop > 0 ? r->n_stop : 1));
+    if (!q.prompt || !q.stop) {
+        request_free(&q);
+        return rg_fail(err, RG_ERR_NOMEM, "engine: out of memory");
+    }
+    memcpy(q.prompt, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
+    if (r->n_stop > 0) memcpy(q.stop, r->stop, sizeof(int32_t) * (size_t)r->n_stop);
+    e->queue[e->n_queue++] = q;
+    *id = e->next_id++;
+    return RG_OK;
+}
+
+static int64_t common_prefix(const int32_t *a, int64_t na, const int32_t *b, int64_t nb) {
+    int64_t n = 0;
+    while (n < na && n < nb && a[n] == b[n]) n++;
+    return n;
+}
+
+// Queued requests into free slots, in order: each takes the free slot sharing the longest prefix with its prompt
+// (the least recently freed among equals), rewound to that prefix (at most the prompt less its last token, whose
+// logits the first draw needs); a rewind the session refuses (no snapshot holds it) starts the slot over.
+static rg_status admit(rg_engine *e, rg_error *err) {
+    while (e->n_queue > 0) {
+        request *q = &e->queue[0];
+        slot *best = NULL;
+        int64_t best_keep = -1;
+        for (int i = 0; i < e->o.n_slots; i++) {
+            slot *sl = &e->slots[i];
+            if (sl->phase != SLOT_FREE) continue;
+            int64_t keep = common_prefix(sl->hist, sl->n_hist, q->prompt, q->n_prompt);
+            if (keep > q->n_prompt - 1) keep = q->n_prompt - 1;
+            if (keep > best_keep || (keep == best_keep && sl->freed_at < best->freed_at)) best = sl, best_keep = keep;
+        }
+        if (!best) return RG_OK;  // every slot busy
+        const int k = (int)(best - e->slots);
+        rg_error refused;
+        if (rg_session_rewind_seq(e->s, k, best_keep, &refused)) {
+            best_keep = 0;
+            rg_status st = rg_session_rewind_seq(e->s, k, 0, err);
+            if (st) return st;
+        }
+        best->n_hist = best_keep;
+        best->n_cached = best_keep;
+        best->r = *q;
+        memmove(e->queue, e->queue + 1, sizeof *e->queue * (size_t)(e->n_queue - 1));
+        e->n_queue--;
+        best->n_gen = 0;
+        best->phase = SLOT_PROMPT;
+        rg_status st = rg_sampler_create(&best->smp, &best->r.sampling, (int32_t)e->m->hp.n_vocab, err);
+        if (st) {
+            slot_finish(e, best, RG_FINISH_ERROR, err->msg);
+            continue;
+        }
+        for (int64_t i = 0; i < best->r.n_prompt; i++) rg_sampler_accept(best->smp, best->r.prompt[i]);
+    }
+    return RG_OK;
+}
+
+// A token drawn for the slot's request: a stop token ends it (not emitted); otherwise it is emitted, and the
+// request ends when max_tokens are out or the context has no room to evaluate it.
+static void took(rg_engine *e, slot *sl, int32_t tok) {
+    rg_sampler_accept(sl->smp, tok);
+    for (int i = 0; i < sl->r.n_stop; i++)
+        if (sl->r.stop[i] == tok) {
+            slot_finish(e, sl, RG_FINISH_STOP, NULL);
+            return;
+        }
+    emit(e, sl->r.id, tok, RG_FINISH_NONE, NULL, NULL);
+    sl->n_gen++;
+    if ((sl->r.max_tokens > 0 && sl->n_gen >= sl->r.max_tokens) || sl->n_hist + 1 > e->o.n_ctx) {
+        slot_finish(e, sl, RG_FINISH_LENGTH, NULL);
+        return;
+    }
+    sl->pending = tok;
+    sl->phase = SLOT_GEN;
+}
+
+// One chunk of one prompting slot's prompt (round robin); the first token drawn when the prompt is in.
+static void feed_prompt(rg_engine *e) {
+    const int n = e->o.n_slots;
+    for (int t = 0; t < n; t++) {
+        const int k = (e->rr + t) % n;
+        slot *sl = &e->slots[k];
+        if (sl->phase != SLOT_PROMPT) continue;
+        e->rr = (k + 1) % n;
+        const int64_t left = sl->r.n_prompt - sl->n_hist, chunk = left < e->o.n_batch ? left : e->o.n_batch;
+        const bool last = chunk == left;
+        rg_error err;
+        if (rg_session_eval_seq(e->s, k, sl->r.prompt + sl->n_hist, chunk, last ? e->logits : NULL, 0, &err)) {
+            slot_fail(e, sl, err.msg);
+            return;
+        }
+        memcpy(sl->hist + sl->n_hist, sl->r.prompt + sl->n_hist, sizeof(int32_t) * (size_t)chunk);
+        sl->n_hist += chunk;
+        if (last) took(e, sl, rg_sampler_sample(sl->smp, e->logits));
+        return;
+    }
+}
+
+// Every generating slot's pending token in exact batches of at most n_batch sequences, then each one's next draw.
+static void decode(rg_engine *e) {
+    const int64_t V = e->m->hp.n_vocab;
+    rg_seq_tokens b[64];
+    slot *who[64];
+    int k = 0;
+    while (k < e->o.n_slots) {
+        int n_b = 0;
+        for (; k < e->o.n_slots && n_b < 64 && n_b < e->o.n_batch; k++)
+            if (e->slots[k].phase == SLOT_GEN) {
+                who[n_b] = &e->slots[k];
+                b[n_b] = (rg_seq_tokens){k, &e->slots[k].pending, 1};
+                n_b++;
+            }
+        if (n_b == 0) continue;
+        rg_error err;
+        if (rg_session_eval_seqs(e->s, b, n_b, e->logits, 1, true, &err)) {
+            for (int i = 0; i < n_b; i++) slot_fail(e, who[i], err.msg);
+            continue;
+        }
+        for (int i = 0; i < n_b; i++) {
+            slot *sl = who[i];
+            sl->hist[sl->n_hist++] = sl->pending;
+            took(e, sl, rg_sampler_sample(sl->smp, e->logits + (size_t)i * V));
+        }
+    }
+}
+
+rg_status rg_engine_step(rg_engine *e, rg_error *err) {
+    rg_status st = admit(e, err);
+    if (st) return st;
+    feed_prompt(e);
+    decode(e);
+    return RG_OK;
+}
+
+bool rg_engine_cancel(rg_engine *e, int id) {
+    for (int i = 0; i < e->n_queue; i++)
+        if (e->queue[i].id == id) {
+            emit(e, id, -1, RG_FINISH_CANCELLED, NULL, NULL);
+            request_free(&e->queue[i]);
+            memmove(e->queue + i, e->queue + i + 1, sizeof *e->queue * (size_t)(e->n_queue - i - 1));
+            e->n_queue--;
+            return true;
+        }
+    for (int i = 0; i < e->o.n_slots; i++)
+        if (e->slots[i].phase != SLOT_FREE && e->slots[i].r.id == id) {
+            slot_finish(e, &e->slots[i], RG_FINISH_CANCELLED, NULL);
+            return true;
+        }
+    return false;
+}
