@@ -3,27 +3,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "base/json_write.h"
 #include "cli.h"
-
-// Length of the valid UTF-8 sequence at s (at most n bytes), or 0 when invalid.
-static size_t utf8_len(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    size_t len;
-    uint32_t cp;
-    if (c < 0x80) return 1;
-    if ((c & 0xE0) == 0xC0) len = 2, cp = c & 0x1F;
-    else if ((c & 0xF0) == 0xE0) len = 3, cp = c & 0x0F;
-    else if ((c & 0xF8) == 0xF0) len = 4, cp = c & 0x07;
-    else return 0;
-    if (len > n) return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        cp = cp << 6 | (s[i] & 0x3F);
-    }
-    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return len;
-}
 
 void json_str(FILE *f, const char *str, size_t n) {
     const unsigned char *s = (const unsigned char *)str;
@@ -39,7 +20,7 @@ void json_str(FILE *f, const char *str, size_t n) {
         else if (c == '\r') fputs("\\r", f), i++;
         else if (c < 0x20 || c == 0x7F) fprintf(f, "\\u%04x", c), i++;
         else {
-            size_t len = utf8_len(s + i, n - i);
+            size_t len = rg_utf8_seq_len(s + i, n - i);
             if (len == 0) {
                 fputs("\\ufffd", f);
                 i++;
