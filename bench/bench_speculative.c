@@ -116,7 +116,7 @@ static rg_status make_prompt(bench *b, rg_error *err) {
     const char *in = text;
     size_t len = strlen(text);
     if (rg_chat_template_from_tokenizer(&tmpl, tok, err) == RG_OK) {
-        rg_chat_message msg = {"user", 4, text, len};
+        rg_chat_message msg = {.role = "user", .role_len = 4, .content = text, .content_len = len};
         rg_chat_options co = {.add_generation_prompt = true};
         st = rg_chat_render(&tmpl, &msg, 1, &co, &r, err);
         rg_chat_template_free(&tmpl);

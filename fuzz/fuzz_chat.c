@@ -265,7 +265,7 @@ static void check_render(const rg_chat_template *t, const rg_chat_message *m, si
     rg_chat_rendered_free(&r);
 }
 
-#define MSG(r, c) {r, sizeof(r) - 1, c, sizeof(c) - 1}
+#define MSG(r, c) {.role = r, .role_len = sizeof(r) - 1, .content = c, .content_len = sizeof(c) - 1}
 static const rg_chat_message conv_system[] = {MSG("system", " Be brief. "), MSG("user", "Hi"), MSG("assistant", "Hello")};
 static const rg_chat_message conv_tools[] = {MSG("user", "Weather?"), MSG("assistant", ""), MSG("tool", "sunny"),
                                              MSG("tool", "22 C"), MSG("assistant", "Sunny.")};
@@ -334,7 +334,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         date = strndup(d ? d : "", len);
         FZ_CHECK(date, "out of memory");
     }
-    rg_chat_message *m = malloc((in.n + 1) * sizeof *m);
+    rg_chat_message *m = calloc(in.n + 1, sizeof *m);  // no tool calls, no names
     FZ_CHECK(m, "out of memory");
     size_t n = 0, len;
     for (const char *field; (field = fz_field(&in, 0x1E, &len));) {

@@ -105,7 +105,8 @@ static void check_tokenizer(const rg_gguf *g) {
     if (st) {
         fz_check_error(st, &err, FZ_STATUS(RG_ERR_UNSUPPORTED) | FZ_STATUS(RG_ERR_NOT_FOUND), "chat template");
     } else {
-        static const rg_chat_message m[] = {{"user", 4, "Hi", 2}, {"assistant", 9, "Hello", 5}};
+        static const rg_chat_message m[] = {{.role = "user", .role_len = 4, .content = "Hi", .content_len = 2},
+                                            {.role = "assistant", .role_len = 9, .content = "Hello", .content_len = 5}};
         rg_chat_options opt = {.add_generation_prompt = true, .date_string = "01 Jan 2025"};
         rg_chat_rendered r;
         FZ_CHECK(rg_chat_render(&t, m, 2, &opt, &r, &err) == RG_OK && r.n_spans >= 2, "render: %s", err.msg);

@@ -109,7 +109,7 @@ static const char llama32_template[] =
     "'<|eot_id|>' }}\n{%- endfor %}\n{%- if add_generation_prompt %}\n"
     "    {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}\n{%- endif %}\n";
 
-#define MSG(r, c) {r, sizeof(r) - 1, c, sizeof(c) - 1}
+#define MSG(r, c) {.role = r, .role_len = sizeof(r) - 1, .content = c, .content_len = sizeof(c) - 1}
 
 static const rg_chat_message conv[] = {
     MSG("system", "You are terse."),

@@ -5,7 +5,10 @@
 #include <time.h>
 
 #include "base/error.h"
+#include "base/json.h"
+#include "base/json_write.h"
 #include "text/chat.h"
+#include "text/chat_tools.h"
 #include "text/unicode_tables.h"
 
 static const char supported_families[] =
@@ -308,6 +311,9 @@ typedef struct renderer {
     sbuf b;
     rg_chat_span *spans;
     size_t n_spans;
+    const rg_json *tools;  // NULL when the conversation has none (or an empty array)
+    bool uses_tools;       // tools given or any message with calls
+    rg_jw piece;           // scratch for the tool pieces (chat_tools.h)
 } renderer;
 
 static rg_chat_span *new_span(renderer *r, int32_t message) {
@@ -331,6 +337,14 @@ static void put_content(renderer *r, rg_chat_span *s, const char *c, size_t n) {
     s->content_end = r->b.n;
 }
 
+// <|im_end|>, then the line end: the close of every ChatML turn.
+static void end_turn(renderer *r, rg_chat_span *s) {
+    puts_(&r->b, "<|im_end|>");
+    s->marker_end = r->b.n;
+    puts_(&r->b, "\n");
+    s->end = r->b.n;
+}
+
 // <|im_start|>{role}\n{content}<|im_end|>\n
 static void chatml_block(renderer *r, int32_t index, const char *role, size_t role_len, const char *content,
                          size_t content_len, const char *wrap_open, const char *wrap_close) {
@@ -341,58 +355,133 @@ static void chatml_block(renderer *r, int32_t index, const char *role, size_t ro
     if (wrap_open) puts_(&r->b, wrap_open);
     put_content(r, s, content, content_len);
     if (wrap_close) puts_(&r->b, wrap_close);
-    puts_(&r->b, "<|im_end|>");
-    s->marker_end = r->b.n;
+    end_turn(r, s);
+}
+
+// The text of r->piece appended to the output, and the piece emptied.
+static void put_piece(renderer *r) {
+    size_t n;
+    const char *p = rg_jw_text(&r->piece, &n);
+    if (!p) r->b.ok = false;
+    else put(&r->b, p, n);
+    rg_jw_reset(&r->piece);
+}
+
+// A system turn ending with the tool list: <|im_start|>system\n[{system}{sep}]{tools}<|im_end|>\n
+// (Hermes: sep "\n\n" and {system} message 0's content or the default prompt; LFM2: sep "\n"
+// after a non-empty system). Without system text (NULL) the turn is an inserted message whose
+// content is the tool list.
+static void tool_system(renderer *r, int32_t index, const char *system, size_t system_len, const char *sep,
+                        rg_chat_family f) {
+    rg_chat_span *s = new_span(r, index);
+    puts_(&r->b, "<|im_start|>");
+    put_role(r, s, "system", 6);
     puts_(&r->b, "\n");
+    s->content_begin = r->b.n;
+    if (system) {
+        put(&r->b, system, system_len);
+        s->content_end = r->b.n;
+        puts_(&r->b, sep);
+    }
+    if (f == RG_CHAT_LFM2) rg_chat_lfm2_tools(&r->piece, r->tools);
+    else rg_chat_hermes_tools(&r->piece, r->tools);
+    put_piece(r);
+    if (!system) s->content_end = r->b.n;
+    end_turn(r, s);
+}
+
+// An assistant turn with calls. Hermes (Qwen2.5's): <|im_start|>assistant[\n{content}]{calls}<|im_end|>\n;
+// LFM2: <|im_start|>assistant\n<|tool_call_start|>[...]<|tool_call_end|>{content}<|im_end|>\n.
+static rg_status calls_turn(renderer *r, const rg_chat_message *m, size_t index, rg_chat_family f, rg_error *err) {
+    rg_status st = f == RG_CHAT_LFM2 ? rg_chat_lfm2_calls(&r->piece, m->tool_calls, index, err)
+                                     : rg_chat_hermes_calls(&r->piece, m->tool_calls, index, err);
+    if (st) return st;
+    rg_chat_span *s = new_span(r, (int32_t)index);
+    puts_(&r->b, "<|im_start|>");
+    put_role(r, s, m->role, m->role_len);
+    if (f == RG_CHAT_LFM2 || m->content_len) puts_(&r->b, "\n");
+    if (f == RG_CHAT_LFM2) put_piece(r);
+    put_content(r, s, m->content, m->content_len);
+    if (f != RG_CHAT_LFM2) put_piece(r);
+    end_turn(r, s);
+    return RG_OK;
+}
+
+static bool has_calls(const rg_chat_message *m) { return m->tool_calls && rg_json_len(m->tool_calls) > 0; }
+
+// Qwen2.5: consecutive tool results share one user turn.
+static void tool_response_turn(renderer *r, const rg_chat_message *m, size_t n, size_t i) {
+    bool first = i == 0 || !role_is(&m[i - 1], "tool");
+    bool last = i + 1 == n || !role_is(&m[i + 1], "tool");
+    rg_chat_span *s = new_span(r, (int32_t)i);
+    if (first) {
+        puts_(&r->b, "<|im_start|>");
+        put_role(r, s, "user", 4);
+    } else {
+        s->role_begin = s->role_end = r->b.n;
+    }
+    puts_(&r->b, "\n<tool_response>\n");
+    put_content(r, s, m[i].content, m[i].content_len);
+    puts_(&r->b, "\n</tool_response>");
+    if (last) puts_(&r->b, "<|im_end|>");
+    s->marker_end = r->b.n;
+    if (last) puts_(&r->b, "\n");
     s->end = r->b.n;
 }
 
-static void render_chatml(const rg_chat_template *t, const rg_chat_message *m, size_t n, renderer *r) {
+static rg_status render_chatml(const rg_chat_template *t, const rg_chat_message *m, size_t n, renderer *r,
+                               rg_error *err) {
     if (t->bos_text) puts_(&r->b, t->bos_text);
-    if (t->default_system && n > 0 && !role_is(&m[0], "system"))
+    size_t first = 0;
+    bool lead_system = n > 0 && role_is(&m[0], "system");
+    if (r->tools) {
+        const char *sys = lead_system ? m[0].content : t->default_system;
+        size_t sys_len = lead_system ? m[0].content_len : sys ? strlen(sys) : 0;
+        if (lead_system && !sys) sys = "";  // an empty system message still gets its "\n\n"
+        tool_system(r, lead_system ? 0 : -1, sys, sys_len, "\n\n", RG_CHAT_CHATML);
+        first = lead_system ? 1 : 0;
+    } else if (t->default_system && n > 0 && !lead_system) {
         chatml_block(r, -1, "system", 6, t->default_system, strlen(t->default_system), NULL, NULL);
-    for (size_t i = 0; i < n; i++) {
-        if (t->qwen_tool_turns && role_is(&m[i], "tool")) {
-            // Qwen2.5: consecutive tool results share one user turn.
-            bool first = i == 0 || !role_is(&m[i - 1], "tool");
-            bool last = i + 1 == n || !role_is(&m[i + 1], "tool");
-            rg_chat_span *s = new_span(r, (int32_t)i);
-            if (first) {
-                puts_(&r->b, "<|im_start|>");
-                put_role(r, s, "user", 4);
-            } else {
-                s->role_begin = s->role_end = r->b.n;
-            }
-            puts_(&r->b, "\n<tool_response>\n");
-            put_content(r, s, m[i].content, m[i].content_len);
-            puts_(&r->b, "\n</tool_response>");
-            if (last) puts_(&r->b, "<|im_end|>");
-            s->marker_end = r->b.n;
-            if (last) puts_(&r->b, "\n");
-            s->end = r->b.n;
-            continue;
-        }
-        chatml_block(r, (int32_t)i, m[i].role, m[i].role_len, m[i].content, m[i].content_len, NULL, NULL);
     }
+    bool tool_turns = t->qwen_tool_turns || r->uses_tools;
+    for (size_t i = first; i < n; i++) {
+        if (tool_turns && role_is(&m[i], "tool")) {
+            tool_response_turn(r, m, n, i);
+        } else if (role_is(&m[i], "assistant") && has_calls(&m[i])) {
+            rg_status st = calls_turn(r, &m[i], i, RG_CHAT_CHATML, err);
+            if (st) return st;
+        } else {
+            chatml_block(r, (int32_t)i, m[i].role, m[i].role_len, m[i].content, m[i].content_len, NULL, NULL);
+        }
+    }
+    return RG_OK;
 }
 
-static void render_lfm2(const rg_chat_template *t, const rg_chat_message *m, size_t n, renderer *r) {
+static rg_status render_lfm2(const rg_chat_template *t, const rg_chat_message *m, size_t n, renderer *r,
+                             rg_error *err) {
     puts_(&r->b, t->bos_text);
-    size_t first = 0;
-    if (n > 0 && role_is(&m[0], "system")) {
-        first = 1;
-        if (m[0].content_len > 0) {
-            chatml_block(r, 0, "system", 6, m[0].content, m[0].content_len, NULL, NULL);
-        } else {
-            rg_chat_span *s = new_span(r, 0);  // an empty system prompt is left out
-            s->rendered = false;
-        }
+    size_t first = n > 0 && role_is(&m[0], "system") ? 1 : 0;
+    if (r->tools) {
+        const char *sys = first ? (m[0].content ? m[0].content : "") : NULL;
+        size_t sys_len = first ? m[0].content_len : 0;
+        tool_system(r, first ? 0 : -1, sys, sys_len, sys_len ? "\n" : "", RG_CHAT_LFM2);
+    } else if (first && m[0].content_len > 0) {
+        chatml_block(r, 0, "system", 6, m[0].content, m[0].content_len, NULL, NULL);
+    } else if (first) {
+        rg_chat_span *s = new_span(r, 0);  // an empty system prompt is left out
+        s->rendered = false;
     }
     for (size_t i = first; i < n; i++) {
         bool wrap = t->lfm2_tool_wrap && role_is(&m[i], "tool");
+        if (role_is(&m[i], "assistant") && has_calls(&m[i])) {
+            rg_status st = calls_turn(r, &m[i], i, RG_CHAT_LFM2, err);
+            if (st) return st;
+            continue;
+        }
         chatml_block(r, (int32_t)i, m[i].role, m[i].role_len, m[i].content, m[i].content_len,
                      wrap ? "<|tool_response_start|>" : NULL, wrap ? "<|tool_response_end|>" : NULL);
     }
+    return RG_OK;
 }
 
 // <|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>
@@ -499,6 +588,28 @@ static rg_status render_gemma(const rg_chat_template *t, const rg_chat_message *
     return RG_OK;
 }
 
+// Whether the conversation uses tools, checked against what the family can write.
+static rg_status tool_state(const rg_chat_template *t, const rg_chat_message *m, size_t n, const rg_chat_options *opt,
+                            renderer *r, rg_error *err) {
+    size_t n_tools, n_calls = 0;
+    rg_status st = rg_chat_tools_count(opt->tools, &n_tools, err);
+    for (size_t i = 0; !st && i < n; i++) {
+        size_t k = 0;
+        st = rg_chat_calls_count(m[i].tool_calls, i, &k, err);
+        if (!st && k && !role_is(&m[i], "assistant"))
+            st = rg_fail(err, RG_ERR_ARG, "chat: message %zu: tool_calls on a '%.*s' message (only assistant "
+                         "messages carry calls)", i, (int)m[i].role_len, m[i].role);
+        n_calls += k;
+    }
+    if (st) return st;
+    r->tools = n_tools ? opt->tools : NULL;
+    r->uses_tools = n_tools || n_calls;
+    if (r->uses_tools && t->family != RG_CHAT_CHATML && t->family != RG_CHAT_LFM2)
+        return rg_fail(err, RG_ERR_UNSUPPORTED, "chat: tools and tool calls are not supported with %s templates "
+                       "(only chatml and lfm2)", rg_chat_family_name(t->family));
+    return RG_OK;
+}
+
 void rg_chat_rendered_free(rg_chat_rendered *r) {
     if (!r) return;
     free(r->text);
@@ -515,13 +626,15 @@ rg_status rg_chat_render(const rg_chat_template *t, const rg_chat_message *msgs,
         if ((!msgs[i].role && msgs[i].role_len) || (!msgs[i].content && msgs[i].content_len))
             return rg_fail(err, RG_ERR_ARG, "chat: message %zu has a NULL role or content", i);
     renderer r = {.b = {.ok = true}};
+    rg_status st = tool_state(t, msgs, n_msgs, opt, &r, err);
+    if (st) return st;
     r.spans = calloc(n_msgs + 1, sizeof *r.spans);
     if (!r.spans) return rg_fail(err, RG_ERR_NOMEM, "chat: out of memory");
-    rg_status st = RG_OK;
+    rg_jw_init(&r.piece);
     const char *gen = "<|im_start|>assistant\n";
     switch (t->family) {
-    case RG_CHAT_CHATML: render_chatml(t, msgs, n_msgs, &r); break;
-    case RG_CHAT_LFM2: render_lfm2(t, msgs, n_msgs, &r); break;
+    case RG_CHAT_CHATML: st = render_chatml(t, msgs, n_msgs, &r, err); break;
+    case RG_CHAT_LFM2: st = render_lfm2(t, msgs, n_msgs, &r, err); break;
     case RG_CHAT_LLAMA3:
     case RG_CHAT_LLAMA31:
         st = render_llama3(t, msgs, n_msgs, opt, &r, err);
@@ -536,6 +649,7 @@ rg_status rg_chat_render(const rg_chat_template *t, const rg_chat_message *msgs,
     size_t prompt_begin = r.b.n;
     if (!st && opt->add_generation_prompt) puts_(&r.b, gen);
     put(&r.b, "", 0);  // a terminated (possibly empty) text
+    rg_jw_free(&r.piece);
     if (!st && !r.b.ok) st = rg_fail(err, RG_ERR_NOMEM, "chat: out of memory");
     if (st) {
         free(r.b.p);

@@ -30,10 +30,34 @@
 // The generation prompt is <|im_start|>assistant\n (chatml, lfm2),
 // <|start_header_id|>assistant<|end_header_id|>\n\n (llama3*) or <start_of_turn>model\n (gemma).
 //
-// Not supported (refused with an error rather than rendered differently): tool calls inside
-// assistant messages, tool definitions, Qwen3/thinking templates (<think>, reasoning_content),
-// 'tool'/'ipython' messages with Llama 3.1 templates, gemma conversations that do not alternate
-// user and assistant, and every other template family.
+// Tools (rg_chat_options.tools, the OpenAI `tools` array) and tool calls (an assistant message's
+// `tool_calls`, OpenAI's form; arguments as JSON text are parsed, as servers do before the
+// template sees them), JSON written as transformers' `tojson` does (json.dumps, pyjson.h):
+//   chatml   the Hermes layout of Qwen2.5's template, also for ChatML templates without a tool
+//            section of their own (SmolLM2, plain ChatML): the system turn is
+//            <|im_start|>system\n{system}\n\n# Tools\n\nYou may call one or more functions ...
+//            <tools>\n{tool}\n{tool}\n</tools>\n\nFor each function call, ...</tool_call><|im_end|>\n
+//            where {system} is the leading system message, else the template's default system
+//            prompt; with neither the turn starts at "# Tools" (Qwen3's form). An assistant
+//            message with calls is <|im_start|>assistant[\n{content}] then per call
+//            \n<tool_call>\n{"name": "NAME", "arguments": {json}}\n</tool_call>, then <|im_end|>\n;
+//            'tool' messages take the <tool_response> user turns whenever the conversation uses
+//            tools (tools given or any calls), whatever the template.
+//   lfm2     the system turn is {system}\nList of tools: <|tool_list_start|>[{tool}, {tool}]
+//            <|tool_list_end|> ("\n" only after a non-empty system); LFM2's template has no
+//            tool_calls branch, so calls are written in front of the content the way LFM2
+//            generates them: <|tool_call_start|>[name(key="v", n=1, flag=True)]<|tool_call_end|>
+//            (arguments must then be objects; values as Python literals); a call whose name or
+//            argument names are not Python-style names is written {"name": "n", "arguments": {...}}
+//            in the list instead (a form the parser reads too).
+// A 'tool' message's name is carried but no supported template writes it. An empty tools array
+// or empty tool_calls is the same as none (the templates test them with `if`).
+//
+// Not supported (refused with an error rather than rendered differently): tools or tool calls
+// with llama3, llama3.1 or gemma templates (RG_ERR_UNSUPPORTED naming the family), LFM2 templates
+// that write the tool list without <|tool_list_start|> (rendered with it), Qwen3/thinking
+// templates (<think>, reasoning_content), 'tool'/'ipython' messages with Llama 3.1 templates,
+// gemma conversations that do not alternate user and assistant, and every other template family.
 #ifndef RG_TEXT_CHAT_H
 #define RG_TEXT_CHAT_H
 
@@ -43,6 +67,8 @@
 
 #include "retrograd.h"
 #include "text/tokenizer.h"
+
+struct rg_json;  // base/json.h
 
 typedef enum rg_chat_family {
     RG_CHAT_CHATML = 1,
@@ -88,6 +114,10 @@ typedef struct rg_chat_message {
     size_t role_len;
     const char *content;
     size_t content_len;
+    const struct rg_json *tool_calls;  // assistant: OpenAI `tool_calls` ([{"id", "type", "function":
+                                       // {"name", "arguments": JSON text}}]); NULL: none
+    const char *name;                  // 'tool': the tool's name (optional, not rendered); NULL: none
+    size_t name_len;
 } rg_chat_message;
 
 // Where one message landed in the rendered text (byte offsets, half-open ranges).
@@ -103,6 +133,8 @@ typedef struct rg_chat_span {
 typedef struct rg_chat_options {
     bool add_generation_prompt;
     const char *date_string;  // llama3.1 "Today Date"; NULL: today when the template asks for it, else its default
+    const struct rg_json *tools;  // OpenAI `tools` ([{"type": "function", "function": {"name", "description",
+                                  // "parameters"}}], base/json.h); NULL: none
 } rg_chat_options;
 
 typedef struct rg_chat_rendered {

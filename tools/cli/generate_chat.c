@@ -27,7 +27,7 @@ static bool msgs_push(msg_list *l, const char *role, const char *content, size_t
     if (!c) return false;
     memcpy(c, content, len);
     c[len] = '\0';
-    l->m[l->n++] = (rg_chat_message){role, strlen(role), c, len};
+    l->m[l->n++] = (rg_chat_message){.role = role, .role_len = strlen(role), .content = c, .content_len = len};
     return true;
 }
 

@@ -232,7 +232,7 @@ int gen_one_shot(gen *g, const char *text, size_t len, const rg_chat_template *t
     const char *in = text;
     size_t in_len = len;
     if (tmpl) {
-        rg_chat_message msg = {"user", 4, text, len};
+        rg_chat_message msg = {.role = "user", .role_len = 4, .content = text, .content_len = len};
         rg_chat_options o = {.add_generation_prompt = true};
         if (rg_chat_render(tmpl, &msg, 1, &o, &r, &err)) {
             fprintf(stderr, "retrograd %s: %s\n", g->cmd, err.msg);
