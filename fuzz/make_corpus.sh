@@ -10,7 +10,8 @@
 #     version 2, an empty file of no keys and no tensors;
 #   - a file from gguf.GGUFWriter when the gguf package is installed;
 #   - truncated and corrupted variants that the reader must refuse cleanly.
-# jsonl, config, tokenizer, chat: the committed seeds of fuzz/seeds/TARGET/ (and, for the
+# serve_request: the committed seeds of fuzz/seeds/serve_request/ as they are (each starts with its control byte).
+# jsonl, config, tokenizer, chat, tool_calls: the committed seeds of fuzz/seeds/TARGET/ (and, for the
 # tokenizer, the test strings of tests/data/tokenizer/*.inp; for chat, the templates of
 # fuzz/templates/), each behind the control byte(s) its target reads first, several
 # choices of them per seed (the targets' headers describe their input layout).
@@ -28,7 +29,12 @@ mkdir -p "$out"
 
 case $target in
 gguf) ;;
-jsonl | config | tokenizer | chat)
+serve_request)
+    cp "$root"/fuzz/seeds/serve_request/* "$out"/
+    echo "make_corpus.sh: $(ls "$out" | wc -l) seeds in $out"
+    exit 0
+    ;;
+jsonl | config | tokenizer | chat | tool_calls)
     python3 - "$target" "$root" "$out" <<'PY'
 import glob
 import os
@@ -79,6 +85,14 @@ elif target == "tokenizer":
         write(f"decode-{v}", bytes([v | 0x08]) + ids)
         write(f"decode-special-{v}", bytes([v | 0x58]) + ids)
         write(f"decode-raw-{v}", bytes([v | 0x88]) + bytes([0xFF, 0xFF, 0xFF, 0x7F, 0, 0, 0, 0x80, 3, 0, 0, 0]))
+elif target == "tool_calls":
+    # Control byte: bit 0 the family (a seed's suffix: .hermes 0, .lfm2 1), bits 1-2 the
+    # tool_choice the calls are checked against (fuzz/fuzz_tool_calls.c).
+    for path in seeds:
+        base = os.path.basename(path)
+        family = 1 if base.endswith(".lfm2") else 0
+        for choice in range(4):
+            write(f"{base}-{choice}", bytes([family | choice << 1]) + read(path))
 else:  # chat
     # Control byte: bit 0 = 0 recognize the rest as a template; 1 render with template
     # (ctl >> 1) % N and the messages that follow (fuzz/fuzz_chat.c).
@@ -106,7 +120,7 @@ PY
     exit 0
     ;;
 *)
-    echo "make_corpus.sh: unknown target '$target' (gguf, jsonl, config, tokenizer, chat)" >&2
+    echo "make_corpus.sh: unknown target '$target' (gguf, jsonl, config, tokenizer, chat, tool_calls)" >&2
     exit 2
     ;;
 esac

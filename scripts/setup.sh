@@ -5,8 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages: compiler, CMake, clang + its runtimes (libFuzzer, sanitizers), OpenBLAS,
-# libyaml (training configs), Python.
-pkgs=(build-essential cmake clang libclang-rt-14-dev libopenblas-dev libyaml-dev python3 python3-pip)
+# libyaml (training configs), libmicrohttpd (`retrograd serve`), curl (its tests), Python.
+pkgs=(build-essential cmake clang libclang-rt-14-dev libopenblas-dev libyaml-dev libmicrohttpd-dev curl python3 python3-pip)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ "${#missing[@]}" -gt 0 ]; then

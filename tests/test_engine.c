@@ -10,6 +10,8 @@
 //     how many prompt tokens the cache held
 //   - stop tokens end a request without emitting them; a cancel ends a queued request and a running one, the
 //     others unchanged
+//   - the same request again: the same tokens (greedy and seeded), the chunks before the prompt's last from the cache
+//   - logprobs: the log-softmax of a session's logits, the alternatives in order with the greedy token first
 //   - bad requests refused, nothing queued: an empty prompt, ids outside the vocabulary, a prompt filling the
 //     context, invalid sampling
 #include <math.h>
@@ -268,6 +270,108 @@ static void check_bad_requests(const rg_model *m, const char *tag) {
              "%s 0 slots: %s", tag, err.msg);
 }
 
+// The same request again (greedy, then seeded draws) on the slot that served it: the prompt's last chunk is fed
+// again as it was, so the tokens are the first run's, bit for bit, and the cache held the chunks before it.
+static void check_same_again(const rg_model *m, const char *tag) {
+    const int64_t V = m->hp.n_vocab;
+    rg_error err = {0};
+    static record rec;
+    rg_engine *e = new_engine(m, 1, &rec, &err);
+    RG_REQUIRE(e != NULL, "%s engine: %s", tag, err.msg);
+    int32_t p[19];
+    for (int i = 0; i < 19; i++) p[i] = (int32_t)((i * 11 + 5) % V);
+    rg_engine_request r = {.prompt = p, .n_prompt = 19, .sampling = rg_sampler_defaults(), .max_tokens = MAX_GEN};
+    for (int run = 0; run < 4; run++) {  // greedy twice, then seeded draws twice
+        r.sampling.temp = run < 2 ? 0.0f : 1.0f;
+        r.sampling.seed = 5;
+        int id;
+        RG_REQUIRE(rg_engine_submit(e, &r, &id, &err) == RG_OK, "%s submit: %s", tag, err.msg);
+        RG_REQUIRE(run_all(e, &err), "%s run: %s", tag, err.msg);
+        if (run % 2 == 0) continue;
+        RG_CHECK(rec.n[id] == rec.n[id - 1] && memcmp(rec.tokens[id], rec.tokens[id - 1], sizeof(int32_t) *
+                 (size_t)rec.n[id]) == 0, "%s run %d: the same request again drew other tokens", tag, run);
+        RG_CHECK(rec.cached[id] == 16, "%s run %d: %lld prompt tokens from the cache, want 16 (the chunks before "
+                 "the last)", tag, run, (long long)rec.cached[id]);
+    }
+    // A longer prompt through the same slot in between (it keeps the first 19 tokens), then the first greedy
+    // request once more: still the first run's tokens.
+    int32_t longer[24];
+    memcpy(longer, p, sizeof p);
+    for (int i = 19; i < 24; i++) longer[i] = (int32_t)((i * 5 + 1) % V);
+    rg_engine_request rl = r;
+    rl.prompt = longer, rl.n_prompt = 24, rl.sampling.temp = 0;
+    r.sampling.temp = 0;
+    int id_long, id_again;
+    RG_REQUIRE(rg_engine_submit(e, &rl, &id_long, &err) == RG_OK && run_all(e, &err), "%s longer: %s", tag, err.msg);
+    RG_REQUIRE(rg_engine_submit(e, &r, &id_again, &err) == RG_OK && run_all(e, &err), "%s again: %s", tag, err.msg);
+    RG_CHECK(rec.cached[id_long] >= 19, "%s: the longer prompt took %lld tokens from the cache", tag,
+             (long long)rec.cached[id_long]);
+    RG_CHECK(rec.n[id_again] == rec.n[0] && memcmp(rec.tokens[id_again], rec.tokens[0], sizeof(int32_t) *
+             (size_t)rec.n[0]) == 0, "%s: the first request after a longer one drew other tokens", tag);
+    rg_engine_free(e);
+}
+
+// Logprobs: a greedy request's token events carry the log-softmax of a session's logits fed the same tokens, and
+// the top alternatives in order, the drawn token first; top_logprobs past the limit is refused.
+typedef struct lp_record {
+    int n;
+    rg_engine_event ev[8];
+} lp_record;
+
+static void on_lp_event(void *user, const rg_engine_event *ev) {
+    lp_record *r = user;
+    if (ev->finish == RG_FINISH_NONE && r->n < 8) r->ev[r->n++] = *ev;
+}
+
+static void check_logprobs(const rg_model *m, const char *tag) {
+    const int64_t V = m->hp.n_vocab;
+    rg_error err = {0};
+    lp_record rec = {0};
+    rg_engine *e = NULL;
+    rg_engine_opts o = {.n_slots = 2, .n_ctx = N_CTX, .n_batch = N_BATCH, .n_threads = 2, .device = device,
+                        .on_event = on_lp_event, .user = &rec};
+    RG_REQUIRE(rg_engine_create(&e, m, &o, &err) == RG_OK, "%s engine: %s", tag, err.msg);
+    int32_t p[6];
+    for (int i = 0; i < 6; i++) p[i] = (int32_t)((i * 7 + 3) % V);
+    rg_engine_request r = {.prompt = p, .n_prompt = 6, .sampling = rg_sampler_defaults(), .max_tokens = 4,
+                           .logprobs = true, .top_logprobs = 5};
+    r.sampling.temp = 0;
+    int id;
+    RG_REQUIRE(rg_engine_submit(e, &r, &id, &err) == RG_OK, "%s submit: %s", tag, err.msg);
+    RG_REQUIRE(run_all(e, &err), "%s run: %s", tag, err.msg);
+    r.top_logprobs = RG_ENGINE_MAX_TOP_LOGPROBS + 1;
+    RG_CHECK(rg_engine_submit(e, &r, &id, &err) == RG_ERR_ARG && strstr(err.msg, "top_logprobs"), "%s: %s", tag,
+             err.msg);
+    rg_engine_free(e);
+    RG_REQUIRE(rec.n == 4, "%s: %d token events", tag, rec.n);
+    rg_session *s = NULL;
+    rg_session_opts so = {.n_ctx = N_CTX, .n_threads = 2, .n_batch = N_BATCH, .device = device};
+    RG_REQUIRE(rg_session_create(&s, m, &so, &err) == RG_OK, "%s session: %s", tag, err.msg);
+    float *logits = malloc(sizeof(float) * (size_t)V);
+    rg_status st = rg_session_eval(s, p, 6, logits, 0, &err);
+    for (int k = 0; !st && k < rec.n; k++) {
+        const rg_engine_event *ev = &rec.ev[k];
+        double mx = logits[0], sum = 0;
+        for (int64_t v = 1; v < V; v++) mx = logits[v] > mx ? logits[v] : mx;
+        for (int64_t v = 0; v < V; v++) sum += exp(logits[v] - mx);
+        const double lse = mx + log(sum);
+        RG_CHECK(fabs(ev->logprob - (logits[ev->token] - lse)) < 1e-5, "%s token %d: logprob %g, want %g", tag, k,
+                 ev->logprob, logits[ev->token] - lse);
+        RG_CHECK(ev->n_top == 5 && ev->top_id[0] == ev->token && ev->top_logprob[0] == ev->logprob,
+                 "%s token %d: the greedy token is not the first alternative", tag, k);
+        for (int j = 1; j < ev->n_top; j++) {
+            RG_CHECK(ev->top_logprob[j] <= ev->top_logprob[j - 1], "%s token %d: alternatives out of order", tag, k);
+            int above = 0;  // tokens more likely than alternative j: exactly j of them (ties aside)
+            for (int64_t v = 0; v < V; v++) above += logits[v] > logits[ev->top_id[j]];
+            RG_CHECK(above <= j, "%s token %d: alternative %d has %d tokens above it", tag, k, j, above);
+        }
+        st = rg_session_eval(s, &ev->token, 1, logits, 0, &err);
+    }
+    RG_CHECK(!st, "%s reference: %s", tag, err.msg);
+    free(logits);
+    rg_session_free(s);
+}
+
 static void check_fixture(const char *arch, uint32_t type) {
     char mpath[64], tag[48];
     rg_model *m = sf_tiny_model(arch, type, 9, true, mpath, "engine");
@@ -278,6 +382,8 @@ static void check_fixture(const char *arch, uint32_t type) {
     check_prefix_reuse(m, tag);
     check_stop_cancel(m, tag);
     check_bad_requests(m, tag);
+    check_logprobs(m, tag);
+    check_same_again(m, tag);
     rg_model_free(m);
     unlink(mpath);
 }

@@ -4,6 +4,7 @@
 // drawn token is evaluated in one exact batch and its next token drawn.
 #include "infer/engine.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,8 @@ typedef struct request {
     int64_t max_tokens;
     int32_t *stop;  // [n_stop], owned
     int n_stop;
+    bool logprobs;
+    int top_logprobs;
 } request;
 
 typedef struct slot {
@@ -28,6 +31,8 @@ typedef struct slot {
     int32_t *hist;       // [n_ctx]: the tokens in the slot's sequence (its cache), n_hist of them
     int64_t n_hist;
     int64_t n_cached;    // prompt tokens the cache held at admission
+    int32_t *chunk_from;  // [n_ctx + 1]: where a prompt chunk fed into the slot ended at position b, its start a
+                          // (-1 elsewhere; cleared past a rewind)
     int32_t pending;     // SLOT_GEN: the token drawn and emitted, evaluated at the next step
     int64_t n_gen;       // tokens emitted
     rg_sampler *smp;
@@ -96,13 +101,16 @@ rg_status rg_engine_create(rg_engine **out, const rg_model *m, const rg_engine_o
         if (!e->slots || !e->logits) st = rg_fail(err, RG_ERR_NOMEM, "engine: out of memory");
     }
     for (int i = 0; !st && i < opts->n_slots; i++)
-        if (!(e->slots[i].hist = malloc(sizeof(int32_t) * (size_t)e->o.n_ctx)))
+        if (!(e->slots[i].hist = malloc(sizeof(int32_t) * (size_t)e->o.n_ctx)) ||
+            !(e->slots[i].chunk_from = malloc(sizeof(int32_t) * (size_t)(e->o.n_ctx + 1))))
             st = rg_fail(err, RG_ERR_NOMEM, "engine: out of memory for %d slots of %lld tokens", opts->n_slots,
                          (long long)e->o.n_ctx);
     if (st) {
         rg_engine_free(e);
         return st;
     }
+    for (int i = 0; i < opts->n_slots; i++)
+        for (int64_t p = 0; p <= e->o.n_ctx; p++) e->slots[i].chunk_from[p] = -1;
     *out = e;
     return RG_OK;
 }
@@ -113,6 +121,7 @@ void rg_engine_free(rg_engine *e) {
         rg_sampler_free(e->slots[i].smp);
         request_free(&e->slots[i].r);
         free(e->slots[i].hist);
+        free(e->slots[i].chunk_from);
     }
     for (int i = 0; i < e->n_queue; i++) request_free(&e->queue[i]);
     free(e->queue);
@@ -145,6 +154,9 @@ rg_status rg_engine_submit(rg_engine *e, const rg_engine_request *r, int *id, rg
         if (r->stop[i] < 0 || r->stop[i] >= V)
             return rg_fail(err, RG_ERR_ARG, "engine: stop token %d is %d, outside the vocabulary of %lld", i,
                            r->stop[i], (long long)V);
+    if (r->top_logprobs < 0 || r->top_logprobs > RG_ENGINE_MAX_TOP_LOGPROBS)
+        return rg_fail(err, RG_ERR_ARG, "engine: top_logprobs %d is outside [0, %d]", r->top_logprobs,
+                       RG_ENGINE_MAX_TOP_LOGPROBS);
     rg_error why;
     if (rg_sampler_params_check(&r->sampling, &why))
         return rg_fail(err, RG_ERR_ARG, "engine: the request's sampling: %s", why.msg);
@@ -155,7 +167,7 @@ rg_status rg_engine_submit(rg_engine *e, const rg_engine_request *r, int *id, rg
         e->queue = q, e->cap_queue = cap;
     }
     request q = {.id = e->next_id, .n_prompt = r->n_prompt, .sampling = r->sampling, .max_tokens = r->max_tokens,
-                 .n_stop = r->n_stop};
+                 .n_stop = r->n_stop, .logprobs = r->logprobs, .top_logprobs = r->top_logprobs};
     q.prompt = malloc(sizeof(int32_t) * (size_t)r->n_prompt);
     q.stop = malloc(sizeof(int32_t) * (size_t)(r->n_stop > 0 ? r->n_stop : 1));
     if (!q.prompt || !q.stop) {
@@ -177,7 +189,17 @@ static int64_t common_prefix(const int32_t *a, int64_t na, const int32_t *b, int
 
 // Queued requests into free slots, in order: each takes the free slot sharing the longest prefix with its prompt
 // (the least recently freed among equals), rewound to that prefix (at most the prompt less its last token, whose
-// logits the first draw needs); a rewind the session refuses (no snapshot holds it) starts the slot over.
+// logits the first draw needs). A prompt the slot holds whole, ending where a prompt chunk fed into the slot ended
+// (the same request again, a regenerated reply), is rewound to that chunk's start instead, so the chunk is fed
+// again as it was and the first draw sees a fresh prompt's bits, not those of its last token fed alone: the same
+// request gets the same tokens whatever the slot served since. A rewind the session refuses (no snapshot holds it) falls
+// back to the prompt less its last token, then starts the slot over.
+static int64_t keep_for(const slot *sl, const request *q) {
+    const int64_t keep = common_prefix(sl->hist, sl->n_hist, q->prompt, q->n_prompt);
+    if (keep >= q->n_prompt && sl->chunk_from[q->n_prompt] >= 0) return sl->chunk_from[q->n_prompt];
+    return keep > q->n_prompt - 1 ? q->n_prompt - 1 : keep;
+}
+
 static rg_status admit(rg_engine *e, rg_error *err) {
     while (e->n_queue > 0) {
         request *q = &e->queue[0];
@@ -186,18 +208,23 @@ static rg_status admit(rg_engine *e, rg_error *err) {
         for (int i = 0; i < e->o.n_slots; i++) {
             slot *sl = &e->slots[i];
             if (sl->phase != SLOT_FREE) continue;
-            int64_t keep = common_prefix(sl->hist, sl->n_hist, q->prompt, q->n_prompt);
-            if (keep > q->n_prompt - 1) keep = q->n_prompt - 1;
+            const int64_t keep = keep_for(sl, q);
             if (keep > best_keep || (keep == best_keep && sl->freed_at < best->freed_at)) best = sl, best_keep = keep;
         }
         if (!best) return RG_OK;  // every slot busy
         const int k = (int)(best - e->slots);
         rg_error refused;
         if (rg_session_rewind_seq(e->s, k, best_keep, &refused)) {
-            best_keep = 0;
-            rg_status st = rg_session_rewind_seq(e->s, k, 0, err);
-            if (st) return st;
+            const int64_t alt = common_prefix(best->hist, best->n_hist, q->prompt, q->n_prompt - 1);
+            if (alt <= best_keep || rg_session_rewind_seq(e->s, k, alt, &refused)) {
+                best_keep = 0;
+                rg_status st = rg_session_rewind_seq(e->s, k, 0, err);
+                if (st) return st;
+            } else {
+                best_keep = alt;
+            }
         }
+        for (int64_t p = best_keep + 1; p <= best->n_hist; p++) best->chunk_from[p] = -1;  // chunks cut by the rewind
         best->n_hist = best_keep;
         best->n_cached = best_keep;
         best->r = *q;
@@ -215,16 +242,42 @@ static rg_status admit(rg_engine *e, rg_error *err) {
     return RG_OK;
 }
 
+// The drawn token's log-softmax and the n_top largest, most likely first (ties: the lower id).
+static void logprobs_of(rg_engine_event *ev, const float *logits, int64_t V, int n_top) {
+    float mx = logits[0];
+    for (int64_t i = 1; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
+    double sum = 0;
+    for (int64_t i = 0; i < V; i++) sum += exp((double)logits[i] - mx);
+    const double lse = mx + log(sum);
+    ev->logprob = (float)(logits[ev->token] - lse);
+    if (n_top > RG_ENGINE_MAX_TOP_LOGPROBS) n_top = RG_ENGINE_MAX_TOP_LOGPROBS;
+    int n = 0;
+    for (int64_t i = 0; i < V && n_top > 0; i++) {
+        if (n == n_top && logits[i] <= logits[ev->top_id[n - 1]]) continue;
+        int j = n < n_top ? n++ : n - 1;  // insertion into the sorted list
+        while (j > 0 && logits[ev->top_id[j - 1]] < logits[i]) {
+            ev->top_id[j] = ev->top_id[j - 1];
+            j--;
+        }
+        ev->top_id[j] = (int32_t)i;
+    }
+    ev->n_top = n;
+    for (int i = 0; i < n; i++) ev->top_logprob[i] = (float)(logits[ev->top_id[i]] - lse);
+}
+
 // A token drawn for the slot's request: a stop token ends it (not emitted); otherwise it is emitted, and the
 // request ends when max_tokens are out or the context has no room to evaluate it.
-static void took(rg_engine *e, slot *sl, int32_t tok) {
+static void took(rg_engine *e, slot *sl, const float *logits) {
+    const int32_t tok = rg_sampler_sample(sl->smp, logits);
     rg_sampler_accept(sl->smp, tok);
     for (int i = 0; i < sl->r.n_stop; i++)
         if (sl->r.stop[i] == tok) {
             slot_finish(e, sl, RG_FINISH_STOP, NULL);
             return;
         }
-    emit(e, sl->r.id, tok, RG_FINISH_NONE, NULL, NULL);
+    rg_engine_event ev = {.id = sl->r.id, .token = tok};
+    if (sl->r.logprobs) logprobs_of(&ev, logits, e->m->hp.n_vocab, sl->r.top_logprobs);
+    if (e->o.on_event) e->o.on_event(e->o.user, &ev);
     sl->n_gen++;
     if ((sl->r.max_tokens > 0 && sl->n_gen >= sl->r.max_tokens) || sl->n_hist + 1 > e->o.n_ctx) {
         slot_finish(e, sl, RG_FINISH_LENGTH, NULL);
@@ -250,8 +303,9 @@ static void feed_prompt(rg_engine *e) {
             return;
         }
         memcpy(sl->hist + sl->n_hist, sl->r.prompt + sl->n_hist, sizeof(int32_t) * (size_t)chunk);
+        sl->chunk_from[sl->n_hist + chunk] = (int32_t)sl->n_hist;
         sl->n_hist += chunk;
-        if (last) took(e, sl, rg_sampler_sample(sl->smp, e->logits));
+        if (last) took(e, sl, e->logits);
         return;
     }
 }
@@ -279,7 +333,7 @@ static void decode(rg_engine *e) {
         for (int i = 0; i < n_b; i++) {
             slot *sl = who[i];
             sl->hist[sl->n_hist++] = sl->pending;
-            took(e, sl, rg_sampler_sample(sl->smp, e->logits + (size_t)i * V));
+            took(e, sl, e->logits + (size_t)i * V);
         }
     }
 }
@@ -308,3 +362,5 @@ bool rg_engine_cancel(rg_engine *e, int id) {
         }
     return false;
 }
+
+int64_t rg_engine_n_ctx(const rg_engine *e) { return e->o.n_ctx; }

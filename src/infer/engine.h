@@ -27,6 +27,8 @@ typedef enum rg_finish {
     RG_FINISH_ERROR,      // the evaluation failed: the message is in the event
 } rg_finish;
 
+#define RG_ENGINE_MAX_TOP_LOGPROBS 20
+
 // What a step reports: a token drawn for request id (finish NONE), or the request's end (token -1).
 typedef struct rg_engine_event {
     int id;
@@ -34,6 +36,12 @@ typedef struct rg_engine_event {
     rg_finish finish;
     int64_t n_prompt, n_cached;  // with the end: the prompt's tokens, and how many of them the slot's cache held
     const char *error;           // RG_FINISH_ERROR: why (valid during the callback)
+    // A token event of a request with logprobs: the token's log-probability under the model (log-softmax of the
+    // logits, before any sampling setting), and the n_top most likely tokens with theirs, most likely first.
+    float logprob;
+    int n_top;
+    int32_t top_id[RG_ENGINE_MAX_TOP_LOGPROBS];
+    float top_logprob[RG_ENGINE_MAX_TOP_LOGPROBS];
 } rg_engine_event;
 
 typedef struct rg_engine_opts {
@@ -54,6 +62,8 @@ typedef struct rg_engine_request {
     int64_t max_tokens;     // <= 0: until a stop token or the context's end
     const int32_t *stop;    // tokens that end the generation (copied), e.g. the model's end-of-generation ones
     int n_stop;
+    bool logprobs;          // token events carry logprob
+    int top_logprobs;       // and this many alternatives (0..RG_ENGINE_MAX_TOP_LOGPROBS)
 } rg_engine_request;
 
 rg_status rg_engine_create(rg_engine **out, const rg_model *m, const rg_engine_opts *opts, rg_error *err);
@@ -70,6 +80,8 @@ rg_status rg_engine_step(rg_engine *e, rg_error *err);
 int rg_engine_pending(const rg_engine *e);
 // Ends request id (queued or in a slot) with RG_FINISH_CANCELLED at once; false when there is no such request.
 bool rg_engine_cancel(rg_engine *e, int id);
+// Tokens per slot (the context a request's prompt and generation share).
+int64_t rg_engine_n_ctx(const rg_engine *e);
 // The session the slots live in (one sequence each).
 rg_session *rg_engine_session(rg_engine *e);
 

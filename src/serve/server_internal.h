@@ -1,0 +1,131 @@
+// server_internal.h - the server's state shared by server.c (routes, the engine thread) and serve_gen.c (one
+// generation: its events, stop strings, the replies it writes).
+#ifndef RG_SERVE_SERVER_INTERNAL_H
+#define RG_SERVE_SERVER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "base/json_write.h"
+#include "infer/engine.h"
+#include "serve/server.h"
+#include "text/chat.h"
+#include "text/tokenizer.h"
+
+// One event from the engine, as the generation's queue keeps it.
+typedef struct gen_event {
+    int32_t token;  // -1 with the end
+    rg_finish finish;
+    float logprob;
+    int n_top;
+    int32_t top_id[RG_ENGINE_MAX_TOP_LOGPROBS];
+    float top_logprob[RG_ENGINE_MAX_TOP_LOGPROBS];
+} gen_event;
+
+// The engine's events of one call, gathered for dispatch.
+typedef struct step_events {
+    rg_engine_event *ev;
+    char (*err)[1024];
+    int n, cap;
+} step_events;
+
+// One request's generation. Two owners (refs): the connection that asked and the engine thread; the last one
+// frees it. Fields under "shared" are read and written with the server's mutex held.
+typedef struct gen {
+    rg_server *srv;
+    // --- shared
+    int refs;
+    gen_event *evs;  // FIFO [head, n)
+    int n_evs, head, cap_evs;
+    bool ended;      // the end event is queued (or the submission failed: error holds why)
+    char error[1024];
+    int64_t n_prompt, n_cached;
+    bool cancel;     // the connection wants it stopped
+    pthread_cond_t cv;
+    struct gen *next_submit;
+    // --- the engine thread's
+    int engine_id;
+    rg_engine_request er;
+    struct gen *next_active;
+    // --- the connection's
+    rg_serve_req req;
+    int32_t *prompt;
+    size_t n_prompt_tokens;
+    char id[40];
+    int64_t created;
+    rg_detok_stream ds;
+    char *piece;       // [piece_cap]
+    size_t piece_cap;
+    char *text;        // everything decoded so far [text_len]
+    size_t text_len, text_cap, sent;  // sent: bytes already given to the client
+    int64_t n_gen;     // token events taken
+    bool done;         // the final reply is written
+    bool buffered;     // tools: the whole reply is parsed at the end instead of streamed
+    const char *finish_reason;
+    gen_event *lps;    // with logprobs: every token's event [n_lps]; lp_sent of them reported
+    int n_lps, cap_lps, lp_sent;
+    bool started;      // a chat stream's first chunk (the role) is written
+    struct rg_tool_calls *calls;  // buffered: the parsed tool calls, or NULL
+    char calls_error[1024];       // why the text did not parse as calls (finish_reason "tool_calls_unparsable")
+} gen;
+
+struct rg_server {
+    rg_server_opts o;
+    char *alias;
+    rg_model *model;
+    rg_tokenizer *tok;
+    rg_chat_template tmpl;
+    bool have_tmpl;
+    char tmpl_error[1024];
+    int32_t *eog;  // the end-of-generation tokens
+    int n_eog;
+    rg_engine *engine;
+    int64_t n_ctx;
+    int64_t created;
+    // --- under mu
+    pthread_mutex_t mu;
+    pthread_cond_t work;  // the engine thread's: a submission, a cancellation, or quit
+    gen *submit_head, *submit_tail;
+    int n_inflight;       // generations submitted and not ended (those beyond n_slots wait for a slot)
+    bool quit;
+    int state;            // 0 loading, 1 ready, -1 failed
+    pthread_cond_t ready_cv;
+    char load_error[1024];
+    // --- engine-thread only
+    gen *active;
+    step_events se;
+    int n_slots;
+    pthread_t loader, engine_thread;
+    bool loader_started, engine_started;
+    // --- metrics (atomic: read by /metrics without the lock)
+    atomic_llong m_requests, m_errors, m_prompt_tokens, m_cached_tokens, m_gen_tokens, m_busy, m_steps;
+};
+
+// serve_gen.c
+// A chat request's messages (and tools) through the model's template, with the generation prompt.
+rg_status gen_render_chat(rg_server *s, const rg_serve_req *r, rg_chat_rendered *out, rg_serve_error *e);
+rg_status gen_prepare(rg_server *s, gen *g, rg_serve_error *e);  // the prompt tokens and the engine request
+void gen_release(gen *g);                                       // drops one ref (locks the mutex itself)
+void gen_free(gen *g);                                          // the last ref's end (no lock taken)
+// The next piece of reply: false when the reply is complete. Writes SSE chunks (stream) or the whole JSON.
+bool gen_next(gen *g, rg_jw *out);
+// The replies of serve_gen.c that serve_tools.c also writes: one SSE chunk with text [a, b) (and the logprobs not
+// yet sent), and the whole (non-streamed) reply.
+void gen_sse_chunk(gen *g, rg_jw *w, size_t a, size_t b, const char *finish, bool role);
+void gen_whole_reply(gen *g, rg_jw *w);
+void gen_head(gen *g, rg_jw *w, bool chunk);                   // id, object, created, model, fingerprint
+void gen_choice_open(gen *g, rg_jw *w, bool chunk);            // [data: ]{head, "choices": [{"index": 0,
+void gen_choice_close(gen *g, rg_jw *w, const char *finish, bool chunk);  // finish_reason}], [usage]}[\n\n]
+void gen_usage_json(gen *g, rg_jw *w);                         // "usage": {...}
+void gen_logprobs_json(gen *g, rg_jw *w, int from, int to);    // "logprobs": ... of tokens [from, to)
+void gen_sse_usage(gen *g, rg_jw *w);                          // the stream's usage chunk
+// serve_tools.c: a buffered (tools) reply: the text parsed into tool calls at the end (g->finish_reason may
+// become "tool_calls"), then written whole or as the stream's last chunk.
+void gen_tool_calls(gen *g);
+void gen_tool_reply(gen *g, rg_jw *w);
+void gen_tool_chunks(gen *g, rg_jw *w);
+// Hands g to the engine thread (adds the engine's ref); false with e filled when the queue is full.
+bool server_submit(rg_server *s, gen *g, rg_serve_error *e);
+void server_cancel(rg_server *s, gen *g);
+
+#endif

@@ -1,0 +1,109 @@
+// cmd_serve.c - `retrograd serve`: an OpenAI-compatible HTTP server over one model (src/serve/).
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "serve/serve_http.h"
+#include "serve/server.h"
+
+static volatile sig_atomic_t stop_flag;
+static void on_signal(int sig) {
+    (void)sig;
+    stop_flag = 1;
+}
+
+// The key in a file: its first line, without the line end; NULL (message printed) when unreadable or empty.
+static char *key_from_file(const char *path) {
+    size_t n;
+    char *k = cli_read_file(path, &n);
+    if (!k) {
+        fprintf(stderr, "retrograd serve: --api-key-file %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    k[strcspn(k, "\r\n")] = 0;
+    if (!*k) {
+        fprintf(stderr, "retrograd serve: --api-key-file %s: the file's first line is empty\n", path);
+        free(k);
+        return NULL;
+    }
+    return k;
+}
+
+static void serve_epilog(FILE *f) {
+    fputs("\nRoutes: GET /v1/models, POST /v1/chat/completions, POST /v1/completions (OpenAI's shapes; \"stream\": true\n"
+          "for server-sent events), POST /tokenize, POST /detokenize, GET /health (503 while loading), GET /metrics\n"
+          "(Prometheus text). Loopback only unless an API key is given. docs/SERVE.md has the details.\n",
+          f);
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *model = NULL, *alias = NULL, *host = "127.0.0.1", *key = NULL, *key_file = NULL;
+    int64_t port = 8080, n_slots = 4, n_ctx = 0, threads = 0, max_tokens = 0, max_body = 8 << 20, max_conn = 64,
+            max_queue = 64, max_messages = 1024;
+    rg_device device = RG_DEVICE_CPU;
+    const cli_opt opts[] = {
+        CLI_STR('m', "--model", "MODEL.gguf", "the model to serve", &model),
+        CLI_STR(0, "--alias", "NAME", "its id in /v1/models (default: the file's name without .gguf)", &alias),
+        CLI_STR(0, "--host", "ADDR", "address to listen on (default 127.0.0.1; any other needs an API key)", &host),
+        CLI_I64(0, "--port", "N", "port (default 8080; 0 picks a free one, printed)", 0, 65535, &port),
+        CLI_STR(0, "--api-key", "K", "require Authorization: Bearer K on every route but /health", &key),
+        CLI_STR(0, "--api-key-file", "F", "the same, the key read from the first line of F", &key_file),
+        CLI_I64(0, "-np", "N", "slots: requests decoded together in one batch (default 4)", 1, 256, &n_slots),
+        CLI_I64('c', "--ctx-size", "N", "tokens per slot (default: the model's, at most 4096)", 0, INT32_MAX, &n_ctx),
+        CLI_I64('t', "--threads", "N", "CPU threads (default: all cores)", 0, 1024, &threads),
+        CLI_CALL(0, "--device", "cpu|cuda", "where the model runs (default cpu)", cli_opt_device, &device),
+        CLI_I64(0, "--max-tokens", "N", "the most tokens a request may ask for (default: the context)", 0,
+                INT32_MAX, &max_tokens),
+        CLI_I64(0, "--max-body", "BYTES", "the largest request body (default 8 MiB)", 1024, INT32_MAX, &max_body),
+        CLI_I64(0, "--max-connections", "N", "parallel connections (default 64)", 1, 4096, &max_conn),
+        CLI_I64(0, "--max-queue", "N", "requests waiting for a slot before 429 (default 64)", 1, 1 << 20, &max_queue),
+        CLI_I64(0, "--max-messages", "N", "messages in one chat request (default 1024)", 1, 1 << 20, &max_messages),
+    };
+    const cli_command c = {"serve", "-m MODEL.gguf [--host ADDR] [--port N] [--api-key K] [-np N] [-c CTX]", opts,
+                           CLI_N(opts), .epilog = serve_epilog};
+    const int rc = cli_args_parse(&c, argc, argv);
+    if (rc != CLI_ARGS_OK) return rc == CLI_ARGS_HELP ? 0 : 2;
+    if (!model) {
+        fprintf(stderr, "retrograd serve: no model (-m MODEL.gguf)\n");
+        return 2;
+    }
+    if (key && key_file) {
+        fprintf(stderr, "retrograd serve: give --api-key or --api-key-file, not both\n");
+        return 2;
+    }
+    char *file_key = key_file ? key_from_file(key_file) : NULL;
+    if (key_file && !file_key) return 2;
+    if (file_key) key = file_key;
+    if (!rg_serve_host_is_loopback(host) && !key) {
+        fprintf(stderr, "retrograd serve: --host %s is not a loopback address: give --api-key K or --api-key-file F\n",
+                host);
+        free(file_key);
+        return 2;
+    }
+    rg_server_opts so = {.model_path = model, .alias = alias, .n_slots = (int)n_slots, .n_ctx = n_ctx,
+                         .n_threads = (int)threads, .device = device, .max_queue = (int)max_queue,
+                         .load_in_background = true,
+                         .limits = {.max_body = (size_t)max_body, .max_tokens = max_tokens,
+                                    .max_messages = (size_t)max_messages}};
+    rg_error err;
+    rg_server *s;
+    if (rg_server_create(&s, &so, &err)) {
+        fprintf(stderr, "retrograd %s\n", err.msg);
+        free(file_key);
+        return 1;
+    }
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    rg_serve_http_opts ho = {.host = host, .port = (int)port, .api_key = key, .max_connections = (int)max_conn};
+    const rg_status st = rg_serve_http_run(s, &ho, &stop_flag, &err);
+    if (st) fprintf(stderr, "retrograd %s\n", err.msg);
+    if (!st && rg_server_state(s) < 0) fprintf(stderr, "retrograd serve: %s\n", rg_server_load_error(s));
+    rg_server_free(s);
+    free(file_key);
+    return st ? 1 : 0;
+}
