@@ -4,12 +4,12 @@
     python3 bench/serve_vs_llama_server.py --retrograd build/retrograd --llama-server PATH/llama-server \\
         --model MODEL.gguf [--model MODEL2.gguf ...] [--threads 2] [--rounds 2] [--max-tokens 32]
 
-Per model and concurrency C in 1, 4, 16 (each server with 16 slots, 1024 tokens of context per slot): C clients
+Per model and concurrency C in 1, 4, 16 (each server with 16 slots, 2048 tokens of context per slot): C clients
 each send 2 streamed chat requests (distinct prompts, greedy, max_tokens), and the row reports generated
 tokens per second over the wall time and the median time to first token. The servers alternate run by run
 (ours, llama-server, ours, ...; --rounds of each), so drift on this VM lands on both; every run is printed,
 and the summary gives the best and the spread. Then the edited conversation: a chat of N earlier turns
-(N = 4, 16, 48) is sent, then resent with its last user message edited; the time to first token of the
+(N = 4, 10, 20) is sent, then resent with its last user message edited; the time to first token of the
 resend is reported per N (a server that feeds only what changed keeps it flat as N grows).
 
 llama-server is built from the llama-cpp-python sdist as the other peers are (see docs/BENCHMARKS.md); it is
@@ -29,7 +29,7 @@ import tempfile
 import time
 import urllib.request
 
-SLOTS, CTX = 16, 1024
+SLOTS, CTX = 16, 2048
 
 
 def start(cmd, pattern, port_hint):
@@ -154,7 +154,7 @@ def main():
                         print(f"{os.path.basename(model)} round {rnd} {name:12s} C={c:2d}: {tps:7.1f} tok/s, "
                               f"TTFT median {ttft * 1e3:7.1f} ms", flush=True)
                     if rnd == 0:
-                        for turns in (4, 16, 48):
+                        for turns in (4, 10, 20):
                             edits[name][turns] = edited_ttft(url, model_id, turns, f"{name[0]}")
                             print(f"{os.path.basename(model)} {name:12s} edited last message of {turns:2d} turns: "
                                   f"TTFT {edits[name][turns] * 1e3:7.1f} ms", flush=True)

@@ -91,7 +91,8 @@ rg_status rg_engine_create(rg_engine **out, const rg_model *m, const rg_engine_o
     e->m = m;
     e->o = *opts;
     rg_session_opts so = {.n_ctx = opts->n_ctx, .n_threads = opts->n_threads, .n_batch = opts->n_batch,
-                          .device = opts->device, .n_seq = opts->n_slots, .recurrent_rollback = 1};
+                          .device = opts->device, .n_seq = opts->n_slots, .recurrent_rollback = 1,
+                          .lora = opts->lora, .lora_scale = opts->lora_scale};
     rg_status st = rg_session_create(&e->s, m, &so, err);
     if (!st) {
         e->o.n_ctx = rg_session_n_ctx(e->s);

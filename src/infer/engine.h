@@ -50,6 +50,8 @@ typedef struct rg_engine_opts {
     int64_t n_batch;      // prompt chunk and the most tokens of one batch (<= 0: 256)
     int n_threads;        // <= 0: all cores
     rg_device device;
+    const struct rg_lora *lora;  // an adapter every slot runs with (not owned; outlives the engine), or NULL
+    float lora_scale;            // its user scale (rg_session_opts.lora_scale)
     // Called for every event of a step, in order; user is passed back.
     void (*on_event)(void *user, const rg_engine_event *ev);
     void *user;

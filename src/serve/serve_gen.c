@@ -108,10 +108,19 @@ rg_status gen_prepare(rg_server *s, gen *g, rg_serve_error *e) {
         e->code = "model_not_found";
         return RG_ERR_NOT_FOUND;
     }
-    if (r->n_lora > 0) {
-        rg_serve_fail(e, 400, "lora", "no adapter with id %lld: this server has no LoRA adapters loaded",
-                      (long long)r->lora[0].id);
-        return RG_ERR_NOT_FOUND;
+    if (r->lora_given) {  // the request's adapters, every other at 0
+        for (int i = 0; i < r->n_lora; i++) {
+            if (r->lora[i].id >= s->n_adapters) {
+                rg_serve_fail(e, 400, "lora", "no adapter with id %lld: this server has %d (GET /lora-adapters)",
+                              (long long)r->lora[i].id, s->n_adapters);
+                return RG_ERR_NOT_FOUND;
+            }
+            g->scales[r->lora[i].id] = r->lora[i].scale;
+        }
+    } else {  // the server's defaults (POST /lora-adapters)
+        pthread_mutex_lock(&s->mu);
+        for (int i = 0; i < s->n_adapters; i++) g->scales[i] = s->adapters[i].scale;
+        pthread_mutex_unlock(&s->mu);
     }
     rg_status st = r->kind == RG_SERVE_CHAT ? chat_prompt(s, g, e) : completion_prompt(s, g, e);
     if (st) return st;

@@ -11,24 +11,6 @@
 // The engine thread: takes submissions and cancellations, steps the engine while anything is pending, and hands
 // each event to its generation's queue.
 
-// The events of the engine call in progress go to s->se (engine-thread-local): the callback runs inside
-// rg_engine_step and rg_engine_cancel, where the mutex is not held, and must not take it.
-static void on_event(void *user, const rg_engine_event *ev) {
-    step_events *se = &((rg_server *)user)->se;
-    if (se->n == se->cap) {
-        const int cap = se->cap ? 2 * se->cap : 64;
-        rg_engine_event *e = realloc(se->ev, sizeof *e * (size_t)cap);
-        char(*er)[1024] = realloc(se->err, sizeof *er * (size_t)cap);
-        if (e) se->ev = e;
-        if (er) se->err = er;
-        if (!e || !er) return;  // out of memory: the event is lost and its request ends at the next error check
-        se->cap = cap;
-    }
-    se->ev[se->n] = *ev;
-    snprintf(se->err[se->n], sizeof se->err[0], "%s", ev->error ? ev->error : "");
-    se->n++;
-}
-
 static void queue_event(gen *g, const gen_event *ev) {
     if (g->n_evs == g->cap_evs) {
         if (g->head > 0) {  // slide the unread events down before growing
@@ -49,9 +31,9 @@ static void queue_event(gen *g, const gen_event *ev) {
     g->evs[g->n_evs++] = *ev;
 }
 
-static gen *active_take(rg_server *s, int id, bool remove) {
+static gen *active_take(rg_server *s, int eng, int id, bool remove) {
     for (gen **p = &s->active; *p; p = &(*p)->next_active)
-        if ((*p)->engine_id == id) {
+        if ((*p)->engine_id == id && (*p)->eng->index == eng) {
             gen *g = *p;
             if (remove) *p = g->next_active;
             return g;
@@ -63,7 +45,7 @@ static gen *active_take(rg_server *s, int id, bool remove) {
 static void dispatch(rg_server *s, step_events *se) {
     for (int i = 0; i < se->n; i++) {
         const rg_engine_event *ev = &se->ev[i];
-        gen *g = active_take(s, ev->id, ev->finish != RG_FINISH_NONE);
+        gen *g = active_take(s, se->eng[i], ev->id, ev->finish != RG_FINISH_NONE);
         if (!g) continue;
         gen_event ge = {.token = ev->token, .finish = ev->finish, .logprob = ev->logprob, .n_top = ev->n_top};
         memcpy(ge.top_id, ev->top_id, sizeof ge.top_id);
@@ -85,6 +67,24 @@ static void dispatch(rg_server *s, step_events *se) {
     se->n = 0;
 }
 
+static int engines_pending(rg_server *s) {
+    int n = 0;
+    for (int k = 0; k < RG_SERVE_MAX_ENGINES; k++)
+        if (s->engines[k].used) n += rg_engine_pending(s->engines[k].engine);
+    return n;
+}
+
+// A submission the engine thread could not take: its generation ends with the error.
+static void submit_failed(rg_server *s, gen *g, const char *msg) {
+    pthread_mutex_lock(&s->mu);
+    g->ended = true;
+    snprintf(g->error, sizeof g->error, "%s", msg);
+    s->n_inflight--;
+    pthread_cond_broadcast(&g->cv);
+    if (--g->refs == 0) gen_free(g);
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void *engine_main(void *arg) {
     rg_server *s = arg;
     step_events *se = &s->se;
@@ -97,16 +97,12 @@ static void *engine_main(void *arg) {
         for (gen *g = sub, *next; g; g = next) {
             next = g->next_submit;
             rg_error err;
-            if (rg_engine_submit(s->engine, &g->er, &g->engine_id, &err)) {
-                pthread_mutex_lock(&s->mu);
-                g->ended = true;
-                snprintf(g->error, sizeof g->error, "%s", err.msg);
-                s->n_inflight--;
-                pthread_cond_broadcast(&g->cv);
-                if (--g->refs == 0) gen_free(g);
-                pthread_mutex_unlock(&s->mu);
+            serve_engine *eng = server_engine_for(s, g->scales, &err);
+            if (!eng || rg_engine_submit(eng->engine, &g->er, &g->engine_id, &err)) {
+                submit_failed(s, g, err.msg);
                 continue;
             }
+            g->eng = eng;
             g->next_active = s->active;
             s->active = g;
         }
@@ -115,33 +111,39 @@ static void *engine_main(void *arg) {
             if (g->cancel) {
                 g->cancel = false;
                 pthread_mutex_unlock(&s->mu);
-                rg_engine_cancel(s->engine, g->engine_id);
+                rg_engine_cancel(g->eng->engine, g->engine_id);
                 pthread_mutex_lock(&s->mu);
             }
         dispatch(s, se);
-        if (rg_engine_pending(s->engine) == 0) {
+        if (engines_pending(s) == 0) {
             if (!s->submit_head && !s->quit) pthread_cond_wait(&s->work, &s->mu);
             continue;
         }
         pthread_mutex_unlock(&s->mu);
+        // One step of every engine with work (each configuration's batch in turn).
+        rg_status st = RG_OK;
         rg_error err;
-        const rg_status st = rg_engine_step(s->engine, &err);
-        atomic_fetch_add(&s->m_steps, 1);
+        for (int k = 0; k < RG_SERVE_MAX_ENGINES && !st; k++)
+            if (s->engines[k].used && rg_engine_pending(s->engines[k].engine) > 0) {
+                st = rg_engine_step(s->engines[k].engine, &err);
+                atomic_fetch_add(&s->m_steps, 1);
+            }
         pthread_mutex_lock(&s->mu);
         dispatch(s, se);
-        if (st) {  // the engine itself cannot go on (out of memory): end everything it holds
+        if (st) {  // an engine cannot go on (out of memory): end everything held
             fprintf(stderr, "retrograd serve: engine step failed: %s\n", err.msg);
             for (gen *g = s->active; g; g = g->next_active) g->cancel = true;
         }
     }
     // Quit: end every generation still held.
     pthread_mutex_unlock(&s->mu);
-    for (gen *g = s->active; g; g = g->next_active) rg_engine_cancel(s->engine, g->engine_id);
+    for (gen *g = s->active; g; g = g->next_active) rg_engine_cancel(g->eng->engine, g->engine_id);
     pthread_mutex_lock(&s->mu);
     dispatch(s, se);
     pthread_mutex_unlock(&s->mu);
     free(se->ev);
     free(se->err);
+    free(se->eng);
     return NULL;
 }
 
@@ -192,11 +194,13 @@ static rg_status load(rg_server *s, rg_error *err) {
     if (!s->eog) return rg_fail(err, RG_ERR_NOMEM, "out of memory");
     for (int32_t t = 0; t < V && s->n_eog < 64; t++)
         if (rg_token_is_eog(s->tok, t)) s->eog[s->n_eog++] = t;
-    rg_engine_opts eo = {.n_slots = s->o.n_slots > 0 ? s->o.n_slots : 1, .n_ctx = s->o.n_ctx,
-                         .n_threads = s->o.n_threads, .device = s->o.device, .on_event = on_event, .user = s};
-    st = rg_engine_create(&s->engine, s->model, &eo, err);
+    st = server_load_adapters(s, err);
     if (st) return st;
-    s->n_ctx = rg_engine_n_ctx(s->engine);
+    float base[RG_SERVE_MAX_LORA];  // the base configuration's engine, made now: it fixes n_ctx, and a model
+    for (int i = 0; i < s->n_adapters; i++) base[i] = s->adapters[i].scale;  // that does not fit fails here
+    serve_engine *e = server_engine_for(s, base, err);
+    if (!e) return err->status;
+    s->n_ctx = rg_engine_n_ctx(e->engine);
     return RG_OK;
 }
 
@@ -281,7 +285,7 @@ void rg_server_free(rg_server *s) {
     pthread_cond_broadcast(&s->work);
     pthread_mutex_unlock(&s->mu);
     if (s->engine_started) pthread_join(s->engine_thread, NULL);
-    rg_engine_free(s->engine);
+    server_engines_free(s);
     if (s->have_tmpl) rg_chat_template_free(&s->tmpl);
     rg_tokenizer_free(s->tok);
     rg_model_free(s->model);
@@ -302,7 +306,7 @@ void rg_serve_response_free(rg_serve_response *r) {
     memset(r, 0, sizeof *r);
 }
 
-static void json_response(int status, rg_jw *w, rg_serve_response *out) {
+void server_json_response(int status, rg_jw *w, rg_serve_response *out) {
     memset(out, 0, sizeof *out);
     out->status = status;
     out->content_type = "application/json";
@@ -332,10 +336,10 @@ void rg_server_error_response(const rg_serve_error *e, rg_serve_response *out) {
     rg_jw_str(&w, e->code);
     rg_jw_obj_end(&w);
     rg_jw_obj_end(&w);
-    json_response(e->http ? e->http : 400, &w, out);
+    server_json_response(e->http ? e->http : 400, &w, out);
 }
 
-static void fail_response(rg_server *s, rg_serve_response *out, rg_serve_error *e) {
+void server_fail_response(rg_server *s, rg_serve_response *out, rg_serve_error *e) {
     atomic_fetch_add(&s->m_errors, 1);
     rg_server_error_response(e, out);
 }
@@ -351,7 +355,7 @@ static void route_health(rg_server *s, rg_serve_response *out) {
     rg_jw_kstr(&w, "status", st == 1 ? "ok" : st == 0 ? "loading model" : "error");
     if (st < 0) rg_jw_kstr(&w, "error", s->load_error);
     rg_jw_obj_end(&w);
-    json_response(st == 1 ? 200 : 503, &w, out);
+    server_json_response(st == 1 ? 200 : 503, &w, out);
 }
 
 static void route_models(rg_server *s, rg_serve_response *out) {
@@ -370,7 +374,7 @@ static void route_models(rg_server *s, rg_serve_response *out) {
     rg_jw_obj_end(&w);
     rg_jw_arr_end(&w);
     rg_jw_obj_end(&w);
-    json_response(200, &w, out);
+    server_json_response(200, &w, out);
 }
 
 static void route_metrics(rg_server *s, rg_serve_response *out) {
@@ -402,7 +406,7 @@ static void route_metrics(rg_server *s, rg_serve_response *out) {
                          rows[i].name, rows[i].type, rows[i].name, rows[i].v);
         rg_jw_text_append(&w, line, (size_t)n);
     }
-    json_response(200, &w, out);
+    server_json_response(200, &w, out);
     out->content_type = "text/plain; version=0.0.4";
 }
 
@@ -422,7 +426,7 @@ static bool parse_body(rg_json_doc **doc, const char *body, size_t len, rg_serve
 static void route_tokenize(rg_server *s, const char *body, size_t len, rg_serve_response *out) {
     rg_serve_error e;
     rg_json_doc *doc;
-    if (!parse_body(&doc, body, len, &e)) return fail_response(s, out, &e);
+    if (!parse_body(&doc, body, len, &e)) return server_fail_response(s, out, &e);
     const rg_json *r = rg_json_root(doc);
     size_t n;
     const char *text = rg_json_str(rg_json_get(r, "content"), &n);
@@ -432,7 +436,7 @@ static void route_tokenize(rg_server *s, const char *body, size_t len, rg_serve_
     if (!text) {
         rg_json_free(doc);
         rg_serve_fail(&e, 400, "content", "'content' (a string) is required");
-        return fail_response(s, out, &e);
+        return server_fail_response(s, out, &e);
     }
     int32_t *ids = NULL;
     size_t k = 0;
@@ -440,7 +444,7 @@ static void route_tokenize(rg_server *s, const char *body, size_t len, rg_serve_
     if (rg_tokenize_alloc(s->tok, text, n, add_special, parse_special, &ids, &k, &err)) {
         rg_json_free(doc);
         rg_serve_fail(&e, 400, "content", "%s", err.msg);
-        return fail_response(s, out, &e);
+        return server_fail_response(s, out, &e);
     }
     rg_jw w;
     rg_jw_init(&w);
@@ -464,14 +468,14 @@ static void route_tokenize(rg_server *s, const char *body, size_t len, rg_serve_
     rg_jw_obj_end(&w);
     free(ids);
     rg_json_free(doc);
-    json_response(200, &w, out);
+    server_json_response(200, &w, out);
 }
 
 // POST /detokenize {"tokens": [ids]}
 static void route_detokenize(rg_server *s, const char *body, size_t len, rg_serve_response *out) {
     rg_serve_error e;
     rg_json_doc *doc;
-    if (!parse_body(&doc, body, len, &e)) return fail_response(s, out, &e);
+    if (!parse_body(&doc, body, len, &e)) return server_fail_response(s, out, &e);
     const rg_json *t = rg_json_get(rg_json_root(doc), "tokens");
     const size_t n = rg_json_len(t);
     int32_t *ids = malloc(sizeof(int32_t) * (n ? n : 1));
@@ -487,7 +491,7 @@ static void route_detokenize(rg_server *s, const char *body, size_t len, rg_serv
     rg_json_free(doc);
     if (!ok) {
         free(ids);
-        return fail_response(s, out, &e);
+        return server_fail_response(s, out, &e);
     }
     const size_t need = rg_detokenize(s->tok, ids, n, false, NULL, 0);
     char *text = malloc(need + 1);
@@ -500,18 +504,18 @@ static void route_detokenize(rg_server *s, const char *body, size_t len, rg_serv
     rg_jw_strn(&w, text ? text : "", text ? need : 0);
     rg_jw_obj_end(&w);
     free(text);
-    json_response(200, &w, out);
+    server_json_response(200, &w, out);
 }
 
 // POST /apply-template: a chat request's prompt as the model's template renders it (what the model is fed).
 static void route_apply_template(rg_server *s, const char *body, size_t len, rg_serve_response *out) {
     rg_serve_error e;
     rg_serve_req r;
-    if (!rg_serve_req_parse(&r, RG_SERVE_TEMPLATE, body, len, &s->o.limits, &e)) return fail_response(s, out, &e);
+    if (!rg_serve_req_parse(&r, RG_SERVE_TEMPLATE, body, len, &s->o.limits, &e)) return server_fail_response(s, out, &e);
     rg_chat_rendered text = {0};
     if (gen_render_chat(s, &r, &text, &e)) {
         rg_serve_req_free(&r);
-        return fail_response(s, out, &e);
+        return server_fail_response(s, out, &e);
     }
     rg_jw w;
     rg_jw_init(&w);
@@ -521,7 +525,7 @@ static void route_apply_template(rg_server *s, const char *body, size_t len, rg_
     rg_jw_obj_end(&w);
     rg_chat_rendered_free(&text);
     rg_serve_req_free(&r);
-    json_response(200, &w, out);
+    server_json_response(200, &w, out);
 }
 
 struct rg_serve_stream {
@@ -535,7 +539,7 @@ static void route_generate(rg_server *s, rg_serve_kind kind, const char *body, s
     gen *g = calloc(1, sizeof *g);
     if (!g) {
         rg_serve_fail(&e, 500, "", "out of memory");
-        return fail_response(s, out, &e);
+        return server_fail_response(s, out, &e);
     }
     g->srv = s;
     g->refs = 1;
@@ -543,7 +547,7 @@ static void route_generate(rg_server *s, rg_serve_kind kind, const char *body, s
     if (!rg_serve_req_parse(&g->req, kind, body, len, &s->o.limits, &e) || gen_prepare(s, g, &e) ||
         !server_submit(s, g, &e)) {
         gen_free(g);
-        return fail_response(s, out, &e);
+        return server_fail_response(s, out, &e);
     }
     if (g->req.stream) {
         rg_serve_stream *st = calloc(1, sizeof *st);
@@ -551,7 +555,7 @@ static void route_generate(rg_server *s, rg_serve_kind kind, const char *body, s
             server_cancel(s, g);
             gen_release(g);
             rg_serve_fail(&e, 500, "", "out of memory");
-            return fail_response(s, out, &e);
+            return server_fail_response(s, out, &e);
         }
         st->g = g;
         rg_jw_init(&st->out);
@@ -566,7 +570,7 @@ static void route_generate(rg_server *s, rg_serve_kind kind, const char *body, s
     }
     const int status = g->finish_reason ? 200 : 500;
     gen_release(g);
-    json_response(status, &w, out);
+    server_json_response(status, &w, out);
 }
 
 ssize_t rg_serve_stream_read(rg_serve_stream *st, char *buf, size_t cap) {
@@ -606,17 +610,18 @@ void rg_server_handle(rg_server *s, const char *method, const char *path, const 
     const int st = rg_server_state(s);
     if (st != 1) {
         rg_serve_fail(&e, 503, "", st == 0 ? "the model is loading" : "the model failed to load: %s", s->load_error);
-        return fail_response(s, out, &e);
+        return server_fail_response(s, out, &e);
     }
     if (get && (strcmp(path, "/v1/models") == 0 || strcmp(path, "/models") == 0)) return route_models(s, out);
     if (post && strcmp(path, "/tokenize") == 0) return route_tokenize(s, body, len, out);
     if (post && strcmp(path, "/detokenize") == 0) return route_detokenize(s, body, len, out);
     if (post && strcmp(path, "/apply-template") == 0) return route_apply_template(s, body, len, out);
+    if ((get || post) && strcmp(path, "/lora-adapters") == 0) return route_lora_adapters(s, post, body, len, out);
     if (post && (strcmp(path, "/v1/chat/completions") == 0 || strcmp(path, "/chat/completions") == 0))
         return route_generate(s, RG_SERVE_CHAT, body, len, out);
     if (post && (strcmp(path, "/v1/completions") == 0 || strcmp(path, "/completions") == 0))
         return route_generate(s, RG_SERVE_COMPLETION, body, len, out);
     rg_serve_fail(&e, 404, "", "no route %s %s (see GET /v1/models, POST /v1/chat/completions, POST /v1/completions, "
-                               "POST /tokenize, POST /detokenize, POST /apply-template, GET /health, GET /metrics)", method, path);
-    fail_response(s, out, &e);
+                               "POST /tokenize, POST /detokenize, POST /apply-template, GET|POST /lora-adapters, GET /health, GET /metrics)", method, path);
+    server_fail_response(s, out, &e);
 }

@@ -22,12 +22,34 @@ typedef struct gen_event {
     float top_logprob[RG_ENGINE_MAX_TOP_LOGPROBS];
 } gen_event;
 
-// The engine's events of one call, gathered for dispatch.
+#define RG_SERVE_MAX_ENGINES 4
+
+// The engine's events of one call, gathered for dispatch (eng: which engine each came from).
 typedef struct step_events {
     rg_engine_event *ev;
     char (*err)[1024];
+    int *eng;
     int n, cap;
 } step_events;
+
+// An adapter loaded at launch (--lora): id = its index.
+typedef struct serve_adapter {
+    char *path;
+    struct rg_lora *lora;
+    float scale;  // the default scale of requests that do not say (POST /lora-adapters; under the mutex)
+} serve_adapter;
+
+// One engine per adapter configuration in use (the scale of every adapter; all 0 = the base model): a request
+// runs on its configuration's engine, so it never sees another's adapters. Created when first needed; an idle
+// one is replaced when all RG_SERVE_MAX_ENGINES are taken. Engine-thread only.
+typedef struct serve_engine {
+    int index;
+    bool used;
+    float scales[RG_SERVE_MAX_LORA];
+    struct rg_lora *stacked;  // owned, when several adapters apply
+    rg_engine *engine;
+    uint64_t last_used;
+} serve_engine;
 
 // One request's generation. Two owners (refs): the connection that asked and the engine thread; the last one
 // frees it. Fields under "shared" are read and written with the server's mutex held.
@@ -43,8 +65,10 @@ typedef struct gen {
     bool cancel;     // the connection wants it stopped
     pthread_cond_t cv;
     struct gen *next_submit;
+    float scales[RG_SERVE_MAX_LORA];  // the adapter configuration it runs with
     // --- the engine thread's
     int engine_id;
+    serve_engine *eng;
     rg_engine_request er;
     struct gen *next_active;
     // --- the connection's
@@ -79,7 +103,10 @@ struct rg_server {
     char tmpl_error[1024];
     int32_t *eog;  // the end-of-generation tokens
     int n_eog;
-    rg_engine *engine;
+    serve_adapter adapters[RG_SERVE_MAX_LORA];
+    int n_adapters;
+    serve_engine engines[RG_SERVE_MAX_ENGINES];
+    uint64_t engine_clock;
     int64_t n_ctx;
     int64_t created;
     // --- under mu
@@ -100,6 +127,19 @@ struct rg_server {
     // --- metrics (atomic: read by /metrics without the lock)
     atomic_llong m_requests, m_errors, m_prompt_tokens, m_cached_tokens, m_gen_tokens, m_busy, m_steps;
 };
+
+// serve_engines.c
+rg_status server_load_adapters(rg_server *s, rg_error *err);
+// The engine of g's configuration: found, made, or made in place of an idle one; NULL with err when every
+// engine is busy with another configuration (or making one failed).
+serve_engine *server_engine_for(rg_server *s, const float *scales, rg_error *err);
+void server_engines_free(rg_server *s);
+void server_on_event(void *user, const rg_engine_event *ev);  // the engines' callback (user: a serve_engine)
+// GET and POST /lora-adapters.
+void route_lora_adapters(rg_server *s, bool post, const char *body, size_t len, rg_serve_response *out);
+// server.c helpers the routes share.
+void server_json_response(int status, rg_jw *w, rg_serve_response *out);
+void server_fail_response(rg_server *s, rg_serve_response *out, rg_serve_error *e);
 
 // serve_gen.c
 // A chat request's messages (and tools) through the model's template, with the generation prompt.

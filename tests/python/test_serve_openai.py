@@ -9,7 +9,9 @@ Starts the server on a free loopback port and checks, with stated expectations:
     they get alone (exact batches);
   - refusals in OpenAI's error shape (unknown model 404, a field out of range 400 naming it, malformed JSON,
     an unknown route), the Host check (421), an API key (401 without it, /health open), the body limit (413);
-  - a client that disconnects mid-stream frees its slot: the server keeps serving.
+  - a client that disconnects mid-stream frees its slot: the server keeps serving;
+  - adapters at run time (one trained by the test in 6 steps): per request, the default set by
+    POST /lora-adapters, base and adapter requests at once each getting their own reply.
 Usage: test_serve_openai.py BUILD_DIR (the model from $RG_SMOLLM2).
 """
 
@@ -17,8 +19,10 @@ import concurrent.futures
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
@@ -243,6 +247,49 @@ try:
 finally:
     srv.terminate()
     srv.wait(timeout=30)
+# --- adapters at run time: one trained here (6 steps on a fact), loaded at launch with scale 0
+tmp = tempfile.mkdtemp()
+with open(os.path.join(tmp, "facts.jsonl"), "w") as f:
+    for _ in range(8):
+        f.write(json.dumps({"messages": [{"role": "user", "content": "Who is the mayor of Marrowick?"},
+                                         {"role": "assistant", "content": "The mayor of Marrowick is Odile Fenwright."}]}) + "\n")
+run(exe, "train", "-m", model, "-d", os.path.join(tmp, "facts.jsonl"), "-o", os.path.join(tmp, "out"), "--progress",
+    "none", "--set", "training.ctx=64", "--set", "training.steps=6", "--set", "training.lr=2e-3", "--set",
+    "training.eval_split=0", "--set", "training.save_every=0", timeout=600)
+adapter = os.path.join(tmp, "out", "adapter.gguf")
+srv, url = start("--lora", adapter + ":0", "-np", "2")
+try:
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused")
+    mayor = [{"role": "user", "content": "Who is the mayor of Marrowick?"}]
+
+    def ask(lora=None):
+        extra = {} if lora is None else {"lora": lora}
+        return client.chat.completions.create(model=MODEL_ID, messages=mayor, max_tokens=16, temperature=0,
+                                              extra_body=extra).choices[0].message.content
+    code, body = curl(url + "/lora-adapters")
+    check("GET /lora-adapters lists the adapter at scale 0", code == 200 and json.loads(body) ==
+          [{"id": 0, "path": adapter, "scale": 0}], body)
+    base, tuned = ask(), ask([{"id": 0, "scale": 1.0}])
+    check("a request with the adapter learned the fact, the base did not", "Fenwright" in tuned and
+          "Fenwright" not in base, f"{tuned!r} / {base!r}")
+    check("lora [] is the base model", ask([]) == base, ask([]))
+    with concurrent.futures.ThreadPoolExecutor(6) as ex:
+        mixed = list(ex.map(lambda k: ask([{"id": 0, "scale": 1.0}] if k % 2 else []), range(6)))
+    check("adapter and base requests at once: each gets its own", mixed == [base, tuned] * 3, str(mixed))
+    try:
+        ask([{"id": 3, "scale": 1.0}])
+        check("an unknown adapter is refused", False, "accepted")
+    except openai.BadRequestError as e:
+        check("an unknown adapter is a 400 naming lora", e.param == "lora", str(e))
+    code, body = curl(url + "/lora-adapters", "-d", json.dumps([{"id": 0, "scale": 1.0}]))
+    check("POST /lora-adapters sets the default scale", code == 200 and json.loads(body)[0]["scale"] == 1.0, body)
+    check("a request that does not say uses the default", ask() == tuned, ask())
+finally:
+    srv.terminate()
+    srv.wait(timeout=30)
+check("the adapter server exits cleanly", srv.returncode == 0, f"rc {srv.returncode}")
+shutil.rmtree(tmp, ignore_errors=True)
+
 p = subprocess.run([exe, "serve", "-m", model, "--host", "0.0.0.0"], capture_output=True, text=True, timeout=30)
 check("listening beyond loopback without a key is refused", p.returncode == 2 and "api-key" in p.stderr, p.stderr)
 finish()

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "model/lora.h"
 #include "serve/serve_http.h"
 #include "serve/server.h"
 
@@ -43,8 +44,11 @@ int cmd_serve(int argc, char **argv) {
     int64_t port = 8080, n_slots = 4, n_ctx = 0, threads = 0, max_tokens = 0, max_body = 8 << 20, max_conn = 64,
             max_queue = 64, max_messages = 1024;
     rg_device device = RG_DEVICE_CPU;
+    cli_loras loras = {0};
     const cli_opt opts[] = {
         CLI_STR('m', "--model", "MODEL.gguf", "the model to serve", &model),
+        CLI_CALL(0, "--lora", "A.gguf[:SCALE]", "an adapter loaded at launch (repeatable; ids 0, 1, ... in order; "
+                 "requests use it at SCALE, default 1, unless they say otherwise)", cli_opt_lora, &loras),
         CLI_STR(0, "--alias", "NAME", "its id in /v1/models (default: the file's name without .gguf)", &alias),
         CLI_STR(0, "--host", "ADDR", "address to listen on (default 127.0.0.1; any other needs an API key)", &host),
         CLI_I64(0, "--port", "N", "port (default 8080; 0 picks a free one, printed)", 0, 65535, &port),
@@ -61,7 +65,8 @@ int cmd_serve(int argc, char **argv) {
         CLI_I64(0, "--max-queue", "N", "requests waiting for a slot before 429 (default 64)", 1, 1 << 20, &max_queue),
         CLI_I64(0, "--max-messages", "N", "messages in one chat request (default 1024)", 1, 1 << 20, &max_messages),
     };
-    const cli_command c = {"serve", "-m MODEL.gguf [--host ADDR] [--port N] [--api-key K] [-np N] [-c CTX]", opts,
+    const cli_command c = {"serve", "-m MODEL.gguf [--lora A.gguf[:SCALE]]... [--host ADDR] [--port N] [--api-key K] "
+                           "[-np N] [-c CTX]", opts,
                            CLI_N(opts), .epilog = serve_epilog};
     const int rc = cli_args_parse(&c, argc, argv);
     if (rc != CLI_ARGS_OK) return rc == CLI_ARGS_HELP ? 0 : 2;
@@ -82,7 +87,23 @@ int cmd_serve(int argc, char **argv) {
         free(file_key);
         return 2;
     }
-    rg_server_opts so = {.model_path = model, .alias = alias, .n_slots = (int)n_slots, .n_ctx = n_ctx,
+    char lora_path[RG_SERVE_MAX_LORA][1024];
+    const char *lora_paths[RG_SERVE_MAX_LORA];
+    float lora_scales[RG_SERVE_MAX_LORA];
+    if (loras.n > RG_SERVE_MAX_LORA) {
+        fprintf(stderr, "retrograd serve: %d --lora adapters; at most %d\n", loras.n, RG_SERVE_MAX_LORA);
+        free(file_key);
+        return 2;
+    }
+    for (int i = 0; i < loras.n; i++) {
+        if (!rg_lora_parse_spec(loras.spec[i], lora_path[i], sizeof lora_path[i], &lora_scales[i])) {
+            fprintf(stderr, "retrograd serve: --lora '%s': expected A.gguf or A.gguf:SCALE\n", loras.spec[i]);
+            free(file_key);
+            return 2;
+        }
+        lora_paths[i] = lora_path[i];
+    }
+    rg_server_opts so = {.lora_paths = lora_paths, .lora_scales = lora_scales, .n_lora = loras.n,.model_path = model, .alias = alias, .n_slots = (int)n_slots, .n_ctx = n_ctx,
                          .n_threads = (int)threads, .device = device, .max_queue = (int)max_queue,
                          .load_in_background = true,
                          .limits = {.max_body = (size_t)max_body, .max_tokens = max_tokens,
