@@ -10,7 +10,8 @@
 //     how many prompt tokens the cache held
 //   - stop tokens end a request without emitting them; a cancel ends a queued request and a running one, the
 //     others unchanged
-//   - the same request again: the same tokens (greedy and seeded), the chunks before the prompt's last from the cache
+//   - the same request again: the same tokens (greedy and seeded), the chunks before the prompt's last from the cache;
+//     also after a longer prompt went through the slot, and after the slot went to a file, was emptied and came back
 //   - logprobs: the log-softmax of a session's logits, the alternatives in order with the greedy token first
 //   - bad requests refused, nothing queued: an empty prompt, ids outside the vocabulary, a prompt filling the
 //     context, invalid sampling
@@ -308,6 +309,35 @@ static void check_same_again(const rg_model *m, const char *tag) {
              (long long)rec.cached[id_long]);
     RG_CHECK(rec.n[id_again] == rec.n[0] && memcmp(rec.tokens[id_again], rec.tokens[0], sizeof(int32_t) *
              (size_t)rec.n[0]) == 0, "%s: the first request after a longer one drew other tokens", tag);
+    // The slot to a file, emptied, back from the file: the same request finds its prompt and draws the same.
+    char path[64];
+    snprintf(path, sizeof path, "engine-slot-%d.bin", (int)getpid());
+    int64_t n_saved = 0, n_loaded = 0;
+    RG_CHECK(rg_engine_slot_save(e, 0, path, &n_saved, &err) == RG_OK && n_saved > 19, "%s save: %s", tag, err.msg);
+    RG_CHECK(rg_engine_slot_erase(e, 0, &err) == RG_OK, "%s erase: %s", tag, err.msg);
+    RG_CHECK(rg_engine_slot_load(e, 0, path, &n_loaded, &err) == RG_OK && n_loaded == n_saved, "%s load: %s", tag,
+             err.msg);
+    int id_loaded;
+    RG_REQUIRE(rg_engine_submit(e, &r, &id_loaded, &err) == RG_OK && run_all(e, &err), "%s after load: %s", tag,
+               err.msg);
+    RG_CHECK(rec.cached[id_loaded] >= 18 && rec.n[id_loaded] == rec.n[0] && memcmp(rec.tokens[id_loaded],
+             rec.tokens[0], sizeof(int32_t) * (size_t)rec.n[0]) == 0, "%s: after the slot's file: %lld cached, other "
+             "tokens?", tag, (long long)rec.cached[id_loaded]);
+    RG_CHECK(rg_engine_slot_load(e, 1, path, NULL, &err) == RG_ERR_ARG && strstr(err.msg, "slots are 0..0"),
+             "%s: load into slot 1 of 1: %s", tag, err.msg);
+    char tpath[80];
+    snprintf(tpath, sizeof tpath, "%s.tokens", path);
+    FILE *f = fopen(tpath, "r+b");
+    if (f) {  // a token file whose count disagrees with the state: refused, the slot untouched
+        const int64_t bad = 3;
+        fseek(f, 8, SEEK_SET);
+        fwrite(&bad, 8, 1, f);
+        fclose(f);
+    }
+    RG_CHECK(rg_engine_slot_load(e, 0, path, NULL, &err) == RG_ERR_FORMAT, "%s: a corrupt token file: %s", tag,
+             err.msg);
+    unlink(path);
+    unlink(tpath);
     rg_engine_free(e);
 }
 

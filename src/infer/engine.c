@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/file.h"
+#include "infer/session_state.h"
 
 typedef enum { SLOT_FREE, SLOT_PROMPT, SLOT_GEN } slot_phase;
 
@@ -365,3 +367,88 @@ bool rg_engine_cancel(rg_engine *e, int id) {
 }
 
 int64_t rg_engine_n_ctx(const rg_engine *e) { return e->o.n_ctx; }
+
+int rg_engine_n_slots(const rg_engine *e) { return e->o.n_slots; }
+
+static rg_status free_slot(rg_engine *e, int k, const char *what, rg_error *err) {
+    if (k < 0 || k >= e->o.n_slots)
+        return rg_fail(err, RG_ERR_ARG, "engine: %s slot %d: the slots are 0..%d", what, k, e->o.n_slots - 1);
+    if (e->slots[k].phase != SLOT_FREE)
+        return rg_fail(err, RG_ERR_ARG, "engine: %s slot %d: it is serving a request", what, k);
+    return RG_OK;
+}
+
+// The slot's tokens beside the session's state: "RGSLOTT1", int64 n, int32 tokens[n] (little-endian hosts).
+rg_status rg_engine_slot_save(rg_engine *e, int k, const char *path, int64_t *n_tokens, rg_error *err) {
+    rg_status st = free_slot(e, k, "save", err);
+    if (st) return st;
+    const slot *sl = &e->slots[k];
+    if (rg_session_n_past_seq(e->s, k) != sl->n_hist)
+        return rg_fail(err, RG_ERR_ARG, "engine: save slot %d: its cache holds %lld positions, its history %lld", k,
+                       (long long)rg_session_n_past_seq(e->s, k), (long long)sl->n_hist);
+    char tpath[4096];
+    if (snprintf(tpath, sizeof tpath, "%s.tokens", path) >= (int)sizeof tpath)
+        return rg_fail(err, RG_ERR_ARG, "engine: save slot %d: the path is too long", k);
+    const size_t bytes = 16 + sizeof(int32_t) * (size_t)sl->n_hist;
+    char *buf = malloc(bytes);
+    if (!buf) return rg_fail(err, RG_ERR_NOMEM, "engine: out of memory");
+    memcpy(buf, "RGSLOTT1", 8);
+    memcpy(buf + 8, &sl->n_hist, 8);
+    memcpy(buf + 16, sl->hist, sizeof(int32_t) * (size_t)sl->n_hist);
+    st = rg_session_state_save_seq(e->s, k, path, err);
+    if (!st) st = rg_atomic_write_file(tpath, buf, bytes, err);
+    free(buf);
+    if (!st && n_tokens) *n_tokens = sl->n_hist;
+    return st;
+}
+
+rg_status rg_engine_slot_load(rg_engine *e, int k, const char *path, int64_t *n_tokens, rg_error *err) {
+    rg_status st = free_slot(e, k, "restore", err);
+    if (st) return st;
+    char tpath[4096];
+    if (snprintf(tpath, sizeof tpath, "%s.tokens", path) >= (int)sizeof tpath)
+        return rg_fail(err, RG_ERR_ARG, "engine: restore slot %d: the path is too long", k);
+    FILE *f = fopen(tpath, "rb");
+    if (!f) return rg_fail(err, RG_ERR_IO, "engine: restore slot %d: %s: cannot open", k, tpath);
+    char magic[8];
+    int64_t n = -1;
+    bool ok = fread(magic, 1, 8, f) == 8 && memcmp(magic, "RGSLOTT1", 8) == 0 && fread(&n, 8, 1, f) == 1 && n >= 0 &&
+              n <= e->o.n_ctx;
+    int32_t *toks = ok ? malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1)) : NULL;
+    ok = ok && toks && fread(toks, sizeof(int32_t), (size_t)n, f) == (size_t)n && fgetc(f) == EOF;
+    fclose(f);
+    for (int64_t i = 0; ok && i < n; i++) ok = toks[i] >= 0 && toks[i] < e->m->hp.n_vocab;
+    if (!ok) {
+        free(toks);
+        return rg_fail(err, RG_ERR_FORMAT, "engine: restore slot %d: %s is not a slot token file of at most %lld "
+                                           "tokens of this vocabulary", k, tpath, (long long)e->o.n_ctx);
+    }
+    st = rg_session_state_load_seq(e->s, k, path, err);  // checks the model, the sizes, the checksum first
+    if (!st && rg_session_n_past_seq(e->s, k) != n) {
+        rg_fail(err, RG_ERR_FORMAT, "engine: restore slot %d: %s holds %lld positions, its token file %lld", k, path,
+                (long long)rg_session_n_past_seq(e->s, k), (long long)n);
+        rg_error ignored;
+        rg_session_rewind_seq(e->s, k, 0, &ignored);
+        e->slots[k].n_hist = 0;
+        st = RG_ERR_FORMAT;
+    }
+    if (!st) {
+        slot *sl = &e->slots[k];
+        memcpy(sl->hist, toks, sizeof(int32_t) * (size_t)n);
+        sl->n_hist = n;
+        for (int64_t p = 0; p <= e->o.n_ctx; p++) sl->chunk_from[p] = -1;
+        if (n_tokens) *n_tokens = n;
+    }
+    free(toks);
+    return st;
+}
+
+rg_status rg_engine_slot_erase(rg_engine *e, int k, rg_error *err) {
+    rg_status st = free_slot(e, k, "erase", err);
+    if (st) return st;
+    st = rg_session_rewind_seq(e->s, k, 0, err);
+    if (st) return st;
+    e->slots[k].n_hist = 0;
+    for (int64_t p = 0; p <= e->o.n_ctx; p++) e->slots[k].chunk_from[p] = -1;
+    return RG_OK;
+}

@@ -84,6 +84,14 @@ int rg_engine_pending(const rg_engine *e);
 bool rg_engine_cancel(rg_engine *e, int id);
 // Tokens per slot (the context a request's prompt and generation share).
 int64_t rg_engine_n_ctx(const rg_engine *e);
+// Slots between requests (a busy slot is refused with RG_ERR_ARG): slot k's cache to path (the session's state
+// of its sequence, session_state.h) and path.tokens (the tokens it holds, which prefix matching needs); back
+// from those files (everything checked before the slot is touched: the model, the sizes, the tokens'
+// vocabulary); or emptied. *n_tokens (may be NULL) gets the tokens saved or restored.
+int rg_engine_n_slots(const rg_engine *e);
+rg_status rg_engine_slot_save(rg_engine *e, int k, const char *path, int64_t *n_tokens, rg_error *err);
+rg_status rg_engine_slot_load(rg_engine *e, int k, const char *path, int64_t *n_tokens, rg_error *err);
+rg_status rg_engine_slot_erase(rg_engine *e, int k, rg_error *err);
 // The session the slots live in (one sequence each).
 rg_session *rg_engine_session(rg_engine *e);
 

@@ -182,6 +182,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return refuse(c, 413, "the request body is larger than this server takes (%s bytes)", msg);
     }
     rg_serve_response r;
+    const char *action = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "action");
+    char path[512];
+    if (action && strlen(url) + strlen(action) + 9 < sizeof path) {  // the one query argument a route reads
+        snprintf(path, sizeof path, "%s?action=%s", url, action);
+        url = path;
+    }
     rg_server_handle(h->s, method, url, b->buf ? b->buf : "", b->len, &r);
     return send_response(c, &r);
 }

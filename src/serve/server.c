@@ -107,6 +107,7 @@ static void *engine_main(void *arg) {
             s->active = g;
         }
         pthread_mutex_lock(&s->mu);
+        server_run_slot_ops(s);
         for (gen *g = s->active; g; g = g->next_active)
             if (g->cancel) {
                 g->cancel = false;
@@ -116,7 +117,7 @@ static void *engine_main(void *arg) {
             }
         dispatch(s, se);
         if (engines_pending(s) == 0) {
-            if (!s->submit_head && !s->quit) pthread_cond_wait(&s->work, &s->mu);
+            if (!s->submit_head && !s->ops && !s->quit) pthread_cond_wait(&s->work, &s->mu);
             continue;
         }
         pthread_mutex_unlock(&s->mu);
@@ -135,7 +136,13 @@ static void *engine_main(void *arg) {
             for (gen *g = s->active; g; g = g->next_active) g->cancel = true;
         }
     }
-    // Quit: end every generation still held.
+    // Quit: refuse waiting slot operations, end every generation still held.
+    for (slot_op *op = s->ops; op; op = op->next) {
+        op->st = RG_ERR_IO, op->done = true;
+        snprintf(op->msg, sizeof op->msg, "the server is shutting down");
+    }
+    s->ops = NULL;
+    pthread_cond_broadcast(&s->ops_cv);
     pthread_mutex_unlock(&s->mu);
     for (gen *g = s->active; g; g = g->next_active) rg_engine_cancel(g->eng->engine, g->engine_id);
     pthread_mutex_lock(&s->mu);
@@ -246,6 +253,7 @@ rg_status rg_server_create(rg_server **out, const rg_server_opts *o, rg_error *e
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->work, NULL);
     pthread_cond_init(&s->ready_cv, NULL);
+    pthread_cond_init(&s->ops_cv, NULL);
     if (pthread_create(&s->loader, NULL, loader_main, s) != 0) {
         rg_server_free(s);
         return rg_fail(err, RG_ERR_NOMEM, "serve: could not start the loading thread");
@@ -294,6 +302,7 @@ void rg_server_free(rg_server *s) {
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->work);
     pthread_cond_destroy(&s->ready_cv);
+    pthread_cond_destroy(&s->ops_cv);
     free(s);
 }
 
@@ -617,11 +626,12 @@ void rg_server_handle(rg_server *s, const char *method, const char *path, const 
     if (post && strcmp(path, "/detokenize") == 0) return route_detokenize(s, body, len, out);
     if (post && strcmp(path, "/apply-template") == 0) return route_apply_template(s, body, len, out);
     if ((get || post) && strcmp(path, "/lora-adapters") == 0) return route_lora_adapters(s, post, body, len, out);
+    if (post && strncmp(path, "/slots/", 7) == 0) return route_slots(s, path, body, len, out);
     if (post && (strcmp(path, "/v1/chat/completions") == 0 || strcmp(path, "/chat/completions") == 0))
         return route_generate(s, RG_SERVE_CHAT, body, len, out);
     if (post && (strcmp(path, "/v1/completions") == 0 || strcmp(path, "/completions") == 0))
         return route_generate(s, RG_SERVE_COMPLETION, body, len, out);
     rg_serve_fail(&e, 404, "", "no route %s %s (see GET /v1/models, POST /v1/chat/completions, POST /v1/completions, "
-                               "POST /tokenize, POST /detokenize, POST /apply-template, GET|POST /lora-adapters, GET /health, GET /metrics)", method, path);
+                               "POST /tokenize, POST /detokenize, POST /apply-template, GET|POST /lora-adapters, POST /slots/N?action=save|restore|erase, GET /health, GET /metrics)", method, path);
     server_fail_response(s, out, &e);
 }

@@ -33,6 +33,7 @@ typedef struct rg_server_opts {
     rg_serve_limits limits;   // body, max_tokens, messages
     int max_queue;            // generations waiting for a slot beyond which a request gets 429 (<= 0: 64)
     bool load_in_background;  // rg_server_create returns at once; /health answers 503 until the model is in
+    const char *slot_save_path;     // the folder of slot files (POST /slots/N?action=save|restore); NULL: refused
     const char *const *lora_paths;  // adapters loaded at launch (ids 0..n_lora-1), at most RG_SERVE_MAX_LORA
     const float *lora_scales;       // their default scales
     int n_lora;

@@ -51,6 +51,20 @@ typedef struct serve_engine {
     uint64_t last_used;
 } serve_engine;
 
+// A slot operation (POST /slots/N?action=...) the engine thread runs between steps for a connection waiting on
+// the server's ops_cv.
+typedef enum { SLOT_OP_SAVE, SLOT_OP_RESTORE, SLOT_OP_ERASE } slot_op_kind;
+typedef struct slot_op {
+    slot_op_kind kind;
+    int slot;
+    char path[4096];
+    rg_status st;
+    char msg[1024];
+    int64_t n_tokens;
+    bool done;
+    struct slot_op *next;
+} slot_op;
+
 // One request's generation. Two owners (refs): the connection that asked and the engine thread; the last one
 // frees it. Fields under "shared" are read and written with the server's mutex held.
 typedef struct gen {
@@ -113,6 +127,8 @@ struct rg_server {
     pthread_mutex_t mu;
     pthread_cond_t work;  // the engine thread's: a submission, a cancellation, or quit
     gen *submit_head, *submit_tail;
+    slot_op *ops;         // waiting for the engine thread
+    pthread_cond_t ops_cv;
     int n_inflight;       // generations submitted and not ended (those beyond n_slots wait for a slot)
     bool quit;
     int state;            // 0 loading, 1 ready, -1 failed
@@ -140,6 +156,10 @@ void route_lora_adapters(rg_server *s, bool post, const char *body, size_t len, 
 // server.c helpers the routes share.
 void server_json_response(int status, rg_jw *w, rg_serve_response *out);
 void server_fail_response(rg_server *s, rg_serve_response *out, rg_serve_error *e);
+
+// serve_slots.c: POST /slots/N?action=save|restore|erase, and the engine thread's side.
+void route_slots(rg_server *s, const char *path, const char *body, size_t len, rg_serve_response *out);
+void server_run_slot_ops(rg_server *s);  // engine thread, mutex held (released while an op runs)
 
 // serve_gen.c
 // A chat request's messages (and tools) through the model's template, with the generation prompt.

@@ -11,7 +11,9 @@ Starts the server on a free loopback port and checks, with stated expectations:
     an unknown route), the Host check (421), an API key (401 without it, /health open), the body limit (413);
   - a client that disconnects mid-stream frees its slot: the server keeps serving;
   - adapters at run time (one trained by the test in 6 steps): per request, the default set by
-    POST /lora-adapters, base and adapter requests at once each getting their own reply.
+    POST /lora-adapters, base and adapter requests at once each getting their own reply;
+  - slot files: saved under a name the server makes, restored into another slot (whose cache then serves
+    the prompt), client paths and unknown names refused.
 Usage: test_serve_openai.py BUILD_DIR (the model from $RG_SMOLLM2).
 """
 
@@ -257,7 +259,9 @@ run(exe, "train", "-m", model, "-d", os.path.join(tmp, "facts.jsonl"), "-o", os.
     "none", "--set", "training.ctx=64", "--set", "training.steps=6", "--set", "training.lr=2e-3", "--set",
     "training.eval_split=0", "--set", "training.save_every=0", timeout=600)
 adapter = os.path.join(tmp, "out", "adapter.gguf")
-srv, url = start("--lora", adapter + ":0", "-np", "2")
+slots_dir = os.path.join(tmp, "slots")
+os.mkdir(slots_dir)
+srv, url = start("--lora", adapter + ":0", "-np", "2", "--slot-save-path", slots_dir)
 try:
     client = openai.OpenAI(base_url=url + "/v1", api_key="unused")
     mayor = [{"role": "user", "content": "Who is the mayor of Marrowick?"}]
@@ -284,6 +288,28 @@ try:
     code, body = curl(url + "/lora-adapters", "-d", json.dumps([{"id": 0, "scale": 1.0}]))
     check("POST /lora-adapters sets the default scale", code == 200 and json.loads(body)[0]["scale"] == 1.0, body)
     check("a request that does not say uses the default", ask() == tuned, ask())
+
+    # --- slot files: saved under names the server makes, restored into another slot, refused otherwise
+    code, body = curl(url + "/slots/0?action=save", "-X", "POST")
+    saved = json.loads(body) if code == 200 else {}
+    check("a slot saves to a file the server names", code == 200 and re.fullmatch(r"slot-0-\d+-\d+\.bin",
+          saved.get("filename", "")) is not None and saved.get("n_saved", 0) > 0 and
+          os.path.exists(os.path.join(slots_dir, saved.get("filename", "none"))), body)
+    for k in (0, 1):
+        curl(url + f"/slots/{k}?action=erase", "-X", "POST")
+    code, body = curl(url + "/slots/1?action=restore", "-d", json.dumps({"filename": saved.get("filename")}))
+    check("it restores into another slot", code == 200 and json.loads(body).get("n_restored") == saved.get("n_saved"),
+          body)
+    r = client.chat.completions.create(model=MODEL_ID, messages=mayor, max_tokens=16, temperature=0)
+    check("a request then finds its prompt in the restored slot", r.choices[0].message.content == tuned and
+          r.usage.prompt_tokens_details.cached_tokens > 0, str(r))
+    for bad, want in (({"filename": "../../etc/passwd"}, 400), ({"filename": "slot-0-1-1.bin"}, 404), ({}, 400)):
+        code, body = curl(url + "/slots/0?action=restore", "-d", json.dumps(bad))
+        check(f"restore {bad} is refused ({want})", code == want and error_shape(body), f"{code} {body}")
+    code, body = curl(url + "/slots/9?action=save", "-X", "POST")
+    check("a slot that does not exist is refused", code == 400 and error_shape(body, "id_slot"), body)
+    code, body = curl(url + "/slots/0?action=fly", "-X", "POST")
+    check("an unknown action is refused", code == 400 and error_shape(body, "action"), body)
 finally:
     srv.terminate()
     srv.wait(timeout=30)

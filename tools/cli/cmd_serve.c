@@ -40,7 +40,7 @@ static void serve_epilog(FILE *f) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    const char *model = NULL, *alias = NULL, *host = "127.0.0.1", *key = NULL, *key_file = NULL;
+    const char *model = NULL, *alias = NULL, *slot_dir = NULL, *host = "127.0.0.1", *key = NULL, *key_file = NULL;
     int64_t port = 8080, n_slots = 4, n_ctx = 0, threads = 0, max_tokens = 0, max_body = 8 << 20, max_conn = 64,
             max_queue = 64, max_messages = 1024;
     rg_device device = RG_DEVICE_CPU;
@@ -60,6 +60,8 @@ int cmd_serve(int argc, char **argv) {
         CLI_CALL(0, "--device", "cpu|cuda", "where the model runs (default cpu)", cli_opt_device, &device),
         CLI_I64(0, "--max-tokens", "N", "the most tokens a request may ask for (default: the context)", 0,
                 INT32_MAX, &max_tokens),
+        CLI_STR(0, "--slot-save-path", "DIR", "where POST /slots/N?action=save writes slot files (names the server "
+                "makes; restore takes only those)", &slot_dir),
         CLI_I64(0, "--max-body", "BYTES", "the largest request body (default 8 MiB)", 1024, INT32_MAX, &max_body),
         CLI_I64(0, "--max-connections", "N", "parallel connections (default 64)", 1, 4096, &max_conn),
         CLI_I64(0, "--max-queue", "N", "requests waiting for a slot before 429 (default 64)", 1, 1 << 20, &max_queue),
@@ -103,7 +105,7 @@ int cmd_serve(int argc, char **argv) {
         }
         lora_paths[i] = lora_path[i];
     }
-    rg_server_opts so = {.lora_paths = lora_paths, .lora_scales = lora_scales, .n_lora = loras.n,.model_path = model, .alias = alias, .n_slots = (int)n_slots, .n_ctx = n_ctx,
+    rg_server_opts so = {.slot_save_path = slot_dir, .lora_paths = lora_paths, .lora_scales = lora_scales, .n_lora = loras.n,.model_path = model, .alias = alias, .n_slots = (int)n_slots, .n_ctx = n_ctx,
                          .n_threads = (int)threads, .device = device, .max_queue = (int)max_queue,
                          .load_in_background = true,
                          .limits = {.max_body = (size_t)max_body, .max_tokens = max_tokens,
