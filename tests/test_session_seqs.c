@@ -316,10 +316,10 @@ static void check_bad_batches(const rg_model *m, const char *tag) {
     } cases[] = {
         {{{1, ids, 2}, {1, ids, 1}}, 1, false, "sequence 1 appears twice in one batch (entries 0 and 1)"},
         {{{0, ids, 2}, {3, ids, 1}}, 1, false, "sequence 3 does not exist (the session holds 3: 0..2)"},
-        {{{0, ids, 2}, {2, ids, 0}}, 1, false, "entry 1 (sequence 2) has no tokens"},
+        {{{0, ids, 2}, {2, ids, 0}}, 1, false, "entry 1 (sequence 2): no tokens to evaluate"},
         {{{0, ids, 5}, {2, ids, 4}}, 1, false, "holds 9 tokens, more than n_batch 8"},
         {{{0, ids, 2}, {2, ids, 1}}, 0, true, "all_logits must be 1"},
-        {{{0, ids, 2}, {2, bad_id, 1}}, 1, false, "sequence 2: token id"},
+        {{{0, ids, 2}, {2, bad_id, 1}}, 1, false, "(sequence 2): token id"},
     };
     float *logits = malloc((size_t)(m->hp.n_vocab * 9) * sizeof(float));
     for (size_t i = 0; logits && i < sizeof cases / sizeof *cases; i++) {

@@ -534,26 +534,32 @@ static rg_status eval_batch(rg_session *s, const int32_t *ids, int64_t n, float 
     return st;
 }
 
-static rg_status eval_common(rg_session *s, const int32_t *ids, int64_t n, float *logits, int all_logits, bool exact,
-                             const sample_req *req, rg_error *err) {
-    if (n <= 0) return rg_fail(err, RG_ERR_ARG, "session: no tokens to evaluate");
+rg_status session_check_tokens(rg_session *s, const int32_t *ids, int64_t n, const char *who, rg_error *err) {
+    if (n <= 0 || !ids) return rg_fail(err, RG_ERR_ARG, "session: %sno tokens to evaluate", who);
     if (s->q->n_past + n > s->opts.n_ctx)
-        return rg_fail(err, RG_ERR_ARG, "session: %lld cached + %lld new tokens exceed the context of %lld",
+        return rg_fail(err, RG_ERR_ARG, "session: %s%lld cached + %lld new tokens exceed the context of %lld", who,
                        (long long)s->q->n_past, (long long)n, (long long)s->opts.n_ctx);
     const int64_t V = s->m->hp.n_vocab;
     for (int64_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= V)
-            return rg_fail(err, RG_ERR_ARG, "session: token id %d at position %lld is outside the vocabulary of %lld",
-                           ids[i], (long long)i, (long long)V);
+            return rg_fail(err, RG_ERR_ARG, "session: %stoken id %d at position %lld is outside the vocabulary of %lld",
+                           who, ids[i], (long long)i, (long long)V);
+    if (s->q->state_lost)
+        return rg_fail(err, RG_ERR_ARG, "session: %sthe recurrent state of this %s model does not match position %lld "
+                       "(a truncation or a failed evaluation); rewind it to 0 and evaluate it again", who,
+                       s->m->hp.arch_name, (long long)s->q->n_past);
+    return RG_OK;
+}
+
+static rg_status eval_common(rg_session *s, const int32_t *ids, int64_t n, float *logits, int all_logits, bool exact,
+                             const sample_req *req, rg_error *err) {
+    rg_status st = session_check_tokens(s, ids, n, "", err);
+    if (st) return st;
     // Recurrent state (short conv, SSM) holds every token seen: it is rewound only from snapshots (session_snap.c,
     // RETRO_RECURRENT_ROLLBACK=auto). A call of several tokens saves it and puts it back when it fails; a single token (generation, where the copy would cost as much as
     // the step) that fails once its graph ran leaves it lost. Attention layers have nothing to save: rows past
     // n_past are ignored.
     const bool recurrent = rg_model_state_recurrent(&s->q->state);
-    if (s->q->state_lost)
-        return rg_fail(err, RG_ERR_ARG, "session: the recurrent state of this %s model does not match position %lld "
-                       "(a truncation or a failed evaluation); truncate to 0 and evaluate the sequence again",
-                       s->m->hp.arch_name, (long long)s->q->n_past);
     rg_status saved = recurrent && n > 1 && s->resident ? rg_resident_sync_host(s->resident, err) : RG_OK;
     if (!saved && recurrent && n > 1) saved = rg_model_state_save(&s->q->state, err);
     if (saved) return saved;
@@ -563,7 +569,7 @@ static rg_status eval_common(rg_session *s, const int32_t *ids, int64_t n, float
         int64_t b = n - off < step ? n - off : step;
         bool last_batch = off + b == n;
         float *dst = NULL;
-        if (logits && all_logits) dst = logits + off * V;
+        if (logits && all_logits) dst = logits + off * s->m->hp.n_vocab;
         else if (logits && last_batch) dst = logits;
         bool ran;
         rg_status st = eval_batch(s, ids + off, b, dst, all_logits != 0, exact, last_batch ? req : NULL, &ran, err);

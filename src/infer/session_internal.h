@@ -140,4 +140,8 @@ rg_exec_opts session_batch_exec_opts(rg_session *s);
 // after the host bytes changed (a reset, a restore). Nothing on the CPU.
 rg_status rg_session_seq_state_upload(rg_session *s, rg_error *err);
 
+// The checks of every evaluation of the picked sequence s->q: tokens given, room in the context, ids in the
+// vocabulary, recurrent state not lost; who ("" or "entry 2 (sequence 5): ") opens the message.
+rg_status session_check_tokens(rg_session *s, const int32_t *ids, int64_t n, const char *who, rg_error *err);
+
 #endif

@@ -7,6 +7,7 @@
 // keys or state. Each sequence's snapshots (RETRO_RECURRENT_ROLLBACK=auto) are kept as its own evaluation would
 // keep them: a segment of one token takes the ring, a longer one the batch's snapshots, so every sequence rewinds
 // afterwards exactly as after rg_session_eval_seq. A failed batch changes no sequence.
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,7 +21,6 @@
 static rg_status check_batch(rg_session *s, const rg_seq_tokens *b, int n_b, int64_t *total, rg_error *err) {
     *total = 0;
     if (n_b <= 0) return rg_fail(err, RG_ERR_ARG, "session: no sequences to evaluate");
-    const int64_t V = s->m->hp.n_vocab;
     for (int i = 0; i < n_b; i++) {
         rg_status st = rg_session_pick(s, b[i].seq, "evaluate a batch of sequences", err);
         if (st) return st;
@@ -28,19 +28,10 @@ static rg_status check_batch(rg_session *s, const rg_seq_tokens *b, int n_b, int
             if (b[j].seq == b[i].seq)
                 return rg_fail(err, RG_ERR_ARG, "session: sequence %d appears twice in one batch (entries %d and %d): "
                                "give each sequence's tokens once, in order", b[i].seq, j, i);
-        if (b[i].n <= 0 || !b[i].ids)
-            return rg_fail(err, RG_ERR_ARG, "session: entry %d (sequence %d) has no tokens", i, b[i].seq);
-        if (s->q->n_past + b[i].n > s->opts.n_ctx)
-            return rg_fail(err, RG_ERR_ARG, "session: sequence %d: %lld cached + %lld new tokens exceed the context of "
-                           "%lld", b[i].seq, (long long)s->q->n_past, (long long)b[i].n, (long long)s->opts.n_ctx);
-        for (int64_t t = 0; t < b[i].n; t++)
-            if (b[i].ids[t] < 0 || b[i].ids[t] >= V)
-                return rg_fail(err, RG_ERR_ARG, "session: sequence %d: token id %d at position %lld is outside the "
-                               "vocabulary of %lld", b[i].seq, b[i].ids[t], (long long)t, (long long)V);
-        if (s->q->state_lost)
-            return rg_fail(err, RG_ERR_ARG, "session: sequence %d: the recurrent state of this %s model does not match "
-                           "position %lld (a truncation or a failed evaluation); rewind it to 0 and evaluate it again",
-                           b[i].seq, s->m->hp.arch_name, (long long)s->q->n_past);
+        char who[48];
+        snprintf(who, sizeof who, "entry %d (sequence %d): ", i, b[i].seq);
+        st = session_check_tokens(s, b[i].ids, b[i].n, who, err);
+        if (st) return st;
         *total += b[i].n;
     }
     if (*total > s->opts.n_batch)
