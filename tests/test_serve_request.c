@@ -69,6 +69,9 @@ static void test_refusals(void) {
     refused(C, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "model", "required");
     refused(C, "{\"model\":\"m\",\"messages\":[]}", 400, "messages", "non-empty");
     refused(C, "{\"model\":\"m\",\"messages\":[{\"role\":\"king\",\"content\":\"x\"}]}", 400, "messages[0]", "king");
+    // (a client's string echoed in a message keeps it one line: control bytes become spaces)
+    refused(C, "{\"model\":\"m\",\"messages\":[{\"role\":\"a\\nb\\u0001\",\"content\":\"x\"}]}", 400,
+            "messages[0]", "is 'a b '");
     refused(C, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", 400,
             "messages[0].content", "image_url");
     refused(C, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":2.5}", 400,

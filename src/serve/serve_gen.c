@@ -377,7 +377,7 @@ void gen_whole_reply(gen *g, rg_jw *w) {
 
 static void error_reply(gen *g, rg_jw *w, const char *msg) {
     rg_serve_error e;
-    rg_serve_fail(&e, 500, "", "generation failed: %s", msg);
+    rg_serve_fail(&e, g->error_http ? g->error_http : 500, "", "generation failed: %s", msg);
     if (g->req.stream) rg_jw_text_append(w, "data: ", 6);
     rg_jw_obj(w);
     rg_jw_key(w, "error");
@@ -390,6 +390,7 @@ static void error_reply(gen *g, rg_jw *w, const char *msg) {
     rg_jw_obj_end(w);
     if (g->req.stream) rg_jw_text_append(w, "\n\ndata: [DONE]\n\n", 16);
     g->finish_reason = NULL;
+    g->reply_http = e.http;
     g->done = true;
 }
 

@@ -20,6 +20,8 @@ bool rg_serve_fail(rg_serve_error *e, int http, const char *param, const char *f
     va_start(ap, fmt);
     vsnprintf(e->msg, sizeof e->msg, fmt, ap);
     va_end(ap);
+    for (char *c = e->msg; *c; c++)  // client strings echoed in the message: one line, no control bytes (logs)
+        if ((unsigned char)*c < 0x20 || *c == 0x7F) *c = ' ';
     return false;
 }
 

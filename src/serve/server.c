@@ -75,9 +75,10 @@ static int engines_pending(rg_server *s) {
 }
 
 // A submission the engine thread could not take: its generation ends with the error.
-static void submit_failed(rg_server *s, gen *g, const char *msg) {
+static void submit_failed(rg_server *s, gen *g, const char *msg, int http) {
     pthread_mutex_lock(&s->mu);
     g->ended = true;
+    g->error_http = http;
     snprintf(g->error, sizeof g->error, "%s", msg);
     s->n_inflight--;
     pthread_cond_broadcast(&g->cv);
@@ -99,7 +100,8 @@ static void *engine_main(void *arg) {
             rg_error err;
             serve_engine *eng = server_engine_for(s, g->scales, &err);
             if (!eng || rg_engine_submit(eng->engine, &g->er, &g->engine_id, &err)) {
-                submit_failed(s, g, err.msg);
+                // every engine busy with other adapters: a retry later succeeds (503); else the request (400)
+                submit_failed(s, g, err.msg, !eng && err.status == RG_ERR_ARG ? 503 : eng ? 400 : 500);
                 continue;
             }
             g->eng = eng;
@@ -577,7 +579,7 @@ static void route_generate(rg_server *s, rg_serve_kind kind, const char *body, s
     rg_jw_init(&w);
     while (gen_next(g, &w)) {
     }
-    const int status = g->finish_reason ? 200 : 500;
+    const int status = g->finish_reason ? 200 : g->reply_http ? g->reply_http : 500;
     gen_release(g);
     server_json_response(status, &w, out);
 }

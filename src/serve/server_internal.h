@@ -75,6 +75,7 @@ typedef struct gen {
     int n_evs, head, cap_evs;
     bool ended;      // the end event is queued (or the submission failed: error holds why)
     char error[1024];
+    int error_http;  // the HTTP status of a submission the engine thread refused (0: a 500)
     int64_t n_prompt, n_cached;
     bool cancel;     // the connection wants it stopped
     pthread_cond_t cv;
@@ -98,6 +99,7 @@ typedef struct gen {
     size_t text_len, text_cap, sent;  // sent: bytes already given to the client
     int64_t n_gen;     // token events taken
     bool done;         // the final reply is written
+    int reply_http;    // a whole reply that is an error: its status
     bool buffered;     // tools: the whole reply is parsed at the end instead of streamed
     const char *finish_reason;
     gen_event *lps;    // with logprobs: every token's event [n_lps]; lp_sent of them reported
