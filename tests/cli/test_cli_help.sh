@@ -26,6 +26,8 @@ declare -A want=(
   [merge]="-m --lora -o --type --check --config -t --threads --quiet"
   [perplexity]="-m -f -c --ctx-size -t --threads --chunks --device --exact --flash-attn --lora"
   [tokenize]="-m -p -f --ids --count --no-bos --no-special"
+  [serve]="-m --lora --alias --host --port --api-key --api-key-file -np -c --ctx-size -t --threads --device
+           --max-tokens --max-body --max-connections --max-queue --max-messages --slot-save-path"
 )
 
 # The commands, as `retrograd --help` lists them: the table above must cover each.
