@@ -226,7 +226,7 @@ rg_status rg_serve_http_run(rg_server *s, const rg_serve_http_opts *o, volatile 
     fprintf(stderr, "retrograd serve: listening on http://%s%s%s:%u\n", v6 ? "[" : "", host, v6 ? "]" : "",
             info ? (unsigned)info->port : (unsigned)o->port);
     fflush(stderr);
-    while (!*stop) {
+    while (!*stop && rg_server_state(s) >= 0) {  // a model that fails to load ends the server (the caller says why)
         struct timespec t = {0, 100 * 1000 * 1000};
         nanosleep(&t, NULL);
     }

@@ -31,7 +31,7 @@ bool rg_serve_host_is_loopback(const char *host);
 // Whether a Host header value is acceptable for a server bound to bound_host (see above).
 bool rg_serve_host_allowed(const char *bound_host, const char *host_header);
 
-// Listens until *stop becomes non-zero (checked every 100 ms), then stops. On listening it prints
+// Listens until *stop becomes non-zero or the model fails to load (checked every 100 ms), then stops. On listening it prints
 // "retrograd serve: listening on http://HOST:PORT" to stderr.
 rg_status rg_serve_http_run(rg_server *s, const rg_serve_http_opts *o, volatile sig_atomic_t *stop, rg_error *err);
 

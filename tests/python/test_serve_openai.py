@@ -316,6 +316,10 @@ finally:
 check("the adapter server exits cleanly", srv.returncode == 0, f"rc {srv.returncode}")
 shutil.rmtree(tmp, ignore_errors=True)
 
+p = subprocess.run([exe, "serve", "-m", os.path.join(build, "no-such-model.gguf"), "--port", "0"], capture_output=True,
+                   text=True, timeout=60)
+check("a model that does not load ends the server with its error", p.returncode == 1 and "no-such-model.gguf" in
+      p.stderr, f"rc {p.returncode}: {p.stderr[-300:]}")
 p = subprocess.run([exe, "serve", "-m", model, "--host", "0.0.0.0"], capture_output=True, text=True, timeout=30)
 check("listening beyond loopback without a key is refused", p.returncode == 2 and "api-key" in p.stderr, p.stderr)
 finish()

@@ -125,8 +125,9 @@ int cmd_serve(int argc, char **argv) {
     rg_serve_http_opts ho = {.host = host, .port = (int)port, .api_key = key, .max_connections = (int)max_conn};
     const rg_status st = rg_serve_http_run(s, &ho, &stop_flag, &err);
     if (st) fprintf(stderr, "retrograd %s\n", err.msg);
-    if (!st && rg_server_state(s) < 0) fprintf(stderr, "retrograd serve: %s\n", rg_server_load_error(s));
+    const bool load_failed = !st && rg_server_state(s) < 0;
+    if (load_failed) fprintf(stderr, "retrograd serve: %s\n", rg_server_load_error(s));
     rg_server_free(s);
     free(file_key);
-    return st ? 1 : 0;
+    return st || load_failed ? 1 : 0;
 }
