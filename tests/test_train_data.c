@@ -1,12 +1,14 @@
 // test_train_data.c - the training dataset (src/train/data.h) with the tiny qwen2's byte-level BPE
 // and ChatML template: each format's tokens and targets (checked by decoding them), packing and
 // its row invariants (seg/pos restart per document, no document split across rows, padding),
-// overlong samples, the eval split, the per-epoch row orders, the hash, and the errors for bad files.
+// overlong samples, the eval split, the per-epoch row orders, the hash, the errors for bad files, and
+// tool-calling chats (OpenAI's format: targets, weight, the refusals, rg_data_check_line).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "base/json.h"
 #include "gguf/gguf.h"
 #include "model/tiny.h"
 #include "rg_test.h"
@@ -893,6 +895,307 @@ static void test_bad_files(void) {
     RG_CHECK(rg_dataset_load(&d, DATA "text.jsonl", tok, &tmpl, &o, &err) == RG_ERR_ARG, "train_on 7 accepted");
 }
 
+// ---------------------------------------------------------------------------
+// Tool-calling chats (OpenAI's fine-tuning format: "tools", tool_calls, 'tool' messages, weight)
+
+#define TOOLS_JSON                                                                                             \
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Weather\",\"parameters\":" \
+    "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}}]"
+#define CALL_JSON                                                                                             \
+    "[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": " \
+    "\\\"Paris\\\"}\"}}]"
+// A conversation with one call: system, user, assistant (calls; WEIGHT0 may add "weight":0), tool, assistant.
+#define TOOL_CHAT(WEIGHT0)                                                                                        \
+    "{\"tools\":" TOOLS_JSON ",\"messages\":[{\"role\":\"system\",\"content\":\"Sys\"},{\"role\":\"user\","     \
+    "\"content\":\"Weather in Paris?\"},{\"role\":\"assistant\",\"content\":null," WEIGHT0 "\"tool_calls\":" CALL_JSON \
+    "},{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"name\":\"get_weather\",\"content\":\"{\\\"temp\\\": 21}\"},"   \
+    "{\"role\":\"assistant\",\"content\":\"It is 21 C.\",\"weight\":1}]}"
+
+// The dataset of one JSONL text in memory (named "tools.jsonl"), or NULL with the error printed.
+static rg_dataset *load_text(const char *jsonl, const rg_chat_template *t, rg_data_train_on on) {
+    rg_data_opts o = opts_of(4096, on, false);
+    rg_dataset *d = NULL;
+    rg_error err = {0};
+    if (rg_dataset_load_memory(&d, "tools.jsonl", jsonl, strlen(jsonl), tok, t, &o, &err)) printf("    load: %s\n", err.msg);
+    return d;
+}
+
+// The messages and tools of a line, as a caller of rg_chat_render writes them, rendered.
+static bool render_line(const char *line, const rg_chat_template *t, rg_chat_rendered *r) {
+    rg_json_doc *doc = NULL;
+    rg_error err = {0};
+    if (rg_json_parse(&doc, line, strlen(line), NULL, &err)) return false;
+    const rg_json *root = rg_json_root(doc), *msgs = rg_json_get(root, "messages");
+    size_t n = rg_json_len(msgs);
+    rg_chat_message m[8] = {{0}};
+    for (size_t i = 0; i < n && i < 8; i++) {
+        const rg_json *it = rg_json_at(msgs, i);
+        m[i].role = rg_json_str(rg_json_get(it, "role"), &m[i].role_len);
+        m[i].content = rg_json_str(rg_json_get(it, "content"), &m[i].content_len);
+        if (!m[i].content) m[i].content = "";
+        m[i].tool_calls = rg_json_get(it, "tool_calls");
+        m[i].name = rg_json_str(rg_json_get(it, "name"), &m[i].name_len);
+    }
+    rg_chat_options opt = {.tools = rg_json_get(root, "tools")};
+    rg_status st = rg_chat_render(t, m, n, &opt, r, &err);
+    if (st) printf("    render: %s\n", err.msg);
+    rg_json_free(doc);
+    return st == RG_OK;
+}
+
+// Loads line (train_on assistant) and checks: one sample whose ids are the tokenization of
+// rg_chat_render's text and whose targets are want_targets.
+static void check_tool_chat(const char *line, const rg_chat_template *t, const char *want_targets, const char *what) {
+    rg_dataset *d = load_text(line, t, RG_DATA_TRAIN_ON_ASSISTANT);
+    RG_CHECK(d, "%s: load", what);
+    rg_chat_rendered r = {0};
+    bool rendered = render_line(line, t, &r);
+    RG_CHECK(rendered, "%s: render", what);
+    if (!d || !rendered) {
+        rg_dataset_free(d);
+        rg_chat_rendered_free(&r);
+        return;
+    }
+    RG_CHECK(rg_dataset_stats(d).n_samples == 1, "%s: %lld samples", what, (long long)rg_dataset_stats(d).n_samples);
+    check_rows(d, 4096, what);
+    rows rw = fetch(d, 0, 0, 4096);
+    docs ds = split_docs(&rw, tok);
+    size_t n_ref = 0;
+    int32_t *ref = tokenize(tok, r.text, &n_ref);
+    bool same = ds.n == 1 && ds.v[0].end - ds.v[0].begin == (int64_t)n_ref &&
+                memcmp(rw.ids + ds.v[0].begin, ref, n_ref * sizeof *ref) == 0;
+    RG_CHECK(same, "%s: the sample's %lld tokens are not the %zu tokens of the rendered text\n      '%s'", what,
+             ds.n ? (long long)(ds.v[0].end - ds.v[0].begin) : -1LL, n_ref, r.text);
+    if (ds.n == 1) {
+        const char *tg = ds.v[0].targets;
+        RG_CHECK(strcmp(tg, want_targets) == 0, "%s: targets\n      '%s'\n    want\n      '%s'", what, tg, want_targets);
+        RG_CHECK(!strstr(tg, "tool_response") && !strstr(tg, "get_weather\", \"description") && !strstr(tg, "Sys") &&
+                     !strstr(tg, "temp"),
+                 "%s: tool results or the tools block are targets: '%s'", what, tg);
+    }
+    free(ref);
+    docs_free(&ds);
+    rows_free(&rw);
+    rg_chat_rendered_free(&r);
+    rg_dataset_free(d);
+}
+
+static void test_tool_calls_chatml(void) {
+    if (!fixture()) RG_SKIP("no fixture");
+    check_tool_chat(TOOL_CHAT(""), &tmpl,
+                    "\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
+                    "<|im_end|>|It is 21 C.<|im_end|>",
+                    "chatml tool chat");
+    // Content next to the calls is a target too, and content may be absent.
+    const char with_content[] =
+        "{\"tools\":" TOOLS_JSON ",\"messages\":[{\"role\":\"user\",\"content\":\"Paris?\"},{\"role\":\"assistant\","
+        "\"content\":\"Checking.\",\"tool_calls\":" CALL_JSON "},{\"role\":\"tool\",\"content\":\"sunny\"},"
+        "{\"role\":\"assistant\",\"content\":\"Sunny.\"}]}";
+    check_tool_chat(with_content, &tmpl,
+                    "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+                    "</tool_call><|im_end|>|Sunny.<|im_end|>",
+                    "chatml content and calls");
+    const char no_content[] = "{\"messages\":[{\"role\":\"user\",\"content\":\"Paris?\"},{\"role\":\"assistant\","
+                              "\"tool_calls\":" CALL_JSON "}]}";
+    check_tool_chat(no_content, &tmpl,
+                    "\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
+                    "<|im_end|>",
+                    "chatml calls without content or tools");
+}
+
+static void test_tool_calls_lfm2(void) {
+    if (!fixture()) RG_SKIP("no fixture");
+    rg_chat_template lfm2 = {0};
+    rg_error err = {0};
+    RG_REQUIRE(rg_chat_template_builtin(&lfm2, "lfm2", NULL, &err) == RG_OK, "lfm2: %s", err.msg);
+    // LFM2 writes the calls before the content: they are targets all the same.
+    check_tool_chat(TOOL_CHAT(""), &lfm2,
+                    "<|tool_call_start|>[get_weather(city=\"Paris\")]<|tool_call_end|><|im_end|>|It is 21 C.<|im_end|>",
+                    "lfm2 tool chat");
+    rg_chat_template_free(&lfm2);
+}
+
+// weight 0: that assistant message is not a target (with train_on assistant and all).
+static void test_tool_weight(void) {
+    if (!fixture()) RG_SKIP("no fixture");
+    check_tool_chat(TOOL_CHAT("\"weight\":0,"), &tmpl, "It is 21 C.<|im_end|>", "weight 0");
+    rg_dataset *d = load_text(TOOL_CHAT("\"weight\":0,"), &tmpl, RG_DATA_TRAIN_ON_ALL);
+    RG_REQUIRE(d, "weight 0, train_on all");
+    rows rw = fetch(d, 0, 0, 4096);
+    docs ds = split_docs(&rw, tok);
+    RG_CHECK(ds.n == 1 && !strstr(ds.v[0].targets, "\"arguments\": {\"city\"") &&
+                 strstr(ds.v[0].targets, "Weather in Paris?<|im_end|>\n<|im_start|>assistant|\n<|im_start|>user") &&
+                 strstr(ds.v[0].targets, "<tool_response>") &&
+                 strstr(ds.v[0].targets, "It is 21 C.<|im_end|>"),
+             "train_on all: the weight-0 message should be the only text left out: '%s'", ds.n ? ds.v[0].targets : "");
+    docs_free(&ds);
+    rows_free(&rw);
+    rg_dataset_free(d);
+    // Every assistant message at weight 0: no target, so no sample.
+    const char none[] = "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":\"b\","
+                        "\"weight\":0}]}\n{\"text\":\"x y\"}";
+    d = load_text(none, &tmpl, RG_DATA_TRAIN_ON_ASSISTANT);
+    RG_CHECK(d && rg_dataset_stats(d).n_no_target == 1 && rg_dataset_stats(d).n_samples == 1, "all weights 0");
+    rg_dataset_free(d);
+}
+
+// A line the loader refuses at line 2 (after a good line) and rg_data_check_line refuses with
+// the same status and message, which contains want.
+typedef struct tool_bad {
+    const char *line, *want;
+} tool_bad;
+
+#define USER_MSG "{\"role\":\"user\",\"content\":\"Paris?\"}"
+#define ASSISTANT_CALLS(CALLS) "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":" CALLS "}"
+#define CHAT3(M) "{\"messages\":[{\"role\":\"system\",\"content\":\"s\"}," USER_MSG "," M "]}"
+#define FN_CALL(FN) "[{\"id\":\"c1\",\"type\":\"function\",\"function\":" FN "}]"
+
+static const tool_bad tool_bad_cases[] = {
+    {CHAT3(ASSISTANT_CALLS("{\"id\":\"c1\"}")),
+     "tools.jsonl:2: messages[2].tool_calls is an object, expected an array of {\"type\": \"function\", \"function\": "
+     "{\"name\", \"arguments\"}} objects"},
+    {CHAT3(ASSISTANT_CALLS("[1]")), "tools.jsonl:2: messages[2].tool_calls[0] is a number, expected an object"},
+    {CHAT3(ASSISTANT_CALLS("[{\"id\":\"c1\",\"type\":\"function\"}]")),
+     "tools.jsonl:2: messages[2].tool_calls[0].function is missing"},
+    {CHAT3(ASSISTANT_CALLS("[{\"type\":\"function\",\"function\":\"f\"}]")),
+     "tools.jsonl:2: messages[2].tool_calls[0].function is a string, expected an object"},
+    {CHAT3(ASSISTANT_CALLS("[{\"type\":\"code\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]")),
+     "tools.jsonl:2: messages[2].tool_calls[0].type must be \"function\""},
+    {CHAT3(ASSISTANT_CALLS(FN_CALL("{\"arguments\":\"{}\"}"))),
+     "tools.jsonl:2: messages[2].tool_calls[0].function.name is missing"},
+    {CHAT3(ASSISTANT_CALLS(FN_CALL("{\"name\":7,\"arguments\":\"{}\"}"))),
+     "tools.jsonl:2: messages[2].tool_calls[0].function.name is a number, expected a string"},
+    {CHAT3(ASSISTANT_CALLS(FN_CALL("{\"name\":\"\",\"arguments\":\"{}\"}"))),
+     "tools.jsonl:2: messages[2].tool_calls[0].function.name is empty"},
+    {CHAT3(ASSISTANT_CALLS(FN_CALL("{\"name\":\"f\"}"))),
+     "tools.jsonl:2: messages[2].tool_calls[0].function.arguments is missing"},
+    {CHAT3(ASSISTANT_CALLS(FN_CALL("{\"name\":\"f\",\"arguments\":\"{city: Paris}\"}"))),
+     "tools.jsonl:2: messages[2].tool_calls[0].function.arguments is not valid JSON text: "},
+    {CHAT3(ASSISTANT_CALLS(FN_CALL("{\"name\":\"f\",\"arguments\":\"[1, 2]\"}"))),
+     "tools.jsonl:2: messages[2].tool_calls[0].function.arguments is JSON text of an array, expected a JSON object"},
+    {CHAT3(ASSISTANT_CALLS(FN_CALL("{\"name\":\"f\",\"arguments\":5}"))),
+     "tools.jsonl:2: messages[2].tool_calls[0].function.arguments is a number, expected a JSON object"},
+    {CHAT3(ASSISTANT_CALLS("[{\"id\":3,\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]")),
+     "tools.jsonl:2: messages[2].tool_calls[0].id is a number, expected a string"},
+    {CHAT3("{\"role\":\"assistant\"}"), "tools.jsonl:2: messages[2].content is missing"},
+    {CHAT3("{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[]}"),
+     "tools.jsonl:2: messages[2].content is null, expected a string"},
+    {CHAT3("{\"role\":\"assistant\",\"content\":\"a\",\"weight\":2}"),
+     "tools.jsonl:2: messages[2].weight is 2, expected 0 or 1"},
+    {CHAT3("{\"role\":\"assistant\",\"content\":\"a\",\"weight\":true}"),
+     "tools.jsonl:2: messages[2].weight is a boolean, expected 0 or 1"},
+    {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"weight\":0}]}",
+     "tools.jsonl:2: messages[0].weight is only for assistant messages"},
+    {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"tool_calls\":" CALL_JSON "}]}",
+     "tools.jsonl:2: messages[0].tool_calls is only for assistant messages, not 'user'"},
+    {CHAT3("{\"role\":\"assistant\",\"content\":\"a\",\"function_call\":{\"name\":\"f\",\"arguments\":\"{}\"}}"),
+     "tools.jsonl:2: messages[2].function_call is the legacy function-calling format: use 'tool_calls'"},
+    {CHAT3("{\"role\":\"function\",\"name\":\"f\",\"content\":\"r\"}"),
+     "tools.jsonl:2: messages[2].role 'function' is the legacy function-calling format: use 'tool' messages"},
+    {"{\"functions\":[{\"name\":\"f\"}],\"messages\":[" USER_MSG "]}",
+     "tools.jsonl:2: 'functions' is the legacy function-calling format: give 'tools' (and 'tool_calls' in assistant "
+     "messages)"},
+    {"{\"tools\":{\"type\":\"function\"},\"messages\":[" USER_MSG "]}",
+     "tools.jsonl:2: 'tools' is an object, expected an array of {\"type\": \"function\", \"function\": {\"name\", "
+     "...}} objects"},
+    {"{\"tools\":[\"f\"],\"messages\":[" USER_MSG "]}", "tools.jsonl:2: tools[0] is a string, expected an object"},
+    {"{\"tools\":[{\"function\":{\"name\":\"f\"}}],\"messages\":[" USER_MSG "]}",
+     "tools.jsonl:2: tools[0].type must be \"function\""},
+    {"{\"tools\":[{\"type\":\"function\",\"function\":{\"description\":\"d\"}}],\"messages\":[" USER_MSG "]}",
+     "tools.jsonl:2: tools[0].function.name is missing"},
+    {"{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":[]}}],\"messages\":[" USER_MSG "]}",
+     "tools.jsonl:2: tools[0].function.parameters is an array, expected an object"},
+    {"{\"tools\":" TOOLS_JSON ",\"text\":\"a\"}", "tools.jsonl:2: 'tools' is only read with 'messages'"},
+    {CHAT3("{\"role\":\"tool\",\"tool_call_id\":\"c1\"}"), "tools.jsonl:2: messages[2].content is missing"},
+    {CHAT3("{\"role\":\"tool\",\"tool_call_id\":5,\"content\":\"r\"}"),
+     "tools.jsonl:2: messages[2].tool_call_id is a number, expected a string"},
+    {CHAT3("{\"role\":\"tool\",\"name\":[],\"content\":\"r\"}"),
+     "tools.jsonl:2: messages[2].name is an array, expected a string"},
+};
+
+static void test_tool_bad_lines(void) {
+    if (!fixture()) RG_SKIP("no fixture");
+    rg_data_opts o = opts_of(4096, RG_DATA_TRAIN_ON_ASSISTANT, true);
+    for (size_t c = 0; c < sizeof tool_bad_cases / sizeof *tool_bad_cases; c++) {
+        const tool_bad *tb = &tool_bad_cases[c];
+        char file[2048];
+        int len = snprintf(file, sizeof file, "{\"text\":\"good\"}\n%s\n", tb->line);
+        RG_REQUIRE(len > 0 && (size_t)len < sizeof file, "case %zu too long", c);
+        rg_dataset *d = NULL;
+        rg_error le = {0}, ce = {0};
+        rg_status ls = rg_dataset_load_memory(&d, "tools.jsonl", file, (size_t)len, tok, &tmpl, &o, &le);
+        rg_status cs = rg_data_check_line(&tmpl, "tools.jsonl", 2, tb->line, strlen(tb->line), &ce);
+        RG_CHECK(ls == RG_ERR_FORMAT && !d && strstr(le.msg, tb->want) == le.msg,
+                 "case %zu: loader (status %d)\n      got  '%s'\n      want '%s'", c, (int)ls, le.msg, tb->want);
+        RG_CHECK(cs == ls && strcmp(ce.msg, le.msg) == 0, "case %zu: check_line (status %d) '%s', loader '%s'", c,
+                 (int)cs, ce.msg, le.msg);
+        rg_dataset_free(d);
+    }
+}
+
+// rg_data_check_line agrees with the loader: good lines (all formats), blank lines, no template,
+// and each line of the bad files whose error names a line.
+static void test_check_line(void) {
+    if (!fixture()) RG_SKIP("no fixture");
+    rg_error err = {0};
+    const char *good[] = {TOOL_CHAT(""),
+                          TOOL_CHAT("\"weight\":0,"),
+                          "{\"text\":\"a\"}",
+                          "{\"prompt\":\"p\",\"completion\":\"c\"}",
+                          "{\"messages\":[{\"role\":\"user\",\"content\":\"u\"}],\"tools\":null}",
+                          "",
+                          "  \t\r",
+                          "\xEF\xBB\xBF{\"text\":\"bom\"}"};
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++)
+        RG_CHECK(rg_data_check_line(&tmpl, "x.jsonl", 1, good[i], strlen(good[i]), &err) == RG_OK, "good line %zu: %s",
+                 i, err.msg);
+    const char *chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"u\"}]}";
+    RG_CHECK(rg_data_check_line(NULL, DATA "chat.jsonl", 1, chat, strlen(chat), &err) == RG_ERR_FORMAT &&
+                 strcmp(err.msg, DATA "chat.jsonl:1: 'messages' needs a chat template and the model has none (set "
+                                  "data.chat_template to one of chatml, llama3, llama3.1, lfm2, gemma)") == 0,
+             "no template: %s", err.msg);
+    const char *text = "{\"text\":\"a\"}";
+    RG_CHECK(rg_data_check_line(NULL, "x.jsonl", 1, text, strlen(text), &err) == RG_OK, "no template, text: %s", err.msg);
+    RG_CHECK(rg_data_check_line(&tmpl, "x.jsonl", 4, "{\"text\":\"\xFF\"}", 12, &err) == RG_ERR_FORMAT &&
+                 strcmp(err.msg, "x.jsonl:4: invalid UTF-8 at byte 9 of the line (byte 0xFF)") == 0,
+             "bad UTF-8: %s", err.msg);
+    // The tools with a template that cannot write them: the renderer's refusal, named by line.
+    rg_chat_template llama = {0};
+    RG_REQUIRE(rg_chat_template_builtin(&llama, "llama3", NULL, &err) == RG_OK, "llama3: %s", err.msg);
+    const char *tc = TOOL_CHAT("");
+    rg_dataset *d = NULL;
+    rg_data_opts o = opts_of(4096, RG_DATA_TRAIN_ON_ASSISTANT, true);
+    rg_error le = {0};
+    rg_status ls = rg_dataset_load_memory(&d, "x.jsonl", tc, strlen(tc), tok, &llama, &o, &le);
+    rg_status cs = rg_data_check_line(&llama, "x.jsonl", 1, tc, strlen(tc), &err);
+    RG_CHECK(ls == RG_ERR_UNSUPPORTED && cs == ls && strcmp(le.msg, err.msg) == 0 &&
+                 strstr(le.msg, "x.jsonl:1: chat: tools and tool calls are not supported with llama3"),
+             "llama3 tools: loader '%s', check_line '%s'", le.msg, err.msg);
+    rg_dataset_free(d);
+    rg_chat_template_free(&llama);
+    // The bad files: the first line check_line refuses gives the loader's message.
+    for (size_t c = 0; c < sizeof bad_cases / sizeof *bad_cases; c++) {
+        const bad_case *bc = &bad_cases[c];
+        size_t n = strlen(bc->name);
+        if (n < 6 || strcmp(bc->name + n - 6, ".jsonl") != 0 || strstr(bc->want, "invalid UTF-8")) continue;
+        char want[512], path[300];
+        snprintf(path, sizeof path, "%s/%s", tmp_dir, bc->name);
+        snprintf(want, sizeof want, bc->want, path);
+        rg_status st = RG_OK;
+        int64_t line = 1;
+        for (size_t at = 0; at < bc->len && !st; line++) {
+            const char *nl = memchr(bc->content + at, '\n', bc->len - at);
+            size_t end = nl ? (size_t)(nl - bc->content) : bc->len;
+            st = rg_data_check_line(&tmpl, path, line, bc->content + at, end - at, &err);
+            at = end + 1;
+        }
+        size_t pl = strlen(path);
+        bool per_line = strncmp(want, path, pl) == 0 && want[pl] == ':' && want[pl + 1] >= '0' && want[pl + 1] <= '9';
+        RG_CHECK(per_line ? st == bc->status && strcmp(err.msg, want) == 0 : st == RG_OK,
+                 "%s: check_line (status %d) '%s', loader '%s'", bc->name, (int)st, st ? err.msg : "", want);
+    }
+}
+
 // A larger generated file: the invariants and totals hold for every mode; first-fit stays fast.
 static void test_generated_corpus(void) {
     if (!fixture()) RG_SKIP("no fixture");
@@ -946,6 +1249,11 @@ static const rg_test_case cases[] = {
     RG_TEST(test_eval_split),
     RG_TEST(test_epoch_orders),
     RG_TEST(test_bad_files),
+    RG_TEST(test_tool_calls_chatml),
+    RG_TEST(test_tool_calls_lfm2),
+    RG_TEST(test_tool_weight),
+    RG_TEST(test_tool_bad_lines),
+    RG_TEST(test_check_line),
     RG_TEST(test_generated_corpus),
     {0},
 };

@@ -5,16 +5,18 @@
 #include <ctype.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
 #include "base/file.h"
 #include "base/json.h"
+#include "train/data_line.h"
 #include "train/philox.h"
 
 enum { LABEL_IGNORE = -100, TENSOR_SPLIT = 1, TENSOR_EPOCH = 2 };
-enum { KIND_TEXT = 1, KIND_MESSAGES = 2, KIND_PROMPT = 4 };
 
 typedef struct sample {
     int64_t off;       // first token in d->tokens
@@ -254,32 +256,12 @@ static rg_status load_plain(loader *L, const char *text, size_t len) {
     return RG_OK;
 }
 
-static const char *type_article(rg_json_type t) {
-    switch (t) {
-    case RG_JSON_NULL: return "null";
-    case RG_JSON_BOOL: return "a boolean";
-    case RG_JSON_NUMBER: return "a number";
-    case RG_JSON_STRING: return "a string";
-    case RG_JSON_ARRAY: return "an array";
-    case RG_JSON_OBJECT: return "an object";
-    }
-    return "?";
-}
-
-// The string member `key` of obj, or an error naming the line and what it is instead.
-static rg_status get_string(loader *L, int64_t line, const rg_json *obj, const char *key, const char *what,
-                            const char **s, size_t *n) {
-    const rg_json *v = rg_json_get(obj, key);
-    if (!v) return rg_fail(L->err, RG_ERR_FORMAT, "%s:%lld: %s is missing", L->path, (long long)line, what);
-    *s = rg_json_str(v, n);
-    if (!*s)
-        return rg_fail(L->err, RG_ERR_FORMAT, "%s:%lld: %s is %s, expected a string", L->path, (long long)line, what,
-                       type_article(rg_json_type_of(v)));
-    return RG_OK;
-}
+// ---------------------------------------------------------------------------
+// Loading a JSONL line: tokens and targets
 
 typedef struct cut {
     size_t begin, end;
+    bool target;
 } cut;
 
 static int cmp_cut(const void *a, const void *b) {
@@ -287,123 +269,68 @@ static int cmp_cut(const void *a, const void *b) {
     return x->begin < y->begin ? -1 : x->begin > y->begin;
 }
 
-static rg_status load_messages(loader *L, int64_t line, const rg_json *msgs) {
+// Where an assistant message's targets start: content_begin, or the call text when the template
+// writes the calls before the content (LFM2: the line after the header).
+static size_t target_begin(const rg_chat_rendered *r, const rg_chat_span *sp, const rg_chat_message *m) {
+    if (!m->tool_calls || sp->role_end >= sp->content_begin) return sp->content_begin;
+    const char *nl = memchr(r->text + sp->role_end, '\n', sp->content_begin - sp->role_end);
+    return nl ? (size_t)(nl - r->text) + 1 : sp->content_begin;
+}
+
+// The rendered text, tokenized piece by piece: each assistant message's content_begin ..
+// marker_end a piece of its own, a target unless its weight is 0; the text between them a target
+// only with train_on all.
+static rg_status load_messages(loader *L, int64_t line, const parsed_line *p) {
     rg_dataset *d = L->d;
-    if (!rg_json_is(msgs, RG_JSON_ARRAY))
-        return rg_fail(L->err, RG_ERR_FORMAT, "%s:%lld: 'messages' is %s, expected an array of {role, content} objects",
-                       L->path, (long long)line, type_article(rg_json_type_of(msgs)));
-    size_t n = rg_json_len(msgs);
-    if (n == 0) return rg_fail(L->err, RG_ERR_FORMAT, "%s:%lld: 'messages' is empty", L->path, (long long)line);
-    if (!L->tmpl)
-        return rg_fail(L->err, RG_ERR_FORMAT,
-                       "%s:%lld: 'messages' needs a chat template and the model has none (set data.chat_template to "
-                       "one of chatml, llama3, llama3.1, lfm2, gemma)",
-                       L->path, (long long)line);
-    rg_chat_message *m = calloc(n, sizeof *m);
-    if (!m) return rg_fail(L->err, RG_ERR_NOMEM, "%s: out of memory", L->path);
-    rg_status st = RG_OK;
-    for (size_t i = 0; i < n && !st; i++) {
-        const rg_json *item = rg_json_at(msgs, i);
-        char what[64];
-        if (!rg_json_is(item, RG_JSON_OBJECT)) {
-            st = rg_fail(L->err, RG_ERR_FORMAT, "%s:%lld: messages[%zu] is %s, expected an object with 'role' and 'content'",
-                         L->path, (long long)line, i, type_article(rg_json_type_of(item)));
-            break;
-        }
-        snprintf(what, sizeof what, "messages[%zu].role", i);
-        st = get_string(L, line, item, "role", what, &m[i].role, &m[i].role_len);
-        snprintf(what, sizeof what, "messages[%zu].content", i);
-        if (!st) st = get_string(L, line, item, "content", what, &m[i].content, &m[i].content_len);
-    }
-    rg_chat_rendered r = {0};
-    rg_chat_options copt = {.add_generation_prompt = false};
-    if (!st) {
-        rg_error e = {0};
-        st = rg_chat_render(L->tmpl, m, n, &copt, &r, &e);
-        if (st) rg_fail(L->err, st, "%s:%lld: %s", L->path, (long long)line, e.msg);
-    }
-    // Assistant pieces: content_begin .. marker_end of every rendered assistant message.
-    cut *cuts = st ? NULL : calloc(r.n_spans + 1, sizeof *cuts);
-    if (!st && !cuts) st = rg_fail(L->err, RG_ERR_NOMEM, "%s: out of memory", L->path);
+    const rg_chat_rendered *r = &p->r;
+    cut *cuts = calloc(r->n_spans + 1, sizeof *cuts);
+    if (!cuts) return rg_fail(L->err, RG_ERR_NOMEM, "%s: out of memory", L->path);
     size_t n_cuts = 0;
-    for (size_t i = 0; !st && i < r.n_spans; i++) {
-        const rg_chat_span *sp = &r.spans[i];
+    for (size_t i = 0; i < r->n_spans; i++) {
+        const rg_chat_span *sp = &r->spans[i];
         if (!sp->rendered || sp->message < 0) continue;
-        const rg_chat_message *msg = &m[sp->message];
-        if (msg->role_len == 9 && memcmp(msg->role, "assistant", 9) == 0 && sp->marker_end > sp->content_begin)
-            cuts[n_cuts++] = (cut){sp->content_begin, sp->marker_end};
+        const rg_chat_message *msg = &p->msgs[sp->message];
+        size_t begin = target_begin(r, sp, msg);
+        if (data_role_is(msg, "assistant") && sp->marker_end > begin)
+            cuts[n_cuts++] = (cut){.begin = begin, .end = sp->marker_end, .target = p->target[sp->message]};
     }
-    if (!st) qsort(cuts, n_cuts, sizeof *cuts, cmp_cut);
+    qsort(cuts, n_cuts, sizeof *cuts, cmp_cut);
     int64_t off = d->n_tokens;
     bool all = d->opts.train_on == RG_DATA_TRAIN_ON_ALL;
     size_t at = 0;
+    rg_status st = RG_OK;
     for (size_t c = 0; !st && c <= n_cuts; c++) {
-        size_t begin = c < n_cuts ? cuts[c].begin : r.len, end = c < n_cuts ? cuts[c].end : r.len;
+        size_t begin = c < n_cuts ? cuts[c].begin : r->len, end = c < n_cuts ? cuts[c].end : r->len;
         if (begin < at) begin = at;  // spans never overlap; defensive
-        if (begin > at) st = push_text(L, r.text + at, begin - at, all, line);
-        if (!st && end > begin) st = push_text(L, r.text + begin, end - begin, true, line);
+        if (begin > at) st = push_text(L, r->text + at, begin - at, all, line);
+        if (!st && end > begin) st = push_text(L, r->text + begin, end - begin, cuts[c].target, line);
         if (end > at) at = end;
     }
     if (!st) st = bos_front(L, off);
     if (!st) st = finish_document(L, off, line);
     free(cuts);
-    rg_chat_rendered_free(&r);
-    free(m);
     return st;
 }
 
 static rg_status load_line(loader *L, int64_t line, const char *text, size_t len) {
     rg_dataset *d = L->d;
-    rg_json_doc *doc = NULL;
-    rg_error e = {0};
-    if (rg_json_parse(&doc, text, len, NULL, &e)) {
-        if (e.status == RG_ERR_NOMEM) return rg_fail(L->err, RG_ERR_NOMEM, "%s:%lld: %s", L->path, (long long)line, e.msg);
-        return rg_fail(L->err, RG_ERR_FORMAT, "%s:%lld: not valid JSON: %s", L->path, (long long)line, e.msg);
-    }
-    const rg_json *root = rg_json_root(doc);
-    rg_status st = RG_OK;
-    const rg_json *t = rg_json_get(root, "text"), *msgs = rg_json_get(root, "messages"),
-                  *prompt = rg_json_get(root, "prompt"), *completion = rg_json_get(root, "completion");
-    int n_kinds = (t != NULL) + (msgs != NULL) + (prompt != NULL || completion != NULL);
+    where w = {.path = L->path, .line = line, .err = L->err};
+    parsed_line p;
+    rg_status st = data_parse_line(&w, L->tmpl, text, len, &p);
+    if (st) return st;
+    L->kinds |= p.kind;
     bool all = d->opts.train_on == RG_DATA_TRAIN_ON_ALL;
     int64_t off = d->n_tokens;
-    if (!rg_json_is(root, RG_JSON_OBJECT)) {
-        st = rg_fail(L->err, RG_ERR_FORMAT, "%s:%lld: expected a JSON object, found %s", L->path, (long long)line,
-                     type_article(rg_json_type_of(root)));
-    } else if (n_kinds == 0) {
-        st = rg_fail(L->err, RG_ERR_FORMAT, "%s:%lld: no 'text', 'messages' or 'prompt'/'completion' field", L->path,
-                     (long long)line);
-    } else if (n_kinds > 1) {
-        st = rg_fail(L->err, RG_ERR_FORMAT, "%s:%lld: more than one of 'text', 'messages' and 'prompt'/'completion'",
-                     L->path, (long long)line);
-    } else if (msgs) {
-        L->kinds |= KIND_MESSAGES;
-        st = load_messages(L, line, msgs);
-    } else if (t) {
-        L->kinds |= KIND_TEXT;
-        const char *s;
-        size_t n;
-        st = get_string(L, line, root, "text", "'text'", &s, &n);
-        if (!st) st = push_text(L, s, n, true, line);
-        if (!st) st = bos_front(L, off);
-        if (!st) st = eos_back(L, off, true);
-        if (!st) st = finish_document(L, off, line);
+    if (p.kind == KIND_MESSAGES) {
+        st = load_messages(L, line, &p);
     } else {
-        L->kinds |= KIND_PROMPT;
-        const char *p, *c;
-        size_t pn, cn;
-        if (!prompt) st = rg_fail(L->err, RG_ERR_FORMAT, "%s:%lld: 'completion' without 'prompt'", L->path, (long long)line);
-        else if (!completion)
-            st = rg_fail(L->err, RG_ERR_FORMAT, "%s:%lld: 'prompt' without 'completion'", L->path, (long long)line);
-        if (!st) st = get_string(L, line, root, "prompt", "'prompt'", &p, &pn);
-        if (!st) st = get_string(L, line, root, "completion", "'completion'", &c, &cn);
-        if (!st) st = push_text(L, p, pn, all, line);
-        if (!st) st = push_text(L, c, cn, true, line);
+        st = push_text(L, p.a, p.a_len, p.kind == KIND_TEXT || all, line);
+        if (!st && p.kind == KIND_PROMPT) st = push_text(L, p.b, p.b_len, true, line);
         if (!st) st = bos_front(L, off);
         if (!st) st = eos_back(L, off, true);
         if (!st) st = finish_document(L, off, line);
     }
-    rg_json_free(doc);
+    data_parsed_line_free(&p);
     return st;
 }
 
@@ -412,9 +339,7 @@ static rg_status load_jsonl(loader *L, const char *text, size_t len) {
     for (size_t at = 0; at < len; line++) {
         const char *nl = memchr(text + at, '\n', len - at);
         size_t end = nl ? (size_t)(nl - text) : len;
-        bool blank = true;
-        for (size_t i = at; i < end && blank; i++) blank = text[i] == ' ' || text[i] == '\t' || text[i] == '\r';
-        if (!blank) {
+        if (!data_is_blank(text + at, end - at)) {
             rg_status st = load_line(L, line, text + at, end - at);
             if (st) return st;
         }

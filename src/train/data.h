@@ -6,6 +6,18 @@
 //              "messages": [{"role": "...", "content": "..."}, ...]  rendered with the chat template
 //              "prompt": "...", "completion": "..."            the completion is the target
 //            Other members are ignored. An object with more than one of the three is refused (ambiguous).
+//            A "messages" line may use tools as OpenAI's fine-tuning chat format writes them:
+//              "tools": [{"type": "function", "function": {"name", "description", "parameters"}}]
+//                         next to "messages", rendered by the template (rg_chat_options.tools);
+//                         null is none; with "text" or "prompt" it is refused
+//              assistant  "tool_calls": [{"id", "type": "function", "function": {"name", "arguments"}}]
+//                         (arguments: JSON text of an object, or the object); "content" may then
+//                         be null or absent; "weight": 0 or 1 (OpenAI's), 0: not a target
+//              'tool'     "content" (a string) and optional "tool_call_id" and "name"
+//            The legacy "functions" (line) and "function_call" (message) and the 'function' role
+//            are refused with a pointer to tools/tool_calls. A malformed call, tool or weight is an
+//            error naming the field: "data.jsonl:4: messages[2].tool_calls[0].function.name is missing".
+//            rg_data_check_line runs these checks (and the rendering) on one line.
 //   other    plain text: the whole file is one token stream.
 // A UTF-8 byte order mark at the start of the file is skipped. The whole file must be valid UTF-8;
 // the error names the line and the byte offset of the first bad byte.
@@ -20,14 +32,20 @@
 //                is kept when it has >= 2 tokens. No EOS at the end of the file.
 //   text         BOS rule + text + EOS (so the model learns to stop).
 //   messages     rg_chat_render without a generation prompt; the rendered text is tokenized piece by
-//                piece, cut at the bounds of each assistant message's content_begin .. marker_end,
-//                so no token straddles a bound; BOS rule in front; nothing appended.
+//                piece, cut at the bounds of each assistant message's content_begin .. marker_end
+//                (from the start of the call text when the template writes the calls before the
+//                content, as LFM2 does), so no token straddles a bound; BOS rule in front; nothing
+//                appended.
 //   prompt/completion   BOS rule + prompt (tokenized alone) + completion (tokenized alone) + EOS.
 // Targets (a token is a target when the model is trained to predict it from the tokens before it):
 //   RG_DATA_TRAIN_ON_ALL: every token but a sample's first. ASSISTANT and COMPLETION (synonyms): the
 //   tokens of assistant messages from content_begin through their end-of-turn marker (so not the
 //   "<|im_start|>assistant\n" header, not the newline after <|im_end|>, not system/user/tool text);
-//   the completion and its EOS; every token of plain text and "text" lines.
+//   with tool calls that span holds the calls as rendered ("<tool_call>...</tool_call>", LFM2's
+//   "<|tool_call_start|>[...]<|tool_call_end|>"), while the tools block of the system turn and the
+//   tool results ("<tool_response>") are not targets; the completion and its EOS; every token of
+//   plain text and "text" lines. An assistant message with "weight": 0 is never a target, with
+//   ALL too.
 //   Known limit: with SentencePiece vocabularies that add a space prefix, a piece tokenized alone
 //   gets its own prefix (the completion, each message piece).
 //
@@ -58,6 +76,7 @@
 #define RG_TRAIN_DATA_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "retrograd.h"
@@ -100,6 +119,11 @@ rg_status rg_dataset_load(rg_dataset **out, const char *path, const rg_tokenizer
 rg_status rg_dataset_load_memory(rg_dataset **out, const char *path, const void *data, size_t len,
                                  const rg_tokenizer *tok, const rg_chat_template *tmpl, const rg_data_opts *opts,
                                  rg_error *err);
+// Checks one JSONL line as the loader reads it (the same field checks and the same chat rendering,
+// no tokenizer): RG_OK, or an error "PATH:LINE: ..." naming the field. tmpl may be NULL (then a
+// "messages" line is refused as the loader refuses it). Blank lines are RG_OK.
+rg_status rg_data_check_line(const rg_chat_template *tmpl, const char *path, int64_t line,
+                             const char *text, size_t len, rg_error *err);
 void rg_dataset_free(rg_dataset *d);
 rg_data_stats rg_dataset_stats(const rg_dataset *d);
 // FNV-1a (64-bit) over the file bytes, the options and the resulting tokens and targets, so a
