@@ -21,6 +21,7 @@ int cmd_perplexity(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_agent(int argc, char **argv);
 
 // What `info` prints for a file (cmd_info.c), with file_label in place of its path when not
 // NULL: also `make-tiny --dry-run`'s listing of a file it has not written.

@@ -17,6 +17,7 @@ static const struct {
     {"generate", cmd_generate, "generate -m MODEL.gguf (-p TEXT | -f FILE | --chat) [-n N] [--temp T] [--seed S] ... (--help lists all)"},
     {"train", cmd_train, "train -m MODEL.gguf -d DATA -o OUTDIR [--config F.yaml] [--set k=v]... [--resume OUTDIR] (--help lists keys)"},
     {"serve", cmd_serve, "serve -m MODEL.gguf [--host ADDR] [--port N] [--api-key K] [-np N]   an OpenAI-compatible server"},
+    {"agent", cmd_agent, "agent -m MODEL.gguf --tools TOOLS.yaml [-p TEXT] [--keep FILE.jsonl]   a model that calls tools (MCP, commands)"},
     {"merge", cmd_merge, "merge -m BASE.gguf --lora A.gguf[:SCALE] -o OUT.gguf   fold a LoRA adapter into its base model"},
     {"perplexity", cmd_perplexity, "perplexity -m MODEL.gguf -f TEXT.txt [-c CTX] [--chunks N]"},
     {"tokenize", cmd_tokenize, "tokenize -m MODEL.gguf (-p TEXT | -f FILE) [--ids] [--no-bos] [--no-special] [--count]"},
