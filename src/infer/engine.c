@@ -142,6 +142,8 @@ int rg_engine_pending(const rg_engine *e) {
     return n;
 }
 
+int rg_engine_busy(const rg_engine *e) { return rg_engine_pending(e) - e->n_queue; }
+
 rg_status rg_engine_submit(rg_engine *e, const rg_engine_request *r, int *id, rg_error *err) {
     *id = -1;
     const int64_t V = e->m->hp.n_vocab;

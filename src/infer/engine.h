@@ -80,6 +80,8 @@ rg_status rg_engine_submit(rg_engine *e, const rg_engine_request *r, int *id, rg
 rg_status rg_engine_step(rg_engine *e, rg_error *err);
 // Requests queued or in a slot.
 int rg_engine_pending(const rg_engine *e);
+// Slots serving a request (pending minus those queued).
+int rg_engine_busy(const rg_engine *e);
 // Ends request id (queued or in a slot) with RG_FINISH_CANCELLED at once; false when there is no such request.
 bool rg_engine_cancel(rg_engine *e, int id);
 // Tokens per slot (the context a request's prompt and generation share).

@@ -102,26 +102,14 @@ static rg_status completion_prompt(rg_server *s, gen *g, rg_serve_error *e) {
 
 rg_status gen_prepare(rg_server *s, gen *g, rg_serve_error *e) {
     rg_serve_req *r = &g->req;
-    if (!model_known(s, r->model)) {
-        rg_serve_fail(e, 404, "model", "the model '%s' does not exist; this server has '%s' (GET /v1/models)",
-                      r->model, s->alias);
+    if (!model_known(s, r->model) && !server_adapter_named(s, r->model)) {
+        rg_serve_fail(e, 404, "model", "the model '%s' does not exist; this server has '%s' and its fine-tuned "
+                                       "models (GET /v1/models)", r->model, s->alias);
         e->code = "model_not_found";
         return RG_ERR_NOT_FOUND;
     }
-    if (r->lora_given) {  // the request's adapters, every other at 0
-        for (int i = 0; i < r->n_lora; i++) {
-            if (r->lora[i].id >= s->n_adapters) {
-                rg_serve_fail(e, 400, "lora", "no adapter with id %lld: this server has %d (GET /lora-adapters)",
-                              (long long)r->lora[i].id, s->n_adapters);
-                return RG_ERR_NOT_FOUND;
-            }
-            g->scales[r->lora[i].id] = r->lora[i].scale;
-        }
-    } else {  // the server's defaults (POST /lora-adapters)
-        pthread_mutex_lock(&s->mu);
-        for (int i = 0; i < s->n_adapters; i++) g->scales[i] = s->adapters[i].scale;
-        pthread_mutex_unlock(&s->mu);
-    }
+    if (!server_request_scales(s, r->model, r, g->scales, g->serials, e)) return RG_ERR_NOT_FOUND;
+    g->model_id = model_known(s, r->model) ? s->alias : r->model;
     rg_status st = r->kind == RG_SERVE_CHAT ? chat_prompt(s, g, e) : completion_prompt(s, g, e);
     if (st) return st;
     if (g->n_prompt_tokens == 0) {
@@ -213,7 +201,7 @@ void gen_head(gen *g, rg_jw *w, bool chunk) {
     rg_jw_kstr(w, "id", g->id);
     rg_jw_kstr(w, "object", chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion");
     rg_jw_ki64(w, "created", g->created);
-    rg_jw_kstr(w, "model", g->srv->alias);
+    rg_jw_kstr(w, "model", g->model_id ? g->model_id : g->srv->alias);
     rg_jw_kstr(w, "system_fingerprint", "retrograd-" RG_VERSION_STRING);
 }
 
@@ -416,7 +404,30 @@ static void finish(gen *g, rg_jw *w, const char *reason) {
 static bool next_event(gen *g, gen_event *ev) {
     rg_server *s = g->srv;
     pthread_mutex_lock(&s->mu);
-    while (g->head == g->n_evs && !g->ended) pthread_cond_wait(&g->cv, &s->mu);
+    while (g->head == g->n_evs && !g->ended) {
+        if (!g->gone) {
+            pthread_cond_wait(&g->cv, &s->mu);
+            continue;
+        }
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        const double now = (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+        if (now - g->gone_checked >= 0.2) {  // every 200 ms, however often tokens come
+            g->gone_checked = now;
+            pthread_mutex_unlock(&s->mu);
+            const bool gone = g->gone(g->gone_user);  // (a socket check: not under the mutex)
+            pthread_mutex_lock(&s->mu);
+            if (gone && !g->ended) {  // the client left: stop generating for nobody
+                g->cancel = true;
+                g->gone = NULL;
+                pthread_cond_signal(&s->work);
+            }
+            continue;
+        }
+        t.tv_nsec += 200 * 1000 * 1000;
+        if (t.tv_nsec >= 1000000000L) t.tv_sec++, t.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&g->cv, &s->mu, &t);
+    }
     const bool have = g->head < g->n_evs;
     if (have) *ev = g->evs[g->head++];
     pthread_mutex_unlock(&s->mu);

@@ -3,13 +3,17 @@
 
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "serve/server_internal.h"
+#include "serve/serve_upload.h"
 
 bool rg_serve_host_is_loopback(const char *host) {
     if (!host) return true;
@@ -70,6 +74,7 @@ typedef struct conn_body {
     char *buf;
     size_t len, cap;
     bool too_big;
+    serve_upload *upload;  // POST /v1/files: its multipart reader (serve_upload.h), or NULL
 } conn_body;
 
 // Constant-time comparison of the Authorization header with "Bearer KEY".
@@ -125,6 +130,19 @@ static enum MHD_Result refuse(struct MHD_Connection *c, int http, const char *fm
     return send_response(c, &r);
 }
 
+// Whether the client of a connection waiting for a whole reply has closed it: its socket reads as ended (or
+// fails). Only this connection's thread reads the socket, and it is here, so a peek disturbs nothing.
+static bool client_gone(void *user) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(user, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return false;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLIN};
+    if (poll(&p, 1, 0) <= 0) return false;
+    if (p.revents & (POLLHUP | POLLERR)) return true;
+    char byte;
+    const ssize_t n = recv(ci->connect_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
@@ -146,6 +164,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             b->too_big = true;
             return refuse(c, 401, "%s", "a valid API key is required (Authorization: Bearer KEY)");
         }
+        if ((b->upload = serve_upload_begin(h->s, c, method, url)) != NULL) {  // --max-upload, not --max-body
+            if (!serve_upload_refused(b->upload)) return MHD_YES;
+            b->too_big = true;
+            rg_serve_response r;
+            serve_upload_finish(b->upload, &r);
+            return send_response(c, &r);
+        }
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > max_body) {
             b->too_big = true;
@@ -154,6 +179,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return refuse(c, 413, "the request body is larger than this server takes (%s bytes)", msg);
         }
         return MHD_YES;
+    }
+    if (b->upload && !b->too_big) {  // the file streams to disk; its end is answered by serve_upload.c
+        rg_serve_response r;
+        if (*upload_size) {
+            serve_upload_feed(b->upload, upload, *upload_size);
+            *upload_size = 0;
+            return MHD_YES;
+        }
+        serve_upload_finish(b->upload, &r);
+        return send_response(c, &r);
     }
     if (*upload_size) {
         if (!b->too_big && b->len + *upload_size > max_body) {
@@ -188,7 +223,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         snprintf(path, sizeof path, "%s?action=%s", url, action);
         url = path;
     }
-    rg_server_handle(h->s, method, url, b->buf ? b->buf : "", b->len, &r);
+    char list_url[640];  // ?after=&limit= of the fine-tuning lists
+    url = serve_upload_list_url(c, url, list_url, sizeof list_url);
+    rg_server_handle_watch(h->s, method, url, b->buf ? b->buf : "", b->len, client_gone, c, &r);
     return send_response(c, &r);
 }
 
@@ -196,6 +233,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     (void)cls, (void)c, (void)toe;
     conn_body *b = *con_cls;
     if (b) free(b->buf);
+    if (b) serve_upload_free(b->upload);
     free(b);
     *con_cls = NULL;
 }

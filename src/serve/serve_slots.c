@@ -16,8 +16,8 @@ void server_run_slot_ops(rg_server *s) {
     while (s->ops) {
         slot_op *op = s->ops;
         s->ops = op->next;
-        float scales[RG_SERVE_MAX_LORA];
-        for (int i = 0; i < s->n_adapters; i++) scales[i] = s->adapters[i].scale;
+        float scales[RG_SERVE_MAX_LORA] = {0};
+        for (int i = 0; i < s->n_adapters; i++) scales[i] = s->adapters[i].lora ? s->adapters[i].scale : 0;
         pthread_mutex_unlock(&s->mu);
         rg_error err = {0};
         serve_engine *e = server_engine_for(s, scales, &err);
@@ -75,12 +75,7 @@ void route_slots(rg_server *s, const char *path, const char *body, size_t len, r
         snprintf(name, sizeof name, "slot-%ld-%lld-%u.bin", k, (long long)time(NULL), atomic_fetch_add(&counter, 1));
     } else if (op.kind == SLOT_OP_RESTORE) {
         rg_json_doc *doc;
-        rg_error jerr;
-        rg_json_limits jl = {.max_depth = 4, .max_bytes = len + 1};
-        if (rg_json_parse(&doc, body, len, &jl, &jerr)) {
-            rg_serve_fail(&e, 400, "", "the request body is not valid JSON: %s", jerr.msg);
-            return server_fail_response(s, out, &e);
-        }
+        if (!server_parse_body(&doc, body, len, RG_JSON_OBJECT, &e)) return server_fail_response(s, out, &e);
         const char *f = rg_json_str(rg_json_get(rg_json_root(doc), "filename"), NULL);
         const bool ok = f && server_name(f);
         if (ok) snprintf(name, sizeof name, "%s", f);

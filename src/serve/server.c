@@ -1,6 +1,7 @@
 // server.c - see server.h: loading, the engine thread, and the routes other than the generations' own replies
 // (serve_gen.c).
 #include "serve/server_internal.h"
+#include "serve/serve_ft.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,10 +68,17 @@ static void dispatch(rg_server *s, step_events *se) {
     se->n = 0;
 }
 
+// Requests the engines hold; also counts, for /metrics, their slots and the slots serving a request.
 static int engines_pending(rg_server *s) {
-    int n = 0;
+    int n = 0, slots = 0, busy = 0;
     for (int k = 0; k < RG_SERVE_MAX_ENGINES; k++)
-        if (s->engines[k].used) n += rg_engine_pending(s->engines[k].engine);
+        if (s->engines[k].used) {
+            n += rg_engine_pending(s->engines[k].engine);
+            slots += rg_engine_n_slots(s->engines[k].engine);
+            busy += rg_engine_busy(s->engines[k].engine);
+        }
+    atomic_store(&s->m_slots, slots);
+    atomic_store(&s->m_busy, busy);
     return n;
 }
 
@@ -101,7 +109,8 @@ static void *engine_main(void *arg) {
             serve_engine *eng = server_engine_for(s, g->scales, &err);
             if (!eng || rg_engine_submit(eng->engine, &g->er, &g->engine_id, &err)) {
                 // every engine busy with other adapters: a retry later succeeds (503); else the request (400)
-                submit_failed(s, g, err.msg, !eng && err.status == RG_ERR_ARG ? 503 : eng ? 400 : 500);
+                submit_failed(s, g, err.msg, !eng && err.status == RG_ERR_ARG ? 503 : eng ? 400
+                                             : err.status == RG_ERR_NOT_FOUND ? 404 : 500);
                 continue;
             }
             g->eng = eng;
@@ -110,6 +119,7 @@ static void *engine_main(void *arg) {
         }
         pthread_mutex_lock(&s->mu);
         server_run_slot_ops(s);
+        server_reap_adapters(s);
         for (gen *g = s->active; g; g = g->next_active)
             if (g->cancel) {
                 g->cancel = false;
@@ -119,7 +129,7 @@ static void *engine_main(void *arg) {
             }
         dispatch(s, se);
         if (engines_pending(s) == 0) {
-            if (!s->submit_head && !s->ops && !s->quit) pthread_cond_wait(&s->work, &s->mu);
+            if (!s->submit_head && !s->ops && !s->quit && !s->reap) pthread_cond_wait(&s->work, &s->mu);
             continue;
         }
         pthread_mutex_unlock(&s->mu);
@@ -168,6 +178,10 @@ bool server_submit(rg_server *s, gen *g, rg_serve_error *e) {
         pthread_mutex_unlock(&s->mu);
         return rg_serve_fail(e, 503, "", "the server is shutting down");
     }
+    if (!server_adapters_current(s, g->scales, g->serials)) {
+        pthread_mutex_unlock(&s->mu);
+        return rg_serve_fail(e, 404, "lora", "an adapter of this request was unloaded while it was being prepared");
+    }
     g->refs++;
     s->n_inflight++;
     g->next_submit = NULL;
@@ -204,8 +218,9 @@ static rg_status load(rg_server *s, rg_error *err) {
     for (int32_t t = 0; t < V && s->n_eog < 64; t++)
         if (rg_token_is_eog(s->tok, t)) s->eog[s->n_eog++] = t;
     st = server_load_adapters(s, err);
+    if (!st) st = server_agent_start(s, err);
     if (st) return st;
-    float base[RG_SERVE_MAX_LORA];  // the base configuration's engine, made now: it fixes n_ctx, and a model
+    float base[RG_SERVE_MAX_LORA] = {0};  // the base configuration's engine, made now: it fixes n_ctx, and a model
     for (int i = 0; i < s->n_adapters; i++) base[i] = s->adapters[i].scale;  // that does not fit fails here
     serve_engine *e = server_engine_for(s, base, err);
     if (!e) return err->status;
@@ -256,6 +271,10 @@ rg_status rg_server_create(rg_server **out, const rg_server_opts *o, rg_error *e
     pthread_cond_init(&s->work, NULL);
     pthread_cond_init(&s->ready_cv, NULL);
     pthread_cond_init(&s->ops_cv, NULL);
+    if (o->files_dir && serve_ft_create(&s->ft, s, o->files_dir, o->max_upload, o->job_threads, err)) {
+        rg_server_free(s);
+        return err ? err->status : RG_ERR_IO;
+    }
     if (pthread_create(&s->loader, NULL, loader_main, s) != 0) {
         rg_server_free(s);
         return rg_fail(err, RG_ERR_NOMEM, "serve: could not start the loading thread");
@@ -290,12 +309,14 @@ const char *rg_server_load_error(rg_server *s) { return s->load_error; }
 void rg_server_free(rg_server *s) {
     if (!s) return;
     if (s->loader_started) pthread_join(s->loader, NULL);
+    serve_ft_free(s->ft);  // (its worker kills a running training child)
     pthread_mutex_lock(&s->mu);
     s->quit = true;
     pthread_cond_broadcast(&s->work);
     pthread_mutex_unlock(&s->mu);
     if (s->engine_started) pthread_join(s->engine_thread, NULL);
     server_engines_free(s);
+    server_agent_free(s);
     if (s->have_tmpl) rg_chat_template_free(&s->tmpl);
     rg_tokenizer_free(s->tok);
     rg_model_free(s->model);
@@ -383,6 +404,7 @@ static void route_models(rg_server *s, rg_serve_response *out) {
     rg_jw_kstr(&w, "owned_by", "retrograd");
     rg_jw_ki64(&w, "context_length", s->n_ctx);
     rg_jw_obj_end(&w);
+    server_models_json(s, &w);
     rg_jw_arr_end(&w);
     rg_jw_obj_end(&w);
     server_json_response(200, &w, out);
@@ -393,9 +415,9 @@ static void route_metrics(rg_server *s, rg_serve_response *out) {
     rg_jw_init(&w);
     char line[256];
     pthread_mutex_lock(&s->mu);
-    const int inflight = s->n_inflight;
+    const long long inflight = s->n_inflight;
     pthread_mutex_unlock(&s->mu);
-    const int busy = inflight < s->n_slots ? inflight : s->n_slots;
+    const long long busy = atomic_load(&s->m_busy), waiting = inflight > busy ? inflight - busy : 0;
     const struct {
         const char *name, *type, *help;
         long long v;
@@ -408,9 +430,10 @@ static void route_metrics(rg_server *s, rg_serve_response *out) {
          atomic_load(&s->m_cached_tokens)},
         {"retrograd_tokens_generated_total", "counter", "Tokens generated.", atomic_load(&s->m_gen_tokens)},
         {"retrograd_engine_steps_total", "counter", "Engine steps (one batch each).", atomic_load(&s->m_steps)},
-        {"retrograd_slots", "gauge", "Slots (sequences decoded together).", s->n_slots},
+        {"retrograd_slots", "gauge", "Slots (sequences decoded together), over every adapter configuration's engine.",
+         atomic_load(&s->m_slots)},
         {"retrograd_slots_busy", "gauge", "Slots serving a request.", busy},
-        {"retrograd_requests_waiting", "gauge", "Requests waiting for a slot.", inflight - busy},
+        {"retrograd_requests_waiting", "gauge", "Requests waiting for a slot.", waiting},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         int n = snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s %s\n%s %lld\n", rows[i].name, rows[i].help,
@@ -421,14 +444,15 @@ static void route_metrics(rg_server *s, rg_serve_response *out) {
     out->content_type = "text/plain; version=0.0.4";
 }
 
-static bool parse_body(rg_json_doc **doc, const char *body, size_t len, rg_serve_error *e) {
+bool server_parse_body(rg_json_doc **doc, const char *body, size_t len, rg_json_type want, rg_serve_error *e) {
     rg_error jerr;
     rg_json_limits jl = {.max_depth = 16, .max_bytes = len + 1};
     if (rg_json_parse(doc, body, len, &jl, &jerr))
         return rg_serve_fail(e, 400, "", "the request body is not valid JSON: %s", jerr.msg);
-    if (!rg_json_is(rg_json_root(*doc), RG_JSON_OBJECT)) {
+    if (!rg_json_is(rg_json_root(*doc), want)) {
         rg_json_free(*doc);
-        return rg_serve_fail(e, 400, "", "the request body must be a JSON object");
+        return rg_serve_fail(e, 400, "", "the request body must be a JSON %s",
+                             want == RG_JSON_ARRAY ? "array" : "object");
     }
     return true;
 }
@@ -437,7 +461,7 @@ static bool parse_body(rg_json_doc **doc, const char *body, size_t len, rg_serve
 static void route_tokenize(rg_server *s, const char *body, size_t len, rg_serve_response *out) {
     rg_serve_error e;
     rg_json_doc *doc;
-    if (!parse_body(&doc, body, len, &e)) return server_fail_response(s, out, &e);
+    if (!server_parse_body(&doc, body, len, RG_JSON_OBJECT, &e)) return server_fail_response(s, out, &e);
     const rg_json *r = rg_json_root(doc);
     size_t n;
     const char *text = rg_json_str(rg_json_get(r, "content"), &n);
@@ -486,7 +510,7 @@ static void route_tokenize(rg_server *s, const char *body, size_t len, rg_serve_
 static void route_detokenize(rg_server *s, const char *body, size_t len, rg_serve_response *out) {
     rg_serve_error e;
     rg_json_doc *doc;
-    if (!parse_body(&doc, body, len, &e)) return server_fail_response(s, out, &e);
+    if (!server_parse_body(&doc, body, len, RG_JSON_OBJECT, &e)) return server_fail_response(s, out, &e);
     const rg_json *t = rg_json_get(rg_json_root(doc), "tokens");
     const size_t n = rg_json_len(t);
     int32_t *ids = malloc(sizeof(int32_t) * (n ? n : 1));
@@ -545,7 +569,8 @@ struct rg_serve_stream {
     size_t off;
 };
 
-static void route_generate(rg_server *s, rg_serve_kind kind, const char *body, size_t len, rg_serve_response *out) {
+static void route_generate(rg_server *s, rg_serve_kind kind, const char *body, size_t len, bool (*gone)(void *),
+                           void *gone_user, rg_serve_response *out) {
     rg_serve_error e;
     gen *g = calloc(1, sizeof *g);
     if (!g) {
@@ -575,6 +600,7 @@ static void route_generate(rg_server *s, rg_serve_kind kind, const char *body, s
         out->stream = st;
         return;
     }
+    g->gone = gone, g->gone_user = gone_user;
     rg_jw w;
     rg_jw_init(&w);
     while (gen_next(g, &w)) {
@@ -582,6 +608,17 @@ static void route_generate(rg_server *s, rg_serve_kind kind, const char *body, s
     const int status = g->finish_reason ? 200 : g->reply_http ? g->reply_http : 500;
     gen_release(g);
     server_json_response(status, &w, out);
+}
+
+// serve --agent: a chat request without tools of its own is the agent's (serve_agent.c).
+static void route_chat_or_agent(rg_server *s, const char *body, size_t len, bool (*gone)(void *), void *gone_user,
+                                rg_serve_response *out) {
+    rg_json_doc *doc;
+    rg_serve_error e;
+    if (!server_parse_body(&doc, body, len, RG_JSON_OBJECT, &e)) return server_fail_response(s, out, &e);
+    if (server_agent_wants(s, rg_json_root(doc))) server_agent_route(s, rg_json_root(doc), gone, gone_user, out);
+    else route_generate(s, RG_SERVE_CHAT, body, len, gone, gone_user, out);
+    rg_json_free(doc);
 }
 
 ssize_t rg_serve_stream_read(rg_serve_stream *st, char *buf, size_t cap) {
@@ -612,6 +649,11 @@ void rg_serve_stream_free(rg_serve_stream *st) {
 
 void rg_server_handle(rg_server *s, const char *method, const char *path, const char *body, size_t len,
                       rg_serve_response *out) {
+    rg_server_handle_watch(s, method, path, body, len, NULL, NULL, out);
+}
+
+void rg_server_handle_watch(rg_server *s, const char *method, const char *path, const char *body, size_t len,
+                            bool (*gone)(void *user), void *user, rg_serve_response *out) {
     memset(out, 0, sizeof *out);
     atomic_fetch_add(&s->m_requests, 1);
     rg_serve_error e;
@@ -627,13 +669,17 @@ void rg_server_handle(rg_server *s, const char *method, const char *path, const 
     if (post && strcmp(path, "/tokenize") == 0) return route_tokenize(s, body, len, out);
     if (post && strcmp(path, "/detokenize") == 0) return route_detokenize(s, body, len, out);
     if (post && strcmp(path, "/apply-template") == 0) return route_apply_template(s, body, len, out);
-    if ((get || post) && strcmp(path, "/lora-adapters") == 0) return route_lora_adapters(s, post, body, len, out);
+    if ((get || post) && strcmp(path, "/lora-adapters") == 0) return route_lora_adapters(s, path, post, body, len, out);
+    if (post && (strcmp(path, "/lora-adapters/load") == 0 || strcmp(path, "/lora-adapters/unload") == 0))
+        return route_lora_adapters(s, path, post, body, len, out);
     if (post && strncmp(path, "/slots/", 7) == 0) return route_slots(s, path, body, len, out);
     if (post && (strcmp(path, "/v1/chat/completions") == 0 || strcmp(path, "/chat/completions") == 0))
-        return route_generate(s, RG_SERVE_CHAT, body, len, out);
+        return s->agent_tools ? route_chat_or_agent(s, body, len, gone, user, out)
+                              : route_generate(s, RG_SERVE_CHAT, body, len, gone, user, out);
     if (post && (strcmp(path, "/v1/completions") == 0 || strcmp(path, "/completions") == 0))
-        return route_generate(s, RG_SERVE_COMPLETION, body, len, out);
+        return route_generate(s, RG_SERVE_COMPLETION, body, len, gone, user, out);
+    if (serve_ft_route(s, s->ft, method, path, body, len, out)) return;  // /v1/files, /v1/fine_tuning/jobs
     rg_serve_fail(&e, 404, "", "no route %s %s (see GET /v1/models, POST /v1/chat/completions, POST /v1/completions, "
-                               "POST /tokenize, POST /detokenize, POST /apply-template, GET|POST /lora-adapters, POST /slots/N?action=save|restore|erase, GET /health, GET /metrics)", method, path);
+                               "POST /tokenize, POST /detokenize, POST /apply-template, GET|POST /lora-adapters, POST /lora-adapters/load|unload, POST /slots/N?action=save|restore|erase, GET /health, GET /metrics)", method, path);
     server_fail_response(s, out, &e);
 }

@@ -34,9 +34,18 @@ typedef struct rg_server_opts {
     int max_queue;            // generations waiting for a slot beyond which a request gets 429 (<= 0: 64)
     bool load_in_background;  // rg_server_create returns at once; /health answers 503 until the model is in
     const char *slot_save_path;     // the folder of slot files (POST /slots/N?action=save|restore); NULL: refused
+    const char *agent_tools_path;   // serve --agent: chat requests without tools of their own run the agent loop
+                                    // with this tools file's tools (serve_agent.c); NULL: off
+    const char *lora_dir;           // the folder POST /lora-adapters/load takes adapter files from (plain names only); NULL: refused
     const char *const *lora_paths;  // adapters loaded at launch (ids 0..n_lora-1), at most RG_SERVE_MAX_LORA
     const float *lora_scales;       // their default scales
     int n_lora;
+    // Fine-tuning (serve_ft.h): uploaded files and jobs under files_dir (NULL: the /v1/files and
+    // /v1/fine_tuning routes answer 404), files up to max_upload bytes (<= 0: 100 MiB), each training child
+    // with job_threads threads (0: all cores).
+    const char *files_dir;
+    int64_t max_upload;
+    int job_threads;
 } rg_server_opts;
 
 rg_status rg_server_create(rg_server **out, const rg_server_opts *o, rg_error *err);
@@ -59,6 +68,10 @@ typedef struct rg_serve_response {
 // Answers one request (path without the query string). Blocks for a whole (non-streamed) generation.
 void rg_server_handle(rg_server *s, const char *method, const char *path, const char *body, size_t len,
                       rg_serve_response *out);
+// The same, for a connection that can tell whether its client has gone: gone(user) is asked every 200 ms while a
+// whole (non-streamed) generation runs, and true cancels it (its slot goes to the next request at once).
+void rg_server_handle_watch(rg_server *s, const char *method, const char *path, const char *body, size_t len,
+                            bool (*gone)(void *user), void *user, rg_serve_response *out);
 // An error response in OpenAI's shape.
 void rg_server_error_response(const rg_serve_error *e, rg_serve_response *out);
 void rg_serve_response_free(rg_serve_response *r);

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "base/json.h"
 #include "base/json_write.h"
 #include "infer/engine.h"
 #include "serve/server.h"
@@ -32,11 +33,17 @@ typedef struct step_events {
     int n, cap;
 } step_events;
 
-// An adapter loaded at launch (--lora): id = its index.
+// An adapter: loaded at launch (--lora, ids 0..n-1 in order), by POST /lora-adapters/load, or by a finished
+// fine-tuning job (then with a model name). id = its index; an unloaded one leaves its index empty (lora NULL)
+// for the next load. Written under the mutex; lora is freed by the engine thread only (server_reap_adapters).
 typedef struct serve_adapter {
     char *path;
+    char *name;       // a model id of its own ("ft:BASE:SUFFIX:JOB"): requests naming it run with it at 1; or NULL
     struct rg_lora *lora;
-    float scale;  // the default scale of requests that do not say (POST /lora-adapters; under the mutex)
+    float scale;      // the default scale of requests that do not say (POST /lora-adapters; under the mutex)
+    bool unloading;   // refused to new requests; freed once no engine or queued request uses it
+    uint64_t serial;  // which load this is: a request prepared for an adapter since unloaded, its place loaded
+                      // again, is refused at submission rather than run on the newcomer
 } serve_adapter;
 
 // One engine per adapter configuration in use (the scale of every adapter; all 0 = the base model): a request
@@ -81,6 +88,7 @@ typedef struct gen {
     pthread_cond_t cv;
     struct gen *next_submit;
     float scales[RG_SERVE_MAX_LORA];  // the adapter configuration it runs with
+    uint64_t serials[RG_SERVE_MAX_LORA];  // the loads of the adapters it uses (serve_adapter.serial)
     // --- the engine thread's
     int engine_id;
     serve_engine *eng;
@@ -88,6 +96,10 @@ typedef struct gen {
     struct gen *next_active;
     // --- the connection's
     rg_serve_req req;
+    const char *model_id;  // the model its replies name: the server's id, or a fine-tuned model's
+    bool (*gone)(void *user);  // a whole reply's client: asked while waiting; true cancels (NULL: never asked)
+    void *gone_user;
+    double gone_checked;       // when gone was last asked (seconds, CLOCK_REALTIME)
     int32_t *prompt;
     size_t n_prompt_tokens;
     char id[40];
@@ -120,11 +132,15 @@ struct rg_server {
     int32_t *eog;  // the end-of-generation tokens
     int n_eog;
     serve_adapter adapters[RG_SERVE_MAX_LORA];
-    int n_adapters;
+    uint64_t adapter_serial;
+    int n_adapters;       // adapter places in use or emptied (ids < n_adapters); under the mutex
     serve_engine engines[RG_SERVE_MAX_ENGINES];
     uint64_t engine_clock;
     int64_t n_ctx;
     int64_t created;
+    struct rg_agent_tools *agent_tools;  // serve --agent: the tools (NULL: off); calls under agent_mu
+    pthread_mutex_t agent_mu;
+    bool agent_mu_init;
     // --- under mu
     pthread_mutex_t mu;
     pthread_cond_t work;  // the engine thread's: a submission, a cancellation, or quit
@@ -133,6 +149,7 @@ struct rg_server {
     pthread_cond_t ops_cv;
     int n_inflight;       // generations submitted and not ended (those beyond n_slots wait for a slot)
     bool quit;
+    bool reap;            // an adapter is being unloaded: the engine thread frees it when it can
     int state;            // 0 loading, 1 ready, -1 failed
     pthread_cond_t ready_cv;
     char load_error[1024];
@@ -143,21 +160,51 @@ struct rg_server {
     pthread_t loader, engine_thread;
     bool loader_started, engine_started;
     // --- metrics (atomic: read by /metrics without the lock)
-    atomic_llong m_requests, m_errors, m_prompt_tokens, m_cached_tokens, m_gen_tokens, m_busy, m_steps;
+    atomic_llong m_requests, m_errors, m_prompt_tokens, m_cached_tokens, m_gen_tokens, m_steps;
+    atomic_llong m_slots, m_busy;  // over every adapter configuration's engine (the engine thread counts them)
+    struct serve_ft *ft;  // files and fine-tuning jobs (serve_ft.h), or NULL
 };
 
 // serve_engines.c
 rg_status server_load_adapters(rg_server *s, rg_error *err);
+// Loads the adapter at path as a model of its own named name (listed in /v1/models; a request with "model": name
+// runs with it at scale 1), or unnamed (name NULL: used through "lora" and the default scales, which start at 0).
+// Any thread (takes the mutex). Returns its id, or -1 with e (400 a file that is not an adapter of this model, 409
+// a name in use, 507 every one of the RG_SERVE_MAX_LORA places taken).
+int server_adapter_add(rg_server *s, const char *path, const char *name, rg_serve_error *e);
+// The engine thread, mutex held: frees the adapters being unloaded whose engines have no work left.
+void server_reap_adapters(rg_server *s);
+// The adapter configuration of a request (mutex taken): model is the request's model (an adapter's name puts that
+// adapter at 1); lora (n, NULL when the request has no "lora") the request's own scales, else the defaults. False
+// with e when it names an adapter that is not loaded.
+bool server_request_scales(rg_server *s, const char *model, const rg_serve_req *r, float *scales, uint64_t *serials,
+                           rg_serve_error *e);
+// Under the mutex: whether the adapters of a configuration are still the loads serials names.
+bool server_adapters_current(rg_server *s, const float *scales, const uint64_t *serials);
+// The name of a loaded adapter equal to model (mutex taken).
+bool server_adapter_named(rg_server *s, const char *model);
+// /v1/models' entries of the named adapters (after the base model's).
+void server_models_json(rg_server *s, rg_jw *w);
 // The engine of g's configuration: found, made, or made in place of an idle one; NULL with err when every
 // engine is busy with another configuration (or making one failed).
 serve_engine *server_engine_for(rg_server *s, const float *scales, rg_error *err);
 void server_engines_free(rg_server *s);
 void server_on_event(void *user, const rg_engine_event *ev);  // the engines' callback (user: a serve_engine)
-// GET and POST /lora-adapters.
-void route_lora_adapters(rg_server *s, bool post, const char *body, size_t len, rg_serve_response *out);
+// GET and POST /lora-adapters, POST /lora-adapters/load and /lora-adapters/unload.
+void route_lora_adapters(rg_server *s, const char *path, bool post, const char *body, size_t len,
+                         rg_serve_response *out);
 // server.c helpers the routes share.
 void server_json_response(int status, rg_jw *w, rg_serve_response *out);
 void server_fail_response(rg_server *s, rg_serve_response *out, rg_serve_error *e);
+// A request body as JSON of type want (object or array): false with e (400) when it is not.
+bool server_parse_body(rg_json_doc **doc, const char *body, size_t len, rg_json_type want, rg_serve_error *e);
+
+// serve_agent.c: serve --agent.
+rg_status server_agent_start(rg_server *s, rg_error *err);  // loads the tools file, starts its MCP servers
+void server_agent_free(rg_server *s);
+bool server_agent_wants(rg_server *s, const rg_json *request);  // a chat request the agent answers
+void server_agent_route(rg_server *s, const rg_json *request, bool (*gone)(void *), void *gone_user,
+                        rg_serve_response *out);
 
 // serve_slots.c: POST /slots/N?action=save|restore|erase, and the engine thread's side.
 void route_slots(rg_server *s, const char *path, const char *body, size_t len, rg_serve_response *out);

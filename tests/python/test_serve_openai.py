@@ -9,7 +9,8 @@ Starts the server on a free loopback port and checks, with stated expectations:
     they get alone (exact batches);
   - refusals in OpenAI's error shape (unknown model 404, a field out of range 400 naming it, malformed JSON,
     an unknown route), the Host check (421), an API key (401 without it, /health open), the body limit (413);
-  - a client that disconnects mid-stream frees its slot: the server keeps serving;
+  - a client that disconnects mid-stream, or while waiting for a whole reply, frees its slot (its generation
+    stops): the server keeps serving;
   - adapters at run time (one trained by the test in 6 steps): per request, the default set by
     POST /lora-adapters, base and adapter requests at once each getting their own reply;
   - slot files: saved under a name the server makes, restored into another slot (whose cache then serves
@@ -224,6 +225,22 @@ try:
     code, body = curl(url + "/metrics")
     busy = re.search(r"^retrograd_slots_busy (\d+)$", body, re.M)
     check("its slot was freed", busy is not None and busy.group(1) == "0", body[-400:])
+
+    # --- a client that leaves while waiting for a whole reply: its generation stops (the socket is watched)
+    def generated():
+        return int(re.search(r"^retrograd_tokens_generated_total (\d+)$", curl(url + "/metrics")[1], re.M).group(1))
+    essay = {"model": MODEL_ID, "messages": [{"role": "user", "content": "Write a long essay about rivers."}],
+             "max_tokens": 400, "temperature": 0}
+    g0 = generated()
+    subprocess.run(["curl", "-s", "--max-time", "0.7", "-d", json.dumps(essay), url + "/v1/chat/completions"],
+                   capture_output=True, timeout=60)
+    time.sleep(0.8)
+    code, body = curl(url + "/metrics")
+    busy = re.search(r"^retrograd_slots_busy (\d+)$", body, re.M)
+    cut = generated() - g0
+    whole = client.chat.completions.create(**essay).usage.completion_tokens
+    check("a client that left a whole reply stops its generation", busy is not None and busy.group(1) == "0" and
+          cut < whole, f"busy {busy and busy.group(1)}, {cut} tokens made for it, {whole} when it stays")
 finally:
     srv.terminate()
     srv.wait(timeout=30)
@@ -306,6 +323,8 @@ try:
     for bad, want in (({"filename": "../../etc/passwd"}, 400), ({"filename": "slot-0-1-1.bin"}, 404), ({}, 400)):
         code, body = curl(url + "/slots/0?action=restore", "-d", json.dumps(bad))
         check(f"restore {bad} is refused ({want})", code == want and error_shape(body), f"{code} {body}")
+    code, body = curl(url + "/lora-adapters/load", "-d", json.dumps({"file": "adapter.gguf"}))
+    check("loading an adapter without --lora-dir is refused (403)", code == 403 and error_shape(body), body)
     code, body = curl(url + "/slots/9?action=save", "-X", "POST")
     check("a slot that does not exist is refused", code == 400 and error_shape(body, "id_slot"), body)
     code, body = curl(url + "/slots/0?action=fly", "-X", "POST")
@@ -314,6 +333,42 @@ finally:
     srv.terminate()
     srv.wait(timeout=30)
 check("the adapter server exits cleanly", srv.returncode == 0, f"rc {srv.returncode}")
+
+# --- adapters loaded and unloaded while serving (--lora-dir): the same adapter, by its plain name
+srv, url = start("--lora-dir", os.path.join(tmp, "out"), "-np", "2")
+try:
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused")
+    code, body = curl(url + "/lora-adapters/load", "-d", json.dumps({"file": "adapter.gguf"}))
+    check("POST /lora-adapters/load loads it at scale 0", code == 200 and json.loads(body) ==
+          [{"id": 0, "path": os.path.join(tmp, "out", "adapter.gguf"), "scale": 0}], body)
+    check("the loaded adapter answers as at launch", ask([{"id": 0, "scale": 1.0}]) == tuned and ask() == base,
+          f"{ask([{'id': 0, 'scale': 1.0}])!r}")
+    for bad, want in (({"file": "../out/adapter.gguf"}, 400), ({"file": "none.gguf"}, 404), ({"file": 3}, 400),
+                      ({"file": "adapter.gguf", "scale": 99}, 400)):
+        code, body = curl(url + "/lora-adapters/load", "-d", json.dumps(bad))
+        check(f"load {bad} is refused ({want})", code == want and error_shape(body), f"{code} {body}")
+    # unloaded while a stream runs on it: the stream ends with the adapter's text, new requests are refused
+    stream = client.chat.completions.create(model=MODEL_ID, messages=mayor, max_tokens=16, temperature=0, stream=True,
+                                            extra_body={"lora": [{"id": 0, "scale": 1.0}]})
+    parts = [next(iter(stream)).choices[0].delta.content or ""]
+    code, body = curl(url + "/lora-adapters/unload", "-d", json.dumps({"id": 0}))
+    check("POST /lora-adapters/unload takes it off the list", code == 200 and json.loads(body) == [], body)
+    parts += [c.choices[0].delta.content or "" for c in stream if c.choices]
+    check("a stream running on an unloaded adapter finishes with it", "".join(parts) == tuned, "".join(parts))
+    try:
+        ask([{"id": 0, "scale": 1.0}])
+        check("an unloaded adapter is refused", False, "accepted")
+    except openai.BadRequestError as e:
+        check("an unloaded adapter is a 400 naming lora", e.param == "lora", str(e))
+    code, body = curl(url + "/lora-adapters/unload", "-d", json.dumps({"id": 0}))
+    check("unloading it twice is a 404", code == 404 and error_shape(body, "id"), body)
+    code, body = curl(url + "/lora-adapters/load", "-d", json.dumps({"file": "adapter.gguf", "scale": 1}))
+    check("loaded again, it takes the freed id with its default scale", code == 200 and
+          json.loads(body)[0]["id"] == 0 and ask() == tuned, body)
+finally:
+    srv.terminate()
+    srv.wait(timeout=30)
+check("the runtime-adapter server exits cleanly", srv.returncode == 0, f"rc {srv.returncode}")
 shutil.rmtree(tmp, ignore_errors=True)
 
 p = subprocess.run([exe, "serve", "-m", os.path.join(build, "no-such-model.gguf"), "--port", "0"], capture_output=True,

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "model/lora.h"
@@ -40,9 +41,11 @@ static void serve_epilog(FILE *f) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    const char *model = NULL, *alias = NULL, *slot_dir = NULL, *host = "127.0.0.1", *key = NULL, *key_file = NULL;
+    const char *model = NULL, *alias = NULL, *slot_dir = NULL, *lora_dir = NULL, *agent_tools = NULL, *host = "127.0.0.1", *key = NULL, *key_file = NULL;
     int64_t port = 8080, n_slots = 4, n_ctx = 0, threads = 0, max_tokens = 0, max_body = 8 << 20, max_conn = 64,
             max_queue = 64, max_messages = 1024;
+    const char *files_dir = NULL;  // fine-tuning (docs/SERVE.md "Fine-tuning jobs")
+    int64_t max_upload = (int64_t)100 << 20, job_threads = 0;
     rg_device device = RG_DEVICE_CPU;
     cli_loras loras = {0};
     const cli_opt opts[] = {
@@ -62,10 +65,20 @@ int cmd_serve(int argc, char **argv) {
                 INT32_MAX, &max_tokens),
         CLI_STR(0, "--slot-save-path", "DIR", "where POST /slots/N?action=save writes slot files (names the server "
                 "makes; restore takes only those)", &slot_dir),
+        CLI_STR(0, "--agent", "TOOLS.yaml", "chat requests without tools of their own run the agent loop: the "
+                "model's calls to these tools run here (docs/SERVE.md \"The agent\")", &agent_tools),
+        CLI_STR(0, "--lora-dir", "DIR", "the folder POST /lora-adapters/load takes adapters from (by plain name)",
+                &lora_dir),
         CLI_I64(0, "--max-body", "BYTES", "the largest request body (default 8 MiB)", 1024, INT32_MAX, &max_body),
         CLI_I64(0, "--max-connections", "N", "parallel connections (default 64)", 1, 4096, &max_conn),
         CLI_I64(0, "--max-queue", "N", "requests waiting for a slot before 429 (default 64)", 1, 1 << 20, &max_queue),
         CLI_I64(0, "--max-messages", "N", "messages in one chat request (default 1024)", 1, 1 << 20, &max_messages),
+        CLI_STR(0, "--files-dir", "DIR", "uploaded files and fine-tuning jobs (kept across restarts; default "
+                "$TMPDIR/retrograd-serve-PID)", &files_dir),
+        CLI_I64(0, "--max-upload", "BYTES", "the largest file POST /v1/files takes (default 100 MiB)", 1024,
+                (int64_t)1 << 40, &max_upload),
+        CLI_I64(0, "--job-threads", "N", "CPU threads of a fine-tuning job's training process, which runs at nice +10 "
+                "(default: all cores)", 0, 1024, &job_threads),
     };
     const cli_command c = {"serve", "-m MODEL.gguf [--lora A.gguf[:SCALE]]... [--host ADDR] [--port N] [--api-key K] "
                            "[-np N] [-c CTX]", opts,
@@ -105,7 +118,13 @@ int cmd_serve(int argc, char **argv) {
         }
         lora_paths[i] = lora_path[i];
     }
-    rg_server_opts so = {.slot_save_path = slot_dir, .lora_paths = lora_paths, .lora_scales = lora_scales, .n_lora = loras.n,.model_path = model, .alias = alias, .n_slots = (int)n_slots, .n_ctx = n_ctx,
+    char files_tmp[4096];
+    if (!files_dir) {
+        const char *t = getenv("TMPDIR");
+        snprintf(files_tmp, sizeof files_tmp, "%s/retrograd-serve-%d", t && *t ? t : "/tmp", (int)getpid());
+        files_dir = files_tmp;
+    }
+    rg_server_opts so = {.files_dir = files_dir, .max_upload = max_upload, .job_threads = (int)job_threads, .slot_save_path = slot_dir, .lora_dir = lora_dir, .agent_tools_path = agent_tools, .lora_paths = lora_paths, .lora_scales = lora_scales, .n_lora = loras.n,.model_path = model, .alias = alias, .n_slots = (int)n_slots, .n_ctx = n_ctx,
                          .n_threads = (int)threads, .device = device, .max_queue = (int)max_queue,
                          .load_in_background = true,
                          .limits = {.max_body = (size_t)max_body, .max_tokens = max_tokens,
