@@ -146,6 +146,9 @@ if build_or_fail release build -DRG_WERROR=ON; then
   run_suite "architecture tables against gguf-py" python3 tests/python/test_arch_reference.py build
   run_suite "chat templates with tools against jinja2" python3 tests/python/test_chat_tools_reference.py build
   run_suite "retrograd serve through the openai client and curl (SmolLM2)" python3 tests/python/test_serve_openai.py build
+  run_suite "retrograd agent: SmolLM2 taught to call the real mcp-server-time (a LoRA trained here)" \
+    python3 tests/python/test_agent_time.py build
+  run_suite "retrograd serve fine-tuning jobs through the openai client (SmolLM2)" python3 tests/python/test_serve_jobs.py build
   run_suite "retrograd serve under a bounded load (SmolLM2, 8 clients, 32 requests)" python3 tests/python/test_serve_load.py build
   run_suite "speed comparison tool" python3 tests/python/test_speed_tools.py build
   run_suite "the real Gemma-3-270M against transformers and llama.cpp" python3 tests/python/test_gemma3_real.py build

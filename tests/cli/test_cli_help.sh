@@ -26,8 +26,10 @@ declare -A want=(
   [merge]="-m --lora -o --type --check --config -t --threads --quiet"
   [perplexity]="-m -f -c --ctx-size -t --threads --chunks --device --exact --flash-attn --lora"
   [tokenize]="-m -p -f --ids --count --no-bos --no-special"
+  [agent]="-m --model --tools --lora -p --prompt --system --keep --max-calls --confirm --tell-model --json -n --n-predict
+           --temp --top-k --top-p --seed -c --ctx-size -t --threads --device --chat-template"
   [serve]="-m --lora --alias --host --port --api-key --api-key-file -np -c --ctx-size -t --threads --device
-           --max-tokens --max-body --max-connections --max-queue --max-messages --slot-save-path"
+           --max-tokens --max-body --max-connections --max-queue --max-messages --slot-save-path --lora-dir --agent --files-dir --max-upload --job-threads"
 )
 
 # The commands, as `retrograd --help` lists them: the table above must cover each.
