@@ -1,6 +1,6 @@
 """How serving and a fine-tuning job share the machine: requests/s and p50/p99 latency of N clients sending
 chat completions to `retrograd serve`, with no job and while a job trains (its child `retrograd train` at
-nice +10), alternating runs so drift hits both alike.
+in the idle scheduling class), alternating runs so drift hits both alike.
 
 Usage: bench/serve_while_training.py [--build build] [--model $RG_SMOLLM2] [--clients 4] [--requests 8]
          [--max-tokens 32] [--rounds 2] [--job-threads 0] [--ctx 128] [-np 4]
@@ -131,7 +131,7 @@ finally:
     shutil.rmtree(tmp, ignore_errors=True)
 
 print(f"SmolLM2 {model_id}, {a.clients} clients x {a.requests} requests, max_tokens {a.max_tokens}, -np {a.np}, "
-      f"job: LoRA ctx {a.ctx}, --job-threads {a.job_threads or 'all'}, nice +10; {os.cpu_count()} cores")
+      f"job: LoRA ctx {a.ctx}, --job-threads {a.job_threads or 'all'}, training in SCHED_IDLE; {os.cpu_count()} cores")
 print(f"{'round':>5} {'mode':>9} {'reqs':>5} {'req/s':>7} {'tok/s':>7} {'p50 s':>7} {'p99 s':>7} {'job steps':>9}")
 for r in rows:
     print(f"{r[0]:>5} {r[1]:>9} {r[2]:>5} {r[3]:>7.2f} {r[4]:>7.1f} {r[5]:>7.3f} {r[6]:>7.3f} {r[7]:>9}")

@@ -421,19 +421,5 @@ static const rg_test_case cases[] = {
 };
 
 int main(int argc, char **argv) {
-    if (!mkdtemp(tmp_dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    snprintf(server_path, sizeof server_path, "%s/fake_mcp_server.py", tmp_dir);
-    FILE *f = fopen(server_path, "w");
-    if (!f || fputs(fake_server_py, f) < 0 || fclose(f) != 0) {
-        fprintf(stderr, "cannot write %s\n", server_path);
-        return 1;
-    }
-    agent_fds_at_start = agent_count_fds();
-    int rc = rg_test_run(argc, argv, cases);
-    unlink(server_path);
-    rmdir(tmp_dir);
-    return rc;
+    return agent_test_main(argc, argv, cases, tmp_dir, fake_server_py, server_path, sizeof server_path);
 }

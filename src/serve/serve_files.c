@@ -249,11 +249,7 @@ static void route_list(serve_ft *f, rg_serve_response *out) {
     if (d) closedir(d);
     if (n) qsort(files, (size_t)n, sizeof *files, cmp_newest);
     rg_jw w;
-    rg_jw_init(&w);
-    rg_jw_obj(&w);
-    rg_jw_kstr(&w, "object", "list");
-    rg_jw_key(&w, "data");
-    rg_jw_arr(&w);
+    server_list_open(&w);
     for (int i = 0; i < n; i++) {
         size_t len;
         char *m = file_meta(f, files[i].id);

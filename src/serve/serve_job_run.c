@@ -1,9 +1,10 @@
 // serve_job_run.c - running fine-tuning jobs (see serve_jobs.h): one at a time, oldest first, each as a child
-// `retrograd train` in a process group of its own at nice +10, its log and records read as it goes.
+// `retrograd train` in a process group of its own in the idle scheduling class (SCHED_IDLE, and nice +10), its log and records read as it goes.
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -19,6 +20,10 @@
 #include "base/json.h"
 #include "serve/serve_jobs.h"
 #include "serve/server_internal.h"
+
+#ifndef SCHED_IDLE
+#define SCHED_IDLE 5  // Linux's idle class (sched.h declares it only with _GNU_SOURCE)
+#endif
 
 #define KILL_GRACE_MS 3000  // after SIGTERM, this long before SIGKILL
 
@@ -116,6 +121,11 @@ static pid_t spawn_train(char *const *argv, const char *log_path, const char *ex
         // lives as long as the server.
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent) _exit(127);
+        // Serving first: the idle scheduling class runs the training only on cores serving leaves idle (its
+        // threads inherit it); where that class is refused, nice +10 still ranks it below.
+        const struct sched_param idle = {0};
+        if (sched_setscheduler(0, SCHED_IDLE, &idle) != 0) {
+        }
         if (setpriority(PRIO_PROCESS, 0, 10) != 0) {
         }
         const int nul = open("/dev/null", O_RDONLY);
@@ -189,7 +199,7 @@ static void run_job(serve_ft *f, ft_job *j) {
     if (pid < 0) return ft_job_finish(f, j, "failed", "server_error", "%s", err.msg);
     j->pid = pid;
     snprintf(j->status, sizeof j->status, "running");
-    ft_job_event(f, j, "info", 0, 0, NAN, "Fine-tuning job started (pid %d, nice +10, log %s)", (int)pid, log_path);
+    ft_job_event(f, j, "info", 0, 0, NAN, "Fine-tuning job started (pid %d, idle scheduling class, log %s)", (int)pid, log_path);
     ft_job_save(f, j);
     long off = 0;
     int ws = 0;

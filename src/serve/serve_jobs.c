@@ -14,8 +14,8 @@
 //   retrograd.set {"key": value}       any other train key, as --set key=value (train checks it)
 //   the server's --job-threads N       training.threads=N, last, so a request cannot change it
 // Jobs run one at a time, oldest first, each as a child process `EXE train -m MODEL -d FILE -o OUTDIR --progress
-// lines [--device cuda] --set ...` (on the server's device) in a process group of its own, at nice +10 (serving
-// keeps the cores it needs first), its stdout and stderr in OUTDIR/train.log, killed if the server dies. The
+// lines [--device cuda] --set ...` (on the server's device) in a process group of its own, in the idle scheduling
+// class (serving keeps the cores it needs first), its stdout and stderr in OUTDIR/train.log, killed if the server dies. The
 // worker thread polls the child every 250 ms: each new record of OUTDIR/train.jsonl becomes an event
 // "Step N/M: training loss=L"; an exit status 0 makes the job succeeded and its adapter a model of the running
 // server named ft:BASE:SUFFIX:JOBID (server_adapter_add); any other end (a crash, a kill, out of memory, a setting
@@ -271,11 +271,7 @@ static void route_list(serve_ft *f, const char *path, rg_serve_response *out) {
     serve_ft_query(path, "after", after, sizeof after);
     const int limit = list_limit(path);
     rg_jw w;
-    rg_jw_init(&w);
-    rg_jw_obj(&w);
-    rg_jw_kstr(&w, "object", "list");
-    rg_jw_key(&w, "data");
-    rg_jw_arr(&w);
+    server_list_open(&w);
     pthread_mutex_lock(&f->mu);
     int i = f->n_jobs - 1, n = 0;
     if (after[0]) {  // the jobs older than after
@@ -334,11 +330,7 @@ static void route_events(serve_ft *f, ft_job *j, const char *path, rg_serve_resp
         starts[k++] = i;
     }
     rg_jw w;
-    rg_jw_init(&w);
-    rg_jw_obj(&w);
-    rg_jw_kstr(&w, "object", "list");
-    rg_jw_key(&w, "data");
-    rg_jw_arr(&w);
+    server_list_open(&w);
     long i = (long)k - 1;
     if (after[0]) {
         char key[96];
@@ -401,11 +393,7 @@ static void route_checkpoints(serve_ft *f, ft_job *j, const char *path, rg_serve
     qsort(steps, (size_t)n, sizeof *steps, cmp_i64_desc);
     char *text = serve_ft_read(jsonl, NULL);
     rg_jw w;
-    rg_jw_init(&w);
-    rg_jw_obj(&w);
-    rg_jw_kstr(&w, "object", "list");
-    rg_jw_key(&w, "data");
-    rg_jw_arr(&w);
+    server_list_open(&w);
     for (int i = 0; i < n && i < limit; i++) {
         char p[4500], name[800], cid[96];
         snprintf(p, sizeof p, "%s/step-%lld", dir, (long long)steps[i]);

@@ -338,6 +338,14 @@ void rg_serve_response_free(rg_serve_response *r) {
     memset(r, 0, sizeof *r);
 }
 
+void server_list_open(rg_jw *w) {
+    rg_jw_init(w);
+    rg_jw_obj(w);
+    rg_jw_kstr(w, "object", "list");
+    rg_jw_key(w, "data");
+    rg_jw_arr(w);
+}
+
 void server_json_response(int status, rg_jw *w, rg_serve_response *out) {
     memset(out, 0, sizeof *out);
     out->status = status;
@@ -392,11 +400,7 @@ static void route_health(rg_server *s, rg_serve_response *out) {
 
 static void route_models(rg_server *s, rg_serve_response *out) {
     rg_jw w;
-    rg_jw_init(&w);
-    rg_jw_obj(&w);
-    rg_jw_kstr(&w, "object", "list");
-    rg_jw_key(&w, "data");
-    rg_jw_arr(&w);
+    server_list_open(&w);
     rg_jw_obj(&w);
     rg_jw_kstr(&w, "id", s->alias);
     rg_jw_kstr(&w, "object", "model");

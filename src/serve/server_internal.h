@@ -195,6 +195,8 @@ void route_lora_adapters(rg_server *s, const char *path, bool post, const char *
                          rg_serve_response *out);
 // server.c helpers the routes share.
 void server_json_response(int status, rg_jw *w, rg_serve_response *out);
+// Starts w as an OpenAI list: {"object": "list", "data": [ (the caller closes the array and the object).
+void server_list_open(rg_jw *w);
 void server_fail_response(rg_server *s, rg_serve_response *out, rg_serve_error *e);
 // A request body as JSON of type want (object or array): false with e (400) when it is not.
 bool server_parse_body(rg_json_doc **doc, const char *body, size_t len, rg_json_type want, rg_serve_error *e);

@@ -28,11 +28,9 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rg_harness import check, finish, run  # noqa: E402
+from rg_harness import check, finish, run, start_server  # noqa: E402
 
 build = sys.argv[1] if len(sys.argv) > 1 else "build"
 exe = os.path.join(build, "retrograd")
@@ -212,29 +210,11 @@ else:
 
 
 # --- the same loop behind `retrograd serve --agent`: the unchanged openai client asks, the server calls the tool
-def start_server(*extra):
-    log = open(os.path.join(build, "test_agent_time.serve.log"), "w+")
-    srv = subprocess.Popen([exe, "serve", "-m", model, "--port", "0", "-c", "2048", *extra], stderr=log, text=True)
-    deadline, text = time.time() + 120, ""
-    while time.time() < deadline and srv.poll() is None:
-        time.sleep(0.1)
-        log.seek(0)
-        text = log.read()
-        m = re.search(r"listening on http://([^\s]+)", text)
-        if m:
-            url = "http://" + m.group(1)
-            try:
-                urllib.request.urlopen(url + "/health", timeout=5)
-                return srv, url
-            except Exception:
-                pass
-    srv.kill()
-    raise RuntimeError(f"the server did not start: {text[-1500:]}")
-
-
 try:
     import openai
-    srv, url = start_server("--agent", tools_yaml, *(["--lora", adapter + ":1"] if os.path.exists(adapter) else []))
+    srv, url = start_server([exe, "serve", "-m", model, "--port", "0", "-c", "2048", "--agent", tools_yaml,
+                             *(["--lora", adapter + ":1"] if os.path.exists(adapter) else [])],
+                            os.path.join(build, "test_agent_time.serve.log"), timeout=120)
 except (ImportError, RuntimeError) as e:
     srv = None
     check("retrograd serve --agent starts", False, str(e)[-600:])

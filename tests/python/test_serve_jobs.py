@@ -23,14 +23,12 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
-from rg_harness import check, finish, run  # noqa: E402
+from rg_harness import check, finish, run, start_server  # noqa: E402
 
 build = sys.argv[1] if len(sys.argv) > 1 else "build"
 exe = os.path.join(build, "retrograd")
@@ -51,28 +49,8 @@ starts = [0]
 
 def start():
     starts[0] += 1
-    log = open(os.path.join(build, f"test_serve_jobs.{starts[0]}.log"), "w+")
-    p = subprocess.Popen([exe, "serve", "-m", model, "--port", "0", "-c", "512", "-np", "2", "--files-dir", files_dir,
-                          "--max-upload", "65536"], stderr=log, text=True)
-    deadline = time.time() + 60
-    text = ""
-    while time.time() < deadline:
-        time.sleep(0.05)
-        log.seek(0)
-        text = log.read()
-        m = re.search(r"listening on http://([^\s]+)", text)
-        if m:
-            url = "http://" + m.group(1)
-            while time.time() < deadline:
-                try:
-                    urllib.request.urlopen(url + "/health", timeout=5)
-                    return p, url
-                except Exception:
-                    time.sleep(0.1)
-        if p.poll() is not None:
-            break
-    p.kill()
-    raise RuntimeError(f"the server did not start: {text[-2000:]}")
+    return start_server([exe, "serve", "-m", model, "--port", "0", "-c", "512", "-np", "2", "--files-dir", files_dir,
+                         "--max-upload", "65536"], os.path.join(build, f"test_serve_jobs.{starts[0]}.log"))
 
 
 def write(name, lines):

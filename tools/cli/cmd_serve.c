@@ -77,8 +77,8 @@ int cmd_serve(int argc, char **argv) {
                 "$TMPDIR/retrograd-serve-PID)", &files_dir),
         CLI_I64(0, "--max-upload", "BYTES", "the largest file POST /v1/files takes (default 100 MiB)", 1024,
                 (int64_t)1 << 40, &max_upload),
-        CLI_I64(0, "--job-threads", "N", "CPU threads of a fine-tuning job's training process, which runs at nice +10 "
-                "(default: all cores)", 0, 1024, &job_threads),
+        CLI_I64(0, "--job-threads", "N", "CPU threads of a fine-tuning job's training process, which runs in the "
+                "idle scheduling class (default: all cores)", 0, 1024, &job_threads),
     };
     const cli_command c = {"serve", "-m MODEL.gguf [--lora A.gguf[:SCALE]]... [--host ADDR] [--port N] [--api-key K] "
                            "[-np N] [-c CTX]", opts,
