@@ -10,7 +10,8 @@
 //   - a row's result does not depend on which group it falls in (rows 0..n
 //     computed with nr = n and with nr = 1 each: identical bits);
 //   - a weight stride larger than a row is honoured;
-//   - the two- and three-column kernels give each column the one-column kernel's bits.
+//   - the two- and three-column kernels give each column the one-column kernel's bits, and so do the
+//     pair kernels on unpacked rows (Q4_0, Q5_0: rg_cpu_unpack_rows).
 #include "base/cpu.h"
 #include "cpu/dot_rows.h"
 #include "tensor/half.h"
@@ -129,8 +130,10 @@ static void test_dot_rows_columns(void) {
         rg_dot_rows_fn one = rg_cpu_dot_rows(type);
         rg_dot_rows2_fn two = rg_cpu_dot_rows2(type);
         rg_dot_rows3_fn three = rg_cpu_dot_rows3(type);
-        if (!one || (!two && !three)) continue;
-        n_kernels += (two != NULL) + (three != NULL);
+        rg_dot_rows2_fn upair;
+        rg_unpack_rows_fn unpack = rg_cpu_unpack_rows(type, &upair);
+        if (!one || (!two && !three && !unpack)) continue;
+        n_kernels += (two != NULL) + (three != NULL) + (unpack != NULL);
         const rg_quant_ops *q = rg_quant_get(type), *qa = rg_quant_get(q->vec_dot_type);
         const rg_type_traits *tt = rg_type_get(type), *ta = rg_type_get(q->vec_dot_type);
         for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
@@ -161,6 +164,17 @@ static void test_dot_rows_columns(void) {
                                  !memcmp(ref[1], got[1], sizeof(float) * (size_t)nr),
                              "%s K=%lld nr=%lld: the two-column kernel's bits differ from one column's", tt->name,
                              (long long)K, (long long)nr);
+                }
+                if (unpack) {  // the rows unpacked, then two columns over them
+                    const size_t urow = rg_unpacked_row_bytes(K);
+                    uint8_t *u = aligned_alloc(64, (urow * (size_t)nr + 63) / 64 * 64);
+                    unpack(K, nr, w, row_bytes, u);
+                    upair(K, nr, u, urow, x[1], x[2], got[1], got[2]);
+                    RG_CHECK(!memcmp(ref[1], got[1], sizeof(float) * (size_t)nr) &&
+                                 !memcmp(ref[2], got[2], sizeof(float) * (size_t)nr),
+                             "%s K=%lld nr=%lld: the unpacked rows' pair kernel's bits differ from one column's",
+                             tt->name, (long long)K, (long long)nr);
+                    free(u);
                 }
                 if (three) {
                     const void *const xs[3] = {x[0], x[1], x[2]};

@@ -327,7 +327,7 @@ static const struct {
 } wtypes[] = {
     {RG_TYPE_F32, 1e-5, 8},  {RG_TYPE_F16, 1e-5, 8},  {RG_TYPE_BF16, 1e-5, 8},
     {RG_TYPE_Q8_0, 8e-3, 4}, {RG_TYPE_Q4_0, 8e-3, 8}, {RG_TYPE_Q4_1, 8e-3, 8},
-    {RG_TYPE_Q4_K, 8e-3, 8}, {RG_TYPE_Q6_K, 8e-3, 8}, {RG_TYPE_IQ4_XS, 8e-3, 4},
+    {RG_TYPE_Q5_0, 8e-3, 4}, {RG_TYPE_Q4_K, 8e-3, 8}, {RG_TYPE_Q6_K, 8e-3, 8}, {RG_TYPE_IQ4_XS, 8e-3, 4},
 };
 
 // A contiguous tensor header over data.

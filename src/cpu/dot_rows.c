@@ -54,3 +54,19 @@ rg_dot_rows3_fn rg_cpu_dot_rows3(uint32_t w_type) {
     default: return NULL;
     }
 }
+
+rg_unpack_rows_fn rg_cpu_unpack_rows(uint32_t w_type, rg_dot_rows2_fn *pair) {
+    *pair = NULL;
+    if (!rg_dot_rows_avx2_built || !rg_cpu_has_avx2()) return NULL;
+    // only where the one-column kernel is the AVX2 one whose bits the pair kernels share
+    const rg_dot_rows_fn one = rg_cpu_dot_rows(w_type);
+    if (w_type == RG_TYPE_Q4_0 && one == rg_dot_rows_q4_0_avx2) {
+        *pair = rg_dot_rows2_u4_avx2;
+        return rg_unpack_rows_q4_0_avx2;
+    }
+    if (w_type == RG_TYPE_Q5_0 && one == rg_dot_rows_q5_0_avx2) {
+        *pair = rg_dot_rows2_u5_avx2;
+        return rg_unpack_rows_q5_0_avx2;
+    }
+    return NULL;
+}

@@ -38,6 +38,15 @@ typedef void (*rg_dot_rows3_fn)(int64_t K, int64_t nr, const void *w, size_t w_s
                                 float *const y[3]);
 rg_dot_rows3_fn rg_cpu_dot_rows3(uint32_t w_type);
 
+// Many columns (a decode batch of several sequences): Q4_0 and Q5_0 rows unpacked once per tile of rows into
+// dst, rg_unpacked_row_bytes(K) bytes a row (its blocks' 32 values each, 32-byte aligned when dst is, then the
+// blocks' scales as f32), so that each pair of columns reads them instead of unpacking again. *pair gets the
+// kernel that dots unpacked rows (w_stride: rg_unpacked_row_bytes(K)) with two columns, each with exactly the
+// bits of the type's rg_dot_rows_fn on the packed rows. NULL (and *pair NULL) where the type has none on this CPU.
+static inline size_t rg_unpacked_row_bytes(int64_t K) { return ((size_t)(K / 32) * 36 + 31) / 32 * 32; }
+typedef void (*rg_unpack_rows_fn)(int64_t K, int64_t nr, const void *w, size_t w_stride, uint8_t *dst);
+rg_unpack_rows_fn rg_cpu_unpack_rows(uint32_t w_type, rg_dot_rows2_fn *pair);
+
 // Internal: the AVX2 kernels (dot_rows_avx2.c), stubs doing nothing when built
 // without AVX2 (rg_dot_rows_avx2_built = 0 then).
 extern const int rg_dot_rows_avx2_built;
@@ -60,6 +69,12 @@ void rg_dot_rows2_q5_0_avx2(int64_t K, int64_t nr, const void *w, size_t w_strid
                             float *y0, float *y1);
 void rg_dot_rows2_q8_0_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
                             float *y0, float *y1);
+void rg_unpack_rows_q4_0_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, uint8_t *dst);
+void rg_unpack_rows_q5_0_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, uint8_t *dst);
+void rg_dot_rows2_u4_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
+                          float *y0, float *y1);
+void rg_dot_rows2_u5_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
+                          float *y0, float *y1);
 void rg_dot_rows3_q8_0_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *const x[3],
                             float *const y[3]);
 void rg_dot_rows3_f32_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *const x[3],

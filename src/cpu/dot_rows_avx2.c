@@ -102,8 +102,9 @@ void rg_dot_rows_q5_0_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride
 // Two activation columns (rg_dot_rows2_fn) for Q4_0 and Q5_0: four rows per pass (eight accumulators),
 // each block's values unpacked once for both columns, then per column the integer dot, its offset, the
 // FMA and the reduction of the one-column kernel above (reduce4 gives a row the same bits whatever its
-// group), so every column has that kernel's bits.
-#define LEGACY_TWO_COLS(name, BYTES, OFFSET, QLOAD)                                                          \
+// group), so every column has that kernel's bits. VALUES(row, b, nb) and SCALE(row, b, nb) read block b of a
+// row (packed, or unpacked below); PF: bytes of four rows' block to prefetch a group ahead (0: none).
+#define LEGACY_TWO_COLS(name, OFFSET, VALUES, SCALE, PF)                                                     \
     void name(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,       \
               float *y0, float *y1) {                                                                       \
         const int64_t nb = K / 32;                                                                          \
@@ -115,16 +116,15 @@ void rg_dot_rows_q5_0_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride
             for (int i = 0; i < 4; i++) a[i] = _mm256_setzero_ps(), c[i] = _mm256_setzero_ps();            \
             const uint8_t *xa = x0, *xc = x1;                                                               \
             for (int64_t b = 0; b < nb; b++, xa += Q8_0_BYTES, xc += Q8_0_BYTES) {                          \
-                prefetch_ahead(next, b, 4 * (BYTES));                                                       \
+                if (PF) prefetch_ahead(next, b, PF);                                                        \
                 const __m256i qa = _mm256_loadu_si256((const __m256i *)(xa + 2));                           \
                 const __m256i qc = _mm256_loadu_si256((const __m256i *)(xc + 2));                           \
                 const __m256i oa = dot_u8_i8(_mm256_set1_epi8(OFFSET), qa);                                 \
                 const __m256i oc = dot_u8_i8(_mm256_set1_epi8(OFFSET), qc);                                 \
                 const __m256 da = bcast_f16(xa), dc = bcast_f16(xc);                                        \
                 for (int i = 0; i < 4; i++) {                                                               \
-                    const uint8_t *wb = p[i] + b * (BYTES);                                                 \
-                    const __m256i q = QLOAD(wb);                                                            \
-                    const __m256 dw = bcast_f16(wb);                                                        \
+                    const __m256i q = VALUES(p[i], b, nb);                                                  \
+                    const __m256 dw = SCALE(p[i], b, nb);                                                   \
                     const __m256i sa = _mm256_sub_epi32(dot_u8_i8(q, qa), oa);                              \
                     const __m256i sc = _mm256_sub_epi32(dot_u8_i8(q, qc), oc);                              \
                     a[i] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(sa), a[i]);            \
@@ -137,8 +137,51 @@ void rg_dot_rows_q5_0_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride
     }
 static inline __m256i q4_0_values(const uint8_t *wb) { return nibbles(wb + 2); }
 static inline __m256i q5_0_values(const uint8_t *wb) { return _mm256_or_si256(nibbles(wb + 6), qh_0x10(rd32(wb + 2))); }
-LEGACY_TWO_COLS(rg_dot_rows2_q4_0_avx2, Q4_0_BYTES, 8, q4_0_values)
-LEGACY_TWO_COLS(rg_dot_rows2_q5_0_avx2, Q5_0_BYTES, 16, q5_0_values)
+static inline __m256i q4_0_at(const uint8_t *row, int64_t b, int64_t nb) {
+    return (void)nb, q4_0_values(row + b * Q4_0_BYTES);
+}
+static inline __m256i q5_0_at(const uint8_t *row, int64_t b, int64_t nb) {
+    return (void)nb, q5_0_values(row + b * Q5_0_BYTES);
+}
+static inline __m256 q4_0_scale(const uint8_t *row, int64_t b, int64_t nb) {
+    return (void)nb, bcast_f16(row + b * Q4_0_BYTES);
+}
+static inline __m256 q5_0_scale(const uint8_t *row, int64_t b, int64_t nb) {
+    return (void)nb, bcast_f16(row + b * Q5_0_BYTES);
+}
+LEGACY_TWO_COLS(rg_dot_rows2_q4_0_avx2, 8, q4_0_at, q4_0_scale, 4 * Q4_0_BYTES)
+LEGACY_TWO_COLS(rg_dot_rows2_q5_0_avx2, 16, q5_0_at, q5_0_scale, 4 * Q5_0_BYTES)
+
+// Q4_0 and Q5_0 rows unpacked once for many columns (dot_rows.h's rg_unpack_rows_fn): a row's blocks' 32 values
+// (what q4_0_values / q5_0_values give), then its block scales widened to f32, so the pair kernels below load
+// what the packed ones compute and skip the unpacking. Same values, same scales (f16 to f32 is exact), the
+// arithmetic of LEGACY_TWO_COLS: the same bits. (A first layout, each block as Q8_0's 34 bytes, had its loads
+// cross cache lines and was slower than unpacking per pair.)
+#define UNPACK_ROWS(name, BYTES, QLOAD)                                                                 \
+    void name(int64_t K, int64_t nr, const void *w, size_t w_stride, uint8_t *dst) {                 \
+        const int64_t nb = K / 32;                                                                     \
+        const size_t row = rg_unpacked_row_bytes(K);                                                   \
+        for (int64_t r = 0; r < nr; r++) {                                                             \
+            const uint8_t *wr = (const uint8_t *)w + (size_t)r * w_stride;                             \
+            uint8_t *d = dst + (size_t)r * row;                                                        \
+            float *sc = (float *)(d + nb * 32);                                                        \
+            for (int64_t b = 0; b < nb; b++) {                                                         \
+                const uint8_t *wb = wr + b * (BYTES);                                                  \
+                _mm256_storeu_si256((__m256i *)(d + b * 32), QLOAD(wb));                               \
+                sc[b] = _cvtsh_ss((unsigned short)rd32(wb));                                           \
+            }                                                                                          \
+        }                                                                                              \
+    }
+UNPACK_ROWS(rg_unpack_rows_q4_0_avx2, Q4_0_BYTES, q4_0_values)
+UNPACK_ROWS(rg_unpack_rows_q5_0_avx2, Q5_0_BYTES, q5_0_values)
+static inline __m256i unpacked_at(const uint8_t *row, int64_t b, int64_t nb) {
+    return (void)nb, _mm256_loadu_si256((const __m256i *)(row + b * 32));
+}
+static inline __m256 unpacked_scale(const uint8_t *row, int64_t b, int64_t nb) {
+    return _mm256_broadcast_ss((const float *)(row + nb * 32) + b);
+}
+LEGACY_TWO_COLS(rg_dot_rows2_u4_avx2, 8, unpacked_at, unpacked_scale, 0)
+LEGACY_TWO_COLS(rg_dot_rows2_u5_avx2, 16, unpacked_at, unpacked_scale, 0)
 
 void rg_dot_rows_q4_1_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y) {
     const int64_t nb = K / 32;
@@ -441,6 +484,14 @@ STUB2(rg_dot_rows2_bf16_avx2)
 STUB2(rg_dot_rows2_q4_0_avx2)
 STUB2(rg_dot_rows2_q5_0_avx2)
 STUB2(rg_dot_rows2_q8_0_avx2)
+STUB2(rg_dot_rows2_u4_avx2)
+STUB2(rg_dot_rows2_u5_avx2)
+void rg_unpack_rows_q4_0_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, uint8_t *dst) {
+    (void)K, (void)nr, (void)w, (void)w_stride, (void)dst;
+}
+void rg_unpack_rows_q5_0_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, uint8_t *dst) {
+    (void)K, (void)nr, (void)w, (void)w_stride, (void)dst;
+}
 #define STUB3(name)                                                                                    \
     void name(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *const x[3], float *const y[3]) { \
         (void)K, (void)nr, (void)w, (void)w_stride, (void)x, (void)y;                                  \

@@ -233,6 +233,12 @@ typedef struct mm_vec_job {
     char *xq;                      // [c3][c2][N] activation rows of xq_row bytes (unless x_direct)
     size_t xq_row;
     float *gather;                 // [n_threads][K] a strided x column gathered before quantizing
+    // Many columns (N >= VEC_UNPACK_MIN_N) of a type that has them (dot_rows.h): each tile's rows unpacked once
+    // into the thread's [VEC_TILE][unpacked_row] bytes of unpacked, then dotted two columns at a time.
+    rg_unpack_rows_fn unpack;
+    rg_dot_rows2_fn unpacked2;
+    uint8_t *unpacked;             // [n_threads][VEC_TILE * unpacked_row]
+    size_t unpacked_row;
 } mm_vec_job;
 
 static const float *x_column(const mm_vec_job *j, int64_t n, int64_t i2, int64_t i3, float *gather) {
@@ -264,6 +270,11 @@ static void vec_convert(void *p, int ith, int nth) {
 // while every column passes over them.
 #define VEC_TILE 16
 
+// From this many columns on, a tile's rows are unpacked once for all of them (where the type allows it): at
+// two columns a pass the unpacking costs each pair a full pass's worth of shuffles, which the unpacked rows save
+// after the second pair.
+#define VEC_UNPACK_MIN_N 4
+
 // Column n of slice (i2, i3) as the dot products read it: x in place, or its converted row.
 static inline const void *vec_x(const mm_vec_job *j, int64_t n, int64_t i2, int64_t i3) {
     if (j->x_direct) return (const char *)j->x->data + n * j->x->nb[1] + i2 * j->x->nb[2] + i3 * j->x->nb[3];
@@ -277,7 +288,7 @@ static int64_t vec_tiles(const mm_vec_job *j) {
 // Tiles [t0, t1) of one job. The first tile's slice (i2, i3), weight slice
 // (i2 / r2, i3 / r3) and row are divided out once; after that counters walk
 // them (a 64-bit division per tile cost ~16% of a token's overhead).
-static void vec_run_tiles(const mm_vec_job *j, int64_t t0, int64_t t1) {
+static void vec_run_tiles(const mm_vec_job *j, int64_t t0, int64_t t1, int ith) {
     const mm_shape *s = &j->s;
     if (t0 >= t1) return;
     const int64_t tiles = (s->M + VEC_TILE - 1) / VEC_TILE;
@@ -290,6 +301,15 @@ static void vec_run_tiles(const mm_vec_job *j, int64_t t0, int64_t t1) {
         const char *w = (const char *)j->w->data + w2 * j->w->nb[2] + w3 * j->w->nb[3];
         char *y = (char *)j->y->data + i2 * j->y->nb[2] + i3 * j->y->nb[3];
         int64_t n = 0;
+        if (j->unpacked) {  // the tile's rows unpacked once, then two columns per pass over them
+            uint8_t *u = j->unpacked + (size_t)ith * VEC_TILE * j->unpacked_row;
+            j->unpack(s->K, m1 - m0, w + m0 * wnb1, wnb1, u);
+            for (; n + 2 <= s->N; n += 2) {
+                float *y0 = (float *)(y + n * j->y->nb[1]), *y1 = (float *)(y + (n + 1) * j->y->nb[1]);
+                j->unpacked2(s->K, m1 - m0, u, j->unpacked_row, vec_x(j, n, i2, i3), vec_x(j, n + 1, i2, i3),
+                             &y0[m0], &y1[m0]);
+            }
+        }
         for (; j->rows3 && n + 3 <= s->N; n += 3) {  // three columns per pass
             const void *const xs[3] = {vec_x(j, n, i2, i3), vec_x(j, n + 1, i2, i3), vec_x(j, n + 2, i2, i3)};
             float *const ys[3] = {(float *)(y + n * j->y->nb[1]) + m0, (float *)(y + (n + 1) * j->y->nb[1]) + m0,
@@ -322,7 +342,7 @@ static void vec_dots(void *p, int ith, int nth) {
     const mm_vec_job *j = p;
     int64_t t0, t1;
     rg_split_range(vec_tiles(j), ith, nth, &t0, &t1);
-    vec_run_tiles(j, t0, t1);
+    vec_run_tiles(j, t0, t1, ith);
 }
 
 // Several jobs as one parallel section: their tiles in order, split as one list.
@@ -339,7 +359,7 @@ static void vec_group_dots(void *p, int ith, int nth) {
     for (int i = 0; i < g->n && base < t1; i++) {
         int64_t nt = vec_tiles(&g->jobs[i]);
         int64_t a = t0 > base ? t0 - base : 0, b = t1 - base < nt ? t1 - base : nt;
-        if (a < b) vec_run_tiles(&g->jobs[i], a, b);
+        if (a < b) vec_run_tiles(&g->jobs[i], a, b, ith);
         base += nt;
     }
 }
@@ -378,12 +398,20 @@ static bool vec_x_direct(const rg_tensor *w, const rg_tensor *x) {
     return rg_quant_get(w->type)->vec_dot_type == RG_TYPE_F32 && x->nb[0] == sizeof(float);
 }
 
+// The unpacked rows' bytes per row (0: the node does not unpack: too few columns, or a type without it).
+static size_t vec_unpacked_row(const rg_tensor *w, int64_t K, int64_t N) {
+    rg_dot_rows2_fn pair;
+    return N >= VEC_UNPACK_MIN_N && rg_cpu_unpack_rows(w->type, &pair) ? rg_unpacked_row_bytes(K) : 0;
+}
+
+// Scratch: [converted columns][gathered columns][unpacked tiles], each part 64-byte aligned.
 static size_t vec_work(const rg_tensor *w, const rg_tensor *x, int64_t K, int64_t N, int n_threads) {
     if (vec_x_direct(w, x)) return 0;
     size_t cols = (size_t)(N * x->ne[2] * x->ne[3]);
     size_t xq = (cols * vec_xq_row(w, K) + 63) / 64 * 64;
     size_t gather = x->nb[0] == sizeof(float) ? 0 : (size_t)n_threads * (size_t)K * sizeof(float);
-    return xq + gather;
+    size_t unpacked = (size_t)n_threads * VEC_TILE * vec_unpacked_row(w, K, N);
+    return xq + (gather + 63) / 64 * 64 + unpacked;
 }
 
 // The prompt paths of inference (when the exec allows 8-bit or BF16 activations), best first.
@@ -479,12 +507,18 @@ static rg_status vec_job_of(const rg_exec_ctx *ctx, const rg_node *n, const mm_s
     const rg_quant_ops *ops = rg_quant_get(w->type);
     rg_dot_rows_fn rows = rg_cpu_dot_rows(w->type);
     *j = (mm_vec_job){ops, rows, rows ? rg_cpu_dot_rows2(w->type) : NULL, rows ? rg_cpu_dot_rows3(w->type) : NULL,
-                      NULL, w, x, &n->t, *s, vec_x_direct(w, x), NULL, vec_xq_row(w, s->K), NULL};
+                      NULL, w, x, &n->t, *s, vec_x_direct(w, x), NULL, vec_xq_row(w, s->K), NULL, NULL, NULL, NULL, 0};
     if (ops->vec_dot_type != RG_TYPE_F32) j->act_ops = rg_quant_get(ops->vec_dot_type);
     if (!j->x_direct) {
         size_t cols = (size_t)(s->N * s->c2 * s->c3);
         j->xq = ctx->scratch;
         j->gather = (float *)((char *)ctx->scratch + (cols * j->xq_row + 63) / 64 * 64);
+        const size_t gather = x->nb[0] == sizeof(float) ? 0 : (size_t)pool_threads(ctx) * (size_t)s->K * 4;
+        j->unpacked_row = vec_unpacked_row(w, s->K, s->N);
+        if (j->unpacked_row) {
+            j->unpack = rg_cpu_unpack_rows(w->type, &j->unpacked2);
+            j->unpacked = (uint8_t *)j->gather + (gather + 63) / 64 * 64;
+        }
     }
     return RG_OK;
 }
