@@ -1,6 +1,6 @@
 // fuzz_jsonl.c - libFuzzer target for the training data reader (src/train/data.c, and through it
-// src/base/json.c and the chat renderer): JSON Lines with "text", "messages" and
-// "prompt"/"completion" samples, and plain text, loaded from memory with
+// src/base/json.c and the chat renderer): JSON Lines with "text", "messages" (OpenAI's fine-tuning
+// format with tools, tool_calls and weight) and "prompt"/"completion" samples, and plain text, loaded from memory with
 // rg_dataset_load_memory. Two real model setups, loaded once from the repository: Qwen2's
 // vocabulary with its own ChatML template (no BOS), and Llama 3's vocabulary (add_bos) with the
 // Llama 3.1 template of fuzz/templates/.
@@ -211,45 +211,82 @@ static int cmp_u64(const void *a, const void *b) {
     return *x < *y ? -1 : *x > *y;
 }
 
-static void expect_messages(expect *E, const rg_json *msgs) {
+// Removes the ranges cut[k] (offsets into the rendered text, sorted, shift added) from text[from, n): target
+// text under train_on all when some assistant messages have weight 0.
+static void put_except(buf *out, const char *text, size_t from, size_t n, size_t (*cut)[2], size_t n_cut,
+                       size_t shift) {
+    size_t at = from;
+    for (size_t c = 0; c < n_cut; c++) {
+        size_t a = cut[c][0] + shift, b = cut[c][1] + shift;
+        if (b <= at) continue;
+        if (a > at) put(out, text + at, a - at);
+        at = b;
+    }
+    if (at < n) put(out, text + at, n - at);
+}
+
+// OpenAI's fine-tuning chat format as data.h describes it: "tools" next to "messages" (null: none), assistant
+// "tool_calls" (null or [] : none; then "content" may be null or absent), "weight" 0 or 1 on assistant messages
+// (0: that message's span is no target, under train_on all too), 'tool' messages' "name".
+static void expect_messages(expect *E, const rg_json *root, const rg_json *msgs) {
     size_t n = rg_json_len(msgs);
     FZ_CHECK(rg_json_is(msgs, RG_JSON_ARRAY) && n > 0, "an accepted 'messages' is not a non-empty array");
     rg_chat_message *m = calloc(n, sizeof *m);
-    FZ_CHECK(m, "out of memory");
+    bool *weight0 = calloc(n, sizeof *weight0);
+    FZ_CHECK(m && weight0, "out of memory");
     for (size_t i = 0; i < n; i++) {
-        const rg_json *item = rg_json_at(msgs, i);
+        const rg_json *item = rg_json_at(msgs, i), *calls = rg_json_get(item, "tool_calls");
         m[i].role = str_member(item, "role", &m[i].role_len);
-        m[i].content = str_member(item, "content", &m[i].content_len);
+        if (calls && rg_json_is(calls, RG_JSON_ARRAY) && rg_json_len(calls) > 0) m[i].tool_calls = calls;
+        const rg_json *c = rg_json_get(item, "content");
+        if (m[i].tool_calls && (!c || rg_json_is(c, RG_JSON_NULL))) m[i].content = "", m[i].content_len = 0;
+        else m[i].content = str_member(item, "content", &m[i].content_len);
+        m[i].name = rg_json_str(rg_json_get(item, "name"), &m[i].name_len);
+        int64_t w = 1;
+        if (rg_json_get(item, "weight"))
+            FZ_CHECK(rg_json_int64(rg_json_get(item, "weight"), &w) && (w == 0 || w == 1),
+                     "an accepted weight is not 0 or 1");
+        weight0[i] = w == 0;
     }
+    const rg_json *tools = rg_json_get(root, "tools");
+    rg_chat_options opt = {.tools = tools && !rg_json_is(tools, RG_JSON_NULL) ? tools : NULL};
     rg_chat_rendered r;
     rg_error err = {0};
-    FZ_CHECK(rg_chat_render(E->tmpl, m, n, NULL, &r, &err) == RG_OK, "an accepted conversation does not render: %s",
+    FZ_CHECK(rg_chat_render(E->tmpl, m, n, &opt, &r, &err) == RG_OK, "an accepted conversation does not render: %s",
              err.msg);
-    // The assistant turns, content through end-of-turn marker, in text order.
+    // The assistant turns, content through end-of-turn marker, in text order (both setups write an assistant
+    // message's calls after its content), and those of weight 0.
     size_t (*cuts)[2] = calloc(r.n_spans + 1, sizeof *cuts), n_cuts = 0;
-    FZ_CHECK(cuts, "out of memory");
+    size_t (*off)[2] = calloc(r.n_spans + 1, sizeof *off), n_off = 0;
+    FZ_CHECK(cuts && off, "out of memory");
     for (size_t i = 0; i < r.n_spans; i++) {
         const rg_chat_span *sp = &r.spans[i];
         if (sp->rendered && sp->message >= 0 && sp->marker_end > sp->content_begin && m[sp->message].role_len == 9 &&
             memcmp(m[sp->message].role, "assistant", 9) == 0) {
-            cuts[n_cuts][0] = sp->content_begin;
-            cuts[n_cuts++][1] = sp->marker_end;
+            size_t(*to)[2] = weight0[sp->message] ? off : cuts;
+            size_t *k = weight0[sp->message] ? &n_off : &n_cuts;
+            to[*k][0] = sp->content_begin;
+            to[(*k)++][1] = sp->marker_end;
         }
     }
     qsort(cuts, n_cuts, sizeof *cuts, cmp_size);
+    qsort(off, n_off, sizeof *off, cmp_size);
     // The first piece is tokenized alone: whether BOS goes in front depends on its first token.
-    size_t first_end = n_cuts ? cuts[0][0] : r.len;
+    size_t first_end = r.len;
+    if (n_cuts && cuts[0][0] < first_end) first_end = cuts[0][0];
+    if (n_off && off[0][0] < first_end) first_end = off[0][0];
     int32_t first_id = -1;
     int64_t n_first = rg_tokenize(E->tok, r.text, first_end, false, true, &first_id, 1);
     bool bos = E->info->add_bos && E->info->bos >= 0 && !(n_first > 0 && first_id == E->info->bos);
     buf all = {0}, target = {0};
     if (bos) put_piece(&all, E->tok, E->info->bos);
+    const size_t shift = all.n;
     put(&all, r.text, r.len);
     if (E->train_on == RG_DATA_TRAIN_ON_ALL) {
-        // Every token but the first: the text less the first token's piece.
+        // Every token but the first and those of weight-0 messages: the text less the first token's piece.
         int32_t first = bos ? E->info->bos : first_id;
         size_t skip = n_first > 0 || bos ? rg_token_to_piece(E->tok, first, true, NULL, 0) : all.n;
-        put(&target, all.p + skip, all.n - skip);
+        put_except(&target, all.p, skip, all.n, off, n_off, shift);
     } else {
         for (size_t c = 0; c < n_cuts; c++) put(&target, r.text + cuts[c][0], cuts[c][1] - cuts[c][0]);
     }
@@ -258,8 +295,10 @@ static void expect_messages(expect *E, const rg_json *msgs) {
     free(all.p);
     free(target.p);
     free(cuts);
+    free(off);
     rg_chat_rendered_free(&r);
     free(m);
+    free(weight0);
 }
 
 static void expect_line(expect *E, const char *line, size_t len) {
@@ -281,7 +320,7 @@ static void expect_line(expect *E, const char *line, size_t len) {
         add_ids(E, &s);
     } else if (msgs) {
         E->kinds |= 2;
-        expect_messages(E, msgs);
+        expect_messages(E, root, msgs);
     } else {
         E->kinds |= 4;
         size_t pn, cn;
