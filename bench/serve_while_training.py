@@ -12,13 +12,14 @@ import argparse
 import concurrent.futures
 import json
 import os
-import re
 import shutil
 import statistics
-import subprocess
+import sys
 import tempfile
 import time
-import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python"))
+from rg_harness import start_server  # noqa: E402
 
 try:
     import openai
@@ -44,26 +45,9 @@ tmp = tempfile.mkdtemp()
 
 
 def start():
-    log = open(os.path.join(tmp, "serve.log"), "w+")
-    p = subprocess.Popen([exe, "serve", "-m", a.model, "--port", "0", "-c", "1024", "-np", str(a.np), "--files-dir",
-                          os.path.join(tmp, "files"), "--job-threads", str(a.job_threads)], stderr=log, text=True)
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        time.sleep(0.1)
-        log.seek(0)
-        m = re.search(r"listening on http://([^\s]+)", log.read())
-        if m:
-            url = "http://" + m.group(1)
-            while time.time() < deadline:
-                try:
-                    urllib.request.urlopen(url + "/health", timeout=5)
-                    return p, url
-                except Exception:
-                    time.sleep(0.1)
-        if p.poll() is not None:
-            break
-    p.kill()
-    raise SystemExit("the server did not start (see " + log.name + ")")
+    return start_server([exe, "serve", "-m", a.model, "--port", "0", "-c", "1024", "-np", str(a.np), "--files-dir",
+                         os.path.join(tmp, "files"), "--job-threads", str(a.job_threads)],
+                        os.path.join(tmp, "serve.log"), timeout=120)
 
 
 questions = ["What is the capital of France?", "Name three colors.", "Count from one to ten.", "What is 12 times 7?",

@@ -48,7 +48,6 @@ rg_status rg_agent_engine_create(rg_agent_engine **out, const rg_agent_engine_op
     e->o = *opts;
     if (e->o.max_tokens <= 0) e->o.max_tokens = 1024;
     rg_jw_init(&e->text);
-    const int32_t V = rg_tokenizer_n_tokens(opts->tok);
     e->eog = malloc(sizeof *e->eog * 64);
     e->piece_cap = rg_detok_stream_max_out(opts->tok);
     e->piece = malloc(e->piece_cap);
@@ -56,8 +55,7 @@ rg_status rg_agent_engine_create(rg_agent_engine **out, const rg_agent_engine_op
         rg_agent_engine_free(e);
         return rg_fail(err, RG_ERR_NOMEM, "out of memory");
     }
-    for (int32_t t = 0; t < V && e->n_eog < 64; t++)
-        if (rg_token_is_eog(opts->tok, t)) e->eog[e->n_eog++] = t;
+    e->n_eog = rg_token_eog_ids(opts->tok, e->eog, 64);
     rg_engine_opts eo = {.n_slots = 1, .n_ctx = opts->n_ctx, .n_threads = opts->n_threads, .device = opts->device,
                          .lora = opts->lora, .lora_scale = opts->lora ? opts->lora_scale : 1.0f,
                          .on_event = on_event, .user = e};

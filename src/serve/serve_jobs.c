@@ -37,6 +37,7 @@
 #include "base/json.h"
 #include "serve/serve_jobs.h"
 #include "serve/server_internal.h"
+#include "train/progress.h"
 
 // ---------------------------------------------------------------------------------------------------------------
 // Routes
@@ -353,16 +354,15 @@ static void route_events(serve_ft *f, ft_job *j, const char *path, rg_serve_resp
     server_json_response(200, &w, out);
 }
 
-// The step's record of train.jsonl (its loss, and eval_loss when it has one).
-static void step_metrics(const char *jsonl_text, int64_t step, double *loss, double *eval_loss) {
+// The loss and eval_loss of step in train.jsonl's series (rg_jsonl_read_losses), NAN where it has none.
+static void step_metrics(const int64_t *iters, const double *losses, const double *evals, int64_t n, int64_t step,
+                         double *loss, double *eval_loss) {
     *loss = *eval_loss = NAN;
-    char key[48];
-    snprintf(key, sizeof key, "{\"iter\":%lld,", (long long)step);
-    const char *p = jsonl_text ? strstr(jsonl_text, key) : NULL;
-    if (!p) return;
-    const char *l = strstr(p, "\"loss\":"), *e = strstr(p, "\"eval_loss\":"), *end = strchr(p, '\n');
-    if (l && (!end || l < end)) *loss = strtod(l + 7, NULL);
-    if (e && (!end || e < end)) *eval_loss = strtod(e + 12, NULL);
+    for (int64_t i = 0; i < n; i++)
+        if (iters[i] == step) {
+            *loss = losses[i], *eval_loss = evals[i];
+            return;
+        }
 }
 
 static int cmp_i64_desc(const void *a, const void *b) {
@@ -391,7 +391,9 @@ static void route_checkpoints(serve_ft *f, ft_job *j, const char *path, rg_serve
     }
     if (d) closedir(d);
     qsort(steps, (size_t)n, sizeof *steps, cmp_i64_desc);
-    char *text = serve_ft_read(jsonl, NULL);
+    int64_t *iters;
+    double *losses, *evals;
+    const int64_t n_rec = rg_jsonl_read_losses(jsonl, &iters, &losses, &evals);
     rg_jw w;
     server_list_open(&w);
     for (int i = 0; i < n && i < limit; i++) {
@@ -401,7 +403,7 @@ static void route_checkpoints(serve_ft *f, ft_job *j, const char *path, rg_serve
         snprintf(cid, sizeof cid, "ftckpt-%s-%lld", id + 6, (long long)steps[i]);
         struct stat sb;
         double loss, eval_loss;
-        step_metrics(text, steps[i], &loss, &eval_loss);
+        step_metrics(iters, losses, evals, n_rec, steps[i], &loss, &eval_loss);
         rg_jw_obj(&w);
         rg_jw_kstr(&w, "id", cid);
         rg_jw_kstr(&w, "object", "fine_tuning.job.checkpoint");
@@ -421,7 +423,7 @@ static void route_checkpoints(serve_ft *f, ft_job *j, const char *path, rg_serve
     rg_jw_arr_end(&w);
     rg_jw_kbool(&w, "has_more", n > limit);
     rg_jw_obj_end(&w);
-    free(text);
+    free(iters), free(losses), free(evals);
     server_json_response(200, &w, out);
 }
 

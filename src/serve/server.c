@@ -212,11 +212,9 @@ static rg_status load(rg_server *s, rg_error *err) {
     rg_error terr;
     if (rg_chat_template_from_tokenizer(&s->tmpl, s->tok, &terr) == RG_OK) s->have_tmpl = true;
     else snprintf(s->tmpl_error, sizeof s->tmpl_error, "%s", terr.msg);
-    const int32_t V = rg_tokenizer_n_tokens(s->tok);
     s->eog = malloc(sizeof(int32_t) * 64);
     if (!s->eog) return rg_fail(err, RG_ERR_NOMEM, "out of memory");
-    for (int32_t t = 0; t < V && s->n_eog < 64; t++)
-        if (rg_token_is_eog(s->tok, t)) s->eog[s->n_eog++] = t;
+    s->n_eog = rg_token_eog_ids(s->tok, s->eog, 64);
     st = server_load_adapters(s, err);
     if (!st) st = server_agent_start(s, err);
     if (st) return st;

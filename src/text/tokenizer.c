@@ -439,6 +439,13 @@ float rg_token_score(const rg_tokenizer *tok, int32_t id) { return valid_id(tok,
 int32_t rg_token_find(const rg_tokenizer *tok, const char *text, size_t len) { return rg_tok_lookup(tok, text, len); }
 bool rg_token_is_eog(const rg_tokenizer *tok, int32_t id) { return valid_id(tok, id) && (tok->attr[id] & RG_TOKATTR_EOG); }
 
+int rg_token_eog_ids(const rg_tokenizer *tok, int32_t *out, int cap) {
+    int n = 0;
+    for (int32_t t = 0; t < rg_tokenizer_n_tokens(tok) && n < cap; t++)
+        if (rg_token_is_eog(tok, t)) out[n++] = t;
+    return n;
+}
+
 // ---------------------------------------------------------------------------
 // Encoding
 

@@ -125,6 +125,8 @@ int32_t rg_token_find(const rg_tokenizer *tok, const char *text, size_t len);  /
 // <end_of_utterance>, <eos>, <turn|>, <|tool_response>, <｜end▁of▁sentence｜>, [e~[ (llama.cpp's
 // list, §5.2).
 bool rg_token_is_eog(const rg_tokenizer *tok, int32_t id);
+// The end-of-generation ids in id order, at most cap of them, into out; returns how many.
+int rg_token_eog_ids(const rg_tokenizer *tok, int32_t *out, int cap);
 
 // The bytes one token stands for: byte-level tokens through the inverse byte table, SPM
 // tokens with "▁" as space and <0xXX> as its byte, USER_DEFINED text verbatim, CONTROL and
