@@ -330,6 +330,19 @@ static void load_adapter(rg_server *s, const char *body, size_t len, rg_serve_re
     list_adapters(s, out);
 }
 
+bool server_adapter_remove(rg_server *s, int64_t id) {
+    pthread_mutex_lock(&s->mu);
+    const bool ok = id >= 0 && id < s->n_adapters && adapter_live(&s->adapters[id]);
+    if (ok) {
+        s->adapters[id].unloading = true;
+        s->adapters[id].scale = 0;
+        s->reap = true;
+        pthread_cond_signal(&s->work);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
 // POST /lora-adapters/unload {"id": N}: new requests are refused it at once; the requests already running on it
 // finish with it, then it is freed (the engine thread, between steps).
 static void unload_adapter(rg_server *s, const char *body, size_t len, rg_serve_response *out) {
@@ -339,16 +352,7 @@ static void unload_adapter(rg_server *s, const char *body, size_t len, rg_serve_
     int64_t id;
     const bool given = rg_json_int64(rg_json_get(rg_json_root(doc), "id"), &id);
     rg_json_free(doc);
-    pthread_mutex_lock(&s->mu);
-    const bool ok = given && id >= 0 && id < s->n_adapters && adapter_live(&s->adapters[id]);
-    if (ok) {
-        s->adapters[id].unloading = true;
-        s->adapters[id].scale = 0;
-        s->reap = true;
-        pthread_cond_signal(&s->work);
-    }
-    pthread_mutex_unlock(&s->mu);
-    if (!ok) {
+    if (!given || !server_adapter_remove(s, id)) {
         rg_serve_fail(&e, 404, "id", "'id' must name a loaded adapter (GET /lora-adapters)");
         return server_fail_response(s, out, &e);
     }

@@ -167,14 +167,21 @@ void ft_job_finish(serve_ft *f, ft_job *j, const char *status, const char *code,
     ft_job_save(f, j);
 }
 
-// Serves a succeeded LoRA job's adapter as ft:BASE:SUFFIX:JOBID (mu not held: the server takes its own).
-static bool job_serve_adapter(serve_ft *f, ft_job *j, char *msg, size_t cap) {
+// Serves a succeeded LoRA job's adapter as ft:BASE:SUFFIX:JOBID (mu not held: the server takes its own). Its
+// adapter id, or -1 with msg.
+static int job_serve_adapter(serve_ft *f, ft_job *j, char *msg, size_t cap) {
     rg_serve_error e = {0};
-    if (server_adapter_add(f->srv, j->result_path, j->fine_tuned_model, &e) < 0) {
-        snprintf(msg, cap, "the adapter %.400s cannot be served: %.500s", j->result_path, e.msg);
-        return false;
-    }
-    return true;
+    const int id = server_adapter_add(f->srv, j->result_path, j->fine_tuned_model, &e);
+    if (id < 0) snprintf(msg, cap, "the adapter %.400s cannot be served: %.500s", j->result_path, e.msg);
+    return id;
+}
+
+// Test hook: RG_TEST_JOB_SERVE_DELAY_MS holds a job between its training's end and serving its adapter (a cancel
+// in that window must end it cancelled, its adapter never left served).
+static void test_serve_delay(void) {
+    const char *v = getenv("RG_TEST_JOB_SERVE_DELAY_MS");
+    const long ms = v ? strtol(v, NULL, 10) : 0;
+    if (ms > 0 && ms <= 60000) nanosleep(&(struct timespec){ms / 1000, ms % 1000 * 1000000L}, NULL);
 }
 
 // Runs j (queued) to its end. Called by the worker with mu held; returns with it held.
@@ -224,6 +231,7 @@ static void run_job(serve_ft *f, ft_job *j) {
         pthread_cond_timedwait(&f->cv, &f->mu, &deadline);
     }
     kill(-pid, SIGKILL);  // whatever of its group is left
+    j->pid = 0;           // reaped: a cancel from here on marks j->cancel for the steps below
     pthread_mutex_unlock(&f->mu);
     read_records(f, j, jsonl, log_path, &off);
     pthread_mutex_lock(&f->mu);
@@ -240,11 +248,24 @@ static void run_job(serve_ft *f, ft_job *j) {
     snprintf(j->result_path, sizeof j->result_path, "%.4200s/%s", out_dir, lora ? "adapter.gguf" : "model.gguf");
     if (!lora) return ft_job_finish(f, j, "succeeded", NULL, NULL);
     snprintf(j->fine_tuned_model, sizeof j->fine_tuned_model, "ft:%s:%s:%s", j->model, j->suffix, j->id);
+    ft_job_event(f, j, "info", 0, 0, NAN, "Training completed; serving the adapter %s", j->result_path);
+    pthread_mutex_unlock(&f->mu);
+    test_serve_delay();
+    pthread_mutex_lock(&f->mu);
+    const bool cancelled = j->cancel;
     pthread_mutex_unlock(&f->mu);
     char msg[1024];
-    const bool ok = job_serve_adapter(f, j, msg, sizeof msg);
+    const int id = cancelled ? -1 : job_serve_adapter(f, j, msg, sizeof msg);
     pthread_mutex_lock(&f->mu);
-    if (!ok) {
+    if (j->cancel) {  // cancelled while it finished: the client was told cancelled, so it is
+        const bool served = id >= 0;
+        j->fine_tuned_model[0] = 0;
+        pthread_mutex_unlock(&f->mu);
+        if (served) server_adapter_remove(f->srv, id);
+        pthread_mutex_lock(&f->mu);
+        return ft_job_finish(f, j, "cancelled", NULL, NULL);
+    }
+    if (id < 0) {
         j->fine_tuned_model[0] = 0;
         return ft_job_finish(f, j, "failed", "adapter_load_failed", "%s", msg);
     }
@@ -261,7 +282,7 @@ void *ft_jobs_worker(void *arg) {
             if (strcmp(j->status, "succeeded") != 0 || !j->fine_tuned_model[0]) continue;
             pthread_mutex_unlock(&f->mu);
             char msg[1024];
-            if (!job_serve_adapter(f, j, msg, sizeof msg)) fprintf(stderr, "retrograd serve: %s: %s\n", j->id, msg);
+            if (job_serve_adapter(f, j, msg, sizeof msg) < 0) fprintf(stderr, "retrograd serve: %s: %s\n", j->id, msg);
             pthread_mutex_lock(&f->mu);
         }
     } else {

@@ -293,9 +293,9 @@ static void route_cancel(serve_ft *f, ft_job *j, rg_serve_response *out) {
         return serve_ft_fail(f, out, 400, "fine_tuning_job_id", NULL, "job %s is already %s: only a queued or running "
                              "job can be cancelled", j->id, j->status);
     }
-    if (j->pid > 0) {  // the worker ends it (SIGKILL after the grace) and marks it cancelled
+    if (!strcmp(j->status, "running")) {  // the worker's: it ends it (SIGKILL after the grace) and marks it cancelled
         j->cancel = true;
-        kill(-j->pid, SIGTERM);
+        if (j->pid > 0) kill(-j->pid, SIGTERM);  // (0: training has ended; the worker drops its adapter)
         snprintf(j->status, sizeof j->status, "cancelled");
         ft_job_save(f, j);
         pthread_cond_broadcast(&f->cv);

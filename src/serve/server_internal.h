@@ -172,6 +172,9 @@ rg_status server_load_adapters(rg_server *s, rg_error *err);
 // Any thread (takes the mutex). Returns its id, or -1 with e (400 a file that is not an adapter of this model, 409
 // a name in use, 507 every one of the RG_SERVE_MAX_LORA places taken).
 int server_adapter_add(rg_server *s, const char *path, const char *name, rg_serve_error *e);
+// Unloads adapter id (any thread; takes the mutex): new requests are refused it at once, the running ones finish
+// with it, then the engine thread frees it. False when id names no loaded adapter.
+bool server_adapter_remove(rg_server *s, int64_t id);
 // The engine thread, mutex held: frees the adapters being unloaded whose engines have no work left.
 void server_reap_adapters(rg_server *s);
 // The adapter configuration of a request (mutex taken): model is the request's model (an adapter's name puts that

@@ -10,7 +10,8 @@ Checks, with stated expectations:
     answers with the adapter's reply (equal to `retrograd generate --lora OUTDIR/adapter.gguf --temp 0`) while
     the base model gives the base reply;
   - a long job cancelled while it runs ends cancelled, the checkpoints it wrote stay listed and the server
-    still answers; a job train refuses (a setting out of range; method full on a quantized model) ends failed
+    still answers; a job cancelled after its training ended, before its adapter is served, ends cancelled and
+    its adapter is not served; a job train refuses (a setting out of range; method full on a quantized model) ends failed
     with train's own message; list with limit/after;
   - a training process killed mid-run fails its job ("killed by signal 9") and the server goes on serving;
   - a server killed while a job runs takes the training process with it, and a restart on the same --files-dir
@@ -42,6 +43,10 @@ except ImportError as e:
     check("import openai", False, f"{e} (pip install -r tests/python/requirements.txt)")
     finish()
 MODEL_ID = os.path.basename(model)[: -len(".gguf")]
+# Each LoRA job waits this long between its training's end and serving its adapter (a test hook): the window
+# the late cancel below lands in.
+SERVE_DELAY_MS = 2000
+os.environ["RG_TEST_JOB_SERVE_DELAY_MS"] = str(SERVE_DELAY_MS)
 tmp = tempfile.mkdtemp()
 files_dir = os.path.join(tmp, "files")
 starts = [0]
@@ -239,6 +244,21 @@ try:
     check("list: newest first", listed == [jk.id, jl.id, jq.id, jf.id, job.id], str(listed))
     page = [j.id for j in client.fine_tuning.jobs.list(limit=2, after=jq.id).data]
     check("list: limit and after", page == [jf.id, job.id], str(page))
+    # --- a cancel after the training ended but before its adapter is served (the server holds that window
+    # open for RG_TEST_JOB_SERVE_DELAY_MS): the client is told cancelled, so the job ends cancelled, unserved
+    jc = client.fine_tuning.jobs.create(model=MODEL_ID, training_file=f.id, suffix="late",
+                                        extra_body={"retrograd": dict(TRAIN, steps=2, save_every=0)})
+    deadline = time.time() + 120
+    while time.time() < deadline and not any(e.message.startswith("Training completed") for e in
+                                             client.fine_tuning.jobs.list_events(jc.id, limit=100).data):
+        time.sleep(0.1)
+    c = client.fine_tuning.jobs.cancel(jc.id)
+    check("a cancel as the training ends answers cancelled", c.status == "cancelled", c.status)
+    time.sleep(SERVE_DELAY_MS / 1000 + 2)
+    jc = client.fine_tuning.jobs.retrieve(jc.id)
+    models = [m.id for m in client.models.list().data]
+    check("and the job ends cancelled, its adapter not served", jc.status == "cancelled" and
+          jc.fine_tuned_model is None and not any(m.endswith(":" + jc.id) for m in models), f"{jc} {models}")
 finally:
     srv.terminate()
     srv.wait(timeout=30)
@@ -274,7 +294,7 @@ client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
 try:
     jobs = client.fine_tuning.jobs.list(limit=10).data
     check("after a restart every job is listed with its status", [j.status for j in jobs] ==
-          ["failed", "failed", "cancelled", "failed", "failed", "succeeded"], str([j.status for j in jobs]))
+          ["failed", "cancelled", "failed", "cancelled", "failed", "failed", "succeeded"], str([j.status for j in jobs]))
     check("the job that ran when the server died is failed server_restarted", jobs[0].id == jr.id and
           jobs[0].error is not None and jobs[0].error.code == "server_restarted", str(jobs[0]))
     check("and the file", [x.id for x in client.files.list().data] == [f.id], "")
