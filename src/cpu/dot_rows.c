@@ -55,7 +55,17 @@ rg_dot_rows3_fn rg_cpu_dot_rows3(uint32_t w_type) {
     }
 }
 
-rg_unpack_rows_fn rg_cpu_unpack_rows(uint32_t w_type, rg_dot_rows2_fn *pair) {
+size_t rg_unpacked_row_bytes(uint32_t w_type, int64_t K) {
+    switch (w_type) {
+    case RG_TYPE_Q4_K: return (size_t)(K / 256) * UQ4_K_BYTES;
+    case RG_TYPE_Q6_K: return (size_t)(K / 256) * UQ6_K_BYTES;
+    default: return ((size_t)(K / 32) * 36 + 31) / 32 * 32;
+    }
+}
+
+int rg_unpack_min_columns(uint32_t w_type) { return w_type == RG_TYPE_Q4_K || w_type == RG_TYPE_Q6_K ? 8 : 4; }
+
+rg_unpack_rows_fn rg_cpu_unpack_rows(uint32_t w_type, int64_t K, rg_dot_rows2_fn *pair) {
     *pair = NULL;
     if (!rg_dot_rows_avx2_built || !rg_cpu_has_avx2()) return NULL;
     // only where the one-column kernel is the AVX2 one whose bits the pair kernels share
@@ -67,6 +77,15 @@ rg_unpack_rows_fn rg_cpu_unpack_rows(uint32_t w_type, rg_dot_rows2_fn *pair) {
     if (w_type == RG_TYPE_Q5_0 && one == rg_dot_rows_q5_0_avx2) {
         *pair = rg_dot_rows2_u5_avx2;
         return rg_unpack_rows_q5_0_avx2;
+    }
+    if (K / 256 > RG_DOT_ROWS_K_BLOCKS_MAX) return NULL;  // the K-quant kernels' vec_dot fallback reads packed rows
+    if (w_type == RG_TYPE_Q4_K && one == rg_dot_rows_q4_K_avx2) {
+        *pair = rg_dot_rows2_uq4_K_avx2;
+        return rg_unpack_rows_q4_K_avx2;
+    }
+    if (w_type == RG_TYPE_Q6_K && one == rg_dot_rows_q6_K_avx2) {
+        *pair = rg_dot_rows2_uq6_K_avx2;
+        return rg_unpack_rows_q6_K_avx2;
     }
     return NULL;
 }

@@ -38,14 +38,28 @@ typedef void (*rg_dot_rows3_fn)(int64_t K, int64_t nr, const void *w, size_t w_s
                                 float *const y[3]);
 rg_dot_rows3_fn rg_cpu_dot_rows3(uint32_t w_type);
 
-// Many columns (a decode batch of several sequences): Q4_0 and Q5_0 rows unpacked once per tile of rows into
-// dst, rg_unpacked_row_bytes(K) bytes a row (its blocks' 32 values each, 32-byte aligned when dst is, then the
-// blocks' scales as f32), so that each pair of columns reads them instead of unpacking again. *pair gets the
-// kernel that dots unpacked rows (w_stride: rg_unpacked_row_bytes(K)) with two columns, each with exactly the
-// bits of the type's rg_dot_rows_fn on the packed rows. NULL (and *pair NULL) where the type has none on this CPU.
-static inline size_t rg_unpacked_row_bytes(int64_t K) { return ((size_t)(K / 32) * 36 + 31) / 32 * 32; }
+// Many columns (a decode batch of several sequences): rows unpacked once per tile of rows into dst,
+// rg_unpacked_row_bytes(w_type, K) bytes a row (32-byte aligned blocks when dst is), so that each pair of
+// columns reads them instead of unpacking again. *pair gets the kernel that dots unpacked rows (w_stride:
+// rg_unpacked_row_bytes) with two columns, each with exactly the bits of the type's rg_dot_rows_fn on the
+// packed rows. The layouts:
+//   Q4_0, Q5_0: a row's blocks' 32 values each (what the packed kernels unpack), then its block scales as f32;
+//   Q4_K: 320 bytes a block (UQ4_K_BYTES): the 256 values, 0..15, a sub-block of 32 at 32 s; the eight
+//         scales as int16 each written twice in an int32 (one broadcast load a sub-block); the eight mins
+//         as int16; d and dmin as f32;
+//   Q6_K: 576 bytes a block (UQ6_K_BYTES): the 256 values, 0..63, in the activation's order; for each 32
+//         of them the int16 scales of its two sub-blocks of 16 as one 32-byte vector; the 16 scales as
+//         int16 (the offsets' sums); d as f32.
+// NULL (and *pair NULL) where the type has none on this CPU or at this K.
+// From rg_unpack_min_columns(w_type) columns on, unpacking once beats each pair unpacking again: at two columns
+// a pass the unpacking costs each pair a full pass's worth of shuffles, which the unpacked rows save after the
+// second pair (Q4_0, Q5_0: 4); the K-quants' unpacked rows are 2.2-2.7x their packed bytes, read again by each
+// pair, and gain from 8 (bench_dot_rows: 0.90-0.95x at 4, 1.06-1.22x at 8, 1.14-1.40x at 16).
+enum { UQ4_K_BYTES = 320, UQ6_K_BYTES = 576 };
+int rg_unpack_min_columns(uint32_t w_type);
+size_t rg_unpacked_row_bytes(uint32_t w_type, int64_t K);
 typedef void (*rg_unpack_rows_fn)(int64_t K, int64_t nr, const void *w, size_t w_stride, uint8_t *dst);
-rg_unpack_rows_fn rg_cpu_unpack_rows(uint32_t w_type, rg_dot_rows2_fn *pair);
+rg_unpack_rows_fn rg_cpu_unpack_rows(uint32_t w_type, int64_t K, rg_dot_rows2_fn *pair);
 
 // Internal: the AVX2 kernels (dot_rows_avx2.c), stubs doing nothing when built
 // without AVX2 (rg_dot_rows_avx2_built = 0 then).
@@ -91,6 +105,15 @@ void rg_dot_rows2_q4_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_strid
                             float *y0, float *y1);
 void rg_dot_rows2_q6_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
                             float *y0, float *y1);
+// (rows unpacked: dot_rows.h's layouts above, each unpacking with the pair kernel that reads it)
+void rg_unpack_rows_q4_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, uint8_t *dst);
+void rg_dot_rows2_uq4_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
+                             float *y0, float *y1);
+void rg_unpack_rows_q6_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, uint8_t *dst);
+void rg_dot_rows2_uq6_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
+                             float *y0, float *y1);
+// The K-quant kernels' own limit: rows of more blocks of 256 take the table's vec_dot (and are never unpacked).
+enum { RG_DOT_ROWS_K_BLOCKS_MAX = 512 };
 
 // dot_rows_avx512.c: Q4_0 and Q5_0 on AVX-512 VNNI, preferred where rg_cpu_has_avx512_vnni()
 // (rg_dot_rows_avx512_built = 0 when the compiler cannot build them).

@@ -31,6 +31,7 @@
 #include <stdbool.h>
 
 #include "cpu/dot_rows_avx2.h"
+#include "retrograd.h"
 
 const int rg_dot_rows_avx2_built = 1;
 
@@ -157,10 +158,10 @@ LEGACY_TWO_COLS(rg_dot_rows2_q5_0_avx2, 16, q5_0_at, q5_0_scale, 4 * Q5_0_BYTES)
 // what the packed ones compute and skip the unpacking. Same values, same scales (f16 to f32 is exact), the
 // arithmetic of LEGACY_TWO_COLS: the same bits. (A first layout, each block as Q8_0's 34 bytes, had its loads
 // cross cache lines and was slower than unpacking per pair.)
-#define UNPACK_ROWS(name, BYTES, QLOAD)                                                                 \
+#define UNPACK_ROWS(name, TYPE, BYTES, QLOAD)                                                               \
     void name(int64_t K, int64_t nr, const void *w, size_t w_stride, uint8_t *dst) {                 \
         const int64_t nb = K / 32;                                                                     \
-        const size_t row = rg_unpacked_row_bytes(K);                                                   \
+        const size_t row = rg_unpacked_row_bytes(TYPE, K);                                             \
         for (int64_t r = 0; r < nr; r++) {                                                             \
             const uint8_t *wr = (const uint8_t *)w + (size_t)r * w_stride;                             \
             uint8_t *d = dst + (size_t)r * row;                                                        \
@@ -172,8 +173,8 @@ LEGACY_TWO_COLS(rg_dot_rows2_q5_0_avx2, 16, q5_0_at, q5_0_scale, 4 * Q5_0_BYTES)
             }                                                                                          \
         }                                                                                              \
     }
-UNPACK_ROWS(rg_unpack_rows_q4_0_avx2, Q4_0_BYTES, q4_0_values)
-UNPACK_ROWS(rg_unpack_rows_q5_0_avx2, Q5_0_BYTES, q5_0_values)
+UNPACK_ROWS(rg_unpack_rows_q4_0_avx2, RG_TYPE_Q4_0, Q4_0_BYTES, q4_0_values)
+UNPACK_ROWS(rg_unpack_rows_q5_0_avx2, RG_TYPE_Q5_0, Q5_0_BYTES, q5_0_values)
 static inline __m256i unpacked_at(const uint8_t *row, int64_t b, int64_t nb) {
     return (void)nb, _mm256_loadu_si256((const __m256i *)(row + b * 32));
 }

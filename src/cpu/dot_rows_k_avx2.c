@@ -32,7 +32,7 @@
 
 const int rg_dot_rows_k_avx2_built = 1;
 
-enum { QK = 256, Q4_K_BYTES = 144, Q6_K_BYTES = 210, Q8_K_BYTES = 292, ROW_PF = 4096, BLOCKS_MAX = 512 };
+enum { QK = 256, Q4_K_BYTES = 144, Q6_K_BYTES = 210, Q8_K_BYTES = 292, ROW_PF = 4096, BLOCKS_MAX = RG_DOT_ROWS_K_BLOCKS_MAX };
 
 static inline __m256i load32(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
 static inline uint32_t rd32(const uint8_t *p) {
@@ -233,23 +233,150 @@ void rg_dot_rows2_q6_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_strid
     q6k_rows(2, nb, nr, w, w_stride, xs, dys, y);
 }
 
+// Rows unpacked once for many columns (dot_rows.h's layouts): what q4k_rows and q6k_rows make of each block for
+// every pair of columns, made once per tile. The values, scales and mins are the ones they compute, d and dmin
+// widened exactly to f32, and the pair kernels below repeat their arithmetic in the same order: the same bits.
+// Every block of rows [0, nr) through block(packed, unpacked) (inlined: block is a constant at each call).
+static inline void unpack_blocks(int64_t K, int64_t nr, const void *w, size_t w_stride, uint8_t *dst, size_t in_bytes,
+                                 size_t out_bytes, void (*block)(const uint8_t *xb, uint8_t *d)) {
+    const int64_t nb = K / QK;
+    for (int64_t r = 0; r < nr; r++)
+        for (int64_t b = 0; b < nb; b++)
+            block((const uint8_t *)w + (size_t)r * w_stride + (size_t)b * in_bytes,
+                  dst + ((size_t)r * (size_t)nb + (size_t)b) * out_bytes);
+}
+
+static void unpack_q4_K_block(const uint8_t *xb, uint8_t *d) {
+    for (int c = 0; c < 4; c++) {
+        const __m256i raw = load32(xb + 16 + 32 * c);
+        _mm256_storeu_si256((__m256i *)(d + 64 * c), bits(raw, 0, 15));
+        _mm256_storeu_si256((__m256i *)(d + 64 * c + 32), bits(raw, 4, 15));
+    }
+    uint8_t sc[8];
+    _mm_storeu_si128((__m128i *)(d + 288), q4k_scales(xb, sc));
+    uint32_t twice[8];
+    for (int s = 0; s < 8; s++) twice[s] = sc[s] * 0x00010001u;
+    memcpy(d + 256, twice, sizeof twice);
+    const float dd[4] = {rd_f16(xb), rd_f16(xb + 2), 0.0f, 0.0f};
+    memcpy(d + 304, dd, sizeof dd);
+}
+
+void rg_unpack_rows_q4_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, uint8_t *dst) {
+    unpack_blocks(K, nr, w, w_stride, dst, Q4_K_BYTES, UQ4_K_BYTES, unpack_q4_K_block);
+}
+
+void rg_dot_rows2_uq4_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
+                             float *y0, float *y1) {
+    const int64_t nb = K / QK;  // <= BLOCKS_MAX: rg_cpu_unpack_rows offers no unpacking beyond
+    q4k_act a[2];
+    q4k_act_of(&a[0], x0, nb);
+    q4k_act_of(&a[1], x1, nb);
+    float *const y[2] = {y0, y1};
+    for (int64_t r = 0; r < nr; r++) {
+        const uint8_t *ub = (const uint8_t *)w + (size_t)r * w_stride;
+        __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        float mins[2] = {0.0f, 0.0f};
+        for (int64_t b = 0; b < nb; b++, ub += UQ4_K_BYTES) {
+            __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+            for (int s = 0; s < 8; s++) {
+                const __m256i q = load32(ub + 32 * s);
+                const __m256i s16 = _mm256_castps_si256(_mm256_broadcast_ss((const float *)(ub + 256 + 4 * s)));
+                for (int k = 0; k < 2; k++) {
+                    const __m256i p = _mm256_maddubs_epi16(q, load32(a[k].x + b * Q8_K_BYTES + 4 + 32 * s));
+                    isum[k] = _mm256_add_epi32(isum[k], _mm256_madd_epi16(p, s16));
+                }
+            }
+            const __m128i m16 = _mm_loadu_si128((const __m128i *)(ub + 288));
+            const float d = rd_f32(ub + 304), dmin = rd_f32(ub + 308);
+            for (int k = 0; k < 2; k++) {
+                const int summs = hsum_i32_4(_mm_madd_epi16(m16, a[k].pairs[b]));
+                const float dy = a[k].dys[b];
+                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * dy), _mm256_cvtepi32_ps(isum[k]), acc[k]);
+                mins[k] += dmin * dy * (float)summs;
+            }
+        }
+        for (int k = 0; k < 2; k++) y[k][r] = hsum8(acc[k]) - mins[k];
+    }
+}
+
+static void unpack_q6_K_block(const uint8_t *xb, uint8_t *d) {
+    for (int h = 0; h < 2; h++) {
+        const __m256i qh = load32(xb + 128 + 32 * h);
+        for (int j = 0; j < 4; j++) {
+            const int c = 4 * h + j, sb = 2 * c;
+            const __m256i lo = bits(load32(xb + 64 * h + 32 * (j & 1)), 4 * (j >> 1), 15);
+            _mm256_storeu_si256((__m256i *)(d + 32 * c), _mm256_or_si256(lo, _mm256_slli_epi16(bits(qh, 2 * j, 3), 4)));
+            _mm256_storeu_si256((__m256i *)(d + 256 + 32 * c), lanes16((int8_t)xb[192 + sb], (int8_t)xb[193 + sb]));
+        }
+    }
+    _mm256_storeu_si256((__m256i *)(d + 512), _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(xb + 192))));
+    const float dd[8] = {rd_f16(xb + 208)};
+    memcpy(d + 544, dd, sizeof dd);
+}
+
+void rg_unpack_rows_q6_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, uint8_t *dst) {
+    unpack_blocks(K, nr, w, w_stride, dst, Q6_K_BYTES, UQ6_K_BYTES, unpack_q6_K_block);
+}
+
+void rg_dot_rows2_uq6_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
+                             float *y0, float *y1) {
+    const int64_t nb = K / QK;  // <= BLOCKS_MAX, as above
+    float dys[2][BLOCKS_MAX];
+    for (int64_t b = 0; b < nb; b++) {
+        dys[0][b] = rd_f32((const uint8_t *)x0 + b * Q8_K_BYTES);
+        dys[1][b] = rd_f32((const uint8_t *)x1 + b * Q8_K_BYTES);
+    }
+    const uint8_t *const xs[2] = {x0, x1};
+    float *const y[2] = {y0, y1};
+    for (int64_t r = 0; r < nr; r++) {
+        const uint8_t *ub = (const uint8_t *)w + (size_t)r * w_stride;
+        __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int64_t b = 0; b < nb; b++, ub += UQ6_K_BYTES) {
+            const __m256i sc16 = load32(ub + 512);
+            __m256i isum[2];
+            for (int k = 0; k < 2; k++) {
+                const __m256i offs = _mm256_madd_epi16(sc16, load32(xs[k] + b * Q8_K_BYTES + 260));
+                isum[k] = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_setzero_si256(), offs), 5);
+            }
+            for (int c = 0; c < 8; c++) {
+                const __m256i q = load32(ub + 32 * c), s16 = load32(ub + 256 + 32 * c);
+                for (int k = 0; k < 2; k++) {
+                    const __m256i p = _mm256_maddubs_epi16(q, load32(xs[k] + b * Q8_K_BYTES + 4 + 32 * c));
+                    isum[k] = _mm256_add_epi32(isum[k], _mm256_madd_epi16(p, s16));
+                }
+            }
+            const float d = rd_f32(ub + 544);
+            for (int k = 0; k < 2; k++)
+                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * dys[k][b]), _mm256_cvtepi32_ps(isum[k]), acc[k]);
+        }
+        for (int k = 0; k < 2; k++) y[k][r] = hsum8(acc[k]);
+    }
+}
+
 #else  // built without AVX2: never called (rg_cpu_dot_rows returns NULL)
 
 const int rg_dot_rows_k_avx2_built = 0;
 
-void rg_dot_rows_q4_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y) {
-    (void)K, (void)nr, (void)w, (void)w_stride, (void)x, (void)y;
-}
-void rg_dot_rows_q6_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y) {
-    (void)K, (void)nr, (void)w, (void)w_stride, (void)x, (void)y;
-}
-void rg_dot_rows2_q4_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
-                            float *y0, float *y1) {
-    (void)K, (void)nr, (void)w, (void)w_stride, (void)x0, (void)x1, (void)y0, (void)y1;
-}
-void rg_dot_rows2_q6_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
-                            float *y0, float *y1) {
-    (void)K, (void)nr, (void)w, (void)w_stride, (void)x0, (void)x1, (void)y0, (void)y1;
-}
+#define STUB_ROWS(name)                                                                                 \
+    void name(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x, float *y) {       \
+        (void)K, (void)nr, (void)w, (void)w_stride, (void)x, (void)y;                                   \
+    }
+#define STUB_ROWS2(name)                                                                                \
+    void name(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,  \
+              float *y0, float *y1) {                                                                   \
+        (void)K, (void)nr, (void)w, (void)w_stride, (void)x0, (void)x1, (void)y0, (void)y1;             \
+    }
+#define STUB_UNPACK(name)                                                                               \
+    void name(int64_t K, int64_t nr, const void *w, size_t w_stride, uint8_t *dst) {                   \
+        (void)K, (void)nr, (void)w, (void)w_stride, (void)dst;                                          \
+    }
+STUB_ROWS(rg_dot_rows_q4_K_avx2)
+STUB_ROWS(rg_dot_rows_q6_K_avx2)
+STUB_ROWS2(rg_dot_rows2_q4_K_avx2)
+STUB_ROWS2(rg_dot_rows2_q6_K_avx2)
+STUB_UNPACK(rg_unpack_rows_q4_K_avx2)
+STUB_UNPACK(rg_unpack_rows_q6_K_avx2)
+STUB_ROWS2(rg_dot_rows2_uq4_K_avx2)
+STUB_ROWS2(rg_dot_rows2_uq6_K_avx2)
 
 #endif

@@ -233,8 +233,8 @@ typedef struct mm_vec_job {
     char *xq;                      // [c3][c2][N] activation rows of xq_row bytes (unless x_direct)
     size_t xq_row;
     float *gather;                 // [n_threads][K] a strided x column gathered before quantizing
-    // Many columns (N >= VEC_UNPACK_MIN_N) of a type that has them (dot_rows.h): each tile's rows unpacked once
-    // into the thread's [VEC_TILE][unpacked_row] bytes of unpacked, then dotted two columns at a time.
+    // Many columns (N >= rg_unpack_min_columns) of a type that has them (dot_rows.h): each tile's rows unpacked
+    // once into the thread's [VEC_TILE][unpacked_row] bytes of unpacked, then dotted two columns at a time.
     rg_unpack_rows_fn unpack;
     rg_dot_rows2_fn unpacked2;
     uint8_t *unpacked;             // [n_threads][VEC_TILE * unpacked_row]
@@ -270,10 +270,6 @@ static void vec_convert(void *p, int ith, int nth) {
 // while every column passes over them.
 #define VEC_TILE 16
 
-// From this many columns on, a tile's rows are unpacked once for all of them (where the type allows it): at
-// two columns a pass the unpacking costs each pair a full pass's worth of shuffles, which the unpacked rows save
-// after the second pair.
-#define VEC_UNPACK_MIN_N 4
 
 // Column n of slice (i2, i3) as the dot products read it: x in place, or its converted row.
 static inline const void *vec_x(const mm_vec_job *j, int64_t n, int64_t i2, int64_t i3) {
@@ -401,7 +397,8 @@ static bool vec_x_direct(const rg_tensor *w, const rg_tensor *x) {
 // The unpacked rows' bytes per row (0: the node does not unpack: too few columns, or a type without it).
 static size_t vec_unpacked_row(const rg_tensor *w, int64_t K, int64_t N) {
     rg_dot_rows2_fn pair;
-    return N >= VEC_UNPACK_MIN_N && rg_cpu_unpack_rows(w->type, &pair) ? rg_unpacked_row_bytes(K) : 0;
+    if (N < rg_unpack_min_columns(w->type) || !rg_cpu_unpack_rows(w->type, K, &pair)) return 0;
+    return rg_unpacked_row_bytes(w->type, K);
 }
 
 // Scratch: [converted columns][gathered columns][unpacked tiles], each part 64-byte aligned.
@@ -516,7 +513,7 @@ static rg_status vec_job_of(const rg_exec_ctx *ctx, const rg_node *n, const mm_s
         const size_t gather = x->nb[0] == sizeof(float) ? 0 : (size_t)pool_threads(ctx) * (size_t)s->K * 4;
         j->unpacked_row = vec_unpacked_row(w, s->K, s->N);
         if (j->unpacked_row) {
-            j->unpack = rg_cpu_unpack_rows(w->type, &j->unpacked2);
+            j->unpack = rg_cpu_unpack_rows(w->type, s->K, &j->unpacked2);
             j->unpacked = (uint8_t *)j->gather + (gather + 63) / 64 * 64;
         }
     }
