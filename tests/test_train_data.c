@@ -758,6 +758,72 @@ static void test_eval_split(void) {
     RG_CHECK(differ > 0, "four seeds chose the same first eval sample");
 }
 
+// A separate eval file (rg_dataset_set_eval: train --eval-data, a job's validation_file): its rows are the eval
+// split, in its own packing order and the same every epoch; the training file's samples all train; the stats
+// and the hash count both; a training set that holds out its own split, or a file loaded with another ctx, is
+// refused naming the eval file.
+static void test_eval_file(void) {
+    if (!fixture()) RG_SKIP("no fixture");
+    const char ev_text[] = "{\"text\":\"held out one\"}\n{\"text\":\"held out two\"}\n{\"text\":\"held out three\"}\n";
+    char *ev_path = strdup(write_tmp("eval.jsonl", ev_text, sizeof ev_text - 1));
+    for (int pack = 0; pack < 2; pack++) {
+        rg_data_opts o = opts_of(48, RG_DATA_TRAIN_ON_ALL, pack);
+        rg_dataset *d = load(DATA "text.jsonl", &o), *e = load(ev_path, &o), *alone = load(ev_path, &o);
+        RG_REQUIRE(d && e && alone, "load");
+        const uint64_t h0 = rg_dataset_hash(d);
+        rg_error err = {0};
+        RG_REQUIRE(rg_dataset_set_eval(d, e, ev_path, &err) == RG_OK, "set_eval: %s", err.msg);
+        const rg_data_stats st = rg_dataset_stats(d);
+        RG_CHECK(st.n_train_samples == N_TEXT_LINES && st.n_eval_samples == 3 && st.n_samples == N_TEXT_LINES + 3,
+                 "stats: %lld train %lld eval %lld in all", (long long)st.n_train_samples, (long long)st.n_eval_samples,
+                 (long long)st.n_samples);
+        RG_CHECK(st.n_eval_rows == rg_dataset_n_rows(d, 1) && st.n_eval_rows == (pack ? 1 : 3), "eval rows %lld",
+                 (long long)st.n_eval_rows);
+        RG_CHECK(rg_dataset_hash(d) != h0, "the hash does not count the eval file");
+        rows ev = fetch(d, 1, 0, 48), ev5 = fetch(d, 1, 5, 48), want = fetch(alone, 0, 0, 48), tr = fetch(d, 0, 0, 48);
+        int matched = 0;  // each eval row is a row of the eval file loaded alone (there in its epoch order)
+        for (int64_t k = 0; k < ev.n; k++)
+            for (int64_t j = 0; j < want.n; j++)
+                if (!memcmp(ev.ids + k * 48, want.ids + j * 48, 48 * sizeof(int32_t)) &&
+                    !memcmp(ev.labels + k * 48, want.labels + j * 48, 48 * sizeof(int32_t))) {
+                    matched++;
+                    break;
+                }
+        RG_CHECK(ev.n == want.n && matched == ev.n, "%d of %lld eval rows are the eval file's rows", matched,
+                 (long long)ev.n);
+        RG_CHECK(ev5.n == ev.n && !memcmp(ev.ids, ev5.ids, (size_t)(ev.n * 48) * sizeof(int32_t)),
+                 "eval rows depend on the epoch");
+        docs dt = split_docs(&tr, tok), de = split_docs(&ev, tok);
+        check_text_docs(&dt, "the training file, all of it trained");
+        RG_CHECK(de.n == 3 && find_doc(&de, "held out two<|im_end|>") && !find_doc(&dt, "held out two<|im_end|>"),
+                 "eval documents %lld", (long long)de.n);
+        docs_free(&dt), docs_free(&de);
+        rows_free(&ev), rows_free(&ev5), rows_free(&want), rows_free(&tr);
+        rg_dataset_free(d);
+        rg_dataset_free(alone);
+    }
+    // refused: a training set with its own held-out split; an eval file of another ctx
+    rg_data_opts o = opts_of(48, RG_DATA_TRAIN_ON_ALL, true);
+    o.eval_split = 0.25;
+    rg_dataset *d = load(DATA "text.jsonl", &o);
+    o.eval_split = 0;
+    rg_dataset *e = load(ev_path, &o);
+    RG_REQUIRE(d && e, "load");
+    rg_error err = {0};
+    RG_CHECK(rg_dataset_set_eval(d, e, ev_path, &err) == RG_ERR_ARG && strstr(err.msg, ev_path) &&
+                 strstr(err.msg, "training.eval_split"), "a second eval split: %s", err.msg);
+    rg_dataset_free(d);
+    d = load(DATA "text.jsonl", &o);
+    o.ctx = 32;
+    e = load(ev_path, &o);
+    RG_REQUIRE(d && e, "load");
+    RG_CHECK(rg_dataset_set_eval(d, e, ev_path, &err) == RG_ERR_ARG && strstr(err.msg, "ctx"), "another ctx: %s",
+             err.msg);
+    RG_CHECK(rg_dataset_n_rows(d, 1) == 0, "a refused eval file left rows");
+    rg_dataset_free(d);
+    free(ev_path);
+}
+
 // ---------------------------------------------------------------------------
 // Epoch orders
 
@@ -1247,6 +1313,7 @@ static const rg_test_case cases[] = {
     RG_TEST(test_packing),
     RG_TEST(test_overlong),
     RG_TEST(test_eval_split),
+    RG_TEST(test_eval_file),
     RG_TEST(test_epoch_orders),
     RG_TEST(test_bad_files),
     RG_TEST(test_tool_calls_chatml),

@@ -75,17 +75,19 @@ static void read_records(serve_ft *f, ft_job *j, const char *jsonl, const char *
         int64_t iter = 0, tokens = 0;
         rg_json_int64(rg_json_get(r, "iter"), &iter);
         rg_json_int64(rg_json_get(r, "tokens"), &tokens);
-        const rg_json *l = rg_json_get(r, "loss");
+        const rg_json *l = rg_json_get(r, "loss"), *el = rg_json_get(r, "eval_loss");
         const double loss = rg_json_is(l, RG_JSON_NUMBER) ? rg_json_num(l) : NAN;
+        char valid[64] = "";  // OpenAI's wording where the step measured the validation file (or held-out split)
+        if (rg_json_is(el, RG_JSON_NUMBER)) snprintf(valid, sizeof valid, ", validation loss=%.4f", rg_json_num(el));
         rg_json_free(doc);
         if (total < 0) total = total_steps(log_path);
         pthread_mutex_lock(&f->mu);
         j->trained_tokens += tokens;
         if (total > 0)
-            ft_job_event(f, j, "info", iter, total, loss, "Step %lld/%lld: training loss=%.4f", (long long)iter,
-                      (long long)total, loss);
+            ft_job_event(f, j, "info", iter, total, loss, "Step %lld/%lld: training loss=%.4f%s", (long long)iter,
+                      (long long)total, loss, valid);
         else
-            ft_job_event(f, j, "info", iter, total, loss, "Step %lld: training loss=%.4f", (long long)iter, loss);
+            ft_job_event(f, j, "info", iter, total, loss, "Step %lld: training loss=%.4f%s", (long long)iter, loss, valid);
         pthread_mutex_unlock(&f->mu);
     }
     free(line);
@@ -186,7 +188,7 @@ static void test_serve_delay(void) {
 
 // Runs j (queued) to its end. Called by the worker with mu held; returns with it held.
 static void run_job(serve_ft *f, ft_job *j) {
-    char out_dir[4300], log_path[4400], jsonl[4400], data[4200], model_path[4200];
+    char out_dir[4300], log_path[4400], jsonl[4400], data[4200], valid[4200], model_path[4200];
     ft_job_dir(f, j, "out", out_dir, sizeof out_dir);
     snprintf(log_path, sizeof log_path, "%s/train.log", out_dir);
     snprintf(jsonl, sizeof jsonl, "%s/train.jsonl", out_dir);
@@ -194,10 +196,15 @@ static void run_job(serve_ft *f, ft_job *j) {
     if (!serve_files_path(f, j->training_file, data, sizeof data))
         return ft_job_finish(f, j, "failed", "invalid_training_file", "the training file %s was deleted before the "
                                                                    "job ran", j->training_file);
+    if (j->validation_file[0] && !serve_files_path(f, j->validation_file, valid, sizeof valid))
+        return ft_job_finish(f, j, "failed", "invalid_validation_file", "the validation file %s was deleted before the "
+                             "job ran", j->validation_file);
     mkdir(out_dir, 0755);
-    const char *argv[16 + 2 * FT_MAX_SETS] = {f->exe, "train", "-m", model_path, "-d", data, "-o", out_dir,
+    const char *argv[18 + 2 * FT_MAX_SETS] = {f->exe, "train", "-m", model_path, "-d", data, "-o", out_dir,
                                            "--progress", "lines"};
     int argc = 10;
+    // the validation file's loss every training.eval_every steps (its rows in place of a held-out split)
+    if (j->validation_file[0]) argv[argc++] = "--eval-data", argv[argc++] = valid;
     if (f->srv->o.device == RG_DEVICE_CUDA) argv[argc++] = "--device", argv[argc++] = "cuda";  // the server's device
     for (int i = 0; i < j->n_sets; i++) argv[argc++] = "--set", argv[argc++] = j->sets[i];
     argv[argc] = NULL;

@@ -9,15 +9,19 @@
 //   hyperparameters.batch_size         training.batch_size      ("auto": 1)
 //   hyperparameters.learning_rate_multiplier   training.lr = multiplier x train's default (2e-4 lora, 5e-5 full)
 //   seed                               training.seed            (absent: one is drawn and reported)
-//   retrograd.{steps, rank, alpha, ctx, lr, save_every, eval_split}   training.steps, lora.rank, lora.alpha,
-//                                      training.ctx, training.lr, training.save_every, training.eval_split
+//   retrograd.{steps, rank, alpha, ctx, lr, save_every, eval_split, eval_every}   training.steps, lora.rank,
+//                                      lora.alpha, training.ctx, training.lr, training.save_every,
+//                                      training.eval_split, training.eval_every
+//   validation_file                    train --eval-data FILE: its loss every training.eval_every steps and at the
+//                                      end ("validation loss=" in the step's event, valid_loss in checkpoints),
+//                                      in place of training.eval_split's held-out samples
 //   retrograd.set {"key": value}       any other train key, as --set key=value (train checks it)
 //   the server's --job-threads N       training.threads=N, last, so a request cannot change it
 // Jobs run one at a time, oldest first, each as a child process `EXE train -m MODEL -d FILE -o OUTDIR --progress
-// lines [--device cuda] --set ...` (on the server's device) in a process group of its own, in the idle scheduling
+// lines [--eval-data VALIDATION_FILE] [--device cuda] --set ...` (on the server's device) in a process group of its own, in the idle scheduling
 // class (serving keeps the cores it needs first), its stdout and stderr in OUTDIR/train.log, killed if the server dies. The
 // worker thread polls the child every 250 ms: each new record of OUTDIR/train.jsonl becomes an event
-// "Step N/M: training loss=L"; an exit status 0 makes the job succeeded and its adapter a model of the running
+// "Step N/M: training loss=L[, validation loss=V]"; an exit status 0 makes the job succeeded and its adapter a model of the running
 // server named ft:BASE:SUFFIX:JOBID (server_adapter_add); any other end (a crash, a kill, out of memory, a setting
 // train refuses) makes it failed with train.log's last line. A cancel sends SIGTERM to the group and SIGKILL 3 s
 // later; the checkpoints already written stay listed.
@@ -168,7 +172,8 @@ static bool parse_job(serve_ft *f, const rg_json *r, ft_job *j, rg_serve_error *
     static const struct {
         const char *name, *key;
     } ext[] = {{"steps", "training.steps"}, {"rank", "lora.rank"}, {"alpha", "lora.alpha"}, {"ctx", "training.ctx"},
-               {"lr", "training.lr"}, {"save_every", "training.save_every"}, {"eval_split", "training.eval_split"}};
+               {"lr", "training.lr"}, {"save_every", "training.save_every"}, {"eval_split", "training.eval_split"},
+               {"eval_every", "training.eval_every"}};
     for (size_t i = 0; ok && i < sizeof ext / sizeof ext[0]; i++) {
         const rg_json *v = rg_json_get(x, ext[i].name);
         if (!v) continue;

@@ -48,6 +48,8 @@ struct rg_dataset {
     pthread_mutex_t mu;
     int64_t perm_epoch;  // -1: none yet
     int32_t *perm;
+    // A separate evaluation file (rg_dataset_set_eval): its rows, in packing order, are the eval split.
+    struct rg_dataset *eval;
 };
 
 // ---------------------------------------------------------------------------
@@ -563,6 +565,7 @@ rg_status rg_dataset_load(rg_dataset **out, const char *path, const rg_tokenizer
 
 void rg_dataset_free(rg_dataset *d) {
     if (!d) return;
+    rg_dataset_free(d->eval);
     for (int s = 0; s < 2; s++) {
         free(d->split[s].samples);
         free(d->split[s].row_begin);
@@ -581,7 +584,32 @@ rg_data_stats rg_dataset_stats(const rg_dataset *d) { return d->stats; }
 uint64_t rg_dataset_hash(const rg_dataset *d) { return d->hash; }
 
 int64_t rg_dataset_n_rows(const rg_dataset *d, int split) {
+    if (d && split == 1 && d->eval) return d->eval->split[0].n_rows;
     return d && (split == 0 || split == 1) ? d->split[split].n_rows : 0;
+}
+
+rg_status rg_dataset_set_eval(rg_dataset *d, rg_dataset *eval, const char *eval_path, rg_error *err) {
+    if (d->eval || d->split[1].n_samples) {
+        rg_dataset_free(eval);
+        return rg_fail(err, RG_ERR_ARG, "%s: the training data already holds out an eval split (training.eval_split "
+                       "must be 0 with a separate eval file)", eval_path);
+    }
+    if (eval->split[1].n_samples || eval->opts.ctx != d->opts.ctx) {
+        rg_dataset_free(eval);
+        return rg_fail(err, RG_ERR_ARG, "%s: an eval file is loaded whole (eval_split 0) with the training data's ctx",
+                       eval_path);
+    }
+    d->eval = eval;
+    rg_data_stats *s = &d->stats;
+    const rg_data_stats *e = &eval->stats;
+    s->n_eval_samples = e->n_samples;
+    s->n_eval_rows = e->n_train_rows;
+    s->n_samples += e->n_samples;
+    s->n_truncated += e->n_truncated, s->n_dropped += e->n_dropped, s->n_no_target += e->n_no_target;
+    s->n_tokens += e->n_tokens, s->n_target_tokens += e->n_target_tokens;
+    s->n_pad_tokens += e->n_pad_tokens;
+    d->hash = fnv1a(d->hash, &eval->hash, sizeof eval->hash);
+    return RG_OK;
 }
 
 // ---------------------------------------------------------------------------
@@ -607,10 +635,16 @@ void rg_dataset_row(const rg_dataset *d, int split, int64_t epoch, int64_t k, in
                     int32_t *pos, int32_t *seg) {
     int64_t ctx = d->opts.ctx, p = 0, next_pos = 0;
     int64_t row = -1;
-    if ((split == 0 || split == 1) && k >= 0 && k < d->split[split].n_rows)
+    const split_rows *sr = NULL;
+    if (split == 1 && d->eval) {  // a separate eval file: its rows in packing order
+        d = d->eval;
+        sr = &d->split[0];
+        if (k >= 0 && k < sr->n_rows) row = k;
+    } else if ((split == 0 || split == 1) && k >= 0 && k < d->split[split].n_rows) {
+        sr = &d->split[split];
         row = split == 0 ? train_row(d, epoch, k) : k;
+    }
     if (row >= 0) {
-        const split_rows *sr = &d->split[split];
         for (int64_t it = sr->row_begin[row]; it < sr->row_begin[row + 1]; it++) {
             const sample *s = &d->samples[sr->row_items[it]];
             int32_t doc = (int32_t)(it - sr->row_begin[row]);

@@ -124,6 +124,10 @@ rg_status rg_dataset_load_memory(rg_dataset **out, const char *path, const void 
 // "messages" line is refused as the loader refuses it). Blank lines are RG_OK.
 rg_status rg_data_check_line(const rg_chat_template *tmpl, const char *path, int64_t line,
                              const char *text, size_t len, rg_error *err);
+// A separate evaluation file (a fine-tuning job's validation_file, `train --eval-data`): eval, loaded with
+// eval_split 0 and d's ctx, becomes d's eval split (its rows in packing order); d must hold out none of its own.
+// Takes eval (freed on error too); the stats and the hash count both files. RG_ERR_ARG naming eval_path.
+rg_status rg_dataset_set_eval(rg_dataset *d, rg_dataset *eval, const char *eval_path, rg_error *err);
 void rg_dataset_free(rg_dataset *d);
 rg_data_stats rg_dataset_stats(const rg_dataset *d);
 // FNV-1a (64-bit) over the file bytes, the options and the resulting tokens and targets, so a

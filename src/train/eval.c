@@ -9,8 +9,8 @@
 #include "text/chat.h"
 #include "text/tokenizer.h"
 
-rg_status rg_eval_load_data(rg_dataset **out, const rg_model *m, const char *path, const rg_train_spec *spec,
-                            FILE *log, rg_error *err) {
+rg_status rg_eval_load_data(rg_dataset **out, const rg_model *m, const char *path, const char *eval_path,
+                            const rg_train_spec *spec, FILE *log, rg_error *err) {
     *out = NULL;
     const rg_train_config *c = &spec->cfg;
     rg_tokenizer *tok = NULL;
@@ -36,9 +36,16 @@ rg_status rg_eval_load_data(rg_dataset **out, const rg_model *m, const char *pat
                          .train_on = (rg_data_train_on)c->train_on,
                          .pack = c->pack,
                          .overlong = (rg_data_overlong)c->overlong,
-                         .eval_split = c->eval_split,
+                         .eval_split = eval_path ? 0.0 : c->eval_split,
                          .seed = c->seed};
     st = rg_dataset_load(out, path, tok, have_tmpl ? &tmpl : NULL, &dopt, err);
+    rg_dataset *ev = NULL;
+    if (!st && eval_path) st = rg_dataset_load(&ev, eval_path, tok, have_tmpl ? &tmpl : NULL, &dopt, err);
+    if (!st && eval_path) st = rg_dataset_set_eval(*out, ev, eval_path, err);  // takes ev
+    if (st) {
+        rg_dataset_free(*out);
+        *out = NULL;
+    }
     if (have_tmpl) rg_chat_template_free(&tmpl);
     rg_tokenizer_free(tok);
     return st;
@@ -83,7 +90,7 @@ rg_status rg_eval_file(const char *model_path, const char *adapter_path, float u
     rg_train_state *s = NULL;
     rg_status st = rg_model_load(&m, model_path, err);
     if (!st && adapter_path) st = rg_lora_load(&l, adapter_path, m, err);
-    if (!st) st = rg_eval_load_data(&d, m, data_path, &sp, NULL, err);
+    if (!st) st = rg_eval_load_data(&d, m, data_path, NULL, &sp, NULL, err);
     if (!st) {
         st = rg_train_state_create_eval(&s, m, &sp, l, user_scale, err);  // owns l from here
         l = NULL;

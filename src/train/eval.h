@@ -14,9 +14,11 @@
 // Loads path for model m with the options of spec (training.ctx, data.train_on, data.pack, data.overlong,
 // training.eval_split, training.seed; checked at the edge by rg_train_config_validate) through m's tokenizer and
 // chat template (a template that cannot be used is a note on log, or none when log is NULL; it only matters to
-// "messages" lines, which then fail naming the line).
-rg_status rg_eval_load_data(rg_dataset **out, const rg_model *m, const char *path, const rg_train_spec *spec,
-                            FILE *log, rg_error *err);
+// "messages" lines, which then fail naming the line). eval_path (NULL: none) is a separate evaluation file, read
+// the same way, whose rows are the eval split in place of training.eval_split's held-out samples (the whole of
+// path trains).
+rg_status rg_eval_load_data(rg_dataset **out, const rg_model *m, const char *path, const char *eval_path,
+                            const rg_train_spec *spec, FILE *log, rg_error *err);
 
 // The mean target loss (nats per target token) over rows [0, max_rows) of a split of d (max_rows <= 0: every row),
 // one row at a time through rg_train_state_eval_row; *n_targets counts the targets (NULL allowed). A row whose

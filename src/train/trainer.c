@@ -149,6 +149,7 @@ static rg_status write_report(run *r, const rg_train_summary *sum, const rg_trai
     rg_data_stats ds = rg_dataset_stats(r->data);
     fprintf(f, "{\n  \"model\": \"%s\",\n  \"data\": \"%s\",\n  \"method\": \"%s\",\n  \"result\": \"%s\",\n", r->o->model_path,
             r->o->data_path, r->c->method == RG_TRAIN_LORA ? "lora" : "full", result);
+    if (r->o->eval_data_path) fprintf(f, "  \"eval_data\": \"%s\",\n", r->o->eval_data_path);
     fprintf(f, "  \"steps\": %lld,\n  \"skipped_steps\": %lld,\n  \"tokens\": %lld,\n", (long long)sum->steps,
             (long long)sum->skipped, (long long)sum->tokens);
     fprintf(f, "  \"first_loss\": %.9g,\n  \"last_loss\": %.9g,\n", sum->first_loss, sum->last_loss);
@@ -207,6 +208,9 @@ static void print_start(run *r, const rg_train_memory *mem) {
             r->o->data_path, ds.format ? ds.format : "?", (long long)ds.n_samples, (long long)ds.n_train_samples,
             (long long)ds.n_eval_samples, (long long)ds.n_truncated, (long long)ds.n_dropped, (long long)ds.n_train_rows,
             (long long)c->ctx, (long long)ds.n_target_tokens);
+    if (r->o->eval_data_path)
+        fprintf(r->log, "eval data: %s: the %lld eval samples (%lld rows)\n", r->o->eval_data_path,
+                (long long)ds.n_eval_samples, (long long)ds.n_eval_rows);
     fprintf(r->log, "steps: %lld (%lld rows each: batch %lld x accum %lld), %s lr %.3g, %s schedule, warmup %lld, %d thread%s\n",
             (long long)r->total_steps, (long long)r->spec->rows_per_step, (long long)c->batch_size, (long long)c->grad_accum,
             c->optimizer == RG_OPTIM_ADAMW ? "adamw" : "sgd", r->s->lr,
@@ -260,7 +264,7 @@ static rg_status load_inputs(run *r, rg_error *err) {
     const rg_train_config *c = r->c;
     rg_status st = rg_model_load(&r->model, o->model_path, err);
     if (st) return st;
-    if ((st = rg_eval_load_data(&r->data, r->model, o->data_path, r->spec, r->log, err))) return st;
+    if ((st = rg_eval_load_data(&r->data, r->model, o->data_path, o->eval_data_path, r->spec, r->log, err))) return st;
     r->n_train_rows = rg_dataset_n_rows(r->data, 0);
     if (r->n_train_rows <= 0)
         return rg_fail(err, RG_ERR_ARG, "train: %s gives no training rows (every sample went to the eval split or was dropped)",

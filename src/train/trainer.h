@@ -21,6 +21,7 @@
 
 typedef struct rg_train_opts {
     const char *model_path, *data_path, *out_dir;
+    const char *eval_data_path;  // a separate eval file (NULL: training.eval_split holds samples of data_path out)
     rg_train_spec spec;   // the settings, checked at the edge: rg_train_config_validate made it
     bool resume;          // continue from the newest checkpoint in out_dir
     FILE *log;            // messages and progress (stderr when NULL)

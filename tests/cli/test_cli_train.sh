@@ -10,6 +10,7 @@
 #     resumed bit for bit;
 #   - a run killed for real (SIGKILL) after a checkpoint and resumed with --resume ends with
 #     the same train.jsonl losses and the same bytes as the uninterrupted run;
+#   - a separate eval file (--eval-data): its samples are the eval split, its losses in train.jsonl;
 #   - bad input: unknown key (with a suggestion), wrong value type, invalid JSON line (file and
 #     line), unwritable OUTDIR, a quantized model with method=full, a config change on resume,
 #     a run that does not fit the memory limit, a full disk during a checkpoint (the previous
@@ -69,6 +70,14 @@ expect "full f32, f16 layer inputs" 0 "inputs kept in f16" -- "$bin" train -m "$
 falls "$tmp/f32ck/train.jsonl"; check "full f32, f16 layer inputs: the loss falls by 30%" $?
 expect "f16 layer inputs need recompute" 1 "training.recompute is none" -- "$bin" train -m "$tmp/f32.gguf" -d "$tmp/chat.jsonl" -o "$tmp/f32ckn" "${full[@]}" --set training.checkpoint_dtype=f16 --set training.recompute=none
 expect "plain text data" 0 "done: 5 steps" -- "$bin" train -m "$tmp/f32.gguf" -d "$tmp/text.txt" -o "$tmp/text" "${full[@]}" --set training.steps=5
+# A separate evaluation file (--eval-data; a fine-tuning job's validation_file): its loss every eval_every steps,
+# all of the training file trained; a missing one is refused naming it.
+head -40 "$tmp/chat.jsonl" > "$tmp/chat-train.jsonl"; tail -8 "$tmp/chat.jsonl" > "$tmp/chat-valid.jsonl"
+expect "--eval-data: the eval split is the file's" 0 "eval data: .*chat-valid.jsonl: the 8 eval samples" -- "$bin" train -m "$tmp/f32.gguf" -d "$tmp/chat-train.jsonl" --eval-data "$tmp/chat-valid.jsonl" -o "$tmp/evalfile" "${full[@]}" --set training.steps=10
+[ "$(grep -c '"eval_loss":' "$tmp/evalfile/train.jsonl")" -ge 1 ] && grep -q '"eval_data": ".*chat-valid.jsonl"' "$tmp/evalfile/report.json" &&
+  grep -q '"eval_samples": 8' "$tmp/evalfile/report.json"
+check "--eval-data: train.jsonl holds eval losses, report.json names the file and counts its 8 samples" $?
+expect "--eval-data: a missing file is named" 1 "nope.jsonl" -- "$bin" train -m "$tmp/f32.gguf" -d "$tmp/chat-train.jsonl" --eval-data "$tmp/nope.jsonl" -o "$tmp/evalnope" "${full[@]}" --set training.steps=2
 
 # --- LoRA on a quantized base ----------------------------------------------------------------
 lora=(--set training.lr=3e-3 "${common[@]}")

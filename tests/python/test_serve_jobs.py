@@ -4,9 +4,10 @@ Checks, with stated expectations:
   - files: a good JSONL file is stored (file object in OpenAI's shape); a file with a bad line is a 400 naming
     the line; a purpose other than fine-tune is a 400 naming purpose; list, retrieve, content, delete; an
     unknown id is a 404; an upload over --max-upload is a 413;
-  - jobs: an unknown model (404 model_not_found) and an unknown file (400 naming training_file) are refused;
-    a 6-step LoRA job runs to succeeded, its events hold the steps ("Step N/6: training loss=..."), its
-    checkpoints are listed with metrics, its fine_tuned_model ft:BASE:SUFFIX:JOB is in /v1/models at once and
+  - jobs: an unknown model (404 model_not_found) and an unknown file (400 naming training_file or
+    validation_file) are refused; a 6-step LoRA job runs to succeeded, its events hold the steps ("Step N/6:
+    training loss=...", with "validation loss=..." at the steps that measured its validation_file), its
+    checkpoints are listed with train_loss and valid_loss, its fine_tuned_model ft:BASE:SUFFIX:JOB is in /v1/models at once and
     answers with the adapter's reply (equal to `retrograd generate --lora OUTDIR/adapter.gguf --temp 0`) while
     the base model gives the base reply;
   - a long job cancelled while it runs ends cancelled, the checkpoints it wrote stay listed and the server
@@ -160,9 +161,16 @@ try:
     except openai.BadRequestError as e:
         check("a bad suffix is a 400 naming suffix", e.param == "suffix", str(e))
 
-    # --- a 6-step LoRA job
-    job = client.fine_tuning.jobs.create(model=MODEL_ID, training_file=f.id, suffix="mayor", seed=7,
-                                         hyperparameters={"n_epochs": 1}, extra_body={"retrograd": TRAIN})
+    try:
+        client.fine_tuning.jobs.create(model=MODEL_ID, training_file=f.id, validation_file="file-0000000000000000")
+        check("an unknown validation file is refused", False, "accepted")
+    except openai.BadRequestError as e:
+        check("an unknown validation file is a 400 naming validation_file", e.param == "validation_file", str(e))
+
+    # --- a 6-step LoRA job, its validation file measured every 3 steps
+    job = client.fine_tuning.jobs.create(model=MODEL_ID, training_file=f.id, validation_file=f.id, suffix="mayor",
+                                         seed=7, hyperparameters={"n_epochs": 1},
+                                         extra_body={"retrograd": dict(TRAIN, eval_every=3)})
     check("a job is created queued", job.id.startswith("ftjob-") and job.object == "fine_tuning.job" and
           job.status in ("validating_files", "queued", "running") and job.seed == 7, str(job))
     job = wait_job(client, job.id, ("succeeded", "failed", "cancelled"))
@@ -175,9 +183,14 @@ try:
     check("the events hold every step", all(any(m.startswith(f"Step {k}/6: training loss=") for m in msgs)
                                             for k in range(1, 7)), str(msgs))
     check("the events are newest first, ending with success", "successfully completed" in msgs[0], str(msgs[:3]))
+    check("steps 3 and 6 measured the validation file", all(any(re.match(rf"Step {k}/6: training loss=[0-9.]+, "
+                                                                         r"validation loss=[0-9.]+$", m) for m in msgs)
+                                                              for k in (3, 6)), str(msgs))
     ck = client.fine_tuning.jobs.checkpoints.list(job.id).data
-    check("the checkpoints are listed with their loss", [c.step_number for c in ck] == [6, 3] and
-          all(c.metrics.train_loss is not None for c in ck) and ck[0].fine_tuning_job_id == job.id, str(ck))
+    check("the checkpoints are listed with their training and validation loss", [c.step_number for c in ck] == [6, 3]
+          and all(c.metrics.train_loss is not None and c.metrics.valid_loss is not None for c in ck) and
+          ck[0].fine_tuning_job_id == job.id, str(ck))
+    check("the job names its validation file", job.validation_file == f.id, str(job.validation_file))
     models = [m.id for m in client.models.list().data]
     check("the fine-tuned model is in /v1/models", ft_model in models, str(models))
     tuned = client.chat.completions.create(model=ft_model, messages=ask, max_tokens=16,

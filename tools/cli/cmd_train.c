@@ -64,6 +64,8 @@ int cmd_train(int argc, char **argv) {
     const cli_opt opts[] = {
         CLI_STR('m', "--model", "MODEL.gguf", "the model to fine-tune", &o.model_path),
         CLI_STR('d', "--data", "DATA", "the training data: .txt or .jsonl (below)", &o.data_path),
+        CLI_STR(0, "--eval-data", "DATA", "a separate evaluation file (.txt or .jsonl): its rows are the eval split, "
+                "in place of training.eval_split's held-out samples", &o.eval_data_path),
         CLI_STR('o', "--output", "OUTDIR", "where the run, its checkpoints and the result go", &o.out_dir),
         CLI_STR(0, "--config", "FILE.yaml", "settings (YAML; nested or dotted keys, listed below)", &config_path),
         CLI_CALL(0, "--set", "key=value", "one setting, after --config (repeatable; later ones win)", add_set, &sets),
