@@ -11,6 +11,7 @@
 #   - a file from gguf.GGUFWriter when the gguf package is installed;
 #   - truncated and corrupted variants that the reader must refuse cleanly.
 # serve_request: the committed seeds of fuzz/seeds/serve_request/ as they are (each starts with its control byte).
+# agent_tools: the committed tools files of fuzz/seeds/agent_tools/ as they are (the input is the whole file).
 # jsonl, config, tokenizer, chat, tool_calls: the committed seeds of fuzz/seeds/TARGET/ (and, for the
 # tokenizer, the test strings of tests/data/tokenizer/*.inp; for chat, the templates of
 # fuzz/templates/), each behind the control byte(s) its target reads first, several
@@ -29,8 +30,8 @@ mkdir -p "$out"
 
 case $target in
 gguf) ;;
-serve_request)
-    cp "$root"/fuzz/seeds/serve_request/* "$out"/
+serve_request | agent_tools)
+    cp "$root"/fuzz/seeds/"$target"/* "$out"/
     echo "make_corpus.sh: $(ls "$out" | wc -l) seeds in $out"
     exit 0
     ;;

@@ -17,6 +17,7 @@
 #   chat       the chat-template recognizer, and the renderer of every known template
 #   tool_calls tool calls parsed out of generated text (Hermes, LFM2), checked, rendered back
 #   serve_request  `retrograd serve`'s OpenAI request bodies, its error replies, the Host header check
+#   agent_tools    `retrograd agent --tools FILE`'s tools file (YAML or JSON), nothing started or run
 #
 # Configures a separate build directory (build-fuzz, or $RG_FUZZ_BUILD_DIR) with clang and
 # -DRG_FUZZ=ON (CUDA off) and builds the targets (and the retrograd CLI, for the GGUF seeds).
@@ -26,13 +27,13 @@
 # between runs; what libFuzzer finds goes to build-fuzz/fuzz-artifacts/TARGET. A target fails
 # on a crash, a broken promise (the target's checks abort with a message), a hang, a leak, an
 # out-of-memory or a sanitizer report; the script then prints where the input was saved. Each
-# target prints its executions, exec/s and coverage; the last line counts the targets: "7
+# target prints its executions, exec/s and coverage; the last line counts the targets: "8
 # passed, 0 failed" (for scripts/test.sh).
 # Environment: RG_FUZZ_CC (default clang), JOBS (build parallelism, default 2), RG_FUZZ_RUNS
 # (stop each target after this many inputs, or after SECONDS, whichever comes first).
 set -euo pipefail
 
-all_targets=(gguf jsonl config tokenizer chat tool_calls serve_request)
+all_targets=(gguf jsonl config tokenizer chat tool_calls serve_request agent_tools)
 usage() { echo "usage: $0 [TARGET|all] [SECONDS]   (targets: ${all_targets[*]})" >&2; exit 2; }
 is_number() { case $1 in '' | *[!0-9]*) return 1 ;; *) return 0 ;; esac; }
 

@@ -12,7 +12,7 @@
 #   4. the command line on good and bad input, and the docs against the tree (scripts/check-docs.sh)
 #   5. the independent reader: the `gguf` Python package against our files
 #   6. every libFuzzer target (scripts/fuzz.sh all: GGUF reader, JSONL data, config,
-#      tokenizer, chat templates, tool calls, serve requests) for RG_FUZZ_SECONDS each (default 30; 0 skips)
+#      tokenizer, chat templates, tool calls, serve requests, agent tools files) for RG_FUZZ_SECONDS each (default 30; 0 skips)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || { echo "setup failed"; echo "0 passed, 1 failed"; exit 1; }
