@@ -27,7 +27,7 @@
 #define rg_cu_dequant_rows RG_CUDA_TWIN(cu_dequant_rows)
 
 // Device copies of the constant tables the decoders read (one allocation per context, uploaded
-// at the first use): the IQ grids of src/tensor/quant/quant_iq_grids.c, IQ4_NL's and FP4's
+// at the first use): the IQ grids of src/tensor/quant/quant_iq{1,2,3}_grids.c, IQ4_NL's and FP4's
 // 16 values. Passed to kernels by value. (The IQ sign bytes are computed, not looked up:
 // ksigns_iq2xs[i] = i | parity(i) << 7.)
 struct rg_cu_qtables {

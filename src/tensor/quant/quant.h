@@ -50,7 +50,7 @@ rg_status rg_quantize(uint32_t type, const float *src, void *dst, int64_t n_rows
 
 // ---------------------------------------------------------------------------
 // Shared constants of the formats (spec §3.5, §4.4, §4.6). The IQ grids are
-// generated data in quant_iq_grids.c (tools/gen_iq_grids.py).
+// generated data in quant_iq{1,2,3}_grids.c (tools/gen_iq_grids.py).
 
 extern const int8_t rg_kvalues_iq4nl[16];
 extern const int8_t rg_kvalues_fp4[16];
