@@ -19,7 +19,10 @@
 
 #include "base/rng.h"
 #include "cpu/cpu_ops.h"
+#include "cpu/dot_rows.h"
 #include "cpu/gemm.h"
+#include "cpu/gemm_int8.h"
+#include "cpu/gemm_int8_tiles.h"
 #include "rg_test.h"
 #include "tensor/quant/quant.h"
 
@@ -473,19 +476,25 @@ static void check_columns(const char *what, rg_node *wn, int64_t K, int64_t M, r
     free(x), free(all), free(one);
 }
 
+// A weight node [K, M] of type made by make_weights (data malloc'd; *wf its dequantized values).
+static rg_node weight_node(uint32_t type, int64_t K, int64_t M, uint64_t seed, float **wf) {
+    void *wq;
+    make_weights(type, K, M, seed, &wq, wf);
+    rg_node wn;
+    memset(&wn, 0, sizeof wn);
+    wn.t = tensor(type, K, M, 1, 1, wq);
+    return wn;
+}
+
 static void test_mul_mat_columns_every_type(void) {
     rg_threadpool *pool2 = pool_of(2);
     for (size_t t = 0; t < sizeof wtypes / sizeof wtypes[0]; t++) {
         const uint32_t type = wtypes[t].type;
         int64_t bs = rg_type_get(type)->block_size, K = bs >= 256 ? 512 : (bs > 1 ? 96 : 75), M = 37;
-        void *wq;
         float *wf;
-        make_weights(type, K, M, 71 + type, &wq, &wf);
-        rg_node wn;
-        memset(&wn, 0, sizeof wn);
-        wn.t = tensor(type, K, M, 1, 1, wq);
+        rg_node wn = weight_node(type, K, M, 71 + type, &wf);
         check_columns(rg_type_get(type)->name, &wn, K, M, pool2);
-        free(wq), free(wf);
+        free(wn.t.data), free(wf);
     }
     // an F32 weight through a transposed view: w[k, m] at m + k * M
     const int64_t K = 64, M = 24;
@@ -497,6 +506,62 @@ static void test_mul_mat_columns_every_type(void) {
     check_columns("f32 (a transposed view)", &wn, K, M, pool2);
     free(wt);
     rg_threadpool_free(pool2);
+}
+
+// An inference prompt (int8 activations allowed, the node unmarked) of the types with unpacked tiles: where no
+// integer GEMM serves the type (an AVX2 CPU) and N is at most rg_unpack_prompt_max_n, it takes the dot products,
+// so every column has the bits of that column alone; past the limit, or where an integer GEMM serves it, another
+// path. Every column within the dot products' tolerance of the F64 product on any CPU.
+static void test_mul_mat_prompt_dots(void) {
+    static const uint32_t types[] = {RG_TYPE_Q4_0, RG_TYPE_Q5_0, RG_TYPE_Q4_K, RG_TYPE_Q6_K};
+    static const int64_t Ns[] = {12, 32, 40, 64, 80};
+    rg_threadpool *pool2 = pool_of(2);
+    int dots = 0, others = 0;
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        const uint32_t type = types[t];
+        const int64_t K = rg_type_get(type)->block_size >= 256 ? 512 : 96, M = 37;
+        float *wf;
+        rg_node wn = weight_node(type, K, M, 81 + type, &wf);
+        for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++) {
+            const int64_t N = Ns[ni];
+            rg_dot_rows2_fn pair;
+            const bool want_dots = !rg_gemm_int8_tiles_supports(type, K) && !rg_gemm_int8_supports(type, K) &&
+                                   rg_cpu_unpack_rows(type, K, &pair) && N <= rg_unpack_prompt_max_n(type);
+            float *x = randn(K * N, 83 + (uint64_t)N), *all = malloc(sizeof(float) * (size_t)(M * N)),
+                  *one = malloc(sizeof(float) * (size_t)M);
+            rg_node xn, y, x1, y1;
+            memset(&xn, 0, sizeof xn), memset(&y, 0, sizeof y);
+            xn.t = tensor(RG_TYPE_F32, K, N, 1, 1, x);
+            y.op = RG_OP_MUL_MAT, y.src[0] = &wn, y.src[1] = &xn;
+            y.t = tensor(RG_TYPE_F32, M, N, 1, 1, all);
+            rg_error err = {0};
+            RG_REQUIRE(run_columns(&y, pool2, &err) == RG_OK, "%s N=%lld: %s", rg_type_get(type)->name, (long long)N,
+                       err.msg);
+            int differ = 0;
+            double worst = 0;
+            for (int64_t j = 0; j < N; j++) {
+                rg_mul_mat_column(&y, j, &x1, &y1);
+                y1.t.data = one;
+                RG_REQUIRE(run_columns(&y1, pool2, &err) == RG_OK, "%s", err.msg);
+                differ += memcmp(one, all + j * M, sizeof(float) * (size_t)M) != 0;
+                for (int64_t m = 0; m < M; m++) {
+                    double ref = 0, mag = 0;
+                    for (int64_t k = 0; k < K; k++) ref += (double)wf[m * K + k] * x[j * K + k], mag += fabs(wf[m * K + k] * x[j * K + k]);
+                    const double e = fabs(all[j * M + m] - ref) / (mag > 0 ? mag : 1);
+                    if (e > worst) worst = e;
+                }
+            }
+            RG_CHECK(worst < 8e-3, "%s prompt N=%lld: relative error %.3g", rg_type_get(type)->name, (long long)N, worst);
+            if (want_dots)
+                RG_CHECK(differ == 0, "%s prompt N=%lld (the dot products): %d of %lld columns differ from the column "
+                         "alone", rg_type_get(type)->name, (long long)N, differ, (long long)N);
+            dots += want_dots, others += !want_dots;
+            free(x), free(all), free(one);
+        }
+        free(wn.t.data), free(wf);
+    }
+    rg_threadpool_free(pool2);
+    printf("    %d prompts on the dot products (each column its own bits), %d on another path\n", dots, others);
 }
 
 // OUT_PROD: a [M, K, 2, 1] of each type, b [N, K, 4, 1] contiguous or a
@@ -634,6 +699,7 @@ static const rg_test_case cases[] = {
     RG_TEST(test_gemm_quantized_b),
     RG_TEST(test_mul_mat_every_type),
     RG_TEST(test_mul_mat_columns_every_type),
+    RG_TEST(test_mul_mat_prompt_dots),
     RG_TEST(test_out_prod_every_type),
     RG_TEST(test_mul_mat_large_threads_agree),
     RG_TEST(test_bad_inputs_are_refused),

@@ -65,6 +65,14 @@ size_t rg_unpacked_row_bytes(uint32_t w_type, int64_t K) {
 
 int rg_unpack_min_columns(uint32_t w_type) { return w_type == RG_TYPE_Q4_K || w_type == RG_TYPE_Q6_K ? 8 : 4; }
 
+int rg_unpack_prompt_max_n(uint32_t w_type) {
+    switch (w_type) {
+    case RG_TYPE_Q4_K: case RG_TYPE_Q6_K: return 64;
+    case RG_TYPE_Q4_0: case RG_TYPE_Q5_0: return 32;
+    default: return 0;
+    }
+}
+
 rg_unpack_rows_fn rg_cpu_unpack_rows(uint32_t w_type, int64_t K, rg_dot_rows2_fn *pair) {
     *pair = NULL;
     if (!rg_dot_rows_avx2_built || !rg_cpu_has_avx2()) return NULL;

@@ -57,6 +57,11 @@ rg_dot_rows3_fn rg_cpu_dot_rows3(uint32_t w_type);
 // pair, and gain from 8 (bench_dot_rows: 0.90-0.95x at 4, 1.06-1.22x at 8, 1.14-1.40x at 16).
 enum { UQ4_K_BYTES = 320, UQ6_K_BYTES = 576 };
 int rg_unpack_min_columns(uint32_t w_type);
+// An inference prompt of up to this many columns takes the dot products over unpacked tiles where no integer
+// GEMM serves the type (no AMX or AVX-512 VNNI): on an AVX2 CPU they beat the SGEMM on dequantized panels
+// (bench_dot_rows with RG_BENCH_MUL_MAT=1, one core: Q4_K/Q6_K 1.3x at 32 columns, 1.07-1.22x at 64; Q4_0/Q5_0
+// 1.08x at 32, 0.89x at 64). 0 where the type unpacks nothing.
+int rg_unpack_prompt_max_n(uint32_t w_type);
 size_t rg_unpacked_row_bytes(uint32_t w_type, int64_t K);
 typedef void (*rg_unpack_rows_fn)(int64_t K, int64_t nr, const void *w, size_t w_stride, uint8_t *dst);
 rg_unpack_rows_fn rg_cpu_unpack_rows(uint32_t w_type, int64_t K, rg_dot_rows2_fn *pair);

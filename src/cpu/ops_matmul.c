@@ -19,7 +19,11 @@
 //     else AVX-512 VNNI (gemm_int8.h), the same bits either way; BF16 and F16
 //     weights on activations rounded to BF16, on the AMX BF16 tiles (gemm_tiles.h,
 //     its AMX order; emulated under RG_TILES_EMULATE=1) or else, BF16 only, on
-//     AVX512_BF16 (gemm_bf16.h). As llama.cpp does.
+//     AVX512_BF16 (gemm_bf16.h). As llama.cpp does. Where neither integer GEMM serves
+//     Q4_0, Q5_0, Q4_K or Q6_K (an AVX2 CPU) and N is at most rg_unpack_prompt_max_n
+//     (32; 64 for the K-quants), the dot products with each 16-row tile unpacked once
+//     (dot_rows.h): faster there than the SGEMM on dequantized panels, and every
+//     column gets the bits of its token alone.
 //
 // Training's products in BF16 (rg_exec_ctx.bf16_products, training.compute_dtype=bf16): every
 // product of a weight (node_bf16: MUL_MAT whatever N, no dot products, no integer GEMM; OUT_PROD's
@@ -418,6 +422,8 @@ typedef enum mm_prompt_path {
     MM_PROMPT_INT8_VNNI,    // gemm_int8.h: VPDPBUSD, the same bits
     MM_PROMPT_BF16_TILES,   // gemm_tiles.h: TDPBF16PS for BF16 and F16 weights (AMX, or emulated)
     MM_PROMPT_BF16_AVX512,  // gemm_bf16.h: VDPBF16PS for BF16 weights
+    MM_PROMPT_DOTS,         // the dot products, tiles unpacked once (dot_rows.h), where no integer GEMM serves the
+                            // type and N is at most rg_unpack_prompt_max_n: each column the bits of a token alone
 } mm_prompt_path;
 
 // The BF16 tiles take prompts only on the matrix unit itself (and a build with its kernel) or its
@@ -442,16 +448,22 @@ static mm_prompt_path mul_mat_prompt_path(const rg_tensor *w, const rg_tensor *x
         return w->type == RG_TYPE_BF16 && rg_gemm_bf16_supports(K) ? MM_PROMPT_BF16_AVX512 : MM_PROMPT_NONE;
     }
     if (rg_gemm_int8_tiles_supports(w->type, K)) return MM_PROMPT_INT8_TILES;
-    return rg_gemm_int8_supports(w->type, K) ? MM_PROMPT_INT8_VNNI : MM_PROMPT_NONE;
+    if (rg_gemm_int8_supports(w->type, K)) return MM_PROMPT_INT8_VNNI;
+    rg_dot_rows2_fn pair;
+    if (N <= rg_unpack_prompt_max_n(w->type) && vec_capable(w, K) && rg_cpu_unpack_rows(w->type, K, &pair))
+        return MM_PROMPT_DOTS;
+    return MM_PROMPT_NONE;
 }
 
 // Scratch bytes of a prompt path (bt: the node's SGEMM batch, which the BF16 tiles run).
-static size_t prompt_work(mm_prompt_path pp, const rg_gemm_batch *bt, int64_t K, int64_t N, int n_threads) {
+static size_t prompt_work(mm_prompt_path pp, const rg_tensor *w, const rg_tensor *x, const rg_gemm_batch *bt, int64_t K,
+                          int64_t N, int n_threads) {
     switch (pp) {
     case MM_PROMPT_INT8_TILES: return rg_gemm_int8_tiles_work(K, N, n_threads);
     case MM_PROMPT_INT8_VNNI: return rg_gemm_int8_work(K, N, n_threads);
     case MM_PROMPT_BF16_TILES: return rg_gemm_tiles_work_size(bt, n_threads);
     case MM_PROMPT_BF16_AVX512: return rg_gemm_bf16_work(K, N, n_threads);
+    case MM_PROMPT_DOTS: return vec_work(w, x, K, N, n_threads);
     default: return 0;
     }
 }
@@ -472,7 +484,7 @@ size_t cpu_mul_mat_work(const rg_node *n, int n_threads) {
     }
     size_t work = product_work(&bt, n_threads);
     // planned whether or not the exec allows the prompt paths (the plan does not know)
-    size_t q = prompt_work(mul_mat_prompt_path(w, x, K, N), &bt, K, N, n_threads);
+    size_t q = prompt_work(mul_mat_prompt_path(w, x, K, N), w, x, &bt, K, N, n_threads);
     if (q > work) work = q;
     return work;
 }
@@ -565,7 +577,14 @@ rg_status cpu_mul_mat(rg_exec_ctx *ctx, rg_node *n, rg_error *err) {
         rg_gemm_batch pbt = mul_mat_batch(&pc);
         // a scratch planned without this path (none is short when the plan asked cpu_mul_mat_work) takes the SGEMM
         const bool fits = pp != MM_PROMPT_NONE && strided &&
-                          ctx->scratch_size >= prompt_work(pp, &pbt, K, N, pool_threads(ctx));
+                          ctx->scratch_size >= prompt_work(pp, w, x, &pbt, K, N, pool_threads(ctx));
+        if (fits && pp == MM_PROMPT_DOTS) {
+            mm_vec_job j;
+            if ((st = vec_job_of(ctx, n, &s, &j, err))) return st;
+            vec_convert_all(ctx, &j);
+            rg_threadpool_run(ctx->pool, vec_dots, &j);
+            return RG_OK;
+        }
         if (fits && pp == MM_PROMPT_INT8_TILES) {
             rg_gemm_int8_tiles(ctx->pool, rg_int8_tiles_path(), w->type, K, M, N, w->data, w->nb[1], x->data, ldx,
                                y->data, ldy, ctx->scratch);
