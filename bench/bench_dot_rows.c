@@ -2,7 +2,8 @@
 // sequences a server decodes together) against a whole weight matrix, tile by tile as ops_matmul.c runs them
 // (VEC_TILE = 16 rows), two ways in the same run:
 //   "pairs"     each pair of columns a pass over the packed rows (rg_cpu_dot_rows2: every pass unpacks again);
-//   "unpacked"  each tile unpacked once (rg_cpu_unpack_rows), then every pair a pass over the unpacked rows.
+//   "unpacked"  each tile unpacked once (rg_cpu_unpack_rows), then every four columns (rg_cpu_unpacked_rows4,
+//               Q4_K and Q6_K) or pair a pass over the unpacked rows.
 // Both give every column the bits of one column alone (test_dot_rows checks that; here the outputs are
 // compared too). Shapes of the models a server runs: SmolLM2-135M (576 x 1536, 1536 x 576) and the LFM2-350M
 // shape (1024 x 4608, 4608 x 1024); types Q4_0, Q5_0 (what SmolLM2's Q4_K_M file holds where rows are not
@@ -34,6 +35,7 @@ typedef struct lab {
     float *y[MAX_N];
     uint8_t *u;  // one tile unpacked
     rg_dot_rows2_fn pair, upair;
+    rg_dot_rows4_fn uquad;  // four columns a pass over unpacked rows, or NULL
     rg_unpack_rows_fn unpack;
 } lab;
 
@@ -52,7 +54,12 @@ static void run_unpacked(void *p) {
     for (int64_t m0 = 0; m0 < l->M; m0 += TILE) {
         const int64_t nr = l->M - m0 < TILE ? l->M - m0 : TILE;
         l->unpack(l->K, nr, l->w + m0 * l->row, l->row, l->u);
-        for (int64_t n = 0; n + 2 <= l->N; n += 2)
+        int64_t n = 0;
+        for (; l->uquad && n + 4 <= l->N; n += 4) {
+            float *const ys[4] = {l->y[n] + m0, l->y[n + 1] + m0, l->y[n + 2] + m0, l->y[n + 3] + m0};
+            l->uquad(l->K, nr, l->u, urow, &l->x[n], ys);
+        }
+        for (; n + 2 <= l->N; n += 2)
             l->upair(l->K, nr, l->u, urow, l->x[n], l->x[n + 1], l->y[n] + m0, l->y[n + 1] + m0);
     }
 }
@@ -66,6 +73,7 @@ static void bench_shape(uint32_t type, int64_t K, int64_t M, int rounds) {
     lab l = {.type = type, .K = K, .M = M};
     l.unpack = rg_cpu_unpack_rows(type, K, &l.upair);
     l.pair = rg_cpu_dot_rows2(type);
+    l.uquad = rg_cpu_unpacked_rows4(type);
     if (!l.unpack || !l.pair) {
         printf("%-5s %5lld x %-5lld  no unpacked kernel on this CPU\n", rg_type_get(type)->name, (long long)K,
                (long long)M);

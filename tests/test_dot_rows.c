@@ -122,9 +122,9 @@ static void test_dot_rows_avx512_matches_avx2(void) {
 static void test_dot_rows_columns(void) {
     static const uint32_t types[] = {RG_TYPE_F32, RG_TYPE_F16, RG_TYPE_BF16, RG_TYPE_Q4_0, RG_TYPE_Q4_1,
                                      RG_TYPE_Q5_0, RG_TYPE_Q8_0, RG_TYPE_Q4_K, RG_TYPE_Q6_K};
-    static const int64_t Ks[] = {32, 96, 576, 1536, 16416, 131328};
+    static const int64_t Ks[] = {32, 96, 576, 1536, 4608, 16416, 131328};
     static const int64_t nrs[] = {1, 5, 19};
-    int n_kernels = 0;
+    int n_kernels = 0, n_quads = 0;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const uint32_t type = types[ti];
         rg_dot_rows_fn one = rg_cpu_dot_rows(type);
@@ -176,6 +176,19 @@ static void test_dot_rows_columns(void) {
                                  !memcmp(ref[2], got[2], sizeof(float) * (size_t)nr),
                              "%s K=%lld nr=%lld: the unpacked rows' pair kernel's bits differ from one column's",
                              tt->name, (long long)K, (long long)nr);
+                    rg_dot_rows4_fn quad = rg_cpu_unpacked_rows4(type);
+                    if (quad) {  // four columns a pass: x[2], x[0], x[1], x[2] (a column twice in one pass too)
+                        float got4[4][19];
+                        const void *const xs[4] = {x[2], x[0], x[1], x[2]};
+                        float *const ys[4] = {got4[0], got4[1], got4[2], got4[3]};
+                        quad(K, nr, u, urow, xs, ys);
+                        const int want[4] = {2, 0, 1, 2};
+                        for (int c = 0; c < 4; c++)
+                            RG_CHECK(!memcmp(ref[want[c]], got4[c], sizeof(float) * (size_t)nr),
+                                     "%s K=%lld nr=%lld column %d: the unpacked rows' four-column kernel's bits differ "
+                                     "from one column's", tt->name, (long long)K, (long long)nr, c);
+                        n_quads++;
+                    }
                     free(u);
                 }
                 if (three) {
@@ -193,7 +206,8 @@ static void test_dot_rows_columns(void) {
         }
     }
     if (n_kernels == 0) RG_SKIP("no multi-column kernel on this CPU (no AVX2)");
-    printf("    %d multi-column kernels checked against one column\n", n_kernels);
+    printf("    %d multi-column kernels checked against one column (%d shapes of four columns over unpacked rows)\n",
+           n_kernels, n_quads);
 }
 
 static const rg_test_case cases[] = {

@@ -65,6 +65,14 @@ size_t rg_unpacked_row_bytes(uint32_t w_type, int64_t K) {
 
 int rg_unpack_min_columns(uint32_t w_type) { return w_type == RG_TYPE_Q4_K || w_type == RG_TYPE_Q6_K ? 8 : 4; }
 
+rg_dot_rows4_fn rg_cpu_unpacked_rows4(uint32_t w_type) {
+    rg_dot_rows2_fn pair;
+    if (!rg_cpu_unpack_rows(w_type, 256, &pair)) return NULL;  // the same CPU and kernel checks
+    if (w_type == RG_TYPE_Q4_K) return rg_dot_rows4_uq4_K_avx2;
+    if (w_type == RG_TYPE_Q6_K) return rg_dot_rows4_uq6_K_avx2;
+    return NULL;
+}
+
 int rg_unpack_prompt_max_n(uint32_t w_type) {
     switch (w_type) {
     case RG_TYPE_Q4_K: case RG_TYPE_Q6_K: return 64;

@@ -57,6 +57,11 @@ rg_dot_rows3_fn rg_cpu_dot_rows3(uint32_t w_type);
 // pair, and gain from 8 (bench_dot_rows: 0.90-0.95x at 4, 1.06-1.22x at 8, 1.14-1.40x at 16).
 enum { UQ4_K_BYTES = 320, UQ6_K_BYTES = 576 };
 int rg_unpack_min_columns(uint32_t w_type);
+// Four columns a pass over unpacked rows (Q4_K, Q6_K: their weight loads shared by four), each column the bits of
+// the type's rg_dot_rows_fn; NULL where the type has none (then pairs).
+typedef void (*rg_dot_rows4_fn)(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *const x[4],
+                                float *const y[4]);
+rg_dot_rows4_fn rg_cpu_unpacked_rows4(uint32_t w_type);
 // An inference prompt of up to this many columns takes the dot products over unpacked tiles where no integer
 // GEMM serves the type (no AMX or AVX-512 VNNI): on an AVX2 CPU they beat the SGEMM on dequantized panels
 // (bench_dot_rows with RG_BENCH_MUL_MAT=1, one core: Q4_K/Q6_K 1.3x at 32 columns, 1.07-1.22x at 64; Q4_0/Q5_0
@@ -117,6 +122,10 @@ void rg_dot_rows2_uq4_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stri
 void rg_unpack_rows_q6_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, uint8_t *dst);
 void rg_dot_rows2_uq6_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
                              float *y0, float *y1);
+void rg_dot_rows4_uq4_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *const x[4],
+                             float *const y[4]);
+void rg_dot_rows4_uq6_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *const x[4],
+                             float *const y[4]);
 // The K-quant kernels' own limit: rows of more blocks of 256 take the table's vec_dot (and are never unpacked).
 enum { RG_DOT_ROWS_K_BLOCKS_MAX = 512 };
 

@@ -16,9 +16,11 @@
 // operations (the spec's per-sub-block formula applied to all bytes at once).
 // Rows go one at a time, front to back, software-prefetched ROW_PF bytes ahead
 // (as the Q8_0 kernel in dot_rows_avx2.c). Integer sums are exact; per block
-// the integer total goes into eight f32 lanes with d dy (one FMA), the mins or
-// offsets into a scalar, so the result differs from vec_dot's only in the
-// order of f32 additions (test_dot_rows bounds it).
+// the integer total goes into eight f32 lanes with d dy (one FMA), Q4_K's mins
+// into four more with dmin dy (one FMA), so the result differs from vec_dot's
+// only in the order of f32 additions (test_dot_rows bounds it). Every kernel of
+// a type (one, two or four columns, packed or unpacked rows) does each column's
+// arithmetic in the same order: a column has the same bits in any of them.
 #include "cpu/dot_rows.h"
 
 #if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
@@ -50,13 +52,13 @@ static inline float rd_f16(const uint8_t *p) { return _cvtsh_ss((unsigned short)
 static inline __m256i bits(__m256i v, int shift, int mask) {
     return _mm256_and_si256(_mm256_srli_epi16(v, shift), _mm256_set1_epi8((char)mask));
 }
-static inline int hsum_i32_4(__m128i s) {
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-    return _mm_cvtsi128_si32(s);
-}
 static inline float hsum8(__m256 a) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+// (v0+v2)+(v1+v3) of four f32 lanes.
+static inline float hsum4(__m128 s) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
@@ -103,6 +105,14 @@ static inline __m128i q4k_scales(const uint8_t *xb, uint8_t sc[8]) {
     return _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)m_hi, (int)m_lo));  // the mins, int16
 }
 
+// A block's end for one column, the same in every Q4_K kernel: its integer total into eight f32 lanes with d dy,
+// its mins' four pair sums (int32, exact) into four lanes with dmin dy.
+static inline void q4k_block_end(float d, float dmin, float dy, __m256i isum, __m128i m16, __m128i pairs, __m256 *acc,
+                                 __m128 *mins) {
+    *acc = _mm256_fmadd_ps(_mm256_set1_ps(d * dy), _mm256_cvtepi32_ps(isum), *acc);
+    *mins = _mm_fmadd_ps(_mm_set1_ps(dmin * dy), _mm_cvtepi32_ps(_mm_madd_epi16(m16, pairs)), *mins);
+}
+
 // C activation columns against rows [0, nr): each weight block's scales and nibbles unpacked once for
 // all C, then per column the integer dot, the FMA into its eight lanes and its mins in one fixed order,
 // so every column has the bits of C = 1.
@@ -111,7 +121,7 @@ static inline void q4k_rows(int C, int64_t nb, int64_t nr, const void *w, size_t
     for (int64_t r = 0; r < nr; r++) {
         const uint8_t *xb = (const uint8_t *)w + (size_t)r * w_stride;
         __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-        float mins[2] = {0.0f, 0.0f};
+        __m128 mins[2] = {_mm_setzero_ps(), _mm_setzero_ps()};
         for (int64_t b = 0; b < nb; b++, xb += Q4_K_BYTES) {
             _mm_prefetch((const char *)xb + ROW_PF, _MM_HINT_T0);
             _mm_prefetch((const char *)xb + ROW_PF + 64, _MM_HINT_T0);
@@ -129,14 +139,10 @@ static inline void q4k_rows(int C, int64_t nb, int64_t nr, const void *w, size_t
                     isum[k] = _mm256_add_epi32(isum[k], _mm256_madd_epi16(p1, bcast16(sc[2 * c + 1])));
                 }
             }
-            for (int k = 0; k < C; k++) {
-                const int summs = hsum_i32_4(_mm_madd_epi16(m16, a[k].pairs[b]));
-                const float dy = a[k].dys[b];
-                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(rd_f16(xb) * dy), _mm256_cvtepi32_ps(isum[k]), acc[k]);
-                mins[k] += rd_f16(xb + 2) * dy * (float)summs;
-            }
+            for (int k = 0; k < C; k++)
+                q4k_block_end(rd_f16(xb), rd_f16(xb + 2), a[k].dys[b], isum[k], m16, a[k].pairs[b], &acc[k], &mins[k]);
         }
-        for (int k = 0; k < C; k++) y[k][r] = hsum8(acc[k]) - mins[k];
+        for (int k = 0; k < C; k++) y[k][r] = hsum8(acc[k]) - hsum4(mins[k]);
     }
 }
 
@@ -265,39 +271,48 @@ void rg_unpack_rows_q4_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_str
     unpack_blocks(K, nr, w, w_stride, dst, Q4_K_BYTES, UQ4_K_BYTES, unpack_q4_K_block);
 }
 
-void rg_dot_rows2_uq4_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
-                             float *y0, float *y1) {
+// C columns (2 or 4) over unpacked Q4_K rows: each sub-block's values and scale loaded once for all C, then per
+// column the integer dot and q4k_block_end in q4k_rows' order.
+static inline void uq4k_rows(int C, int64_t K, int64_t nr, const void *w, size_t w_stride, const void *const *x,
+                             float *const *y) {
     const int64_t nb = K / QK;  // <= BLOCKS_MAX: rg_cpu_unpack_rows offers no unpacking beyond
-    q4k_act a[2];
-    q4k_act_of(&a[0], x0, nb);
-    q4k_act_of(&a[1], x1, nb);
-    float *const y[2] = {y0, y1};
+    q4k_act a[4];
+    for (int k = 0; k < C; k++) q4k_act_of(&a[k], x[k], nb);
     for (int64_t r = 0; r < nr; r++) {
         const uint8_t *ub = (const uint8_t *)w + (size_t)r * w_stride;
-        __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-        float mins[2] = {0.0f, 0.0f};
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        __m128 mins[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
         for (int64_t b = 0; b < nb; b++, ub += UQ4_K_BYTES) {
-            __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+            __m256i isum[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                               _mm256_setzero_si256()};
             for (int s = 0; s < 8; s++) {
                 const __m256i q = load32(ub + 32 * s);
                 const __m256i s16 = _mm256_castps_si256(_mm256_broadcast_ss((const float *)(ub + 256 + 4 * s)));
-                for (int k = 0; k < 2; k++) {
+                for (int k = 0; k < C; k++) {
                     const __m256i p = _mm256_maddubs_epi16(q, load32(a[k].x + b * Q8_K_BYTES + 4 + 32 * s));
                     isum[k] = _mm256_add_epi32(isum[k], _mm256_madd_epi16(p, s16));
                 }
             }
             const __m128i m16 = _mm_loadu_si128((const __m128i *)(ub + 288));
             const float d = rd_f32(ub + 304), dmin = rd_f32(ub + 308);
-            for (int k = 0; k < 2; k++) {
-                const int summs = hsum_i32_4(_mm_madd_epi16(m16, a[k].pairs[b]));
-                const float dy = a[k].dys[b];
-                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * dy), _mm256_cvtepi32_ps(isum[k]), acc[k]);
-                mins[k] += dmin * dy * (float)summs;
-            }
+            for (int k = 0; k < C; k++) q4k_block_end(d, dmin, a[k].dys[b], isum[k], m16, a[k].pairs[b], &acc[k], &mins[k]);
         }
-        for (int k = 0; k < 2; k++) y[k][r] = hsum8(acc[k]) - mins[k];
+        for (int k = 0; k < C; k++) y[k][r] = hsum8(acc[k]) - hsum4(mins[k]);
     }
 }
+
+// The two- and four-column entry points (dot_rows.h) of a C-column kernel over unpacked rows.
+#define UNPACKED_ENTRIES(name2, name4, rows)                                                                   \
+    void name2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,        \
+               float *y0, float *y1) {                                                                         \
+        const void *const x[2] = {x0, x1};                                                                     \
+        float *const y[2] = {y0, y1};                                                                          \
+        rows(2, K, nr, w, w_stride, x, y);                                                                     \
+    }                                                                                                          \
+    void name4(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *const x[4], float *const y[4]) { \
+        rows(4, K, nr, w, w_stride, x, y);                                                                     \
+    }
+UNPACKED_ENTRIES(rg_dot_rows2_uq4_K_avx2, rg_dot_rows4_uq4_K_avx2, uq4k_rows)
 
 static void unpack_q6_K_block(const uint8_t *xb, uint8_t *d) {
     for (int h = 0; h < 2; h++) {
@@ -318,40 +333,43 @@ void rg_unpack_rows_q6_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_str
     unpack_blocks(K, nr, w, w_stride, dst, Q6_K_BYTES, UQ6_K_BYTES, unpack_q6_K_block);
 }
 
-void rg_dot_rows2_uq6_K_avx2(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *x0, const void *x1,
-                             float *y0, float *y1) {
+// C columns (2 or 4) over unpacked Q6_K rows: each 32 values and their scales loaded once for all C, then per column
+// q6k_rows' arithmetic in its order.
+static inline void uq6k_rows(int C, int64_t K, int64_t nr, const void *w, size_t w_stride, const void *const *x,
+                             float *const *y) {
     const int64_t nb = K / QK;  // <= BLOCKS_MAX, as above
-    float dys[2][BLOCKS_MAX];
-    for (int64_t b = 0; b < nb; b++) {
-        dys[0][b] = rd_f32((const uint8_t *)x0 + b * Q8_K_BYTES);
-        dys[1][b] = rd_f32((const uint8_t *)x1 + b * Q8_K_BYTES);
+    float dys[4][BLOCKS_MAX];
+    const uint8_t *xs[4];
+    for (int k = 0; k < C; k++) {
+        xs[k] = x[k];
+        for (int64_t b = 0; b < nb; b++) dys[k][b] = rd_f32(xs[k] + b * Q8_K_BYTES);
     }
-    const uint8_t *const xs[2] = {x0, x1};
-    float *const y[2] = {y0, y1};
     for (int64_t r = 0; r < nr; r++) {
         const uint8_t *ub = (const uint8_t *)w + (size_t)r * w_stride;
-        __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
         for (int64_t b = 0; b < nb; b++, ub += UQ6_K_BYTES) {
             const __m256i sc16 = load32(ub + 512);
-            __m256i isum[2];
-            for (int k = 0; k < 2; k++) {
+            __m256i isum[4];
+            for (int k = 0; k < C; k++) {
                 const __m256i offs = _mm256_madd_epi16(sc16, load32(xs[k] + b * Q8_K_BYTES + 260));
                 isum[k] = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_setzero_si256(), offs), 5);
             }
             for (int c = 0; c < 8; c++) {
                 const __m256i q = load32(ub + 32 * c), s16 = load32(ub + 256 + 32 * c);
-                for (int k = 0; k < 2; k++) {
+                for (int k = 0; k < C; k++) {
                     const __m256i p = _mm256_maddubs_epi16(q, load32(xs[k] + b * Q8_K_BYTES + 4 + 32 * c));
                     isum[k] = _mm256_add_epi32(isum[k], _mm256_madd_epi16(p, s16));
                 }
             }
             const float d = rd_f32(ub + 544);
-            for (int k = 0; k < 2; k++)
+            for (int k = 0; k < C; k++)
                 acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * dys[k][b]), _mm256_cvtepi32_ps(isum[k]), acc[k]);
         }
-        for (int k = 0; k < 2; k++) y[k][r] = hsum8(acc[k]);
+        for (int k = 0; k < C; k++) y[k][r] = hsum8(acc[k]);
     }
 }
+
+UNPACKED_ENTRIES(rg_dot_rows2_uq6_K_avx2, rg_dot_rows4_uq6_K_avx2, uq6k_rows)
 
 #else  // built without AVX2: never called (rg_cpu_dot_rows returns NULL)
 
@@ -378,5 +396,12 @@ STUB_UNPACK(rg_unpack_rows_q4_K_avx2)
 STUB_UNPACK(rg_unpack_rows_q6_K_avx2)
 STUB_ROWS2(rg_dot_rows2_uq4_K_avx2)
 STUB_ROWS2(rg_dot_rows2_uq6_K_avx2)
+#define STUB_ROWS4(name)                                                                                \
+    void name(int64_t K, int64_t nr, const void *w, size_t w_stride, const void *const x[4],           \
+              float *const y[4]) {                                                                      \
+        (void)K, (void)nr, (void)w, (void)w_stride, (void)x, (void)y;                                   \
+    }
+STUB_ROWS4(rg_dot_rows4_uq4_K_avx2)
+STUB_ROWS4(rg_dot_rows4_uq6_K_avx2)
 
 #endif

@@ -238,9 +238,10 @@ typedef struct mm_vec_job {
     size_t xq_row;
     float *gather;                 // [n_threads][K] a strided x column gathered before quantizing
     // Many columns (N >= rg_unpack_min_columns) of a type that has them (dot_rows.h): each tile's rows unpacked
-    // once into the thread's [VEC_TILE][unpacked_row] bytes of unpacked, then dotted two columns at a time.
+    // once into the thread's [VEC_TILE][unpacked_row] bytes of unpacked, then dotted four or two columns a pass.
     rg_unpack_rows_fn unpack;
     rg_dot_rows2_fn unpacked2;
+    rg_dot_rows4_fn unpacked4;     // four columns a pass over them, or NULL (pairs only)
     uint8_t *unpacked;             // [n_threads][VEC_TILE * unpacked_row]
     size_t unpacked_row;
 } mm_vec_job;
@@ -304,6 +305,13 @@ static void vec_run_tiles(const mm_vec_job *j, int64_t t0, int64_t t1, int ith) 
         if (j->unpacked) {  // the tile's rows unpacked once, then two columns per pass over them
             uint8_t *u = j->unpacked + (size_t)ith * VEC_TILE * j->unpacked_row;
             j->unpack(s->K, m1 - m0, w + m0 * wnb1, wnb1, u);
+            for (; j->unpacked4 && n + 4 <= s->N; n += 4) {
+                const void *const xs[4] = {vec_x(j, n, i2, i3), vec_x(j, n + 1, i2, i3), vec_x(j, n + 2, i2, i3),
+                                           vec_x(j, n + 3, i2, i3)};
+                float *const ys[4] = {(float *)(y + n * j->y->nb[1]) + m0, (float *)(y + (n + 1) * j->y->nb[1]) + m0,
+                                      (float *)(y + (n + 2) * j->y->nb[1]) + m0, (float *)(y + (n + 3) * j->y->nb[1]) + m0};
+                j->unpacked4(s->K, m1 - m0, u, j->unpacked_row, xs, ys);
+            }
             for (; n + 2 <= s->N; n += 2) {
                 float *y0 = (float *)(y + n * j->y->nb[1]), *y1 = (float *)(y + (n + 1) * j->y->nb[1]);
                 j->unpacked2(s->K, m1 - m0, u, j->unpacked_row, vec_x(j, n, i2, i3), vec_x(j, n + 1, i2, i3),
@@ -516,7 +524,8 @@ static rg_status vec_job_of(const rg_exec_ctx *ctx, const rg_node *n, const mm_s
     const rg_quant_ops *ops = rg_quant_get(w->type);
     rg_dot_rows_fn rows = rg_cpu_dot_rows(w->type);
     *j = (mm_vec_job){ops, rows, rows ? rg_cpu_dot_rows2(w->type) : NULL, rows ? rg_cpu_dot_rows3(w->type) : NULL,
-                      NULL, w, x, &n->t, *s, vec_x_direct(w, x), NULL, vec_xq_row(w, s->K), NULL, NULL, NULL, NULL, 0};
+                      NULL, w, x, &n->t, *s, vec_x_direct(w, x), NULL, vec_xq_row(w, s->K), NULL,
+                      NULL, NULL, NULL, NULL, 0};
     if (ops->vec_dot_type != RG_TYPE_F32) j->act_ops = rg_quant_get(ops->vec_dot_type);
     if (!j->x_direct) {
         size_t cols = (size_t)(s->N * s->c2 * s->c3);
@@ -526,6 +535,7 @@ static rg_status vec_job_of(const rg_exec_ctx *ctx, const rg_node *n, const mm_s
         j->unpacked_row = vec_unpacked_row(w, s->K, s->N);
         if (j->unpacked_row) {
             j->unpack = rg_cpu_unpack_rows(w->type, s->K, &j->unpacked2);
+            j->unpacked4 = rg_cpu_unpacked_rows4(w->type);
             j->unpacked = (uint8_t *)j->gather + (gather + 63) / 64 * 64;
         }
     }
