@@ -126,8 +126,9 @@ static void bench_shape(uint32_t type, int64_t K, int64_t M, int rounds) {
 }
 
 // A whole MUL_MAT of N columns on one core, two ways: marked RG_MUL_MAT_COLUMNS (the dot products, tiles unpacked
-// where the type has it: an exact decode batch) and unmarked (an inference prompt's path on this CPU: the SGEMM on
-// F32 activations with the weights dequantized into its panels, or the int8 / BF16 GEMM where the CPU has one).
+// where the type has it: an exact decode batch) and unmarked without int8 activations (the SGEMM on F32
+// activations with the weights dequantized into its panels: what a prompt took on an AVX2 CPU before
+// rg_unpack_prompt_max_n, and what it takes past it).
 typedef struct mm_lab {
     rg_node w, x, y;
     rg_exec_ctx ctx;
@@ -143,17 +144,17 @@ static void run_mul_mat(void *p) {
 }
 
 static void bench_mul_mat(uint32_t type, int64_t K, int64_t M, int rounds) {
-    static const int64_t Ns[] = {8, 16, 32, 64};
+    static const int64_t Ns[] = {8, 16, 32, 48, 64, 96, 128, 192};
     const rg_quant_ops *q = rg_quant_get(type);
     const size_t row = rg_type_row_size(type, K);
     uint8_t *w = malloc(row * (size_t)M);
-    float *x = malloc(sizeof(float) * (size_t)(K * 64)), *y = malloc(sizeof(float) * (size_t)(M * 64));
+    float *x = malloc(sizeof(float) * (size_t)(K * 192)), *y = malloc(sizeof(float) * (size_t)(M * 192));
     for (int64_t r = 0; r < M; r++) {
         float f[8192];
         for (int64_t i = 0; i < K; i++) f[i] = rg_rng_normal(9, (uint64_t)r, (uint64_t)i);
         q->quantize(f, w + (size_t)r * row, K, NULL);
     }
-    for (int64_t i = 0; i < K * 64; i++) x[i] = rg_rng_normal(10, 0, (uint64_t)i);
+    for (int64_t i = 0; i < K * 192; i++) x[i] = rg_rng_normal(10, 0, (uint64_t)i);
     for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++) {
         const int64_t N = Ns[ni];
         mm_lab a, b;
@@ -168,7 +169,7 @@ static void bench_mul_mat(uint32_t type, int64_t K, int64_t M, int rounds) {
             l->y.ip[0] = k ? 0 : RG_MUL_MAT_COLUMNS;
             const size_t ws = cpu_mul_mat_work(&l->y, 1);
             l->ctx = (rg_exec_ctx){.pool = NULL, .scratch = ws ? aligned_alloc(64, (ws + 63) / 64 * 64) : NULL,
-                                   .scratch_size = ws, .int8_activations = true};
+                                   .scratch_size = ws, .int8_activations = k == 0};
         }
         double ta[MAX_ROUNDS], tb[MAX_ROUNDS], ratio[MAX_ROUNDS];
         for (int r = 0; r < rounds; r++) {
@@ -180,8 +181,8 @@ static void bench_mul_mat(uint32_t type, int64_t K, int64_t M, int rounds) {
         qsort(tb, (size_t)rounds, sizeof(double), cmp_double);
         qsort(ratio, (size_t)rounds, sizeof(double), cmp_double);
         const double per = 1e9 / ((double)M * (double)N);
-        printf("%-5s %5lld x %-5lld N=%-2lld  dot products %6.2f ns  prompt path %6.2f ns  (per row x column)  "
-               "prompt/dots %.2fx [%.2f-%.2f]\n",
+        printf("%-5s %5lld x %-5lld N=%-2lld  dot products %6.2f ns  SGEMM %6.2f ns  (per row x column)  "
+               "SGEMM/dots %.2fx [%.2f-%.2f]\n",
                rg_type_get(type)->name, (long long)K, (long long)M, (long long)N, ta[rounds / 2] * per,
                tb[rounds / 2] * per, ratio[rounds / 2], ratio[0], ratio[rounds - 1]);
         free(a.ctx.scratch), free(b.ctx.scratch);
@@ -205,7 +206,7 @@ int main(void) {
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         bench_shape(shapes[i].type, shapes[i].K, shapes[i].M, rounds);
     if (getenv("RG_BENCH_MUL_MAT")) {
-        printf("\nMUL_MAT of N columns, one core: the dot products (as an exact batch) against the prompt path\n");
+        printf("\nMUL_MAT of N columns, one core: the dot products (as an exact batch) against the SGEMM\n");
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
             bench_mul_mat(shapes[i].type, shapes[i].K, shapes[i].M, rounds);
     }

@@ -514,7 +514,7 @@ static void test_mul_mat_columns_every_type(void) {
 // path. Every column within the dot products' tolerance of the F64 product on any CPU.
 static void test_mul_mat_prompt_dots(void) {
     static const uint32_t types[] = {RG_TYPE_Q4_0, RG_TYPE_Q5_0, RG_TYPE_Q4_K, RG_TYPE_Q6_K};
-    static const int64_t Ns[] = {12, 32, 40, 64, 80};
+    static const int64_t Ns[] = {12, 32, 40, 128, 136};
     rg_threadpool *pool2 = pool_of(2);
     int dots = 0, others = 0;
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {

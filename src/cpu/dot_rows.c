@@ -75,7 +75,7 @@ rg_dot_rows4_fn rg_cpu_unpacked_rows4(uint32_t w_type) {
 
 int rg_unpack_prompt_max_n(uint32_t w_type) {
     switch (w_type) {
-    case RG_TYPE_Q4_K: case RG_TYPE_Q6_K: return 64;
+    case RG_TYPE_Q4_K: case RG_TYPE_Q6_K: return 128;
     case RG_TYPE_Q4_0: case RG_TYPE_Q5_0: return 32;
     default: return 0;
     }

@@ -64,8 +64,9 @@ typedef void (*rg_dot_rows4_fn)(int64_t K, int64_t nr, const void *w, size_t w_s
 rg_dot_rows4_fn rg_cpu_unpacked_rows4(uint32_t w_type);
 // An inference prompt of up to this many columns takes the dot products over unpacked tiles where no integer
 // GEMM serves the type (no AMX or AVX-512 VNNI): on an AVX2 CPU they beat the SGEMM on dequantized panels
-// (bench_dot_rows with RG_BENCH_MUL_MAT=1, one core: Q4_K/Q6_K 1.3x at 32 columns, 1.07-1.22x at 64; Q4_0/Q5_0
-// 1.08x at 32, 0.89x at 64). 0 where the type unpacks nothing.
+// (bench_dot_rows with RG_BENCH_MUL_MAT=1, one core, four columns a pass: Q4_K/Q6_K 1.4-1.6x at 32 columns,
+// 1.11-1.25x at 128 and 192; Q4_0/Q5_0 1.03-1.06x at 32, 0.90x at 48): 128 for the K-quants, 32 for Q4_0/Q5_0.
+// 0 where the type unpacks nothing.
 int rg_unpack_prompt_max_n(uint32_t w_type);
 size_t rg_unpacked_row_bytes(uint32_t w_type, int64_t K);
 typedef void (*rg_unpack_rows_fn)(int64_t K, int64_t nr, const void *w, size_t w_stride, uint8_t *dst);

@@ -21,7 +21,7 @@
 //     its AMX order; emulated under RG_TILES_EMULATE=1) or else, BF16 only, on
 //     AVX512_BF16 (gemm_bf16.h). As llama.cpp does. Where neither integer GEMM serves
 //     Q4_0, Q5_0, Q4_K or Q6_K (an AVX2 CPU) and N is at most rg_unpack_prompt_max_n
-//     (32; 64 for the K-quants), the dot products with each 16-row tile unpacked once
+//     (32; 128 for the K-quants), the dot products with each 16-row tile unpacked once
 //     (dot_rows.h): faster there than the SGEMM on dequantized panels, and every
 //     column gets the bits of its token alone.
 //
