@@ -200,6 +200,23 @@ static const char *str_member(const rg_json *obj, const char *key, size_t *len) 
     return s;
 }
 
+// OpenAI's array of text parts, which an accepted line's content may be: every part {"type": "text", "text": S},
+// the texts joined with nothing between them (malloc'd).
+static char *text_parts(const rg_json *c, size_t *len) {
+    buf b = {0};
+    for (size_t k = 0; k < rg_json_len(c); k++) {
+        const rg_json *part = rg_json_at(c, k);
+        size_t tl, n;
+        const char *type = rg_json_str(rg_json_get(part, "type"), &tl);
+        FZ_CHECK(type && tl == 4 && !memcmp(type, "text", 4), "an accepted content part %zu is not of type text", k);
+        const char *t = str_member(part, "text", &n);
+        put(&b, t, n);
+    }
+    put(&b, "", 1);  // NUL-terminated, so never NULL
+    *len = b.n - 1;
+    return b.p;
+}
+
 // Orders cuts (pairs of offsets) by their first offset.
 static int cmp_size(const void *a, const void *b) {
     const size_t *x = a, *y = b;
@@ -233,13 +250,15 @@ static void expect_messages(expect *E, const rg_json *root, const rg_json *msgs)
     FZ_CHECK(rg_json_is(msgs, RG_JSON_ARRAY) && n > 0, "an accepted 'messages' is not a non-empty array");
     rg_chat_message *m = calloc(n, sizeof *m);
     bool *weight0 = calloc(n, sizeof *weight0);
-    FZ_CHECK(m && weight0, "out of memory");
+    char **joined = calloc(n, sizeof *joined);  // contents given as text parts, joined here
+    FZ_CHECK(m && weight0 && joined, "out of memory");
     for (size_t i = 0; i < n; i++) {
         const rg_json *item = rg_json_at(msgs, i), *calls = rg_json_get(item, "tool_calls");
         m[i].role = str_member(item, "role", &m[i].role_len);
         if (calls && rg_json_is(calls, RG_JSON_ARRAY) && rg_json_len(calls) > 0) m[i].tool_calls = calls;
         const rg_json *c = rg_json_get(item, "content");
         if (m[i].tool_calls && (!c || rg_json_is(c, RG_JSON_NULL))) m[i].content = "", m[i].content_len = 0;
+        else if (rg_json_is(c, RG_JSON_ARRAY)) m[i].content = joined[i] = text_parts(c, &m[i].content_len);
         else m[i].content = str_member(item, "content", &m[i].content_len);
         m[i].name = rg_json_str(rg_json_get(item, "name"), &m[i].name_len);
         int64_t w = 1;
@@ -297,6 +316,8 @@ static void expect_messages(expect *E, const rg_json *root, const rg_json *msgs)
     free(cuts);
     free(off);
     rg_chat_rendered_free(&r);
+    for (size_t i = 0; i < n; i++) free(joined[i]);
+    free(joined);
     free(m);
     free(weight0);
 }

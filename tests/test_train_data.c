@@ -1117,6 +1117,14 @@ typedef struct tool_bad {
 #define FN_CALL(FN) "[{\"id\":\"c1\",\"type\":\"function\",\"function\":" FN "}]"
 
 static const tool_bad tool_bad_cases[] = {
+    // content as text parts: only text parts, each text a string
+    {CHAT3("{\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"image_url\","
+           "\"image_url\":{\"url\":\"x\"}}]}"),
+     "tools.jsonl:2: messages[2].content[1] is a part of type 'image_url'; only text parts can be trained on"},
+    {CHAT3("{\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":5}]}"),
+     "tools.jsonl:2: messages[2].content[0].text is a number, expected a string"},
+    {CHAT3("{\"role\":\"assistant\",\"content\":[\"a\"]}"),
+     "tools.jsonl:2: messages[2].content[0] is a part of type '(none)'; only text parts can be trained on"},
     {CHAT3(ASSISTANT_CALLS("{\"id\":\"c1\"}")),
      "tools.jsonl:2: messages[2].tool_calls is an object, expected an array of {\"type\": \"function\", \"function\": "
      "{\"name\", \"arguments\"}} objects"},
@@ -1179,6 +1187,31 @@ static const tool_bad tool_bad_cases[] = {
      "tools.jsonl:2: messages[2].name is an array, expected a string"},
 };
 
+// OpenAI's content as an array of text parts trains as the parts joined: the same rows as the joined string.
+static void test_content_parts(void) {
+    if (!fixture()) RG_SKIP("no fixture");
+    static const char parts[] =
+        "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"What is \"},"
+        "{\"type\":\"text\",\"text\":\"two plus two?\"}]},{\"role\":\"assistant\",\"content\":[{\"type\":\"text\","
+        "\"text\":\"Four.\"}]}]}\n";
+    static const char joined[] =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"What is two plus two?\"},{\"role\":\"assistant\","
+        "\"content\":\"Four.\"}]}\n";
+    rg_data_opts o = opts_of(64, RG_DATA_TRAIN_ON_ASSISTANT, true);
+    rg_dataset *a = NULL, *b = NULL;
+    rg_error err = {0};
+    RG_REQUIRE(rg_dataset_load_memory(&a, "parts.jsonl", parts, sizeof parts - 1, tok, &tmpl, &o, &err) == RG_OK,
+               "parts: %s", err.msg);
+    RG_REQUIRE(rg_dataset_load_memory(&b, "joined.jsonl", joined, sizeof joined - 1, tok, &tmpl, &o, &err) == RG_OK,
+               "joined: %s", err.msg);
+    rows ra = fetch(a, 0, 0, 64), rb = fetch(b, 0, 0, 64);
+    RG_CHECK(ra.n == 1 && rb.n == 1 && !memcmp(ra.ids, rb.ids, 64 * sizeof(int32_t)) &&
+                 !memcmp(ra.labels, rb.labels, 64 * sizeof(int32_t)),
+             "text parts do not train as their joined string");
+    rows_free(&ra), rows_free(&rb);
+    rg_dataset_free(a), rg_dataset_free(b);
+}
+
 static void test_tool_bad_lines(void) {
     if (!fixture()) RG_SKIP("no fixture");
     rg_data_opts o = opts_of(4096, RG_DATA_TRAIN_ON_ASSISTANT, true);
@@ -1209,6 +1242,7 @@ static void test_check_line(void) {
                           "{\"text\":\"a\"}",
                           "{\"prompt\":\"p\",\"completion\":\"c\"}",
                           "{\"messages\":[{\"role\":\"user\",\"content\":\"u\"}],\"tools\":null}",
+                          "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"u\"}]}]}",
                           "",
                           "  \t\r",
                           "\xEF\xBB\xBF{\"text\":\"bom\"}"};
@@ -1314,6 +1348,7 @@ static const rg_test_case cases[] = {
     RG_TEST(test_overlong),
     RG_TEST(test_eval_split),
     RG_TEST(test_eval_file),
+    RG_TEST(test_content_parts),
     RG_TEST(test_epoch_orders),
     RG_TEST(test_bad_files),
     RG_TEST(test_tool_calls_chatml),

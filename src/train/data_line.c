@@ -173,9 +173,39 @@ static rg_status check_weight(const where *w, const rg_json *item, const rg_chat
     return RG_OK;
 }
 
+// A content: a string, or OpenAI's array of text parts ({"type": "text", "text": ...}), joined into *joined.
+static rg_status get_content(const where *w, const rg_json *item, const char *what, rg_chat_message *m, char **joined) {
+    const rg_json *c = rg_json_get(item, "content");
+    if (!rg_json_is(c, RG_JSON_ARRAY)) return get_string(w, item, "content", what, &m->content, &m->content_len);
+    size_t total = 0;
+    for (size_t k = 0; k < rg_json_len(c); k++) {
+        const rg_json *part = rg_json_at(c, k);
+        const char *type = rg_json_str(rg_json_get(part, "type"), NULL);
+        if (!type || strcmp(type, "text") != 0)
+            return bad(w, "%s[%zu] is a part of type '%s'; only text parts can be trained on", what, k,
+                       type ? type : "(none)");
+        size_t n;
+        if (!rg_json_str(rg_json_get(part, "text"), &n))
+            return bad(w, "%s[%zu].text is %s, expected a string", what, k, article_of(rg_json_get(part, "text")));
+        total += n;
+    }
+    if (!(*joined = malloc(total + 1))) return nomem(w, "out of memory");
+    size_t at = 0;
+    for (size_t k = 0; k < rg_json_len(c); k++) {
+        size_t n;
+        const char *t = rg_json_str(rg_json_get(rg_json_at(c, k), "text"), &n);
+        memcpy(*joined + at, t, n);
+        at += n;
+    }
+    (*joined)[at] = 0;
+    m->content = *joined, m->content_len = at;
+    return RG_OK;
+}
+
 // One message: role, content (null or absent when an assistant message has tool_calls), the
 // calls, a tool message's name and tool_call_id, the weight; the legacy function fields refused.
-static rg_status check_message(const where *w, const rg_json *item, size_t i, rg_chat_message *m, bool *target) {
+static rg_status check_message(const where *w, const rg_json *item, size_t i, rg_chat_message *m, bool *target,
+                               char **joined) {
     char what[64];
     if (!rg_json_is(item, RG_JSON_OBJECT))
         return bad(w, "messages[%zu] is %s, expected an object with 'role' and 'content'", i, article_of(item));
@@ -196,7 +226,7 @@ static rg_status check_message(const where *w, const rg_json *item, size_t i, rg
     if (n_calls) m->tool_calls = calls;
     snprintf(what, sizeof what, "messages[%zu].content", i);
     if (n_calls && (!content || rg_json_is(content, RG_JSON_NULL))) m->content = "", m->content_len = 0;
-    else if ((st = get_string(w, item, "content", what, &m->content, &m->content_len))) return st;
+    else if ((st = get_content(w, item, what, m, joined))) return st;
     if (data_role_is(m, "tool")) {
         const char *id;
         size_t id_len;
@@ -211,6 +241,8 @@ static rg_status check_message(const where *w, const rg_json *item, size_t i, rg
 
 void data_parsed_line_free(parsed_line *p) {
     rg_chat_rendered_free(&p->r);
+    for (size_t i = 0; p->joined && i < p->n_msgs; i++) free(p->joined[i]);
+    free(p->joined);
     free(p->msgs);
     free(p->target);
     rg_json_free(p->doc);
@@ -231,9 +263,11 @@ static rg_status parse_messages(const where *w, const rg_chat_template *tmpl, co
     if (st) return st;
     p->msgs = calloc(n, sizeof *p->msgs);
     p->target = calloc(n, sizeof *p->target);
-    if (!p->msgs || !p->target) return nomem(w, "out of memory");
+    p->joined = calloc(n, sizeof *p->joined);
+    if (!p->msgs || !p->target || !p->joined) return nomem(w, "out of memory");
     p->n_msgs = n;
-    for (size_t i = 0; i < n && !st; i++) st = check_message(w, rg_json_at(msgs, i), i, &p->msgs[i], &p->target[i]);
+    for (size_t i = 0; i < n && !st; i++)
+        st = check_message(w, rg_json_at(msgs, i), i, &p->msgs[i], &p->target[i], &p->joined[i]);
     if (st) return st;
     rg_chat_options copt = {.add_generation_prompt = false, .tools = tools};
     rg_error e = {0};

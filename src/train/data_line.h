@@ -30,6 +30,7 @@ typedef struct parsed_line {
     size_t a_len, b_len;
     rg_chat_message *msgs;     // messages: the messages,
     bool *target;              // whether each one's assistant span is a target (weight 1),
+    char **joined;             // a content given as text parts: the parts joined (malloc'd), else NULL,
     size_t n_msgs;
     rg_chat_rendered r;        // and the rendering (no generation prompt)
 } parsed_line;
