@@ -28,6 +28,7 @@ export RG_GEMMA3
 
 total_pass=0 total_fail=0
 log=$(mktemp)
+failures=$(mktemp)  # each failing suite's name and its FAIL lines, printed again at the end (CI shows the tail)
 # run_suite NAME CMD...: runs a suite, shows its output, adds its final counts.
 run_suite() {
   local name="$1"; shift
@@ -36,18 +37,22 @@ run_suite() {
   local rc=${PIPESTATUS[0]}
   local line; line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
   if [ -z "$line" ]; then
-    echo "FAIL $name: exited $rc without a summary line"; total_fail=$((total_fail + 1)); return
+    echo "FAIL $name: exited $rc without a summary line"; total_fail=$((total_fail + 1))
+    { echo "== $name: exited $rc without a summary line"; tail -5 "$log"; } >>"$failures"; return
   fi
   local p f; p=$(awk '{print $1}' <<<"$line"); f=$(awk '{print $3}' <<<"$line")
   total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
-  if [ "$rc" != 0 ] && [ "$f" = 0 ]; then echo "FAIL $name: exited $rc"; total_fail=$((total_fail + 1)); fi
+  if [ "$f" != 0 ]; then { echo "== $name: $f failed"; grep -E '^ *FAIL|check failed' "$log" | head -20; } >>"$failures"; fi
+  if [ "$rc" != 0 ] && [ "$f" = 0 ]; then
+    echo "FAIL $name: exited $rc"; total_fail=$((total_fail + 1)); echo "== $name: exited $rc" >>"$failures"
+  fi
 }
 
 # Builds count as tests too: a build that breaks is a failure, not a silent skip.
 build_or_fail() {
   local name="$1"; shift
   if bash scripts/build.sh "$@"; then total_pass=$((total_pass + 1)); echo "PASS build $name"
-  else total_fail=$((total_fail + 1)); echo "FAIL build $name"; return 1; fi
+  else total_fail=$((total_fail + 1)); echo "FAIL build $name"; echo "== build $name failed" >>"$failures"; return 1; fi
 }
 
 if build_or_fail release build -DRG_WERROR=ON; then
@@ -206,6 +211,12 @@ if [ "$secs" != 0 ]; then
 fi
 
 rm -f "$log"
+if [ -s "$failures" ]; then
+  echo
+  echo "The failures again (each suite, then its FAIL lines):"
+  cat "$failures"
+fi
+rm -f "$failures"
 echo
 echo "$total_pass passed, $total_fail failed"
 [ "$total_fail" = 0 ]
