@@ -275,7 +275,6 @@ static void vec_convert(void *p, int ith, int nth) {
 // while every column passes over them.
 #define VEC_TILE 16
 
-
 // Column n of slice (i2, i3) as the dot products read it: x in place, or its converted row.
 static inline const void *vec_x(const mm_vec_job *j, int64_t n, int64_t i2, int64_t i3) {
     if (j->x_direct) return (const char *)j->x->data + n * j->x->nb[1] + i2 * j->x->nb[2] + i3 * j->x->nb[3];
@@ -302,7 +301,7 @@ static void vec_run_tiles(const mm_vec_job *j, int64_t t0, int64_t t1, int ith) 
         const char *w = (const char *)j->w->data + w2 * j->w->nb[2] + w3 * j->w->nb[3];
         char *y = (char *)j->y->data + i2 * j->y->nb[2] + i3 * j->y->nb[3];
         int64_t n = 0;
-        if (j->unpacked) {  // the tile's rows unpacked once, then two columns per pass over them
+        if (j->unpacked) {  // the tile's rows unpacked once, then four (or two) columns per pass over them
             uint8_t *u = j->unpacked + (size_t)ith * VEC_TILE * j->unpacked_row;
             j->unpack(s->K, m1 - m0, w + m0 * wnb1, wnb1, u);
             for (; j->unpacked4 && n + 4 <= s->N; n += 4) {
